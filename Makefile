@@ -1,0 +1,53 @@
+# Switchyard: `make up` runs the local platform, `make test` runs the suite.
+# Both install what they need into .venv first (a fresh machine needs only python3).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PORT ?= 8080
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: up test test-unit test-integration test-e2e test-infra models synth lint clean
+
+$(VENV)/.installed: requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $@
+
+# Demo model artifacts (trained or packed here, offline); kept between runs.
+build/models/.built: $(VENV)/.installed local/switchyard_local/models.py
+	$(PY) -m switchyard_local.models build/models
+	touch $@
+
+models: build/models/.built
+
+up: build/models/.built
+	PORT=$(PORT) $(VENV)/bin/switchyard up
+
+test: build/models/.built
+	$(PY) -m pytest tests
+
+test-unit: $(VENV)/.installed
+	$(PY) -m pytest tests/unit
+
+test-integration: $(VENV)/.installed
+	$(PY) -m pytest tests/integration
+
+test-e2e: build/models/.built
+	$(PY) -m pytest tests/e2e
+
+test-infra: $(VENV)/.installed
+	$(PY) -m pytest tests/infra
+
+synth: $(VENV)/.installed
+	$(PY) app.py
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf build .run cdk.out

@@ -1,0 +1,1 @@
+"""The router function: admits requests for its model and answers with results."""

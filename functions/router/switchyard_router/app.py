@@ -1,0 +1,280 @@
+"""The router: one FastAPI app, served by Mangum in Lambda and by uvicorn locally.
+
+Routes parse and delegate to ``PredictService``; every client mistake is answered
+with a status code, a message and the field at fault, and nothing is enqueued for
+a rejected request.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Header, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from switchyard.auth import TenantDirectory
+from switchyard.schemas import ResultRecord
+from switchyard.signatures import FieldError
+from switchyard_router.logic import MAX_DEADLINE_MS, PredictService, RequestRejected
+
+log = logging.getLogger("switchyard.router")
+
+_PREDICT_BODY = {
+    "required": True,
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "required": ["inputs"],
+                "properties": {
+                    "inputs": {
+                        "type": "array",
+                        "description": "Strings for text models; lists of numbers for tensor "
+                        "models (digits-cnn: 64 numbers 0-16, an 8x8 image).",
+                        "items": {},
+                    }
+                },
+            },
+            "examples": {
+                "minilm-embed": {"value": {"inputs": ["a sentence to embed"]}},
+                "digits-cnn": {"value": {"inputs": [[0] * 64]}},
+            },
+        }
+    },
+}
+
+
+@dataclass
+class RouterDeps:
+    service: PredictService
+    tenants: TenantDirectory
+    max_body_bytes: int
+
+
+def create_app(deps: RouterDeps | None = None) -> FastAPI:
+    """The app; without ``deps`` they are built from the environment on first use."""
+    app = FastAPI(
+        title="Switchyard",
+        version="1.0",
+        description="Function-per-model inference. Every call needs an `x-api-key` header.",
+    )
+    holder: dict[str, RouterDeps] = {}
+    if deps is not None:
+        holder["deps"] = deps
+
+    def get_deps() -> RouterDeps:
+        if "deps" not in holder:
+            from switchyard_router.wiring import build_deps
+
+            holder["deps"] = build_deps()
+        return holder["deps"]
+
+    def tenant_of(request: Request) -> str:
+        key = request.headers.get("x-api-key")
+        tenant = get_deps().tenants.tenant_for(key) if key else None
+        if tenant is None:
+            raise RequestRejected(403, "forbidden", "Forbidden: a valid x-api-key is required")
+        return tenant
+
+    @app.exception_handler(RequestRejected)
+    async def _rejected(_: Request, exc: RequestRejected) -> JSONResponse:
+        return _error(exc.status, exc.code, exc.message, exc.errors)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [
+            FieldError(".".join(str(p) for p in e["loc"][1:]) or str(e["loc"][0]), e["msg"])
+            for e in exc.errors()
+        ]
+        return _error(422, "invalid_request", "the request is not valid", errors)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _error(exc.status_code, "http_error", str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error")
+        return _error(500, "internal_error", "the platform failed to handle the request")
+
+    @app.get("/healthz", tags=["platform"])
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/v1/models", tags=["models"])
+    def list_models(request: Request) -> dict[str, Any]:
+        tenant_of(request)
+        return {"models": get_deps().service.catalog()}
+
+    @app.post(
+        "/v1/models/{model}/predict",
+        tags=["predict"],
+        openapi_extra={"requestBody": _PREDICT_BODY},
+        responses={
+            200: {"description": "The result, within the deadline"},
+            202: {"description": "Queued; poll the Location"},
+            400: {"description": "Malformed or oversized body"},
+            403: {"description": "Missing or unknown API key"},
+            404: {"description": "Unknown model"},
+            422: {"description": "Inputs do not match the model's signature"},
+        },
+    )
+    async def predict(
+        request: Request,
+        model: Annotated[str, Path(max_length=64)],
+        is_async: Annotated[bool, Query(alias="async")] = False,
+        deadline_ms: Annotated[
+            int | None, Header(alias="x-deadline-ms", ge=1, le=MAX_DEADLINE_MS)
+        ] = None,
+        user_id: Annotated[str | None, Header(alias="x-user-id", max_length=256)] = None,
+    ) -> JSONResponse:
+        deps = get_deps()
+        tenant = tenant_of(request)
+        inputs = _parse_inputs(await _read_body(request, deps.max_body_bytes))
+        return await run_in_threadpool(
+            _predict_sync, deps.service, model, tenant, inputs, user_id, deadline_ms, is_async
+        )
+
+    @app.get("/v1/requests/{request_id}", tags=["predict"])
+    def get_request(request: Request, request_id: Annotated[str, Path(max_length=64)]) -> Any:
+        tenant = tenant_of(request)
+        record = get_deps().service.status(tenant, request_id)
+        if record is None:
+            raise RequestRejected(404, "unknown_request", f"request {request_id} does not exist")
+        return _status_body(record)
+
+    return app
+
+
+def _predict_sync(
+    service: PredictService,
+    model: str,
+    tenant: str,
+    inputs: Any,
+    user_id: str | None,
+    deadline_ms: int | None,
+    is_async: bool,
+) -> JSONResponse:
+    admitted = service.submit(
+        model=model,
+        tenant=tenant,
+        inputs=inputs,
+        sticky_value=user_id or tenant,
+        deadline_ms=deadline_ms,
+    )
+    location = f"/v1/requests/{admitted.request_id}"
+    accepted = {
+        "request_id": admitted.request_id,
+        "model": admitted.model,
+        "version": admitted.version,
+        "status": "queued",
+        "location": location,
+    }
+    headers = {"x-model-version": admitted.version, "x-request-id": admitted.request_id}
+    if is_async:
+        return JSONResponse(accepted, status_code=202, headers={**headers, "Location": location})
+    record = service.wait(admitted, tenant)
+    if record is None:
+        return JSONResponse(accepted, status_code=202, headers={**headers, "Location": location})
+    body = _status_body(record, admitted.timings)
+    if record.status == "error":
+        assert record.error is not None
+        status = {"invalid_input": 422, "expired": 504}.get(record.error.code, 500)
+        return JSONResponse({**body, "message": record.error.message}, status, headers=headers)
+    return JSONResponse(body, status_code=200, headers=headers)
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise _too_large(int(declared), limit)
+    body = bytearray()
+    async for chunk in request.stream():
+        body.extend(chunk)
+        if len(body) > limit:
+            raise _too_large(len(body), limit)
+    return bytes(body)
+
+
+def _too_large(size: int, limit: int) -> RequestRejected:
+    return RequestRejected(
+        400,
+        "body_too_large",
+        f"the request body is {size} bytes or more; the limit is {limit}",
+        [FieldError("body", f"at most {limit} bytes")],
+    )
+
+
+def _parse_inputs(body: bytes) -> Any:
+    try:
+        document = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RequestRejected(
+            400, "malformed_json", f"the body is not valid JSON: {exc}", [FieldError("body", str(exc))]
+        ) from None
+    if not isinstance(document, dict):
+        raise RequestRejected(
+            422, "invalid_input", "the body must be a JSON object", [FieldError("body", "not an object")]
+        )
+    if "inputs" not in document:
+        raise RequestRejected(
+            422, "invalid_input", "the body has no inputs", [FieldError("inputs", "is required")]
+        )
+    unknown = sorted(set(document) - {"inputs"})
+    if unknown:
+        raise RequestRejected(
+            422,
+            "invalid_input",
+            f"unknown field {unknown[0]!r}",
+            [FieldError(name, "is not a known field") for name in unknown],
+        )
+    return document["inputs"]
+
+
+def _status_body(record: ResultRecord, router_timings: dict[str, float] | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "request_id": record.request_id,
+        "model": record.model,
+        "version": record.version,
+        "status": record.status,
+    }
+    if record.outputs is not None:
+        body["outputs"] = record.outputs
+    if record.error is not None:
+        body["error"] = record.error.model_dump(exclude_none=True)
+    body["timings"] = _durations(record, router_timings)
+    return body
+
+
+def _durations(record: ResultRecord, router: dict[str, float] | None) -> dict[str, float]:
+    """Milliseconds per stage of the path, from the timestamps each part recorded."""
+    t = record.timings
+    out = {k: round(v, 3) for k, v in t.items() if k.endswith("_ms")}
+    if router:
+        out.update({k: round(v, 3) for k, v in router.items() if k.endswith("_ms")})
+        enqueued = router.get("enqueued_at")
+        if enqueued and "received_at" in t:
+            out["queue_wait_ms"] = round((t["received_at"] - enqueued) * 1000, 3)
+        if record.completed_at:
+            out["pickup_ms"] = round((time.time() - record.completed_at) * 1000, 3)
+        out["total_ms"] = round((time.time() - router["received_at"]) * 1000, 3)
+    return out
+
+
+def _error(
+    status: int, code: str, message: str, errors: list[FieldError] | None = None
+) -> JSONResponse:
+    body: dict[str, Any] = {"message": message, "code": code}
+    if errors:
+        body["errors"] = [{"field": e.field, "message": e.message} for e in errors]
+    return JSONResponse(body, status_code=status)
+
+
+app = create_app()

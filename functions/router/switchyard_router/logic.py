@@ -1,0 +1,234 @@
+"""The router's domain logic: admit a request, enqueue it, wait for its result.
+
+It knows no HTTP and no boto3: the FastAPI routes call it, and it reaches AWS only
+through the core's small interfaces (registry, results, queues, routing, payloads),
+so unit tests run it on in-memory fakes.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from switchyard.payloads import PayloadStore
+from switchyard.queues import WorkQueue, encode_message
+from switchyard.registry import ModelVersion, Registry
+from switchyard.results import ResultStore
+from switchyard.routing import RoutingSource, pick_version
+from switchyard.schemas import ErrorInfo, QueueMessage, ResultRecord
+from switchyard.signatures import FieldError, check_inputs
+
+MAX_DEADLINE_MS = 28_000  # below API Gateway's 29 s integration timeout
+
+
+class RequestRejected(Exception):
+    """The caller's mistake: answered with ``status`` and nothing is enqueued."""
+
+    def __init__(
+        self, status: int, code: str, message: str, errors: list[FieldError] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.errors = errors or []
+
+
+@dataclass
+class Admitted:
+    request_id: str
+    model: str
+    version: str
+    deadline: float  # monotonic
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class ModelEndpoint:
+    """What the router holds for one model: its two lanes."""
+
+    realtime: WorkQueue
+    batch: WorkQueue
+
+
+class VersionCache:
+    """Version records change rarely (only their status): cache them briefly."""
+
+    def __init__(self, registry: Registry, ttl_seconds: float = 10.0) -> None:
+        self._registry = registry
+        self._ttl = ttl_seconds
+        self._entries: dict[str, tuple[float, dict[str, ModelVersion]]] = {}
+
+    def versions(self, model: str) -> dict[str, ModelVersion]:
+        now = time.monotonic()
+        entry = self._entries.get(model)
+        if entry is None or now - entry[0] >= self._ttl:
+            entry = (now, {v.version: v for v in self._registry.versions(model)})
+            self._entries[model] = entry
+        return entry[1]
+
+
+class PredictService:
+    def __init__(
+        self,
+        *,
+        endpoints: dict[str, ModelEndpoint],
+        registry: Registry,
+        results: ResultStore,
+        payloads: PayloadStore,
+        routing: RoutingSource | None,
+        result_ttl_seconds: int,
+        claim_check_bytes: int,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._endpoints = endpoints
+        self._versions = VersionCache(registry)
+        self._results = results
+        self._payloads = payloads
+        self._routing = routing
+        self._ttl = result_ttl_seconds
+        self._claim_check_bytes = claim_check_bytes
+        self._clock = clock
+        self._sleep = sleep
+
+    @property
+    def models(self) -> list[str]:
+        return sorted(self._endpoints)
+
+    def choose_version(self, model: str, sticky_value: str) -> ModelVersion:
+        if model not in self._endpoints:
+            raise RequestRejected(404, "unknown_model", f"model {model!r} does not exist")
+        versions = self._versions.versions(model)
+        active = [v for v in versions.values() if v.status == "active"]
+        document = self._routing.document(model) if self._routing else None
+        if document is not None:
+            chosen = versions.get(pick_version(document, sticky_value))
+            if chosen is not None and chosen.status == "active":
+                return chosen
+        if not active:
+            raise RequestRejected(
+                404, "no_version", f"model {model!r} has no active version registered"
+            )
+        # No routing document (or it names nothing usable): the newest active version.
+        return max(active, key=lambda v: v.created_at)
+
+    def submit(
+        self,
+        *,
+        model: str,
+        tenant: str,
+        inputs: Any,
+        sticky_value: str,
+        deadline_ms: int | None,
+        lane: str = "realtime",
+    ) -> Admitted:
+        """Validate, record as queued, enqueue. Raises RequestRejected on bad input."""
+        started = self._clock()
+        version = self.choose_version(model, sticky_value)
+        errors = check_inputs(inputs, version.signature, version.max_inputs_per_request)
+        if errors:
+            raise RequestRejected(
+                422, "invalid_input", f"inputs do not match {model}'s signature", errors
+            )
+        budget_ms = deadline_ms if deadline_ms is not None else version.default_deadline_ms
+        now = self._clock()
+        request_id = uuid.uuid4().hex
+        expires_at = int(now + self._ttl)
+        self._results.put_queued(
+            ResultRecord(
+                request_id=request_id,
+                tenant=tenant,
+                model=model,
+                version=version.version,
+                status="queued",
+                lane="batch" if lane == "batch" else "realtime",
+                created_at=now,
+                expires_at=expires_at,
+            )
+        )
+        message = QueueMessage(
+            request_id=request_id,
+            tenant=tenant,
+            model=model,
+            version=version.version,
+            lane="batch" if lane == "batch" else "realtime",
+            inputs=inputs,
+            n_inputs=len(inputs),
+            enqueued_at=self._clock(),
+            expires_at=float(expires_at),
+        )
+        endpoint = self._endpoints[model]
+        queue = endpoint.batch if lane == "batch" else endpoint.realtime
+        try:
+            queue.send(encode_message(message, self._payloads, self._claim_check_bytes), tenant)
+        except Exception:
+            # Leave no request "queued" forever behind a send that failed.
+            self._results.complete(
+                ResultRecord(
+                    request_id=request_id,
+                    tenant=tenant,
+                    model=model,
+                    version=version.version,
+                    status="error",
+                    error=ErrorInfo(code="enqueue_failed", message="the request was not queued"),
+                    created_at=now,
+                    completed_at=self._clock(),
+                    expires_at=expires_at,
+                )
+            )
+            raise
+        enqueued = self._clock()
+        return Admitted(
+            request_id=request_id,
+            model=model,
+            version=version.version,
+            deadline=time.monotonic() + budget_ms / 1000,
+            timings={
+                "received_at": started,
+                "enqueued_at": message.enqueued_at,
+                "router_ms": (message.enqueued_at - started) * 1000,
+                "enqueue_ms": (enqueued - message.enqueued_at) * 1000,
+            },
+        )
+
+    def wait(self, admitted: Admitted, tenant: str) -> ResultRecord | None:
+        """The final result, or None if the deadline passes first."""
+        delay = 0.002
+        while True:
+            record = self._results.get(tenant, admitted.request_id)
+            if record is not None and record.status != "queued":
+                return record
+            remaining = admitted.deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            self._sleep(min(delay, remaining))
+            delay = min(delay * 1.5, 0.05)
+
+    def status(self, tenant: str, request_id: str) -> ResultRecord | None:
+        return self._results.get(tenant, request_id)
+
+    def catalog(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "model": model,
+                "versions": [
+                    {
+                        "version": v.version,
+                        "status": v.status,
+                        "runtime": v.runtime,
+                        "created_at": v.created_at,
+                        "max_batch_size": v.max_batch_size,
+                        "max_wait_ms": v.max_wait_ms,
+                        "default_deadline_ms": v.default_deadline_ms,
+                    }
+                    for v in sorted(
+                        self._versions.versions(model).values(), key=lambda v: v.created_at
+                    )
+                ],
+            }
+            for model in self.models
+        ]

@@ -1,0 +1,115 @@
+"""Model runtimes: load a verified artifact, run a batch, one output per input.
+
+torch and sentence-transformers are imported here, in the worker only; the router
+never reaches this module.
+"""
+
+from __future__ import annotations
+
+import tarfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+from switchyard.registry import ModelVersion
+
+
+class ModelRuntime(Protocol):
+    def predict(self, inputs: list[Any]) -> list[Any]: ...
+
+
+class OutputCountMismatch(RuntimeError):
+    """A model returned a different number of outputs than it was given inputs."""
+
+
+class SentenceEmbedder:
+    """Sentence embeddings (sentence-transformers) from an unpacked model directory."""
+
+    def __init__(self, model_dir: Path) -> None:
+        from sentence_transformers import SentenceTransformer
+
+        self._model = SentenceTransformer(str(model_dir), device="cpu", local_files_only=True)
+
+    def predict(self, inputs: list[Any]) -> list[Any]:
+        vectors = self._model.encode(
+            inputs, batch_size=max(1, len(inputs)), convert_to_numpy=True, show_progress_bar=False
+        )
+        return [[round(float(x), 7) for x in row] for row in vectors]
+
+
+class TorchScriptClassifier:
+    """A TorchScript module mapping a batch of feature vectors to class logits."""
+
+    def __init__(self, artifact: Path, labels: tuple[str, ...]) -> None:
+        import torch
+
+        self._torch = torch
+        self._module = torch.jit.load(str(artifact), map_location="cpu").eval()
+        self._labels = labels
+
+    def predict(self, inputs: list[Any]) -> list[Any]:
+        torch = self._torch
+        with torch.inference_mode():
+            logits = self._module(torch.tensor(inputs, dtype=torch.float32))
+            probabilities = torch.softmax(logits, dim=-1)
+        outputs = []
+        for row in probabilities.tolist():
+            best = max(range(len(row)), key=row.__getitem__)
+            outputs.append(
+                {
+                    "class": best,
+                    "label": self._labels[best] if best < len(self._labels) else str(best),
+                    "probabilities": [round(p, 6) for p in row],
+                }
+            )
+        return outputs
+
+
+class FaultyRuntime:
+    """Wraps a runtime with the switchable faults a version record asks for, for
+    drills and fault tests: ``fail_every_call``, ``fail_call_every`` (n),
+    ``hang_seconds``."""
+
+    def __init__(self, inner: ModelRuntime, faults: dict[str, Any]) -> None:
+        self._inner = inner
+        self._faults = faults
+        self._calls = 0
+        self._lock = threading.Lock()
+
+    def predict(self, inputs: list[Any]) -> list[Any]:
+        with self._lock:
+            self._calls += 1
+            calls = self._calls
+        if self._faults.get("fail_every_call"):
+            raise RuntimeError("injected fault: this version fails every call")
+        every = int(self._faults.get("fail_call_every", 0))
+        if every and calls % every == 0:
+            raise RuntimeError(f"injected fault: call {calls} fails")
+        if self._faults.get("hang_seconds"):
+            time.sleep(float(self._faults["hang_seconds"]))
+        return self._inner.predict(inputs)
+
+
+def load_runtime(record: ModelVersion, artifact: Path, workdir: Path) -> ModelRuntime:
+    """The runtime for a version, from its verified local artifact."""
+    if record.faults.get("fail_load"):
+        raise RuntimeError(f"injected fault: {record.model} {record.version} fails to load")
+    runtime: ModelRuntime
+    if record.runtime == "sentence-transformers":
+        runtime = SentenceEmbedder(_unpack(artifact, workdir / record.sha256))
+    elif record.runtime == "torchscript-classifier":
+        runtime = TorchScriptClassifier(artifact, record.labels)
+    else:
+        raise ValueError(f"runtime {record.runtime!r} is not available in this worker image")
+    return FaultyRuntime(runtime, record.faults) if record.faults else runtime
+
+
+def _unpack(archive: Path, target: Path) -> Path:
+    done = target / ".unpacked"
+    if not done.exists():
+        target.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(archive) as tar:
+            tar.extractall(target, filter="data")
+        done.touch()
+    return target

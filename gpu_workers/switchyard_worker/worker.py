@@ -1,0 +1,368 @@
+"""The worker loop: long-poll, micro-batch, run, store results, then delete.
+
+Delivery is at-least-once, so the order of effects is what keeps it exact:
+1. a result is written (conditionally: only over ``queued``) before its message is
+   deleted, so a crash between the two only causes a redelivery that writes nothing;
+2. per-item problems (malformed message, inputs that fail the signature, a missing
+   claim check, an unknown version, work past its expiry) become error results and
+   are not retried;
+3. an exception for the whole batch (the model raised, or returned the wrong number
+   of outputs) releases its messages for retry; after ``maxReceiveCount`` receives
+   SQS moves a poison message to the DLQ, and retried messages run alone;
+4. messages in hand have their visibility extended while they wait or run;
+5. SIGTERM stops polling, finishes the batch in hand, releases what is not started.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+from pydantic import ValidationError
+
+from switchyard.payloads import PayloadMissing, PayloadStore
+from switchyard.queues import Received, WorkQueue, load_inputs
+from switchyard.registry import ModelVersion, Registry
+from switchyard.results import ResultStore
+from switchyard.schemas import ErrorInfo, QueueMessage, ResultRecord
+from switchyard.signatures import check_inputs
+from switchyard_worker.batching import BatchAssembler, Pending
+from switchyard_worker.runtimes import ModelRuntime, OutputCountMismatch
+
+log = Logger(service="switchyard-worker")
+
+RuntimeLoader = Callable[[ModelVersion], ModelRuntime]
+_RECEIVE_MAX = 10
+
+
+class Worker:
+    def __init__(
+        self,
+        *,
+        model: str,
+        worker_id: str,
+        realtime: WorkQueue,
+        batch: WorkQueue,
+        registry: Registry,
+        results: ResultStore,
+        payloads: PayloadStore,
+        load_runtime: RuntimeLoader,
+        visibility_timeout: int,
+        poll_wait_seconds: int = 1,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.model = model
+        self.worker_id = worker_id
+        self._lanes = (realtime, batch)
+        self._registry = registry
+        self._results = results
+        self._payloads = payloads
+        self._load_runtime = load_runtime
+        self._visibility = visibility_timeout
+        self._poll_wait = poll_wait_seconds
+        self._metrics = metrics
+        self._versions: dict[str, ModelVersion | None] = {}
+        self._runtimes: dict[str, ModelRuntime] = {}
+        self._assembler = BatchAssembler(self._limits)
+        self._stopping = threading.Event()
+        self._in_hand: dict[str, Received] = {}
+        self._in_hand_lock = threading.Lock()
+        self._writers = ThreadPoolExecutor(max_workers=8, thread_name_prefix="result-writer")
+        self.batches_run = 0
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def preload(self) -> None:
+        """Load every active version now, so the first request does not pay for it."""
+        for record in self._registry.versions(self.model):
+            self._versions[record.version] = record
+            if record.status == "active":
+                try:
+                    self._runtime(record)
+                except Exception:  # noqa: BLE001 - a bad version must not stop the others
+                    log.exception("preload failed", extra={"version": record.version})
+
+    def stop(self, *_: Any) -> None:
+        self._stopping.set()
+
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGTERM, self.stop)
+        signal.signal(signal.SIGINT, self.stop)
+
+    def run(self, ready: Callable[[], None] | None = None) -> None:
+        heartbeat = threading.Thread(target=self._heartbeat, name="visibility", daemon=True)
+        heartbeat.start()
+        if ready:
+            ready()
+        log.info("polling", extra={"model": self.model, "worker": self.worker_id})
+        try:
+            while not self._stopping.is_set():
+                self.step()
+        finally:
+            leftover = self._assembler.drain()
+            self._release([p.received for p in leftover], 0)
+            self._writers.shutdown(wait=True)
+            log.info("stopped", extra={"released": len(leftover), "batches": self.batches_run})
+
+    def step(self) -> None:
+        """One turn: receive what the pending batch still wants, run it when due."""
+        if self._assembler.wants_more():
+            self._receive()
+        batch = self._assembler.take(force=self._stopping.is_set())
+        if batch:
+            self._execute(batch)
+
+    # -- receiving ---------------------------------------------------------------
+
+    def _receive(self) -> None:
+        idle = not self._assembler.held
+        wait = self._poll_wait if idle else 0
+        realtime, batch_lane = self._lanes
+        received = realtime.receive(_RECEIVE_MAX, wait)
+        if not received:
+            received = batch_lane.receive(_RECEIVE_MAX, 0)
+        if not received and not idle:
+            time.sleep(min(max(self._assembler.time_left(), 0), 0.002))
+        now_mono, now = time.monotonic(), time.time()
+        with self._in_hand_lock:
+            for r in received:
+                self._in_hand[r.receipt_handle] = r
+        for r in received:
+            self._assembler.add(self._decode(r, now_mono, now))
+
+    def _decode(self, received: Received, arrived: float, received_at: float) -> Pending:
+        pending = Pending(received=received, arrived=arrived, received_at=received_at)
+        try:
+            pending.message = QueueMessage.model_validate_json(received.body)
+        except ValidationError as exc:
+            # Undecodable: no request id to answer. Left for retries, then the DLQ.
+            log.error("undecodable message", extra={"id": received.message_id, "error": str(exc)})
+            return pending
+        message = pending.message
+        record = self._version(message.version)
+        if message.model != self.model or record is None:
+            pending.error = ErrorInfo(
+                code="unknown_version",
+                message=f"{message.model} {message.version} is not served by this worker",
+            )
+            return pending
+        try:
+            inputs = load_inputs(message, self._payloads)
+        except (PayloadMissing, ValueError) as exc:
+            pending.error = ErrorInfo(code="invalid_input", message=str(exc), field="inputs")
+            return pending
+        problems = check_inputs(inputs, record.signature, record.max_inputs_per_request)
+        if problems:
+            first = problems[0]
+            pending.error = ErrorInfo(
+                code="invalid_input", message=f"{first.field} {first.message}", field=first.field
+            )
+            return pending
+        pending.inputs = inputs
+        return pending
+
+    # -- running -----------------------------------------------------------------
+
+    def _execute(self, batch: list[Pending]) -> None:
+        undecodable = [p for p in batch if p.message is None]
+        if undecodable:
+            self._release([p.received for p in undecodable], 0)
+        now = time.time()
+        answered: list[tuple[Pending, ResultRecord]] = []
+        runnable: list[Pending] = []
+        for p in batch:
+            if p.message is None:
+                continue
+            if p.error is None and now > p.message.expires_at:
+                p.error = ErrorInfo(code="expired", message="the request expired before it ran")
+            if p.error is not None:
+                answered.append((p, self._record(p, "error", error=p.error)))
+            else:
+                runnable.append(p)
+        if runnable:
+            outputs = self._run(runnable)
+            if outputs is None:
+                self._release([p.received for p in runnable], self._backoff(runnable))
+            else:
+                answered.extend(
+                    (p, self._record(p, "done", outputs=out, timing=timing))
+                    for p, (out, timing) in zip(runnable, outputs, strict=True)
+                )
+        self._store_and_delete(answered)
+        self.batches_run += 1
+
+    def _run(self, runnable: list[Pending]) -> list[tuple[list[Any], dict[str, float]]] | None:
+        """Outputs per message, or None if the batch failed as a whole."""
+        version = runnable[0].version
+        record = self._version(version)
+        assert record is not None
+        flat = [x for p in runnable for x in (p.inputs or [])]
+        started = time.time()
+        try:
+            runtime = self._runtime(record)
+            outputs: list[Any] = []
+            for i in range(0, len(flat), record.max_batch_size):
+                chunk = flat[i : i + record.max_batch_size]
+                result = runtime.predict(chunk)
+                if len(result) != len(chunk):
+                    raise OutputCountMismatch(f"{len(chunk)} inputs gave {len(result)} outputs")
+                outputs.extend(result)
+        except Exception as exc:  # noqa: BLE001 - the whole batch goes back for retry
+            log.warning(
+                "batch failed; messages released for retry",
+                extra={"version": version, "messages": len(runnable), "error": repr(exc)},
+            )
+            self._emit(version, item_errors=len(runnable))
+            return None
+        compute_ms = (time.time() - started) * 1000
+        per_message = []
+        offset = 0
+        for p in runnable:
+            n = p.size
+            timing = {
+                "received_at": p.received_at,
+                "batch_started_at": started,
+                "batch_wait_ms": (started - p.received_at) * 1000,
+                "compute_ms": compute_ms,
+                "batch_size": float(len(flat)),
+            }
+            if p.message is not None:
+                timing["queue_wait_ms"] = (p.received_at - p.message.enqueued_at) * 1000
+            per_message.append((outputs[offset : offset + n], timing))
+            offset += n
+        queue_wait = [t["queue_wait_ms"] for _, t in per_message if "queue_wait_ms" in t]
+        self._emit(
+            version,
+            batch_size=len(flat),
+            compute_ms=compute_ms,
+            queue_wait_ms=max(queue_wait) if queue_wait else None,
+        )
+        return per_message
+
+    def _store_and_delete(self, answered: list[tuple[Pending, ResultRecord]]) -> None:
+        if not answered:
+            return
+        stored = list(self._writers.map(lambda pr: self._results.complete(pr[1]), answered))
+        for (p, record), fresh in zip(answered, stored, strict=True):
+            log.info(
+                "result stored" if fresh else "duplicate suppressed",
+                extra={"request_id": record.request_id, "status": record.status,
+                       "worker": self.worker_id, "receive_count": p.received.receive_count},
+            )
+        by_lane: dict[str, list[Received]] = {}
+        for p, _ in answered:
+            by_lane.setdefault(p.received.lane, []).append(p.received)
+        for queue in self._lanes:
+            done = by_lane.get(queue.lane, [])
+            if done:
+                queue.delete(done)
+                self._forget(done)
+
+    def _record(
+        self,
+        p: Pending,
+        status: str,
+        *,
+        outputs: list[Any] | None = None,
+        error: ErrorInfo | None = None,
+        timing: dict[str, float] | None = None,
+    ) -> ResultRecord:
+        m = p.message
+        assert m is not None
+        completed = time.time()
+        return ResultRecord(
+            request_id=m.request_id,
+            tenant=m.tenant,
+            model=m.model,
+            version=m.version,
+            status="done" if status == "done" else "error",
+            lane=m.lane,
+            outputs=outputs,
+            error=error,
+            timings={**(timing or {"received_at": p.received_at}), "completed_at": completed},
+            created_at=m.enqueued_at,
+            completed_at=completed,
+            expires_at=int(m.expires_at),
+            worker=self.worker_id,
+            shadow_of=m.shadow_of,
+        )
+
+    # -- visibility --------------------------------------------------------------
+
+    def _heartbeat(self) -> None:
+        """Extend every held message before its visibility runs out."""
+        interval = max(self._visibility / 3, 1)
+        while not self._stopping.wait(interval):
+            with self._in_hand_lock:
+                held = list(self._in_hand.values())
+            for queue in self._lanes:
+                mine = [r for r in held if r.lane == queue.lane]
+                if mine:
+                    try:
+                        queue.set_visibility(mine, self._visibility)
+                    except Exception:  # noqa: BLE001 - retried on the next beat
+                        log.exception("visibility extension failed")
+
+    def _release(self, messages: list[Received], seconds: int) -> None:
+        for queue in self._lanes:
+            mine = [r for r in messages if r.lane == queue.lane]
+            if mine:
+                queue.set_visibility(mine, seconds)
+        self._forget(messages)
+
+    def _forget(self, messages: list[Received]) -> None:
+        with self._in_hand_lock:
+            for r in messages:
+                self._in_hand.pop(r.receipt_handle, None)
+
+    @staticmethod
+    def _backoff(runnable: list[Pending]) -> int:
+        tries = max(p.received.receive_count for p in runnable)
+        return min(2 ** (tries - 1), 30)
+
+    # -- versions ----------------------------------------------------------------
+
+    def _version(self, version: str) -> ModelVersion | None:
+        if version not in self._versions or self._versions[version] is None:
+            self._versions[version] = self._registry.get(self.model, version)
+        return self._versions[version]
+
+    def _runtime(self, record: ModelVersion) -> ModelRuntime:
+        if record.version not in self._runtimes:
+            self._runtimes[record.version] = self._load_runtime(record)
+        return self._runtimes[record.version]
+
+    def _limits(self, version: str) -> tuple[int, float]:
+        record = self._versions.get(version)
+        if record is None:
+            return 1, 0.0
+        return record.max_batch_size, record.max_wait_ms / 1000
+
+    def _emit(
+        self,
+        version: str,
+        *,
+        batch_size: int | None = None,
+        compute_ms: float | None = None,
+        queue_wait_ms: float | None = None,
+        item_errors: int = 0,
+    ) -> None:
+        if self._metrics is None:
+            return
+        m = self._metrics
+        m.add_dimension(name="version", value=version)
+        if batch_size is not None:
+            m.add_metric(name="BatchSize", unit=MetricUnit.Count, value=batch_size)
+        if compute_ms is not None:
+            m.add_metric(name="Compute", unit=MetricUnit.Milliseconds, value=compute_ms)
+        if queue_wait_ms is not None:
+            m.add_metric(name="QueueWait", unit=MetricUnit.Milliseconds, value=queue_wait_ms)
+        if item_errors:
+            m.add_metric(name="ItemErrors", unit=MetricUnit.Count, value=item_errors)
+        m.flush_metrics()

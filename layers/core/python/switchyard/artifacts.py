@@ -1,0 +1,65 @@
+"""Model artifacts in S3, checked against the sha256 the registry recorded.
+
+A worker never loads bytes it has not verified: the download goes to a temporary
+file, its digest is compared with the registry's, and only then is it moved into
+the local cache under its digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+
+class ArtifactMismatch(Exception):
+    """The artifact's bytes do not match the sha256 in the registry."""
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def split_s3_uri(uri: str) -> tuple[str, str]:
+    parsed = urlparse(uri)
+    if parsed.scheme != "s3" or not parsed.netloc or not parsed.path.strip("/"):
+        raise ValueError(f"not an s3://bucket/key URI: {uri!r}")
+    return parsed.netloc, parsed.path.lstrip("/")
+
+
+def publish_artifact(s3: Any, bucket: str, model: str, version: str, path: Path) -> tuple[str, str]:
+    """Upload an artifact file; returns its URI and sha256 for the registry."""
+    digest = sha256_file(path)
+    key = f"models/{model}/{version}/{path.name}"
+    s3.upload_file(str(path), bucket, key, ExtraArgs={"Metadata": {"sha256": digest}})
+    return f"s3://{bucket}/{key}", digest
+
+
+def fetch_artifact(s3: Any, uri: str, sha256: str, cache_dir: Path) -> Path:
+    """The verified local copy of an artifact, downloading it if not cached."""
+    bucket, key = split_s3_uri(uri)
+    target = cache_dir / sha256 / Path(key).name
+    if target.exists() and sha256_file(target) == sha256:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=".download-")
+    os.close(fd)
+    try:
+        s3.download_file(bucket, key, tmp_name)
+        actual = sha256_file(Path(tmp_name))
+        if actual != sha256:
+            raise ArtifactMismatch(
+                f"{uri}: sha256 is {actual}, the registry recorded {sha256}; refusing to load it"
+            )
+        os.replace(tmp_name, target)
+    finally:
+        if os.path.exists(tmp_name):
+            os.unlink(tmp_name)
+    return target

@@ -1,0 +1,184 @@
+"""The platform manifest: models, tenants, tiers and platform settings.
+
+One file (``manifest.toml`` at the repository root) feeds both the CDK app and the
+local provisioner, so the two substrates differ in configuration only. Resource
+names are derived here, once, so that every part of the platform agrees on them.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+DEFAULT_MANIFEST = Path(__file__).resolve().parents[4] / "manifest.toml"
+
+Stage = Literal["dev", "prod"]
+_MODEL_NAME = re.compile(r"[a-z][a-z0-9-]{1,39}")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TextSignature(_Strict):
+    """Each input is a non-empty string of at most ``max_chars`` characters."""
+
+    kind: Literal["text"] = "text"
+    max_chars: int = Field(gt=0)
+
+
+class TensorSignature(_Strict):
+    """Each input is a flat list of numbers of a fixed length within a range."""
+
+    kind: Literal["tensor"] = "tensor"
+    shape: tuple[int]
+    minimum: float | None = None
+    maximum: float | None = None
+
+
+Signature = Annotated[TextSignature | TensorSignature, Field(discriminator="kind")]
+
+
+class PlatformSettings(_Strict):
+    prefix: str = Field(pattern=r"^[a-z][a-z0-9-]{1,20}$")
+    region: str
+    result_ttl_seconds: int = Field(gt=0)
+    claim_check_bytes: int = Field(gt=0, le=250_000)
+    max_receive_count: int = Field(ge=1, le=1000)
+    visibility_timeout_seconds: int = Field(ge=10, le=43_200)
+    max_body_bytes: int = Field(gt=0, le=6_000_000)
+    message_retention_seconds: int = Field(ge=60, le=1_209_600)
+    dlq_retention_seconds: int = Field(ge=60, le=1_209_600)
+
+
+class StageSettings(_Strict):
+    scale_to_zero: bool
+    config_deployment: Literal["AllAtOnce", "Linear"]
+    config_bake_minutes: int = 0
+    idle_minutes_before_scale_in: int = Field(gt=0)
+
+
+class Tier(_Strict):
+    rate: float = Field(gt=0)
+    burst: int = Field(gt=0)
+    quota_per_day: int = Field(gt=0)
+
+
+class Tenant(_Strict):
+    tier: str
+
+
+class ModelSpec(_Strict):
+    """Everything the platform needs to give a model its endpoint."""
+
+    runtime: Literal["sentence-transformers", "torchscript-classifier", "vllm"]
+    compute: Literal["cpu", "gpu"]
+    instance_types: tuple[str, ...]
+    signature: Signature
+    labels: tuple[str, ...] = ()
+    max_inputs_per_request: int = Field(gt=0, le=1024)
+    max_batch_size: int = Field(gt=0, le=1024)
+    max_wait_ms: int = Field(ge=0, le=10_000)
+    default_deadline_ms: int = Field(gt=0, le=29_000)
+    backlog_per_task: int = Field(gt=0)
+    min_tasks_prod: int = Field(ge=0)
+    max_tasks: int = Field(gt=0)
+    hot: bool = False
+    demo_versions: tuple[str, ...] = ()
+
+
+class Manifest(_Strict):
+    platform: PlatformSettings
+    stages: dict[Stage, StageSettings]
+    tiers: dict[str, Tier]
+    tenants: dict[str, Tenant]
+    models: dict[str, ModelSpec]
+
+    @model_validator(mode="after")
+    def _check_references(self) -> Manifest:
+        for name, tenant in self.tenants.items():
+            if tenant.tier not in self.tiers:
+                raise ValueError(f"tenants.{name}.tier: unknown tier {tenant.tier!r}")
+        for name in self.models:
+            if not _MODEL_NAME.fullmatch(name):
+                raise ValueError(f"models.{name}: a model name is 2-40 of a-z, 0-9 and '-'")
+        return self
+
+    def names(self, stage: str) -> ResourceNames:
+        return ResourceNames(prefix=self.platform.prefix, stage=stage)
+
+
+
+class ResourceNames(_Strict):
+    """Names of every resource, the same in the cloud and on the emulator."""
+
+    prefix: str
+    stage: str
+
+    @property
+    def base(self) -> str:
+        return f"{self.prefix}-{self.stage}"
+
+    @property
+    def registry_table(self) -> str:
+        return f"{self.base}-registry"
+
+    @property
+    def results_table(self) -> str:
+        return f"{self.base}-results"
+
+    @property
+    def jobs_table(self) -> str:
+        return f"{self.base}-jobs"
+
+    @property
+    def artifacts_bucket(self) -> str:
+        return f"{self.base}-artifacts"
+
+    @property
+    def payloads_bucket(self) -> str:
+        return f"{self.base}-payloads"
+
+    @property
+    def batch_drop_bucket(self) -> str:
+        return f"{self.base}-batch-drop"
+
+    @property
+    def prediction_logs_bucket(self) -> str:
+        return f"{self.base}-prediction-logs"
+
+    @property
+    def appconfig_application(self) -> str:
+        return f"{self.base}-routing"
+
+    @property
+    def rest_api(self) -> str:
+        return f"{self.base}-api"
+
+    def queue(self, model: str, lane: str) -> str:
+        return f"{self.base}-{model}-{lane}"
+
+    def dlq(self, model: str, lane: str) -> str:
+        return f"{self.base}-{model}-{lane}-dlq"
+
+    def routing_profile(self, model: str) -> str:
+        return model
+
+    def usage_plan(self, tier: str) -> str:
+        return f"{self.base}-{tier}"
+
+    def api_key(self, tenant: str) -> str:
+        return f"{self.base}-{tenant}"
+
+
+LANES = ("realtime", "batch")
+
+
+def load_manifest(path: Path | str | None = None) -> Manifest:
+    """Read and validate the manifest; a mistake names the field that is wrong."""
+    with open(path or DEFAULT_MANIFEST, "rb") as fh:
+        return Manifest.model_validate(tomllib.load(fh))

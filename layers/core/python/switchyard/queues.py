@@ -1,0 +1,113 @@
+"""The queue protocol between router and worker.
+
+Messages are ``QueueMessage`` JSON. Inputs larger than the claim-check threshold go
+to S3 first. ``MessageGroupId`` is the tenant, so SQS fair queues keep one noisy
+tenant from filling every worker's receive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from switchyard.payloads import PayloadStore
+from switchyard.schemas import Lane, QueueMessage
+
+# SQS's own bound for one message is 256 KiB; the claim check keeps well below it.
+SQS_BATCH_LIMIT = 10
+
+
+@dataclass(frozen=True)
+class Received:
+    """A message in hand: its body and what is needed to delete or release it."""
+
+    body: str
+    receipt_handle: str
+    message_id: str
+    receive_count: int
+    group: str | None
+    lane: Lane
+
+
+class WorkQueue(Protocol):
+    lane: Lane
+
+    def send(self, body: str, group: str) -> None: ...
+
+    def receive(self, max_messages: int, wait_seconds: int) -> list[Received]: ...
+
+    def delete(self, messages: Sequence[Received]) -> None: ...
+
+    def set_visibility(self, messages: Sequence[Received], seconds: int) -> None: ...
+
+
+class SqsWorkQueue:
+    def __init__(self, sqs: Any, url: str, lane: Lane) -> None:
+        self._sqs = sqs
+        self.url = url
+        self.lane: Lane = lane
+
+    def send(self, body: str, group: str) -> None:
+        self._sqs.send_message(QueueUrl=self.url, MessageBody=body, MessageGroupId=group)
+
+    def receive(self, max_messages: int, wait_seconds: int) -> list[Received]:
+        response = self._sqs.receive_message(
+            QueueUrl=self.url,
+            MaxNumberOfMessages=min(max_messages, SQS_BATCH_LIMIT),
+            WaitTimeSeconds=wait_seconds,
+            MessageSystemAttributeNames=["ApproximateReceiveCount", "MessageGroupId"],
+        )
+        return [
+            Received(
+                body=m["Body"],
+                receipt_handle=m["ReceiptHandle"],
+                message_id=m["MessageId"],
+                receive_count=int(m.get("Attributes", {}).get("ApproximateReceiveCount", "1")),
+                group=m.get("Attributes", {}).get("MessageGroupId"),
+                lane=self.lane,
+            )
+            for m in response.get("Messages", [])
+        ]
+
+    def delete(self, messages: Sequence[Received]) -> None:
+        for chunk in _chunks(messages):
+            entries = [
+                {"Id": str(i), "ReceiptHandle": m.receipt_handle} for i, m in enumerate(chunk)
+            ]
+            self._sqs.delete_message_batch(QueueUrl=self.url, Entries=entries)
+
+    def set_visibility(self, messages: Sequence[Received], seconds: int) -> None:
+        for chunk in _chunks(messages):
+            entries = [
+                {"Id": str(i), "ReceiptHandle": m.receipt_handle, "VisibilityTimeout": seconds}
+                for i, m in enumerate(chunk)
+            ]
+            self._sqs.change_message_visibility_batch(QueueUrl=self.url, Entries=entries)
+
+
+def _chunks(messages: Sequence[Received]) -> list[Sequence[Received]]:
+    return [messages[i : i + SQS_BATCH_LIMIT] for i in range(0, len(messages), SQS_BATCH_LIMIT)]
+
+
+def encode_message(message: QueueMessage, payloads: PayloadStore, claim_check_bytes: int) -> str:
+    """The message body, with its inputs moved to S3 if the body would be too large."""
+    body = message.model_dump_json(exclude_none=True)
+    if len(body.encode()) <= claim_check_bytes:
+        return body
+    key = f"inputs/{message.tenant}/{message.request_id}.json"
+    ref = payloads.put_json(key, message.inputs)
+    return message.model_copy(update={"inputs": None, "inputs_ref": ref}).model_dump_json(
+        exclude_none=True
+    )
+
+
+def load_inputs(message: QueueMessage, payloads: PayloadStore) -> list[Any]:
+    """The message's inputs, following its claim check if it has one."""
+    if message.inputs is not None:
+        return message.inputs
+    assert message.inputs_ref is not None
+    inputs = payloads.get_json(message.inputs_ref)
+    if not isinstance(inputs, list) or len(inputs) != message.n_inputs:
+        raise ValueError(f"{message.inputs_ref} does not hold {message.n_inputs} inputs")
+    return inputs

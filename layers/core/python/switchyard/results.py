@@ -1,0 +1,91 @@
+"""The results table: async status and results, scoped to the tenant that asked.
+
+A result is written once. The router records a request as ``queued`` before it
+enqueues it; a worker may turn ``queued`` into ``done`` or ``error`` and nothing
+else, with a conditional write. A redelivered message whose result is already
+stored therefore changes nothing, and its message is simply deleted.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Protocol
+
+from switchyard.payloads import PayloadStore
+from switchyard.schemas import ResultRecord
+from switchyard.tables import RESULTS
+
+
+class ResultStore(Protocol):
+    def put_queued(self, record: ResultRecord) -> None: ...
+
+    def complete(self, record: ResultRecord) -> bool:
+        """Store a final result; False if one was stored already (a redelivery)."""
+        ...
+
+    def get(self, tenant: str, request_id: str) -> ResultRecord | None: ...
+
+
+class DynamoDBResultStore:
+    def __init__(
+        self, dynamodb: Any, table: str, payloads: PayloadStore, claim_check_bytes: int
+    ) -> None:
+        self._ddb = dynamodb
+        self._table = table
+        self._payloads = payloads
+        self._claim_check_bytes = claim_check_bytes
+
+    def put_queued(self, record: ResultRecord) -> None:
+        self._ddb.put_item(
+            TableName=self._table,
+            Item=self._to_item(record),
+            ConditionExpression="attribute_not_exists(#sk)",
+            ExpressionAttributeNames={"#sk": RESULTS.sort},
+        )
+
+    def complete(self, record: ResultRecord) -> bool:
+        try:
+            self._ddb.put_item(
+                TableName=self._table,
+                Item=self._to_item(record),
+                ConditionExpression="attribute_not_exists(#sk) OR #st = :queued",
+                ExpressionAttributeNames={"#sk": RESULTS.sort, "#st": "status"},
+                ExpressionAttributeValues={":queued": {"S": "queued"}},
+            )
+        except self._ddb.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
+    def get(self, tenant: str, request_id: str) -> ResultRecord | None:
+        item = self._ddb.get_item(
+            TableName=self._table,
+            Key={RESULTS.partition: {"S": tenant}, RESULTS.sort: {"S": request_id}},
+            ConsistentRead=True,
+        ).get("Item")
+        if not item:
+            return None
+        doc = json.loads(item["doc"]["S"])
+        if "outputs" in item:
+            doc["outputs"] = json.loads(item["outputs"]["S"])
+        elif "outputs_ref" in item:
+            doc["outputs"] = self._payloads.get_json(item["outputs_ref"]["S"])
+        return ResultRecord.model_validate(doc)
+
+    def _to_item(self, record: ResultRecord) -> dict[str, Any]:
+        item: dict[str, Any] = {
+            RESULTS.partition: {"S": record.tenant},
+            RESULTS.sort: {"S": record.request_id},
+            "status": {"S": record.status},
+            "model": {"S": record.model},
+            "version": {"S": record.version},
+            RESULTS.ttl_attribute or "expires_at": {"N": str(record.expires_at)},
+            "doc": {"S": record.model_dump_json(exclude={"outputs"})},
+        }
+        if record.outputs is not None:
+            outputs = json.dumps(record.outputs, separators=(",", ":"))
+            if len(outputs.encode()) > self._claim_check_bytes:
+                key = f"results/{record.tenant}/{record.request_id}.json"
+                item["outputs_ref"] = {"S": self._payloads.put_json(key, record.outputs)}
+            else:
+                item["outputs"] = {"S": outputs}
+        return item

