@@ -1,0 +1,142 @@
+"""In-memory fakes of the core's interfaces, for unit tests of domain logic only.
+Integration and e2e tests use the emulator over its wire protocol instead."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from switchyard.queues import Received
+from switchyard.registry import ModelVersion, VersionExists
+from switchyard.schemas import Lane, ResultRecord
+
+_ids = itertools.count(1)
+
+
+@dataclass
+class FakeQueue:
+    """A queue with receive counts, visibility and a DLQ, like SQS."""
+
+    lane: Lane = "realtime"
+    max_receive_count: int = 5
+    visible: list[dict[str, Any]] = field(default_factory=list)
+    in_flight: dict[str, dict[str, Any]] = field(default_factory=dict)
+    dead: list[dict[str, Any]] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    log: list[tuple[str, Any]] = field(default_factory=list)
+
+    def send(self, body: str, group: str) -> None:
+        self.visible.append({"body": body, "group": group, "id": f"m{next(_ids)}", "count": 0})
+
+    def receive(self, max_messages: int, wait_seconds: int) -> list[Received]:
+        out = []
+        while self.visible and len(out) < max_messages:
+            msg = self.visible.pop(0)
+            if msg["count"] >= self.max_receive_count:
+                self.dead.append(msg)
+                continue
+            msg["count"] += 1
+            handle = f"{msg['id']}-r{msg['count']}"
+            self.in_flight[handle] = msg
+            out.append(Received(msg["body"], handle, msg["id"], msg["count"], msg["group"], self.lane))
+        return out
+
+    def delete(self, messages: Sequence[Received]) -> None:
+        for m in messages:
+            self.log.append(("delete", m.message_id))
+            self.in_flight.pop(m.receipt_handle)
+            self.deleted.append(m.message_id)
+
+    def set_visibility(self, messages: Sequence[Received], seconds: int) -> None:
+        for m in messages:
+            self.log.append(("visibility", (m.message_id, seconds)))
+            if seconds <= 30:  # a release (retry backoff), not a heartbeat extension
+                msg = self.in_flight.pop(m.receipt_handle, None)
+                if msg is not None:
+                    self.visible.append(msg)
+
+    @property
+    def depth(self) -> int:
+        return len(self.visible) + len(self.in_flight)
+
+
+class FakeRegistry:
+    def __init__(self, *records: ModelVersion) -> None:
+        self.records = {(r.model, r.version): r for r in records}
+
+    def get(self, model: str, version: str) -> ModelVersion | None:
+        return self.records.get((model, version))
+
+    def versions(self, model: str | None = None) -> list[ModelVersion]:
+        return [r for (m, _), r in self.records.items() if model is None or m == model]
+
+    def register(self, record: ModelVersion) -> None:
+        if (record.model, record.version) in self.records:
+            raise VersionExists(record.version)
+        self.records[(record.model, record.version)] = record
+
+
+class FakeResults:
+    def __init__(self, log: list[tuple[str, Any]] | None = None) -> None:
+        self.items: dict[tuple[str, str], ResultRecord] = {}
+        self.log = log if log is not None else []
+
+    def put_queued(self, record: ResultRecord) -> None:
+        assert (record.tenant, record.request_id) not in self.items
+        self.items[(record.tenant, record.request_id)] = record
+
+    def complete(self, record: ResultRecord) -> bool:
+        key = (record.tenant, record.request_id)
+        current = self.items.get(key)
+        if current is not None and current.status != "queued":
+            self.log.append(("duplicate", record.request_id))
+            return False
+        self.items[key] = record
+        self.log.append(("result", record.request_id))
+        return True
+
+    def get(self, tenant: str, request_id: str) -> ResultRecord | None:
+        return self.items.get((tenant, request_id))
+
+
+class FakePayloads:
+    def __init__(self) -> None:
+        self.objects: dict[str, Any] = {}
+
+    def put_json(self, key: str, value: Any) -> str:
+        uri = f"s3://payloads/{key}"
+        self.objects[uri] = value
+        return uri
+
+    def get_json(self, uri: str) -> Any:
+        from switchyard.payloads import PayloadMissing
+
+        if uri not in self.objects:
+            raise PayloadMissing(uri)
+        return self.objects[uri]
+
+
+class StaticTenants:
+    def __init__(self, keys: dict[str, str]) -> None:
+        self.keys = keys
+
+    def tenant_for(self, api_key: str) -> str | None:
+        return self.keys.get(api_key)
+
+
+class EchoRuntime:
+    """A model for logic tests: echoes the length of each input; switchable faults."""
+
+    def __init__(self, fail: bool = False, drop_one: bool = False) -> None:
+        self.fail = fail
+        self.drop_one = drop_one
+        self.calls: list[list[Any]] = []
+
+    def predict(self, inputs: list[Any]) -> list[Any]:
+        self.calls.append(list(inputs))
+        if self.fail:
+            raise RuntimeError("model exploded")
+        outputs = [{"n": len(x)} for x in inputs]
+        return outputs[:-1] if self.drop_one else outputs

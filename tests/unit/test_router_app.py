@@ -1,0 +1,168 @@
+"""The router's HTTP contract, on in-memory stores (the e2e tier repeats the key
+cases against the real platform)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from switchyard.schemas import QueueMessage, ResultRecord
+from switchyard_router.app import RouterDeps, create_app
+from switchyard_router.logic import ModelEndpoint, PredictService
+from tests.fakes import FakePayloads, FakeQueue, FakeRegistry, FakeResults, StaticTenants
+
+KEYS = {"k-acme": "acme", "k-globex": "globex"}
+IMAGE = [0] * 64
+
+
+class InstantQueue(FakeQueue):
+    """Answers every message at once, as a worker would, when ``answer`` is set."""
+
+    def __init__(self, results: FakeResults, answer: bool) -> None:
+        super().__init__("realtime")
+        self.results = results
+        self.answer = answer
+
+    def send(self, body: str, group: str) -> None:
+        super().send(body, group)
+        if self.answer:
+            m = QueueMessage.model_validate_json(body)
+            self.results.complete(
+                ResultRecord(
+                    request_id=m.request_id, tenant=m.tenant, model=m.model, version=m.version,
+                    status="done", outputs=[{"class": 0}] * m.n_inputs, created_at=m.enqueued_at,
+                    completed_at=time.time(), expires_at=int(m.expires_at),
+                    timings={"received_at": time.time(), "compute_ms": 1.0},
+                )
+            )
+
+
+@pytest.fixture
+def world(digits_v1, digits_v2):
+    results = FakeResults()
+    queue = InstantQueue(results, answer=True)
+    payloads = FakePayloads()
+    service = PredictService(
+        endpoints={"digits-cnn": ModelEndpoint(realtime=queue, batch=FakeQueue("batch"))},
+        registry=FakeRegistry(digits_v1, digits_v2),
+        results=results,
+        payloads=payloads,
+        routing=None,
+        result_ttl_seconds=3600,
+        claim_check_bytes=200_000,
+    )
+    app = create_app(RouterDeps(service=service, tenants=StaticTenants(KEYS), max_body_bytes=60_000))
+    return TestClient(app), queue, results, payloads
+
+
+def post(client, body, key="k-acme", model="digits-cnn", **headers):
+    data = body if isinstance(body, str | bytes) else json.dumps(body)
+    hdrs = {"content-type": "application/json", **headers}
+    if key:
+        hdrs["x-api-key"] = key
+    return client.post(f"/v1/models/{model}/predict", content=data, headers=hdrs)
+
+
+def test_predict_returns_outputs_version_and_timings(world):
+    client, queue, _, _ = world
+    response = post(client, {"inputs": [IMAGE, IMAGE]})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["version"] == "v2"  # the newest active version, with no routing document
+    assert response.headers["x-model-version"] == "v2"
+    assert len(body["outputs"]) == 2
+    assert {"router_ms", "enqueue_ms", "compute_ms", "total_ms"} <= set(body["timings"])
+    message = json.loads(queue.visible[0]["body"])
+    assert message["tenant"] == "acme" and queue.visible[0]["group"] == "acme"
+
+
+@pytest.mark.parametrize(
+    ("key", "status"), [(None, 403), ("wrong", 403)]
+)
+def test_missing_or_unknown_keys_are_forbidden(world, key, status):
+    client, queue, _, _ = world
+    assert post(client, {"inputs": [IMAGE]}, key=key).status_code == status
+    assert client.get("/v1/models", headers={"x-api-key": key or ""}).status_code == status
+    assert queue.visible == []
+
+
+def test_unknown_model_is_404(world):
+    client, _, _, _ = world
+    response = post(client, {"inputs": [IMAGE]}, model="nope")
+    assert response.status_code == 404
+    assert "nope" in response.json()["message"]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "field"),
+    [
+        ("{not json", 400, "body"),
+        ("[1, 2]", 422, "body"),
+        ({"input": [IMAGE]}, 422, "inputs"),
+        ({"inputs": [IMAGE], "extra": 1}, 422, "extra"),
+        ({"inputs": "x"}, 422, "inputs"),
+        ({"inputs": [[0] * 63]}, 422, "inputs[0]"),
+        ({"inputs": [[0] * 63 + ["a"]]}, 422, "inputs[0][63]"),
+        ({"inputs": [[0] * 63 + [99]]}, 422, "inputs[0][63]"),
+        ({"inputs": [IMAGE] * 257}, 422, "inputs"),
+        ({"inputs": [IMAGE] * 500}, 400, "body"),  # over the 60 kB body limit
+    ],
+)
+def test_bad_input_names_the_field_and_enqueues_nothing(world, body, status, field):
+    client, queue, results, _ = world
+    response = post(client, body)
+    assert response.status_code == status, response.text
+    assert field in [e["field"] for e in response.json()["errors"]]
+    assert queue.visible == [] and results.items == {}
+
+
+def test_a_bad_deadline_header_is_refused(world):
+    client, queue, _, _ = world
+    response = post(client, {"inputs": [IMAGE]}, **{"x-deadline-ms": "soon"})
+    assert response.status_code == 422
+    assert response.json()["errors"][0]["field"] == "x-deadline-ms"
+    assert queue.visible == []
+
+
+def test_deadline_passing_gives_202_with_a_location(world):
+    client, queue, results, _ = world
+    queue.answer = False
+    response = post(client, {"inputs": [IMAGE]}, **{"x-deadline-ms": "30"})
+    assert response.status_code == 202
+    location = response.headers["location"]
+    assert location == f"/v1/requests/{response.json()['request_id']}"
+    status = client.get(location, headers={"x-api-key": "k-acme"})
+    assert status.json()["status"] == "queued"
+
+
+def test_async_returns_at_once_and_results_are_private_to_the_tenant(world):
+    client, queue, _, _ = world
+    response = client.post(
+        "/v1/models/digits-cnn/predict?async=true",
+        json={"inputs": [IMAGE]},
+        headers={"x-api-key": "k-acme"},
+    )
+    assert response.status_code == 202
+    location = response.headers["location"]
+    mine = client.get(location, headers={"x-api-key": "k-acme"})
+    assert mine.status_code == 200 and mine.json()["status"] == "done"
+    theirs = client.get(location, headers={"x-api-key": "k-globex"})
+    assert theirs.status_code == 404
+
+
+def test_models_lists_versions_from_the_registry(world):
+    client, _, _, _ = world
+    models = client.get("/v1/models", headers={"x-api-key": "k-acme"}).json()["models"]
+    assert models[0]["model"] == "digits-cnn"
+    assert [v["version"] for v in models[0]["versions"]] == ["v1", "v2"]
+
+
+def test_openapi_documents_the_predict_body(world):
+    client, _, _, _ = world
+    spec = client.get("/openapi.json").json()
+    body = spec["paths"]["/v1/models/{model}/predict"]["post"]["requestBody"]
+    assert body["content"]["application/json"]["schema"]["required"] == ["inputs"]
+    assert client.get("/docs").status_code == 200

@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from switchyard.manifest import TensorSignature, TextSignature
+from switchyard.signatures import check_inputs
+
+TEXT = TextSignature(max_chars=10)
+TENSOR = TensorSignature(shape=(4,), minimum=0, maximum=16)
+
+
+def fields(errors):
+    return [(e.field, e.message) for e in errors]
+
+
+def test_valid_inputs_have_no_errors():
+    assert check_inputs(["hello", "world"], TEXT, 5) == []
+    assert check_inputs([[0, 1.5, 16, 3]], TENSOR, 5) == []
+
+
+@pytest.mark.parametrize(
+    ("inputs", "field", "fragment"),
+    [
+        ("hello", "inputs", "must be a list, got string"),
+        ([], "inputs", "at least one"),
+        (["a"] * 6, "inputs", "holds 6 inputs; at most 5"),
+        (["ok", 3], "inputs[1]", "must be a string, got number"),
+        (["ok", "   "], "inputs[1]", "must not be empty"),
+        (["x" * 11], "inputs[0]", "11 characters; at most 10"),
+    ],
+)
+def test_text_errors_name_the_field(inputs, field, fragment):
+    errors = check_inputs(inputs, TEXT, 5)
+    assert errors, "expected an error"
+    assert errors[0].field == field
+    assert fragment in errors[0].message
+
+
+@pytest.mark.parametrize(
+    ("item", "field", "fragment"),
+    [
+        ("abcd", "inputs[0]", "must be a list of 4 numbers, got string"),
+        ([1, 2, 3], "inputs[0]", "exactly 4 numbers, got 3"),
+        ([1, 2, "3", 4], "inputs[0][2]", "must be a number, got string"),
+        ([1, True, 3, 4], "inputs[0][1]", "must be a number, got boolean"),
+        ([1, 2, 3, 17], "inputs[0][3]", "the maximum is 16"),
+        ([-1, 2, 3, 4], "inputs[0][0]", "the minimum is 0"),
+        ([math.nan, 2, 3, 4], "inputs[0][0]", "finite"),
+    ],
+)
+def test_tensor_errors_name_the_element(item, field, fragment):
+    errors = check_inputs([item], TENSOR, 5)
+    assert fields(errors)[0][0] == field
+    assert fragment in errors[0].message
+
+
+def test_every_bad_item_is_reported_up_to_a_bound():
+    errors = check_inputs([1] * 50, TEXT, 100)
+    assert len(errors) == 20
+    assert errors[19].field == "inputs[19]"

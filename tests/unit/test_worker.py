@@ -1,0 +1,165 @@
+"""The worker's delivery rules, on in-memory queues and stores."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from switchyard.schemas import QueueMessage
+from switchyard_worker.worker import Worker
+from tests.fakes import EchoRuntime, FakePayloads, FakeQueue, FakeRegistry, FakeResults
+
+
+@pytest.fixture
+def parts(digits_v1):
+    log: list = []
+    realtime, batch = FakeQueue("realtime"), FakeQueue("batch")
+    realtime.log = batch.log = log
+    results = FakeResults(log)
+    runtime = EchoRuntime()
+    worker = Worker(
+        model="digits-cnn", worker_id="w1", realtime=realtime, batch=batch,
+        registry=FakeRegistry(digits_v1), results=results, payloads=FakePayloads(),
+        load_runtime=lambda record: runtime, visibility_timeout=60, poll_wait_seconds=0,
+    )
+    worker.preload()
+    return worker, realtime, batch, results, runtime, log
+
+
+def send(queue, rid, tenant="acme", inputs=None, version="v1", expires_at=None):
+    inputs = inputs if inputs is not None else [[1] * 64]
+    message = QueueMessage(
+        request_id=rid, tenant=tenant, model="digits-cnn", version=version, lane=queue.lane,
+        inputs=inputs, n_inputs=len(inputs), enqueued_at=time.time(),
+        expires_at=expires_at or time.time() + 3600,
+    )
+    queue.send(message.model_dump_json(), tenant)
+
+
+def run_until_idle(worker, turns=50):
+    for _ in range(turns):
+        worker.step()
+    worker._assembler.take(force=True)
+
+
+def drain(worker, turns=20):
+    for _ in range(turns):
+        worker.step()
+        batch = worker._assembler.take(force=True)
+        if batch:
+            worker._execute(batch)
+
+
+def test_results_are_written_before_their_messages_are_deleted(parts):
+    worker, realtime, _, results, _, log = parts
+    send(realtime, "r1")
+    send(realtime, "r2")
+    drain(worker)
+    assert results.get("acme", "r1").status == "done"
+    events = [kind for kind, _ in log if kind in ("result", "delete")]
+    assert events == ["result", "result", "delete", "delete"]
+    assert realtime.depth == 0
+
+
+def test_a_bad_item_gets_an_error_result_and_the_rest_of_its_batch_succeeds(parts):
+    worker, realtime, _, results, runtime, _ = parts
+    send(realtime, "good")
+    send(realtime, "bad", inputs=[[1] * 63])
+    send(realtime, "also-good")
+    drain(worker)
+    assert results.get("acme", "good").status == "done"
+    assert results.get("acme", "also-good").status == "done"
+    bad = results.get("acme", "bad")
+    assert bad.status == "error" and bad.error.code == "invalid_input"
+    assert bad.error.field == "inputs[0]"
+    assert len(runtime.calls) == 1 and len(runtime.calls[0]) == 2
+    assert realtime.depth == 0  # the bad item is not retried
+
+
+def test_outputs_map_back_to_their_requests(parts):
+    worker, realtime, _, results, _, _ = parts
+    send(realtime, "two", inputs=[[1] * 64, [2] * 64])
+    send(realtime, "one", inputs=[[3] * 64])
+    drain(worker)
+    assert len(results.get("acme", "two").outputs) == 2
+    assert len(results.get("acme", "one").outputs) == 1
+    assert results.get("acme", "one").timings["batch_size"] == 3
+
+
+def test_a_failing_batch_goes_back_for_retry_and_a_poison_message_reaches_the_dlq(parts):
+    worker, realtime, _, results, runtime, _ = parts
+    runtime.fail = True
+    send(realtime, "r1")
+    for _ in range(10):
+        drain(worker)
+    assert results.get("acme", "r1") is None  # never a result for a failed batch
+    assert len(realtime.dead) == 1  # after maxReceiveCount receives
+    assert len(runtime.calls) == realtime.max_receive_count
+
+
+def test_a_model_returning_too_few_outputs_fails_the_batch(parts):
+    worker, realtime, _, results, runtime, _ = parts
+    runtime.drop_one = True
+    send(realtime, "r1", inputs=[[1] * 64, [2] * 64])
+    drain(worker, turns=3)
+    assert results.get("acme", "r1") is None
+    assert realtime.visible  # released for retry
+
+
+def test_a_redelivered_message_whose_result_exists_is_deleted_without_a_second_result(parts):
+    worker, realtime, _, results, _, log = parts
+    send(realtime, "r1")
+    send(realtime, "r1")  # the same request delivered twice
+    drain(worker)
+    assert [k for k, rid in log if rid == "r1" and k in ("result", "duplicate")] == [
+        "result", "duplicate"
+    ]
+    assert realtime.depth == 0
+
+
+def test_an_undecodable_message_is_released_and_ends_in_the_dlq(parts):
+    worker, realtime, _, results, _, _ = parts
+    realtime.send('{"not": "a message"}', "acme")
+    for _ in range(10):
+        drain(worker)
+    assert len(realtime.dead) == 1
+    assert results.items == {}
+
+
+def test_expired_work_is_refused_not_run(parts):
+    worker, realtime, _, results, runtime, _ = parts
+    send(realtime, "old", expires_at=time.time() - 1)
+    drain(worker)
+    assert results.get("acme", "old").error.code == "expired"
+    assert runtime.calls == []
+
+
+def test_an_unknown_version_gets_an_error_result(parts):
+    worker, realtime, _, results, _, _ = parts
+    send(realtime, "r1", version="v9")
+    drain(worker)
+    assert results.get("acme", "r1").error.code == "unknown_version"
+
+
+def test_realtime_is_served_before_batch(parts):
+    worker, realtime, batch, results, runtime, _ = parts
+    send(batch, "b1")
+    send(realtime, "r1")
+    worker.step()
+    held = [p.received.lane for p in worker._assembler.held]
+    assert held == ["realtime"]
+    drain(worker)
+    assert results.get("acme", "b1").status == "done"
+
+
+def test_stop_releases_what_was_received_but_not_started(parts):
+    worker, realtime, _, results, _, _ = parts
+    for i in range(3):
+        send(realtime, f"r{i}")
+    worker._receive()
+    assert len(worker._assembler.held) == 3
+    worker.stop()
+    worker.run()  # returns at once: stopping; releases what it holds
+    assert len(realtime.visible) == 3
+    assert results.items == {}
