@@ -1,0 +1,75 @@
+"""The local provisioner creates, on the emulator, what the CDK app creates in AWS."""
+
+from __future__ import annotations
+
+import json
+
+from switchyard.auth import ApiGatewayKeyDirectory
+from switchyard.routing import RoutingDocument
+from switchyard_local.bridge import HostedVersions
+
+
+def test_every_model_gets_two_lanes_each_with_a_dlq(manifest, provisioned, clients):
+    sqs = clients("sqs")
+    names = manifest.names("dev")
+    for model in manifest.models:
+        for lane in ("realtime", "batch"):
+            url = provisioned.queues[model][lane]
+            assert url.endswith(names.queue(model, lane))
+            attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+            redrive = json.loads(attrs["RedrivePolicy"])
+            assert redrive["maxReceiveCount"] == manifest.platform.max_receive_count
+            assert redrive["deadLetterTargetArn"].endswith(names.dlq(model, lane))
+            assert attrs["VisibilityTimeout"] == str(manifest.platform.visibility_timeout_seconds)
+
+
+def test_tables_have_the_shared_key_schema_and_ttl(manifest, provisioned, clients):
+    ddb = clients("dynamodb")
+    names = manifest.names("dev")
+    results = ddb.describe_table(TableName=names.results_table)["Table"]
+    assert [k["AttributeName"] for k in results["KeySchema"]] == ["tenant", "request_id"]
+    ttl = ddb.describe_time_to_live(TableName=names.results_table)["TimeToLiveDescription"]
+    assert ttl["AttributeName"] == "expires_at"
+    registry = ddb.describe_table(TableName=names.registry_table)["Table"]
+    assert [k["AttributeName"] for k in registry["KeySchema"]] == ["model", "version"]
+
+
+def test_buckets_exist_and_block_public_access(manifest, provisioned, clients):
+    s3 = clients("s3")
+    names = manifest.names("dev")
+    for bucket in (names.artifacts_bucket, names.payloads_bucket, names.batch_drop_bucket):
+        block = s3.get_public_access_block(Bucket=bucket)["PublicAccessBlockConfiguration"]
+        assert all(block.values())
+
+
+def test_each_tenant_has_a_key_in_its_tiers_usage_plan(manifest, provisioned, clients):
+    api = clients("apigateway")
+    plans = {p["name"]: p for p in api.get_usage_plans()["items"]}
+    for tenant, spec in manifest.tenants.items():
+        plan = plans[manifest.names("dev").usage_plan(spec.tier)]
+        assert plan["throttle"]["rateLimit"] == manifest.tiers[spec.tier].rate
+        assert plan["quota"]["limit"] == manifest.tiers[spec.tier].quota_per_day
+        keys = api.get_usage_plan_keys(usagePlanId=plan["id"])["items"]
+        assert provisioned.api_keys[tenant] in [k["value"] for k in keys]
+
+
+def test_api_keys_resolve_to_their_tenants(provisioned, clients):
+    api = clients("apigateway")
+    directory = ApiGatewayKeyDirectory(api, ttl_seconds=60)
+    for tenant, key in provisioned.api_keys.items():
+        assert directory.tenant_for(key) == tenant
+    assert directory.tenant_for("sy-unknown") is None
+    key_id = next(k["id"] for k in api.get_api_keys()["items"] if k["name"].endswith("acme"))
+    api.update_api_key(apiKey=key_id, patchOperations=[
+        {"op": "replace", "path": "/enabled", "value": "false"}
+    ])
+    assert ApiGatewayKeyDirectory(api, 60).tenant_for(provisioned.api_keys["acme"]) is None
+
+
+def test_routing_documents_are_served_through_the_bridge(manifest, provisioned, clients):
+    versions = HostedVersions(clients("appconfig"), provisioned.appconfig_application_id)
+    number, content = versions.latest("digits-cnn")
+    assert RoutingDocument.model_validate_json(content).weights == {"v1": 100}
+    newer = RoutingDocument(weights={"v1": 90, "v2": 10}).model_dump_json().encode()
+    assert versions.publish("digits-cnn", newer) == number + 1
+    assert versions.latest("digits-cnn") == (number + 1, newer)

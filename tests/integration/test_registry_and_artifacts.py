@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import pytest
+
+from switchyard.artifacts import ArtifactMismatch, fetch_artifact, sha256_file, split_s3_uri
+from switchyard.registry import DynamoDBRegistry, VersionExists
+from switchyard_local.provision import register_demo_models
+
+
+def test_demo_models_are_uploaded_and_registered_with_their_sha256(
+    manifest, provisioned, clients, models_dir
+):
+    records = register_demo_models(manifest, "dev", clients, models_dir)
+    assert {(r.model, r.version) for r in records} == {
+        ("minilm-embed", "v1"), ("digits-cnn", "v1"), ("digits-cnn", "v2")
+    }
+    registry = DynamoDBRegistry(clients("dynamodb"), manifest.names("dev").registry_table)
+    stored = registry.get("digits-cnn", "v2")
+    assert stored is not None
+    assert stored.sha256 == sha256_file(models_dir / "digits-cnn" / "v2" / "model.pt")
+    assert stored.max_batch_size == manifest.models["digits-cnn"].max_batch_size
+
+
+def test_a_version_record_cannot_be_overwritten(manifest, provisioned, clients, models_dir):
+    register_demo_models(manifest, "dev", clients, models_dir)
+    registry = DynamoDBRegistry(clients("dynamodb"), manifest.names("dev").registry_table)
+    original = registry.get("digits-cnn", "v1")
+    forged = original.model_copy(update={"sha256": "f" * 64})
+    with pytest.raises(VersionExists):
+        registry.register(forged)
+    assert registry.get("digits-cnn", "v1").sha256 == original.sha256
+
+
+def test_artifacts_are_checked_against_the_registry_before_use(
+    manifest, provisioned, clients, models_dir, tmp_path
+):
+    register_demo_models(manifest, "dev", clients, models_dir)
+    registry = DynamoDBRegistry(clients("dynamodb"), manifest.names("dev").registry_table)
+    record = registry.get("digits-cnn", "v1")
+    s3 = clients("s3")
+    good = fetch_artifact(s3, record.artifact_uri, record.sha256, tmp_path / "cache")
+    assert sha256_file(good) == record.sha256
+
+    bucket, key = split_s3_uri(record.artifact_uri)
+    s3.put_object(Bucket=bucket, Key=key, Body=b"tampered weights")
+    with pytest.raises(ArtifactMismatch, match="refusing to load"):
+        fetch_artifact(s3, record.artifact_uri, record.sha256, tmp_path / "fresh-cache")
+    assert not any((tmp_path / "fresh-cache").rglob("model.pt"))  # nothing left behind

@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+import time
+
+from switchyard.payloads import S3PayloadStore
+from switchyard.queues import SqsWorkQueue, encode_message, load_inputs
+from switchyard.results import DynamoDBResultStore
+from switchyard.schemas import QueueMessage, ResultRecord
+
+
+def store(manifest, clients, threshold=200_000):
+    names = manifest.names("dev")
+    payloads = S3PayloadStore(clients("s3"), names.payloads_bucket)
+    return DynamoDBResultStore(clients("dynamodb"), names.results_table, payloads, threshold)
+
+
+def record(status="queued", tenant="acme", outputs=None):
+    return ResultRecord(
+        request_id="r1", tenant=tenant, model="digits-cnn", version="v1", status=status,
+        outputs=outputs, created_at=time.time(), expires_at=int(time.time()) + 60,
+    )
+
+
+def test_a_result_is_written_once(manifest, provisioned, clients):
+    results = store(manifest, clients)
+    results.put_queued(record())
+    assert results.get("acme", "r1").status == "queued"
+    assert results.complete(record("done", outputs=[1])) is True
+    assert results.complete(record("done", outputs=[2])) is False
+    assert results.get("acme", "r1").outputs == [1]
+
+
+def test_no_tenant_reads_another_tenants_result(manifest, provisioned, clients):
+    results = store(manifest, clients)
+    results.complete(record("done", outputs=[1]))
+    assert results.get("globex", "r1") is None
+
+
+def test_large_outputs_go_to_s3_behind_a_claim_check(manifest, provisioned, clients):
+    results = store(manifest, clients, threshold=1_000)
+    outputs = [[0.123456] * 384 for _ in range(4)]
+    results.complete(record("done", outputs=outputs))
+    assert results.get("acme", "r1").outputs == outputs
+    keys = clients("s3").list_objects_v2(Bucket=manifest.names("dev").payloads_bucket)["Contents"]
+    assert [k["Key"] for k in keys] == ["results/acme/r1.json"]
+
+
+def test_large_inputs_travel_by_claim_check_with_the_tenant_as_group(
+    manifest, provisioned, clients
+):
+    names = manifest.names("dev")
+    payloads = S3PayloadStore(clients("s3"), names.payloads_bucket)
+    queue = SqsWorkQueue(clients("sqs"), provisioned.queues["minilm-embed"]["realtime"], "realtime")
+    inputs = ["x" * 4000] * 60
+    message = QueueMessage(
+        request_id="big", tenant="acme", model="minilm-embed", version="v1", inputs=inputs,
+        n_inputs=60, enqueued_at=time.time(), expires_at=time.time() + 60,
+    )
+    body = encode_message(message, payloads, manifest.platform.claim_check_bytes)
+    assert len(body) < 1_000
+    queue.send(body, "acme")
+    (received,) = queue.receive(10, 1)
+    assert received.group == "acme"
+    decoded = QueueMessage.model_validate_json(received.body)
+    assert decoded.inputs is None and decoded.inputs_ref
+    assert load_inputs(decoded, payloads) == inputs

@@ -1,0 +1,95 @@
+"""The worker against real SQS/DynamoDB wire behaviour (visibility, receive counts,
+redrive to the DLQ). The model here is a small test model with switchable faults;
+the e2e tier runs the real demo models."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from switchyard.payloads import S3PayloadStore
+from switchyard.queues import SqsWorkQueue
+from switchyard.registry import DynamoDBRegistry, ModelVersion
+from switchyard.results import DynamoDBResultStore
+from switchyard.schemas import QueueMessage
+from switchyard_worker.runtimes import FaultyRuntime
+from switchyard_worker.worker import Worker
+from tests.fakes import EchoRuntime
+
+
+@pytest.fixture
+def setup(manifest, provisioned, clients):
+    names = manifest.names("dev")
+    registry = DynamoDBRegistry(clients("dynamodb"), names.registry_table)
+    spec = manifest.models["digits-cnn"]
+
+    def register(version: str, **faults):
+        registry.register(
+            ModelVersion.from_spec("digits-cnn", version, spec, "s3://x/y", "0" * 64, faults=faults)
+        )
+
+    payloads = S3PayloadStore(clients("s3"), names.payloads_bucket)
+    results = DynamoDBResultStore(clients("dynamodb"), names.results_table, payloads, 200_000)
+    sqs = clients("sqs")
+    lanes = {
+        lane: SqsWorkQueue(sqs, provisioned.queues["digits-cnn"][lane], lane)
+        for lane in ("realtime", "batch")
+    }
+
+    def worker() -> Worker:
+        return Worker(
+            model="digits-cnn", worker_id="it", realtime=lanes["realtime"], batch=lanes["batch"],
+            registry=registry, results=results, payloads=payloads,
+            load_runtime=lambda record: FaultyRuntime(EchoRuntime(), record.faults),
+            visibility_timeout=manifest.platform.visibility_timeout_seconds, poll_wait_seconds=0,
+        )
+
+    def send(rid: str, version: str = "v1") -> None:
+        m = QueueMessage(
+            request_id=rid, tenant="acme", model="digits-cnn", version=version,
+            inputs=[[1] * 64], n_inputs=1, enqueued_at=time.time(), expires_at=time.time() + 600,
+        )
+        lanes["realtime"].send(m.model_dump_json(), "acme")
+
+    return register, worker, send, results, lanes, sqs, provisioned.dlqs["digits-cnn"]["realtime"]
+
+
+def run_for(worker: Worker, seconds: float) -> None:
+    stopper = threading.Timer(seconds, worker.stop)
+    stopper.start()
+    worker.run()
+    stopper.cancel()
+
+
+def dlq_depth(sqs, url) -> int:
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])
+    return int(attrs["Attributes"]["ApproximateNumberOfMessages"])
+
+
+def test_a_message_whose_batch_always_fails_ends_in_the_dlq(setup):
+    register, worker, send, results, lanes, sqs, dlq = setup
+    register("v1", fail_every_call=True)
+    send("poison")
+    run_for(worker(), 8)  # backoffs of 1 s and 2 s between the 3 receives
+    assert dlq_depth(sqs, dlq) == 1
+    assert results.get("acme", "poison") is None
+
+
+def test_long_batches_keep_their_messages_invisible(setup):
+    register, worker, send, results, lanes, sqs, dlq = setup
+    register("v1", hang_seconds=11.5)  # longer than the 10 s visibility timeout
+    send("slow")
+    w = worker()
+    thread = threading.Thread(target=w.run)
+    thread.start()
+    time.sleep(10.7)
+    # Past the queue's visibility timeout, another consumer still sees nothing.
+    assert lanes["realtime"].receive(10, 0) == []
+    while results.get("acme", "slow") is None and thread.is_alive():
+        time.sleep(0.2)
+    w.stop()
+    thread.join(timeout=10)
+    assert results.get("acme", "slow").status == "done"
+    assert w.batches_run == 1
