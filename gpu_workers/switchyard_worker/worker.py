@@ -108,7 +108,10 @@ class Worker:
             leftover = self._assembler.drain()
             self._release([p.received for p in leftover], 0)
             self._writers.shutdown(wait=True)
-            log.info("stopped", extra={"released": len(leftover), "batches": self.batches_run})
+            log.info(
+                "stopped",
+                extra={"worker": self.worker_id, "released": len(leftover), "batches": self.batches_run},
+            )
 
     def step(self) -> None:
         """One turn: receive what the pending batch still wants, run it when due."""

@@ -230,6 +230,7 @@ class LocalPlatform:
                     if worker.log:
                         worker.log.close()
                     worker.restarts += 1
+                    (self.run_dir / f"{worker.name}.ready").unlink(missing_ok=True)
                     worker.start()
             for child in self.children:
                 if child.name in ("emulator", "router") and not child.alive():

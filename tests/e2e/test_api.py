@@ -1,0 +1,134 @@
+"""The public API on the running local platform."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+
+DIGIT_ZERO = [0, 0, 5, 13, 9, 1, 0, 0, 0, 0, 13, 15, 10, 15, 5, 0, 0, 3, 15, 2, 0, 11, 8, 0,
+              0, 4, 12, 0, 0, 8, 8, 0, 0, 5, 8, 0, 0, 9, 8, 0, 0, 4, 11, 0, 1, 12, 7, 0, 0, 2,
+              14, 5, 10, 12, 0, 0, 0, 0, 6, 13, 10, 0, 0, 0]
+
+
+def auth(platform, tenant: str | None = None) -> dict[str, str]:
+    return {"x-api-key": platform.keys[tenant] if tenant else platform.api_key}
+
+
+def test_the_ready_line_names_the_url_and_a_working_key(platform):
+    assert platform.ready_line == f"READY {platform.url} api_key={platform.api_key}"
+    assert platform.api_key in platform.keys.values()
+
+
+def test_minilm_returns_384_floats_per_input(platform, http):
+    response = http.post(
+        "/v1/models/minilm-embed/predict",
+        json={"inputs": ["the cat sat on the mat", "a dog in the fog"]},
+        headers=auth(platform),
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["model"] == "minilm-embed" and body["version"] == "v1"
+    assert [len(v) for v in body["outputs"]] == [384, 384]
+    assert all(isinstance(x, float) for x in body["outputs"][0])
+    norm = sum(x * x for x in body["outputs"][0]) ** 0.5
+    assert abs(norm - 1.0) < 1e-3  # all-MiniLM-L6-v2 normalises its embeddings
+    assert {"queue_wait_ms", "compute_ms", "total_ms"} <= set(body["timings"])
+
+
+def test_similar_sentences_have_closer_embeddings(platform, http):
+    texts = ["How do I reset my password?", "I forgot my password", "Bananas are yellow"]
+    vectors = http.post(
+        "/v1/models/minilm-embed/predict", json={"inputs": texts}, headers=auth(platform)
+    ).json()["outputs"]
+
+    def cosine(a, b):
+        return sum(x * y for x, y in zip(a, b, strict=True))
+
+    assert cosine(vectors[0], vectors[1]) > cosine(vectors[0], vectors[2]) + 0.2
+
+
+def test_digits_cnn_returns_a_class_and_its_probabilities(platform, http):
+    response = http.post(
+        "/v1/models/digits-cnn/predict", json={"inputs": [DIGIT_ZERO]}, headers=auth(platform)
+    )
+    assert response.status_code == 200, response.text
+    (output,) = response.json()["outputs"]
+    assert output["class"] == 0 and output["label"] == "0"
+    assert len(output["probabilities"]) == 10
+    assert abs(sum(output["probabilities"]) - 1) < 1e-3
+    assert response.headers["x-model-version"] == response.json()["version"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "headers", "status", "field"),
+    [
+        ("/v1/models/digits-cnn/predict", {"inputs": [DIGIT_ZERO]}, {}, 403, None),
+        ("/v1/models/digits-cnn/predict", {"inputs": [DIGIT_ZERO]}, {"x-api-key": "nope"}, 403, None),
+        ("/v1/models/nope/predict", {"inputs": [DIGIT_ZERO]}, "key", 404, None),
+        ("/v1/models/digits-cnn/predict", "{oops", "key", 400, "body"),
+        ("/v1/models/digits-cnn/predict", {"inputs": ["a"]}, "key", 422, "inputs[0]"),
+        ("/v1/models/digits-cnn/predict", {"inputs": [DIGIT_ZERO[:10]]}, "key", 422, "inputs[0]"),
+        ("/v1/models/digits-cnn/predict", {"inputs": [DIGIT_ZERO] * 300}, "key", 422, "inputs"),
+        ("/v1/models/minilm-embed/predict", {"inputs": [7]}, "key", 422, "inputs[0]"),
+        ("/v1/models/minilm-embed/predict", {"inputs": ["x" * 5000]}, "key", 422, "inputs[0]"),
+        ("/v1/models/minilm-embed/predict", {"inputs": ["x" * 4000] * 300}, "key", 400, "body"),
+    ],
+)
+def test_client_mistakes_are_answered_and_nothing_is_enqueued(
+    platform, http, path, body, headers, status, field
+):
+    headers = auth(platform) if headers == "key" else headers
+    before = {m: platform.queue_depth(m) for m in ("digits-cnn", "minilm-embed")}
+    if isinstance(body, str):
+        response = http.post(path, content=body, headers={**headers, "content-type": "application/json"})
+    else:
+        response = http.post(path, json=body, headers=headers)
+    assert response.status_code == status, response.text
+    assert response.json()["message"]
+    if field:
+        assert field in [e["field"] for e in response.json()["errors"]]
+    assert {m: platform.queue_depth(m) for m in before} == before
+
+
+def test_a_passed_deadline_gives_202_and_the_work_still_completes(platform, http):
+    response = http.post(
+        "/v1/models/minilm-embed/predict",
+        json={"inputs": ["late but done"] * 8},
+        headers={**auth(platform), "x-deadline-ms": "1"},
+    )
+    assert response.status_code == 202
+    location = response.headers["location"]
+    assert location == f"/v1/requests/{response.json()['request_id']}"
+    deadline = time.monotonic() + 30
+    while (status := http.get(location, headers=auth(platform)).json())["status"] == "queued":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert status["status"] == "done" and len(status["outputs"]) == 8
+
+
+def test_async_requests_are_private_to_their_tenant(platform, http):
+    response = http.post(
+        "/v1/models/digits-cnn/predict?async=true",
+        json={"inputs": [DIGIT_ZERO]},
+        headers=auth(platform, "acme"),
+    )
+    assert response.status_code == 202
+    location = response.headers["location"]
+    deadline = time.monotonic() + 30
+    while (mine := http.get(location, headers=auth(platform, "acme"))).json()["status"] != "done":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert mine.json()["outputs"][0]["class"] == 0
+    assert http.get(location, headers=auth(platform, "globex")).status_code == 404
+    assert http.get("/v1/requests/unknown", headers=auth(platform, "acme")).status_code == 404
+
+
+def test_models_lists_the_registry_and_health_and_docs_answer(platform, http):
+    models = http.get("/v1/models", headers=auth(platform)).json()["models"]
+    listed = {m["model"]: [v["version"] for v in m["versions"]] for m in models}
+    assert listed == {"digits-cnn": ["v1", "v2"], "minilm-embed": ["v1"]}
+    assert http.get("/healthz").json() == {"status": "ok"}
+    assert http.get("/docs").status_code == 200
+    assert "/v1/models/{model}/predict" in http.get("/openapi.json").json()["paths"]

@@ -1,0 +1,103 @@
+"""Workers die; requests do not. Every accepted request gets exactly one result."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+
+SENTENCES = [f"sentence number {i} about trains, yards and switches" for i in range(16)]
+
+
+def submit_async(platform, count: int) -> list[str]:
+    headers = {"x-api-key": platform.api_key}
+
+    def one(i: int) -> str:
+        with httpx.Client(base_url=platform.url, timeout=30) as client:
+            response = client.post(
+                "/v1/models/minilm-embed/predict?async=true",
+                json={"inputs": SENTENCES[: 4 + i % 8]},
+                headers=headers,
+            )
+            assert response.status_code == 202, response.text
+            return response.json()["request_id"]
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return list(pool.map(one, range(count)))
+
+
+def wait_all_done(platform, ids: list[str], timeout: float) -> dict[str, dict]:
+    headers = {"x-api-key": platform.api_key}
+    deadline = time.monotonic() + timeout
+    done: dict[str, dict] = {}
+    with httpx.Client(base_url=platform.url, timeout=30) as client:
+        while len(done) < len(ids):
+            assert time.monotonic() < deadline, f"{len(ids) - len(done)} requests never finished"
+            for rid in ids:
+                if rid not in done:
+                    body = client.get(f"/v1/requests/{rid}", headers=headers).json()
+                    if body["status"] != "queued":
+                        done[rid] = body
+            time.sleep(0.2)
+    return done
+
+
+def stored_per_request(platform) -> Counter:
+    return Counter(
+        e["request_id"] for e in platform.worker_log_events() if e.get("message") == "result stored"
+    )
+
+
+def test_sigkill_mid_batch_under_load_loses_nothing_and_duplicates_nothing(platform):
+    ids = submit_async(platform, 120)
+    # Let the worker get going, then kill it while it holds messages.
+    deadline = time.monotonic() + 60
+    while sum(stored_per_request(platform)[rid] for rid in ids) < 10:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    victim = platform.worker_pid("minilm-embed")
+    os.kill(victim, signal.SIGKILL)
+
+    results = wait_all_done(platform, ids, timeout=120)
+
+    assert all(r["status"] == "done" for r in results.values())
+    assert all(len(r["outputs"]) == 4 + i % 8 for i, r in enumerate(results[rid] for rid in ids))
+    stored = stored_per_request(platform)
+    assert {rid: stored[rid] for rid in ids} == {rid: 1 for rid in ids}
+    # The kill caught messages in flight: some results came from a redelivery.
+    redelivered = [
+        e for e in platform.worker_log_events()
+        if e.get("message") == "result stored" and e["request_id"] in ids
+        and e.get("receive_count", 1) > 1
+    ]
+    assert redelivered, "the kill did not interrupt any message in flight"
+    assert platform.queue_depth("minilm-embed", dlq=True) == 0
+    assert platform.queue_depth("minilm-embed") == 0
+    assert platform.worker_pid("minilm-embed") != victim  # replaced, as ECS would
+
+
+def test_sigterm_drains_the_worker_and_releases_what_it_has_not_started(platform):
+    ids = submit_async(platform, 60)
+    deadline = time.monotonic() + 60
+    while sum(stored_per_request(platform)[rid] for rid in ids) < 5:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    victim = platform.worker_pid("minilm-embed")
+    os.kill(victim, signal.SIGTERM)
+
+    results = wait_all_done(platform, ids, timeout=120)
+
+    assert all(r["status"] == "done" for r in results.values())
+    stopped = [
+        e for e in platform.worker_log_events()
+        if e.get("message") == "stopped" and e.get("worker", "").endswith(f"-{victim}")
+    ]
+    assert len(stopped) == 1, "the worker did not log a clean stop"
+    assert "worker-minilm-embed-0 exited with 0; starting a new one" in platform.output
+    stored = stored_per_request(platform)
+    assert {rid: stored[rid] for rid in ids} == {rid: 1 for rid in ids}
+    assert platform.queue_depth("minilm-embed", dlq=True) == 0

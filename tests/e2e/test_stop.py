@@ -1,0 +1,45 @@
+"""Ctrl-C stops every process the platform started. Runs last in this tier."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+
+def descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_ctrl_c_stops_every_process_it_started(platform):
+    started = descendants(platform.process.pid)
+    assert len(started) >= 4  # emulator, router, one worker per model
+    os.kill(platform.process.pid, signal.SIGINT)
+    assert platform.process.wait(timeout=90) == 0
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in started) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [p for p in started if alive(p)] == []
