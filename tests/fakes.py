@@ -40,7 +40,9 @@ class FakeQueue:
             msg["count"] += 1
             handle = f"{msg['id']}-r{msg['count']}"
             self.in_flight[handle] = msg
-            out.append(Received(msg["body"], handle, msg["id"], msg["count"], msg["group"], self.lane))
+            out.append(
+                Received(msg["body"], handle, msg["id"], msg["count"], msg["group"], self.lane)
+            )
         return out
 
     def delete(self, messages: Sequence[Received]) -> None:

@@ -110,7 +110,11 @@ class Worker:
             self._writers.shutdown(wait=True)
             log.info(
                 "stopped",
-                extra={"worker": self.worker_id, "released": len(leftover), "batches": self.batches_run},
+                extra={
+                    "worker": self.worker_id,
+                    "released": len(leftover),
+                    "batches": self.batches_run,
+                },
             )
 
     def step(self) -> None:
@@ -255,8 +259,12 @@ class Worker:
         for (p, record), fresh in zip(answered, stored, strict=True):
             log.info(
                 "result stored" if fresh else "duplicate suppressed",
-                extra={"request_id": record.request_id, "status": record.status,
-                       "worker": self.worker_id, "receive_count": p.received.receive_count},
+                extra={
+                    "request_id": record.request_id,
+                    "status": record.status,
+                    "worker": self.worker_id,
+                    "receive_count": p.received.receive_count,
+                },
             )
         by_lane: dict[str, list[Received]] = {}
         for p, _ in answered:

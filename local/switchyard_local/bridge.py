@@ -48,7 +48,9 @@ class HostedVersions:
         while True:
             try:
                 found = self._api.get_hosted_configuration_version(
-                    ApplicationId=app_id, ConfigurationProfileId=profile_id, VersionNumber=number + 1
+                    ApplicationId=app_id,
+                    ConfigurationProfileId=profile_id,
+                    VersionNumber=number + 1,
                 )
             except self._api.exceptions.ResourceNotFoundException:
                 break

@@ -51,7 +51,9 @@ def _models_list(args: argparse.Namespace) -> int:
         env["SWITCHYARD_REGISTRY_TABLE"],
     )
     for record in registry.versions():
-        print(f"{record.model}\t{record.version}\t{record.status}\t{record.runtime}\t{record.sha256[:12]}")
+        print(
+            f"{record.model}\t{record.version}\t{record.status}\t{record.runtime}\t{record.sha256[:12]}"
+        )
     return 0
 
 

@@ -48,12 +48,18 @@ def build_digits(target: Path, version: str) -> dict[str, object]:
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
-    settings = {"v1": {"width": 16, "epochs": 12, "seed": 1}, "v2": {"width": 32, "epochs": 25, "seed": 2}}
+    settings = {
+        "v1": {"width": 16, "epochs": 12, "seed": 1},
+        "v2": {"width": 32, "epochs": 25, "seed": 2},
+    }
     cfg = settings[version]
     torch.manual_seed(cfg["seed"])
     digits = load_digits()
     x_train, x_test, y_train, y_test = train_test_split(
-        digits.data.astype(np.float32), digits.target, test_size=0.2, random_state=0,
+        digits.data.astype(np.float32),
+        digits.target,
+        test_size=0.2,
+        random_state=0,
         stratify=digits.target,
     )
     model = DigitsCNN(cfg["width"])

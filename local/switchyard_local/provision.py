@@ -99,9 +99,9 @@ def _queue_pair(
         QueueName=names.dlq(model, lane),
         Attributes={"MessageRetentionPeriod": str(p.dlq_retention_seconds)},
     )["QueueUrl"]
-    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])[
-        "Attributes"
-    ]["QueueArn"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
     url = sqs.create_queue(
         QueueName=names.queue(model, lane),
         Attributes={

@@ -81,13 +81,29 @@ def platform(tmp_path_factory):
     manifest = run_dir / "manifest.toml"
     text = (ROOT / "manifest.toml").read_text()
     # A short visibility timeout, so that recovery after a killed worker is quick.
-    manifest.write_text(re.sub(r"visibility_timeout_seconds = \d+", "visibility_timeout_seconds = 10", text))
+    manifest.write_text(
+        re.sub(r"visibility_timeout_seconds = \d+", "visibility_timeout_seconds = 10", text)
+    )
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "switchyard_local", "--run-dir", str(run_dir), "up",
-         "--port", str(port), "--manifest", str(manifest)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"}, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "switchyard_local",
+            "--run-dir",
+            str(run_dir),
+            "up",
+            "--port",
+            str(port),
+            "--manifest",
+            str(manifest),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        start_new_session=True,
     )
     output: list[str] = []
     ready: list[str] = []

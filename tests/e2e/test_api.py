@@ -6,10 +6,72 @@ import time
 
 import pytest
 
-
-DIGIT_ZERO = [0, 0, 5, 13, 9, 1, 0, 0, 0, 0, 13, 15, 10, 15, 5, 0, 0, 3, 15, 2, 0, 11, 8, 0,
-              0, 4, 12, 0, 0, 8, 8, 0, 0, 5, 8, 0, 0, 9, 8, 0, 0, 4, 11, 0, 1, 12, 7, 0, 0, 2,
-              14, 5, 10, 12, 0, 0, 0, 0, 6, 13, 10, 0, 0, 0]
+DIGIT_ZERO = [
+    0,
+    0,
+    5,
+    13,
+    9,
+    1,
+    0,
+    0,
+    0,
+    0,
+    13,
+    15,
+    10,
+    15,
+    5,
+    0,
+    0,
+    3,
+    15,
+    2,
+    0,
+    11,
+    8,
+    0,
+    0,
+    4,
+    12,
+    0,
+    0,
+    8,
+    8,
+    0,
+    0,
+    5,
+    8,
+    0,
+    0,
+    9,
+    8,
+    0,
+    0,
+    4,
+    11,
+    0,
+    1,
+    12,
+    7,
+    0,
+    0,
+    2,
+    14,
+    5,
+    10,
+    12,
+    0,
+    0,
+    0,
+    0,
+    6,
+    13,
+    10,
+    0,
+    0,
+    0,
+]
 
 
 def auth(platform, tenant: str | None = None) -> dict[str, str]:
@@ -65,7 +127,13 @@ def test_digits_cnn_returns_a_class_and_its_probabilities(platform, http):
     ("path", "body", "headers", "status", "field"),
     [
         ("/v1/models/digits-cnn/predict", {"inputs": [DIGIT_ZERO]}, {}, 403, None),
-        ("/v1/models/digits-cnn/predict", {"inputs": [DIGIT_ZERO]}, {"x-api-key": "nope"}, 403, None),
+        (
+            "/v1/models/digits-cnn/predict",
+            {"inputs": [DIGIT_ZERO]},
+            {"x-api-key": "nope"},
+            403,
+            None,
+        ),
         ("/v1/models/nope/predict", {"inputs": [DIGIT_ZERO]}, "key", 404, None),
         ("/v1/models/digits-cnn/predict", "{oops", "key", 400, "body"),
         ("/v1/models/digits-cnn/predict", {"inputs": ["a"]}, "key", 422, "inputs[0]"),
@@ -82,7 +150,9 @@ def test_client_mistakes_are_answered_and_nothing_is_enqueued(
     headers = auth(platform) if headers == "key" else headers
     before = {m: platform.queue_depth(m) for m in ("digits-cnn", "minilm-embed")}
     if isinstance(body, str):
-        response = http.post(path, content=body, headers={**headers, "content-type": "application/json"})
+        response = http.post(
+            path, content=body, headers={**headers, "content-type": "application/json"}
+        )
     else:
         response = http.post(path, json=body, headers=headers)
     assert response.status_code == status, response.text

@@ -70,8 +70,10 @@ def test_sigkill_mid_batch_under_load_loses_nothing_and_duplicates_nothing(platf
     assert {rid: stored[rid] for rid in ids} == {rid: 1 for rid in ids}
     # The kill caught messages in flight: some results came from a redelivery.
     redelivered = [
-        e for e in platform.worker_log_events()
-        if e.get("message") == "result stored" and e["request_id"] in ids
+        e
+        for e in platform.worker_log_events()
+        if e.get("message") == "result stored"
+        and e["request_id"] in ids
         and e.get("receive_count", 1) > 1
     ]
     assert redelivered, "the kill did not interrupt any message in flight"
@@ -93,7 +95,8 @@ def test_sigterm_drains_the_worker_and_releases_what_it_has_not_started(platform
 
     assert all(r["status"] == "done" for r in results.values())
     stopped = [
-        e for e in platform.worker_log_events()
+        e
+        for e in platform.worker_log_events()
         if e.get("message") == "stopped" and e.get("worker", "").endswith(f"-{victim}")
     ]
     assert len(stopped) == 1, "the worker did not log a clean stop"

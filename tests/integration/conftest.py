@@ -27,7 +27,8 @@ def emulator_url(tmp_path_factory):
     log = open(tmp_path_factory.mktemp("emulator") / "moto.log", "wb")  # noqa: SIM115
     process = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=log, stderr=subprocess.STDOUT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     try:

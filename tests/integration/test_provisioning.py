@@ -60,9 +60,9 @@ def test_api_keys_resolve_to_their_tenants(provisioned, clients):
         assert directory.tenant_for(key) == tenant
     assert directory.tenant_for("sy-unknown") is None
     key_id = next(k["id"] for k in api.get_api_keys()["items"] if k["name"].endswith("acme"))
-    api.update_api_key(apiKey=key_id, patchOperations=[
-        {"op": "replace", "path": "/enabled", "value": "false"}
-    ])
+    api.update_api_key(
+        apiKey=key_id, patchOperations=[{"op": "replace", "path": "/enabled", "value": "false"}]
+    )
     assert ApiGatewayKeyDirectory(api, 60).tenant_for(provisioned.api_keys["acme"]) is None
 
 

@@ -12,7 +12,9 @@ def test_demo_models_are_uploaded_and_registered_with_their_sha256(
 ):
     records = register_demo_models(manifest, "dev", clients, models_dir)
     assert {(r.model, r.version) for r in records} == {
-        ("minilm-embed", "v1"), ("digits-cnn", "v1"), ("digits-cnn", "v2")
+        ("minilm-embed", "v1"),
+        ("digits-cnn", "v1"),
+        ("digits-cnn", "v2"),
     }
     registry = DynamoDBRegistry(clients("dynamodb"), manifest.names("dev").registry_table)
     stored = registry.get("digits-cnn", "v2")

@@ -16,8 +16,14 @@ def store(manifest, clients, threshold=200_000):
 
 def record(status="queued", tenant="acme", outputs=None):
     return ResultRecord(
-        request_id="r1", tenant=tenant, model="digits-cnn", version="v1", status=status,
-        outputs=outputs, created_at=time.time(), expires_at=int(time.time()) + 60,
+        request_id="r1",
+        tenant=tenant,
+        model="digits-cnn",
+        version="v1",
+        status=status,
+        outputs=outputs,
+        created_at=time.time(),
+        expires_at=int(time.time()) + 60,
     )
 
 
@@ -53,8 +59,14 @@ def test_large_inputs_travel_by_claim_check_with_the_tenant_as_group(
     queue = SqsWorkQueue(clients("sqs"), provisioned.queues["minilm-embed"]["realtime"], "realtime")
     inputs = ["x" * 4000] * 60
     message = QueueMessage(
-        request_id="big", tenant="acme", model="minilm-embed", version="v1", inputs=inputs,
-        n_inputs=60, enqueued_at=time.time(), expires_at=time.time() + 60,
+        request_id="big",
+        tenant="acme",
+        model="minilm-embed",
+        version="v1",
+        inputs=inputs,
+        n_inputs=60,
+        enqueued_at=time.time(),
+        expires_at=time.time() + 60,
     )
     body = encode_message(message, payloads, manifest.platform.claim_check_bytes)
     assert len(body) < 1_000

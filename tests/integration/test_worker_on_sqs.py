@@ -40,16 +40,28 @@ def setup(manifest, provisioned, clients):
 
     def worker() -> Worker:
         return Worker(
-            model="digits-cnn", worker_id="it", realtime=lanes["realtime"], batch=lanes["batch"],
-            registry=registry, results=results, payloads=payloads,
+            model="digits-cnn",
+            worker_id="it",
+            realtime=lanes["realtime"],
+            batch=lanes["batch"],
+            registry=registry,
+            results=results,
+            payloads=payloads,
             load_runtime=lambda record: FaultyRuntime(EchoRuntime(), record.faults),
-            visibility_timeout=manifest.platform.visibility_timeout_seconds, poll_wait_seconds=0,
+            visibility_timeout=manifest.platform.visibility_timeout_seconds,
+            poll_wait_seconds=0,
         )
 
     def send(rid: str, version: str = "v1") -> None:
         m = QueueMessage(
-            request_id=rid, tenant="acme", model="digits-cnn", version=version,
-            inputs=[[1] * 64], n_inputs=1, enqueued_at=time.time(), expires_at=time.time() + 600,
+            request_id=rid,
+            tenant="acme",
+            model="digits-cnn",
+            version=version,
+            inputs=[[1] * 64],
+            n_inputs=1,
+            enqueued_at=time.time(),
+            expires_at=time.time() + 600,
         )
         lanes["realtime"].send(m.model_dump_json(), "acme")
 

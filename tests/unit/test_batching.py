@@ -16,8 +16,14 @@ class Clock:
 def pending(tenant: str, n: int = 1, version: str = "v1", count: int = 1, at: float = 100.0):
     rid = f"{tenant}-{n}-{at}-{count}-{id(object())}"
     message = QueueMessage(
-        request_id=rid[:64], tenant=tenant, model="m", version=version,
-        inputs=[[0]] * n, n_inputs=n, enqueued_at=0, expires_at=1e12,
+        request_id=rid[:64],
+        tenant=tenant,
+        model="m",
+        version=version,
+        inputs=[[0]] * n,
+        n_inputs=n,
+        enqueued_at=0,
+        expires_at=1e12,
     )
     received = Received("{}", rid, rid, count, tenant, "realtime")
     return Pending(received=received, arrived=at, received_at=at, message=message, inputs=[[0]] * n)

@@ -32,9 +32,15 @@ class InstantQueue(FakeQueue):
             m = QueueMessage.model_validate_json(body)
             self.results.complete(
                 ResultRecord(
-                    request_id=m.request_id, tenant=m.tenant, model=m.model, version=m.version,
-                    status="done", outputs=[{"class": 0}] * m.n_inputs, created_at=m.enqueued_at,
-                    completed_at=time.time(), expires_at=int(m.expires_at),
+                    request_id=m.request_id,
+                    tenant=m.tenant,
+                    model=m.model,
+                    version=m.version,
+                    status="done",
+                    outputs=[{"class": 0}] * m.n_inputs,
+                    created_at=m.enqueued_at,
+                    completed_at=time.time(),
+                    expires_at=int(m.expires_at),
                     timings={"received_at": time.time(), "compute_ms": 1.0},
                 )
             )
@@ -54,7 +60,9 @@ def world(digits_v1, digits_v2):
         result_ttl_seconds=3600,
         claim_check_bytes=200_000,
     )
-    app = create_app(RouterDeps(service=service, tenants=StaticTenants(KEYS), max_body_bytes=60_000))
+    app = create_app(
+        RouterDeps(service=service, tenants=StaticTenants(KEYS), max_body_bytes=60_000)
+    )
     return TestClient(app), queue, results, payloads
 
 
@@ -79,9 +87,7 @@ def test_predict_returns_outputs_version_and_timings(world):
     assert message["tenant"] == "acme" and queue.visible[0]["group"] == "acme"
 
 
-@pytest.mark.parametrize(
-    ("key", "status"), [(None, 403), ("wrong", 403)]
-)
+@pytest.mark.parametrize(("key", "status"), [(None, 403), ("wrong", 403)])
 def test_missing_or_unknown_keys_are_forbidden(world, key, status):
     client, queue, _, _ = world
     assert post(client, {"inputs": [IMAGE]}, key=key).status_code == status

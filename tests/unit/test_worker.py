@@ -19,9 +19,16 @@ def parts(digits_v1):
     results = FakeResults(log)
     runtime = EchoRuntime()
     worker = Worker(
-        model="digits-cnn", worker_id="w1", realtime=realtime, batch=batch,
-        registry=FakeRegistry(digits_v1), results=results, payloads=FakePayloads(),
-        load_runtime=lambda record: runtime, visibility_timeout=60, poll_wait_seconds=0,
+        model="digits-cnn",
+        worker_id="w1",
+        realtime=realtime,
+        batch=batch,
+        registry=FakeRegistry(digits_v1),
+        results=results,
+        payloads=FakePayloads(),
+        load_runtime=lambda record: runtime,
+        visibility_timeout=60,
+        poll_wait_seconds=0,
     )
     worker.preload()
     return worker, realtime, batch, results, runtime, log
@@ -30,8 +37,14 @@ def parts(digits_v1):
 def send(queue, rid, tenant="acme", inputs=None, version="v1", expires_at=None):
     inputs = inputs if inputs is not None else [[1] * 64]
     message = QueueMessage(
-        request_id=rid, tenant=tenant, model="digits-cnn", version=version, lane=queue.lane,
-        inputs=inputs, n_inputs=len(inputs), enqueued_at=time.time(),
+        request_id=rid,
+        tenant=tenant,
+        model="digits-cnn",
+        version=version,
+        lane=queue.lane,
+        inputs=inputs,
+        n_inputs=len(inputs),
+        enqueued_at=time.time(),
         expires_at=expires_at or time.time() + 3600,
     )
     queue.send(message.model_dump_json(), tenant)
@@ -113,7 +126,8 @@ def test_a_redelivered_message_whose_result_exists_is_deleted_without_a_second_r
     send(realtime, "r1")  # the same request delivered twice
     drain(worker)
     assert [k for k, rid in log if rid == "r1" and k in ("result", "duplicate")] == [
-        "result", "duplicate"
+        "result",
+        "duplicate",
     ]
     assert realtime.depth == 0
 

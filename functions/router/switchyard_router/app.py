@@ -217,11 +217,17 @@ def _parse_inputs(body: bytes) -> Any:
         document = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise RequestRejected(
-            400, "malformed_json", f"the body is not valid JSON: {exc}", [FieldError("body", str(exc))]
+            400,
+            "malformed_json",
+            f"the body is not valid JSON: {exc}",
+            [FieldError("body", str(exc))],
         ) from None
     if not isinstance(document, dict):
         raise RequestRejected(
-            422, "invalid_input", "the body must be a JSON object", [FieldError("body", "not an object")]
+            422,
+            "invalid_input",
+            "the body must be a JSON object",
+            [FieldError("body", "not an object")],
         )
     if "inputs" not in document:
         raise RequestRejected(
@@ -238,7 +244,9 @@ def _parse_inputs(body: bytes) -> Any:
     return document["inputs"]
 
 
-def _status_body(record: ResultRecord, router_timings: dict[str, float] | None = None) -> dict[str, Any]:
+def _status_body(
+    record: ResultRecord, router_timings: dict[str, float] | None = None
+) -> dict[str, Any]:
     body: dict[str, Any] = {
         "request_id": record.request_id,
         "model": record.model,

@@ -112,7 +112,6 @@ class Manifest(_Strict):
         return ResourceNames(prefix=self.platform.prefix, stage=stage)
 
 
-
 class ResourceNames(_Strict):
     """Names of every resource, the same in the cloud and on the emulator."""
 

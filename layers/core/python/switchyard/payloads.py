@@ -28,9 +28,7 @@ class S3PayloadStore:
 
     def put_json(self, key: str, value: Any) -> str:
         body = json.dumps(value, separators=(",", ":")).encode()
-        self._s3.put_object(
-            Bucket=self._bucket, Key=key, Body=body, ContentType="application/json"
-        )
+        self._s3.put_object(Bucket=self._bucket, Key=key, Body=body, ContentType="application/json")
         return f"s3://{self._bucket}/{key}"
 
     def get_json(self, uri: str) -> Any:

@@ -32,6 +32,7 @@ class Settings(BaseSettings):
 
     registry_table: str
     results_table: str
+    jobs_table: str = ""
     payloads_bucket: str
     # Model name -> queue URLs. A router function in the cloud serves one model;
     # the local router serves every model in the manifest.

@@ -1,0 +1,1 @@
+"""The batch splitter function: dropped files become work on the batch lane."""
