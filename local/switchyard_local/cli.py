@@ -61,7 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
     parser = argparse.ArgumentParser(prog="switchyard", description=__doc__)
-    parser.add_argument("--run-dir", default=".run", help="the local platform's state folder")
+    parser.add_argument(
+        "--run-dir",
+        default=os.environ.get("SWITCHYARD_RUN_DIR", ".run"),
+        help="the local platform's state folder",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     up = commands.add_parser("up", help="run the local platform until Ctrl-C")

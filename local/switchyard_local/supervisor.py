@@ -9,6 +9,7 @@ stops every process it started: workers first, so they can drain.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -47,8 +48,17 @@ class Child:
 
     def start(self) -> None:
         self.log = open(self.log_path, "ab")  # noqa: SIM115 - held for the child's life
+        # Each child gets its own process group, so a Ctrl-C in the terminal reaches
+        # the supervisor alone, which then stops the children in order (workers
+        # drain while the emulator still answers). If the supervisor itself dies,
+        # the kernel sends the child SIGTERM.
         self.process = subprocess.Popen(
-            self.argv, env=self.env, stdout=self.log, stderr=subprocess.STDOUT
+            self.argv,
+            env=self.env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            process_group=0,
+            preexec_fn=_terminate_with_parent,
         )
 
     def alive(self) -> bool:
@@ -256,6 +266,17 @@ class LocalPlatform:
         for child in reversed(self.children):
             if child not in self.workers:
                 child.stop(timeout=10)
+
+
+def _terminate_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the supervisor dies (Linux)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
+
+
+_PR_SET_PDEATHSIG = 1
 
 
 def _wait_http(url: str, timeout: float, what: str) -> None:

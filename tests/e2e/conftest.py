@@ -85,24 +85,20 @@ def platform(tmp_path_factory):
         re.sub(r"visibility_timeout_seconds = \d+", "visibility_timeout_seconds = 10", text)
     )
     port = free_port()
+    # Exactly what a person runs; a new session stands in for the terminal's
+    # foreground process group, so the stop test can press Ctrl-C on all of it.
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "switchyard_local",
-            "--run-dir",
-            str(run_dir),
-            "up",
-            "--port",
-            str(port),
-            "--manifest",
-            str(manifest),
-        ],
+        ["make", "--no-print-directory", "up"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        env={
+            **os.environ,
+            "PORT": str(port),
+            "SWITCHYARD_MANIFEST": str(manifest),
+            "SWITCHYARD_RUN_DIR": str(run_dir),
+        },
         start_new_session=True,
     )
     output: list[str] = []
@@ -123,7 +119,7 @@ def platform(tmp_path_factory):
             pytest.fail("the platform did not become ready:\n" + "\n".join(output[-40:]))
         time.sleep(0.2)
     match = READY.match(ready[0])
-    assert match is not None
+    assert match is not None and int(match.group(2)) == port
     info = json.loads((run_dir / "platform.json").read_text())
     yield Platform(process, match.group(1), match.group(3), ready[0], run_dir, info, output)
     if process.poll() is None:

@@ -36,10 +36,17 @@ def alive(pid: int) -> bool:
 
 def test_ctrl_c_stops_every_process_it_started(platform):
     started = descendants(platform.process.pid)
-    assert len(started) >= 4  # emulator, router, one worker per model
-    os.kill(platform.process.pid, signal.SIGINT)
-    assert platform.process.wait(timeout=90) == 0
+    stops_before = stops(platform)
+    assert len(started) >= 5  # the supervisor, emulator, router, one worker per model
+    os.killpg(platform.process.pid, signal.SIGINT)  # Ctrl-C in the terminal
+    platform.process.wait(timeout=90)
     deadline = time.monotonic() + 10
     while any(alive(p) for p in started) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert [p for p in started if alive(p)] == []
+    # The workers drained rather than died: each of the two logged a clean stop.
+    assert stops(platform) - stops_before == 2
+
+
+def stops(platform) -> int:
+    return sum(1 for e in platform.worker_log_events() if e.get("message") == "stopped")
