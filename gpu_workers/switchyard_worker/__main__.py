@@ -6,8 +6,6 @@ import os
 import socket
 from pathlib import Path
 
-from aws_lambda_powertools import Metrics
-
 from switchyard import aws
 from switchyard.artifacts import fetch_artifact
 from switchyard.payloads import S3PayloadStore
@@ -15,6 +13,7 @@ from switchyard.queues import SqsWorkQueue
 from switchyard.registry import DynamoDBRegistry, ModelVersion
 from switchyard.results import DynamoDBResultStore
 from switchyard.settings import WorkerSettings, get_settings
+from switchyard.telemetry import FirehosePredictionLog
 from switchyard_worker.runtimes import ModelRuntime, load_runtime
 from switchyard_worker.worker import Worker
 
@@ -38,8 +37,9 @@ def main() -> None:
         artifact = fetch_artifact(s3, record.artifact_uri, record.sha256, cache)
         return load_runtime(record, artifact, cache / "unpacked")
 
-    metrics = Metrics(namespace="Switchyard", service="switchyard-worker")
-    metrics.set_default_dimensions(model=settings.worker_model)
+    prediction_log = None
+    if settings.prediction_log_stream:
+        prediction_log = FirehosePredictionLog(client("firehose"), settings.prediction_log_stream)
     worker = Worker(
         model=settings.worker_model,
         worker_id=f"{socket.gethostname()}-{os.getpid()}",
@@ -53,7 +53,7 @@ def main() -> None:
         load_runtime=runtime_for,
         visibility_timeout=settings.visibility_timeout_seconds,
         poll_wait_seconds=settings.poll_wait_seconds,
-        metrics=metrics,
+        prediction_log=prediction_log,
     )
     worker.install_signal_handlers()
     worker.preload()

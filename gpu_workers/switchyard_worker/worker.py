@@ -22,8 +22,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics
-from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools import Logger
 from pydantic import ValidationError
 
 from switchyard.payloads import PayloadMissing, PayloadStore
@@ -32,6 +31,7 @@ from switchyard.registry import ModelVersion, Registry
 from switchyard.results import ResultStore
 from switchyard.schemas import ErrorInfo, QueueMessage, ResultRecord
 from switchyard.signatures import check_inputs
+from switchyard.telemetry import COUNT, MILLISECONDS, PredictionLog, emit_metrics, prediction_record
 from switchyard_worker.batching import BatchAssembler, Pending
 from switchyard_worker.runtimes import ModelRuntime, OutputCountMismatch
 
@@ -55,7 +55,8 @@ class Worker:
         load_runtime: RuntimeLoader,
         visibility_timeout: int,
         poll_wait_seconds: int = 1,
-        metrics: Metrics | None = None,
+        prediction_log: PredictionLog | None = None,
+        emit: bool = True,
     ) -> None:
         self.model = model
         self.worker_id = worker_id
@@ -66,7 +67,8 @@ class Worker:
         self._load_runtime = load_runtime
         self._visibility = visibility_timeout
         self._poll_wait = poll_wait_seconds
-        self._metrics = metrics
+        self._prediction_log = prediction_log
+        self._emit_enabled = emit
         self._versions: dict[str, ModelVersion | None] = {}
         self._runtimes: dict[str, ModelRuntime] = {}
         self._assembler = BatchAssembler(self._limits)
@@ -266,6 +268,7 @@ class Worker:
                     "receive_count": p.received.receive_count,
                 },
             )
+        self._log_predictions([r for (_, r), fresh in zip(answered, stored, strict=True) if fresh])
         by_lane: dict[str, list[Received]] = {}
         for p, _ in answered:
             by_lane.setdefault(p.received.lane, []).append(p.received)
@@ -274,6 +277,14 @@ class Worker:
             if done:
                 queue.delete(done)
                 self._forget(done)
+
+    def _log_predictions(self, records: list[ResultRecord]) -> None:
+        if self._prediction_log is None or not records:
+            return
+        try:
+            self._prediction_log.write([prediction_record(r) for r in records])
+        except Exception:  # noqa: BLE001 - a log outage must not hold up results
+            log.exception("prediction log write failed", extra={"records": len(records)})
 
     def _record(
         self,
@@ -364,16 +375,16 @@ class Worker:
         queue_wait_ms: float | None = None,
         item_errors: int = 0,
     ) -> None:
-        if self._metrics is None:
+        if not self._emit_enabled:
             return
-        m = self._metrics
-        m.add_dimension(name="version", value=version)
+        values = {}
         if batch_size is not None:
-            m.add_metric(name="BatchSize", unit=MetricUnit.Count, value=batch_size)
+            values["BatchSize"] = (COUNT, float(batch_size))
         if compute_ms is not None:
-            m.add_metric(name="Compute", unit=MetricUnit.Milliseconds, value=compute_ms)
+            values["Compute"] = (MILLISECONDS, compute_ms)
         if queue_wait_ms is not None:
-            m.add_metric(name="QueueWait", unit=MetricUnit.Milliseconds, value=queue_wait_ms)
+            values["QueueWait"] = (MILLISECONDS, queue_wait_ms)
         if item_errors:
-            m.add_metric(name="ItemErrors", unit=MetricUnit.Count, value=item_errors)
-        m.flush_metrics()
+            values["ItemErrors"] = (COUNT, float(item_errors))
+        if values:
+            emit_metrics(values, model=self.model, version=version)

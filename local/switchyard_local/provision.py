@@ -42,6 +42,7 @@ def provision(manifest: Manifest, stage: str, clients: Any) -> Provisioned:
             out.dlqs[model][lane], out.queues[model][lane] = _queue_pair(
                 sqs, manifest, names, model, lane
             )
+    _prediction_logs(clients("firehose"), names)
     out.api_keys = _api_keys(clients("apigateway"), manifest, names)
     out.appconfig_application_id = _routing(clients("appconfig"), manifest, names)
     return out
@@ -64,6 +65,21 @@ def _buckets(s3: Any, names: ResourceNames) -> None:
                 "RestrictPublicBuckets": True,
             },
         )
+
+
+def _prediction_logs(firehose: Any, names: ResourceNames) -> None:
+    # The cloud stream partitions by model and date (dynamic partitioning); the
+    # emulator keeps to a plain prefix.
+    firehose.create_delivery_stream(
+        DeliveryStreamName=names.prediction_log_stream,
+        DeliveryStreamType="DirectPut",
+        ExtendedS3DestinationConfiguration={
+            "RoleARN": "arn:aws:iam::123456789012:role/switchyard-local-firehose",
+            "BucketARN": f"arn:aws:s3:::{names.prediction_logs_bucket}",
+            "Prefix": "predictions/",
+            "CompressionFormat": "GZIP",
+        },
+    )
 
 
 def _tables(ddb: Any, names: ResourceNames) -> None:

@@ -9,6 +9,7 @@ stops every process it started: workers first, so they can drain.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -200,6 +201,8 @@ class LocalPlatform:
             "SWITCHYARD_APPCONFIG_APPLICATION": provisioned.appconfig_application_id,
             "SWITCHYARD_APPCONFIG_ENVIRONMENT": LOCAL_STAGE,
             "SWITCHYARD_ARTIFACTS_CACHE": str(self.run_dir / "artifacts"),
+            "SWITCHYARD_PREDICTION_LOG_STREAM": names.prediction_log_stream,
+            "SWITCHYARD_PREDICTION_LOGS_BUCKET": names.prediction_logs_bucket,
         }
 
     def worker_child(self, model: str, index: int, env: dict[str, str]) -> Child:
@@ -270,10 +273,8 @@ class LocalPlatform:
 
 def _terminate_with_parent() -> None:
     """In the child, before exec: SIGTERM when the supervisor dies (Linux)."""
-    try:
+    with contextlib.suppress(OSError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:
-        pass
 
 
 _PR_SET_PDEATHSIG = 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+import json
 import time
 
 import pytest
@@ -202,3 +204,28 @@ def test_models_lists_the_registry_and_health_and_docs_answer(platform, http):
     assert http.get("/healthz").json() == {"status": "ok"}
     assert http.get("/docs").status_code == 200
     assert "/v1/models/{model}/predict" in http.get("/openapi.json").json()["paths"]
+
+
+def test_predictions_are_logged_to_s3_without_their_inputs(platform, http):
+    secret = "my card number is 4111 1111 1111 1111"
+    response = http.post(
+        "/v1/models/minilm-embed/predict", json={"inputs": [secret]}, headers=auth(platform)
+    )
+    request_id = response.json()["request_id"]
+    s3 = platform.client("s3")
+    bucket = platform.info["env"]["SWITCHYARD_PREDICTION_LOGS_BUCKET"]
+    deadline = time.monotonic() + 20
+    while True:
+        lines = []
+        for obj in s3.list_objects_v2(Bucket=bucket).get("Contents", []):
+            body = s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()
+            # Firehose writes GZIP; the emulator ignores CompressionFormat.
+            raw = gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body
+            lines.extend(raw.decode().splitlines())
+        mine = [json.loads(line) for line in lines if request_id in line]
+        if mine or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert len(mine) == 1
+    assert mine[0]["model"] == "minilm-embed" and mine[0]["outputs"] == [{"dimensions": 384}]
+    assert not any("4111" in line for line in lines)

@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from switchyard.auth import TenantDirectory
 from switchyard.schemas import ResultRecord
 from switchyard.signatures import FieldError
+from switchyard.telemetry import COUNT, MILLISECONDS, emit_metrics
 from switchyard_router.logic import MAX_DEADLINE_MS, PredictService, RequestRejected
 
 log = logging.getLogger("switchyard.router")
@@ -182,13 +183,27 @@ def _predict_sync(
         return JSONResponse(accepted, status_code=202, headers={**headers, "Location": location})
     record = service.wait(admitted, tenant)
     if record is None:
+        _emit_request(admitted.model, admitted.version, admitted.timings, error=False)
         return JSONResponse(accepted, status_code=202, headers={**headers, "Location": location})
     body = _status_body(record, admitted.timings)
     if record.status == "error":
         assert record.error is not None
         status = {"invalid_input": 422, "expired": 504}.get(record.error.code, 500)
+        _emit_request(admitted.model, admitted.version, admitted.timings, error=status >= 500)
         return JSONResponse({**body, "message": record.error.message}, status, headers=headers)
+    _emit_request(admitted.model, admitted.version, admitted.timings, error=False)
     return JSONResponse(body, status_code=200, headers=headers)
+
+
+def _emit_request(model: str, version: str, timings: dict[str, float], *, error: bool) -> None:
+    """Requests, Latency and Errors per version, and per model for the totals."""
+    values = {
+        "Requests": (COUNT, 1.0),
+        "Latency": (MILLISECONDS, (time.time() - timings["received_at"]) * 1000),
+        "Errors": (COUNT, 1.0 if error else 0.0),
+    }
+    emit_metrics(values, model=model, version=version)
+    emit_metrics(values, model=model)
 
 
 async def _read_body(request: Request, limit: int) -> bytes:

@@ -151,6 +151,10 @@ class ResourceNames(_Strict):
         return f"{self.base}-prediction-logs"
 
     @property
+    def prediction_log_stream(self) -> str:
+        return f"{self.base}-predictions"
+
+    @property
     def appconfig_application(self) -> str:
         return f"{self.base}-routing"
 

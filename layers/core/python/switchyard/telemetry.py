@@ -1,0 +1,81 @@
+"""Metrics (CloudWatch EMF on stdout) and prediction logs (Firehose).
+
+Metric names and dimensions are fixed here because the CDK dashboards and the
+canary alarms read them: namespace ``Switchyard``; dimensions ``model`` and
+``version``, with the router's totals repeated under ``model`` alone.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Protocol
+
+from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
+
+from switchyard.schemas import ResultRecord
+
+NAMESPACE = "Switchyard"
+COUNT = MetricUnit.Count
+MILLISECONDS = MetricUnit.Milliseconds
+
+
+def emit_metrics(values: dict[str, tuple[MetricUnit, float]], **dimensions: str) -> None:
+    """One EMF document with ``values`` under ``dimensions``."""
+    metrics = EphemeralMetrics(namespace=NAMESPACE)
+    for name, value in dimensions.items():
+        metrics.add_dimension(name=name, value=value)
+    for name, (unit, value) in values.items():
+        metrics.add_metric(name=name, unit=unit, value=value)
+    metrics.flush_metrics()
+
+
+class PredictionLog(Protocol):
+    def write(self, records: list[dict[str, Any]]) -> None: ...
+
+
+class FirehosePredictionLog:
+    """Newline-delimited JSON records to a Firehose stream (S3, by model and date)."""
+
+    _BATCH = 500
+
+    def __init__(self, firehose: Any, stream: str) -> None:
+        self._firehose = firehose
+        self._stream = stream
+
+    def write(self, records: list[dict[str, Any]]) -> None:
+        for i in range(0, len(records), self._BATCH):
+            chunk = records[i : i + self._BATCH]
+            self._firehose.put_record_batch(
+                DeliveryStreamName=self._stream,
+                Records=[
+                    {"Data": (json.dumps(r, separators=(",", ":")) + "\n").encode()} for r in chunk
+                ],
+            )
+
+
+def prediction_record(result: ResultRecord) -> dict[str, Any]:
+    """What is logged of a prediction. Inputs and raw outputs are redacted: a log
+    line says who asked which version, how it went and how long it took, and for a
+    classifier the class it gave (an embedding is summarised by its dimensions)."""
+    outputs = result.outputs or []
+    summary: list[Any] = []
+    for out in outputs:
+        if isinstance(out, dict) and "class" in out:
+            summary.append(out["class"])
+        elif isinstance(out, list):
+            summary.append({"dimensions": len(out)})
+    return {
+        "ts": time.time(),
+        "request_id": result.request_id,
+        "tenant": result.tenant,
+        "model": result.model,
+        "version": result.version,
+        "status": result.status,
+        "lane": result.lane,
+        "n_outputs": len(outputs),
+        "outputs": summary,
+        "error": result.error.code if result.error else None,
+        "shadow_of": result.shadow_of,
+        "timings": {k: round(v, 3) for k, v in result.timings.items() if k.endswith("_ms")},
+    }
