@@ -1,0 +1,18 @@
+#!/usr/bin/env python3
+"""Switchyard's CDK app: `npx cdk synth -c stage=prod` (or `python app.py`)."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "layers" / "core" / "python"))
+
+from aws_cdk import Validations  # noqa: E402
+from cdk_nag import AwsSolutionsChecks  # noqa: E402
+
+from stacks import add_platform, create_app  # noqa: E402
+from switchyard.manifest import load_manifest  # noqa: E402
+
+app = create_app()
+add_platform(app, load_manifest(app.node.try_get_context("manifest")))
+Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+app.synth()

@@ -1,0 +1,211 @@
+"""The tenants' door: one REST API, an API key per tenant, a usage plan per tier."""
+
+from __future__ import annotations
+
+import json
+
+from aws_cdk import Tags
+from aws_cdk import aws_apigateway as apigw
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from stacks.cloud import API_INTEGRATION_TIMEOUT, LOG_RETENTION, Deployment
+from stacks.nag import acknowledge
+from switchyard.auth import TENANT_TAG
+from switchyard.manifest import ModelSpec
+
+# One access-log line per request, with the key (tenant) that made it.
+_ACCESS_LOG = {
+    "requestId": "$context.requestId",
+    "apiKeyId": "$context.identity.apiKeyId",
+    "sourceIp": "$context.identity.sourceIp",
+    "requestTime": "$context.requestTime",
+    "httpMethod": "$context.httpMethod",
+    "resourcePath": "$context.resourcePath",
+    "status": "$context.status",
+    "responseLength": "$context.responseLength",
+    "responseLatency": "$context.responseLatency",
+    "integrationLatency": "$context.integrationLatency",
+    "errorMessage": "$context.error.message",
+}
+
+# Errors the gateway answers itself, shaped like the router's (message, code).
+_ERROR_BODY = '{"message": "%s", "code": "%s"}'
+_VALIDATION_MESSAGE = (
+    '$util.escapeJavaScript($context.error.validationErrorString).replaceAll("\\\\\'","\'")'
+)
+
+
+class Api(Construct):
+    """REST API Gateway: every method needs an API key; each key belongs to one
+    tenant (tag ``switchyard:tenant``) and to its tier's usage plan."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, deployment: Deployment) -> None:
+        super().__init__(scope, construct_id)
+        names = deployment.names
+        manifest = deployment.manifest
+        self.access_logs = logs.LogGroup(
+            self, "AccessLogs", retention=LOG_RETENTION, removal_policy=deployment.removal_policy
+        )
+        self.rest_api = apigw.RestApi(
+            self,
+            "RestApi",
+            rest_api_name=names.rest_api,
+            description="Switchyard: function-per-model inference",
+            endpoint_types=[apigw.EndpointType.REGIONAL],
+            api_key_source_type=apigw.ApiKeySourceType.HEADER,
+            default_method_options=apigw.MethodOptions(api_key_required=True),
+            cloud_watch_role=True,
+            deploy_options=apigw.StageOptions(
+                stage_name=deployment.stage,
+                access_log_destination=apigw.LogGroupLogDestination(self.access_logs),
+                access_log_format=apigw.AccessLogFormat.custom(json.dumps(_ACCESS_LOG)),
+                metrics_enabled=True,
+                logging_level=apigw.MethodLoggingLevel.ERROR,
+                data_trace_enabled=False,
+                tracing_enabled=True,
+            ),
+        )
+        acknowledge(
+            self.rest_api,
+            "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
+            "AmazonAPIGatewayPushToCloudWatchLogs]",
+            "API Gateway's account-level logging role; AWS's managed policy is the "
+            "documented grant for the stage's execution logs.",
+        )
+        for rule in ("AwsSolutions-APIG4", "AwsSolutions-COG4"):
+            acknowledge(
+                self.rest_api,
+                rule,
+                "Tenants are machine clients identified by API keys bound to usage "
+                "plans; the router resolves each key to its tenant and scopes every "
+                "result to it. There are no end users to put in a Cognito pool.",
+            )
+        acknowledge(
+            self.rest_api,
+            "AwsSolutions-APIG3",
+            "Per-key usage plans (rate, burst, daily quota) bound every tenant; a WAF "
+            "web ACL is an account-level choice left to the operator.",
+        )
+        self.validator = self.rest_api.add_request_validator(
+            "Validator", validate_request_body=True, validate_request_parameters=True
+        )
+        self._gateway_responses()
+
+        v1 = self.rest_api.root.add_resource("v1")
+        self._models = v1.add_resource("models")
+        self._request = v1.add_resource("requests").add_resource("{request_id}")
+
+        self.usage_plans: dict[str, apigw.UsagePlan] = {}
+        for tier_name, tier in manifest.tiers.items():
+            plan = self.rest_api.add_usage_plan(
+                f"Plan-{tier_name}",
+                name=names.usage_plan(tier_name),
+                description=f"Tenants of the {tier_name} tier",
+                throttle=apigw.ThrottleSettings(rate_limit=tier.rate, burst_limit=tier.burst),
+                quota=apigw.QuotaSettings(limit=tier.quota_per_day, period=apigw.Period.DAY),
+            )
+            plan.add_api_stage(stage=self.rest_api.deployment_stage)
+            self.usage_plans[tier_name] = plan
+        self.api_keys: dict[str, apigw.ApiKey] = {}
+        for tenant_name, tenant in manifest.tenants.items():
+            key = apigw.ApiKey(
+                self,
+                f"Key-{tenant_name}",
+                api_key_name=names.api_key(tenant_name),
+                description=f"Tenant {tenant_name} ({tenant.tier})",
+                enabled=True,
+            )
+            Tags.of(key).add(TENANT_TAG, tenant_name)
+            self.usage_plans[tenant.tier].add_api_key(key)
+            self.api_keys[tenant_name] = key
+
+    def _gateway_responses(self) -> None:
+        def respond(
+            name: str, kind: apigw.ResponseType, status: str, message: str, code: str
+        ) -> None:
+            self.rest_api.add_gateway_response(
+                name,
+                type=kind,
+                status_code=status,
+                templates={"application/json": _ERROR_BODY % (message, code)},
+            )
+
+        # A body that fails the model's request schema: 422, as the router answers.
+        respond(
+            "InvalidBody",
+            apigw.ResponseType.BAD_REQUEST_BODY,
+            "422",
+            _VALIDATION_MESSAGE,
+            "invalid_input",
+        )
+        respond(
+            "BadKey",
+            apigw.ResponseType.INVALID_API_KEY,
+            "403",
+            "Forbidden: a valid x-api-key is required",
+            "forbidden",
+        )
+        respond(
+            "Throttled",
+            apigw.ResponseType.THROTTLED,
+            "429",
+            "Too many requests for this API key's usage plan",
+            "throttled",
+        )
+        respond(
+            "Quota",
+            apigw.ResponseType.QUOTA_EXCEEDED,
+            "429",
+            "This API key's daily quota is spent",
+            "quota_exceeded",
+        )
+
+    def _integration(self, function: lambda_.IFunction) -> apigw.LambdaIntegration:
+        return apigw.LambdaIntegration(
+            function, proxy=True, timeout=API_INTEGRATION_TIMEOUT, allow_test_invoke=False
+        )
+
+    def add_predict_route(self, model: str, spec: ModelSpec, function: lambda_.IFunction) -> None:
+        """POST /v1/models/<model>/predict → that model's router function.
+
+        The gateway checks the body's shape (an object with 1..max inputs and no
+        other field) before a function runs; the router checks the signature.
+        """
+        body = self.rest_api.add_model(
+            f"PredictBody-{model}",
+            content_type="application/json",
+            description=f"Predict request for {model}",
+            schema=apigw.JsonSchema(
+                schema=apigw.JsonSchemaVersion.DRAFT4,
+                title=f"{model}-predict",
+                type=apigw.JsonSchemaType.OBJECT,
+                required=["inputs"],
+                additional_properties=False,
+                properties={
+                    "inputs": apigw.JsonSchema(
+                        type=apigw.JsonSchemaType.ARRAY,
+                        min_items=1,
+                        max_items=spec.max_inputs_per_request,
+                    )
+                },
+            ),
+        )
+        self._models.add_resource(model).add_resource("predict").add_method(
+            "POST",
+            self._integration(function),
+            request_validator=self.validator,
+            request_models={"application/json": body},
+        )
+
+    def add_platform_routes(self, function: lambda_.IFunction) -> None:
+        """GET /v1/models and GET /v1/requests/{request_id}: not tied to one model."""
+        integration = self._integration(function)
+        self._models.add_method("GET", integration)
+        self._request.add_method(
+            "GET",
+            integration,
+            request_validator=self.validator,
+            request_parameters={"method.request.path.request_id": True},
+        )

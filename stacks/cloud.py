@@ -1,0 +1,165 @@
+"""Cloud-only settings: what the manifest leaves to the AWS substrate.
+
+``manifest.toml`` holds what both substrates share (models, tenants, tiers, stage
+switches) and ``ResourceNames`` names every shared resource. What only the cloud
+needs (runtimes, timeouts, alarm thresholds, instance sizing, the bucket-name
+suffix) is decided here, once, so the constructs carry no literals of their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from aws_cdk import Aws, Duration, RemovalPolicy
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from switchyard.manifest import Manifest, ModelSpec, ResourceNames, Stage, StageSettings
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CORE_LAYER_DIR = REPO_ROOT / "layers" / "core"
+ROUTER_DIR = REPO_ROOT / "functions" / "router"
+SPLITTER_DIR = REPO_ROOT / "functions" / "batch_splitter"
+WORKER_DOCKERFILE = "gpu_workers/Dockerfile"  # relative to REPO_ROOT, the build context
+# One schema for the router, the local platform and AppConfig's validator.
+ROUTING_SCHEMA_FILE = CORE_LAYER_DIR / "python" / "switchyard" / "routing_schema.json"
+
+# The EMF namespace the router and workers write to (dimensions: model, version).
+METRICS_NAMESPACE = "Switchyard"
+
+# --- Lambda -------------------------------------------------------------------
+LAMBDA_RUNTIME = lambda_.Runtime.PYTHON_3_14
+LAMBDA_ARCHITECTURE = lambda_.Architecture.X86_64
+# pip selects wheels for the runtime above; no Docker, no compiler.
+PIP_PLATFORM = "manylinux2014_x86_64"
+PIP_PYTHON_VERSION = "3.14"
+# API Gateway's REST integration limit; the router must answer (200 or 202) first.
+API_INTEGRATION_TIMEOUT = Duration.seconds(29)
+ROUTER_TIMEOUT = Duration.seconds(28)
+ROUTER_MEMORY_MB = 1024  # CPU scales with memory: a faster cold start for every tenant
+SPLITTER_TIMEOUT = Duration.minutes(5)
+SPLITTER_MEMORY_MB = 1024
+LOG_RETENTION = logs.RetentionDays.ONE_MONTH
+# The AppConfig agent extension (x86_64), per region; pinned so deploys are repeatable.
+# Override with `-c appconfig_extension_arn=...` for a region not listed here.
+APPCONFIG_EXTENSION_LAYER = {
+    "us-east-1": "arn:aws:lambda:us-east-1:027255383542:layer:AWS-AppConfig-Extension:321",
+    "us-east-2": "arn:aws:lambda:us-east-2:728743619870:layer:AWS-AppConfig-Extension:277",
+    "us-west-2": "arn:aws:lambda:us-west-2:359756378197:layer:AWS-AppConfig-Extension:373",
+    "eu-west-1": "arn:aws:lambda:eu-west-1:434848589818:layer:AWS-AppConfig-Extension:303",
+    "eu-central-1": "arn:aws:lambda:eu-central-1:066940009817:layer:AWS-AppConfig-Extension:295",
+}
+# How often the extension asks AppConfig for a new routing document.
+APPCONFIG_POLL_SECONDS = 15
+
+# --- AppConfig rollouts (prod; dev deploys all at once) ---------------------------
+CONFIG_LINEAR_STEP_PERCENT = 20.0
+CONFIG_LINEAR_DURATION = Duration.minutes(10)
+
+# --- ECS workers ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskSize:
+    """What one worker task reserves on its instance (bridge networking, EC2)."""
+
+    cpu: int
+    memory_mib: int
+    gpus: int
+
+
+# g5/g6.xlarge: 4 vCPU, 16 GiB, 1 GPU; c7i.xlarge: 4 vCPU, 8 GiB. Leave the agent room.
+TASK_SIZE = {
+    "gpu": TaskSize(cpu=3072, memory_mib=12_288, gpus=1),
+    "cpu": TaskSize(cpu=3072, memory_mib=6_144, gpus=0),
+}
+ROOT_VOLUME_GIB = 100  # the worker image carries CUDA torch and vLLM
+# ECS's upper bound: a stopping worker finishes and records its in-flight batch.
+WORKER_STOP_TIMEOUT = Duration.seconds(120)
+WORKER_READY_FILE = "/tmp/switchyard-worker.ready"
+WORKER_START_PERIOD = Duration.minutes(5)  # model download and load before health counts
+
+# --- Scaling on queue depth -------------------------------------------------------
+SCALING_PERIOD = Duration.minutes(1)
+SCALE_OUT_EVALUATION_PERIODS = 2
+# Backlog per task as a multiple of the model's backlog_per_task -> tasks to add.
+SCALE_OUT_STEPS: tuple[tuple[float, int], ...] = ((1.0, 1), (2.0, 2), (4.0, 4))
+SCALE_OUT_COOLDOWN = Duration.minutes(2)
+
+# --- Alarms -----------------------------------------------------------------------
+ALARM_PERIOD = Duration.minutes(1)
+ERROR_RATE_PERCENT = 5.0
+# A cold GPU instance takes minutes to join; older realtime work means scaling lags.
+REALTIME_AGE_ALARM = Duration.minutes(5)
+BATCH_AGE_ALARM = Duration.hours(1)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One stage of the platform: the manifest plus that stage's switches."""
+
+    manifest: Manifest
+    stage: Stage
+
+    @property
+    def names(self) -> ResourceNames:
+        return self.manifest.names(self.stage)
+
+    @property
+    def settings(self) -> StageSettings:
+        return self.manifest.stages[self.stage]
+
+    @property
+    def is_prod(self) -> bool:
+        return self.stage == "prod"
+
+    @staticmethod
+    def bucket_name(name: str) -> str:
+        """S3 names are global: the manifest's name plus account and region."""
+        return f"{name}-{Aws.ACCOUNT_ID}-{Aws.REGION}"
+
+    @staticmethod
+    def bucket_objects_arn(name: str) -> str:
+        """Every object of the bucket named ``name`` in the manifest."""
+        return f"arn:{Aws.PARTITION}:s3:::{Deployment.bucket_name(name)}/*"
+
+    @staticmethod
+    def bucket_objects_finding(name: str) -> str:
+        """How cdk-nag writes :meth:`bucket_objects_arn` in an IAM5 finding."""
+        return f"arn:<AWS::Partition>:s3:::{name}-<AWS::AccountId>-<AWS::Region>/*"
+
+    @property
+    def removal_policy(self) -> RemovalPolicy:
+        """Prod keeps tables and buckets when a stack goes; dev cleans up."""
+        return RemovalPolicy.RETAIN if self.is_prod else RemovalPolicy.DESTROY
+
+    @property
+    def nat_gateways(self) -> int:
+        """A stage that scales to zero pays nothing for NAT while idle: its workers
+        sit in public subnets with no inbound rule. Prod keeps them private."""
+        return 0 if self.settings.scale_to_zero else 2
+
+    def min_tasks(self, spec: ModelSpec) -> int:
+        return 0 if self.settings.scale_to_zero else spec.min_tasks_prod
+
+    def appconfig_extension_arn(self, scope: Construct) -> str:
+        override = scope.node.try_get_context("appconfig_extension_arn")
+        if override:
+            return str(override)
+        region = self.manifest.platform.region
+        if region not in APPCONFIG_EXTENSION_LAYER:
+            raise ValueError(
+                f"no AppConfig extension layer known for {region}; "
+                "pass -c appconfig_extension_arn=<arn> (see docs/deploying.md)"
+            )
+        return APPCONFIG_EXTENSION_LAYER[region]
+
+
+def deployment_from_context(scope: Construct, manifest: Manifest) -> Deployment:
+    """The stage named by `-c stage=...` (default dev), checked against the manifest."""
+    stage = scope.node.try_get_context("stage") or "dev"
+    if stage not in manifest.stages:
+        raise ValueError(f"-c stage={stage!r}: the manifest defines {sorted(manifest.stages)}")
+    return Deployment(manifest=manifest, stage=stage)

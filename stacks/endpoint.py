@@ -1,0 +1,159 @@
+"""One model's whole endpoint, instantiated once per manifest entry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+from stacks.api import Api
+from stacks.cloud import APPCONFIG_POLL_SECONDS, ROUTER_MEMORY_MB, ROUTER_TIMEOUT, Deployment
+from stacks.compute import Compute, WorkerService
+from stacks.configuration import ModelRouting, RoutingConfiguration
+from stacks.data import PredictionLog, Storage, grant_items, grant_objects, grant_registry_read
+from stacks.functions import FunctionCode, PlatformFunction, settings_environment
+from stacks.observability import ModelAlarms, ModelDashboard
+from stacks.queues import ModelQueues
+from switchyard.manifest import ModelSpec
+
+
+@dataclass(frozen=True)
+class SharedServing:
+    """What every endpoint plugs into: the API, the cluster, AppConfig, code, state."""
+
+    api: Api
+    compute: Compute
+    configuration: RoutingConfiguration
+    code: FunctionCode
+    storage: Storage
+    prediction_log: PredictionLog
+
+
+class ModelEndpoint(Construct):
+    """Queues, router function, routing profile, worker service, alarms and
+    dashboard of one model. Adding a model to the manifest adds all of them."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        deployment: Deployment,
+        model: str,
+        spec: ModelSpec,
+        shared: SharedServing,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        storage = shared.storage
+        names = deployment.names
+        self.queues = ModelQueues(self, "Queues", deployment=deployment, model=model, spec=spec)
+        self.alarms = ModelAlarms(
+            self, "Alarms", deployment=deployment, model=model, spec=spec, queues=self.queues
+        )
+        self.routing = ModelRouting(
+            self,
+            "Routing",
+            deployment=deployment,
+            configuration=shared.configuration,
+            model=model,
+            spec=spec,
+            canary_alarms=self.alarms.canary,
+        )
+        own_queues = {model: self.queues.urls()}
+
+        self.router = PlatformFunction(
+            self,
+            "Router",
+            deployment=deployment,
+            code=shared.code.router,
+            description=f"Switchyard router for {model}: validate, route, enqueue, wait",
+            environment={
+                **settings_environment(
+                    self,
+                    deployment=deployment,
+                    storage=storage,
+                    queues=own_queues,
+                    service="router",
+                ),
+                "SWITCHYARD_ROUTING_SOURCE": "appconfig-extension",
+                "SWITCHYARD_APPCONFIG_APPLICATION": deployment.names.appconfig_application,
+                "SWITCHYARD_APPCONFIG_ENVIRONMENT": self.routing.environment_name,
+                "AWS_APPCONFIG_EXTENSION_PREFETCH_LIST": self.routing.extension_path,
+                "AWS_APPCONFIG_EXTENSION_POLL_INTERVAL_SECONDS": str(APPCONFIG_POLL_SECONDS),
+            },
+            layers=[shared.code.core_layer, shared.code.appconfig_extension],
+            timeout=ROUTER_TIMEOUT,
+            memory_size=ROUTER_MEMORY_MB,
+        )
+        router_role = self.router.role
+        for queue in self.queues.queues.values():
+            queue.grant_send_messages(router_role)
+        grant_registry_read(storage.registry_table, router_role)
+        grant_items(storage.results_table, router_role)
+        self.routing.grant_read(router_role)
+        self.router.grant_api_key_lookup()
+        grant_objects(
+            names.payloads_bucket,
+            router_role,
+            ["s3:GetObject", "s3:PutObject"],
+            "Claim-check payloads are keyed by request id, made per request; the router "
+            "writes large inputs and reads large outputs.",
+        )
+        shared.api.add_predict_route(model, spec, self.router.function)
+
+        worker_environment = {
+            **settings_environment(
+                self, deployment=deployment, storage=storage, queues=own_queues, service="worker"
+            ),
+            "SWITCHYARD_WORKER_MODEL": model,
+            "SWITCHYARD_ARTIFACTS_BUCKET": storage.artifacts_bucket.bucket_name,
+            "SWITCHYARD_PREDICTION_LOG_STREAM": shared.prediction_log.stream_name,
+            "HF_HUB_OFFLINE": "1",
+        }
+        self.worker = WorkerService(
+            self,
+            "Worker",
+            deployment=deployment,
+            compute=shared.compute,
+            model=model,
+            spec=spec,
+            queues=self.queues,
+            environment=worker_environment,
+        )
+        task_role = self.worker.task_definition.task_role
+        for queue in self.queues.queues.values():
+            queue.grant_consume_messages(task_role)  # receive, delete, change visibility
+        grant_registry_read(storage.registry_table, task_role)
+        grant_items(storage.results_table, task_role)
+        task_role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["firehose:PutRecord", "firehose:PutRecordBatch"],
+                resources=[shared.prediction_log.stream_arn],
+            )
+        )
+        grant_objects(
+            names.payloads_bucket,
+            task_role,
+            ["s3:GetObject", "s3:PutObject"],
+            "Workers read claim-checked inputs and write large outputs under per-request "
+            "keys of the payloads bucket.",
+        )
+        grant_objects(
+            names.artifacts_bucket,
+            task_role,
+            ["s3:GetObject"],
+            "Workers load any registered version's artifact; the registry holds its key "
+            "and sha256, checked at load.",
+        )
+
+        ModelDashboard(
+            self,
+            "Dashboard",
+            deployment=deployment,
+            model=model,
+            spec=spec,
+            queues=self.queues,
+            service=self.worker.service,
+            alarms=self.alarms,
+        )

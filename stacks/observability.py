@@ -1,0 +1,252 @@
+"""What operators watch per model: alarms (two of them also guard routing
+rollouts) and one dashboard, built from the EMF metrics the code emits."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_ecs as ecs
+from constructs import Construct
+
+from stacks.cloud import (
+    ALARM_PERIOD,
+    BATCH_AGE_ALARM,
+    ERROR_RATE_PERCENT,
+    METRICS_NAMESPACE,
+    REALTIME_AGE_ALARM,
+    Deployment,
+)
+from stacks.queues import ModelQueues
+from switchyard.manifest import ModelSpec
+
+
+def model_metric(
+    model: str, name: str, statistic: str, period: Duration = ALARM_PERIOD
+) -> cloudwatch.Metric:
+    """A metric the router or worker emits, summed over the model's versions."""
+    return cloudwatch.Metric(
+        namespace=METRICS_NAMESPACE,
+        metric_name=name,
+        dimensions_map={"model": model},
+        statistic=statistic,
+        period=period,
+    )
+
+
+def service_metric(service: ecs.BaseService, name: str) -> cloudwatch.Metric:
+    """Container Insights' per-service task counts (DesiredTaskCount, RunningTaskCount…)."""
+    return cloudwatch.Metric(
+        namespace="ECS/ContainerInsights",
+        metric_name=name,
+        dimensions_map={
+            "ClusterName": service.cluster.cluster_name,
+            "ServiceName": service.service_name,
+        },
+        statistic="Maximum",
+        period=ALARM_PERIOD,
+    )
+
+
+class ModelAlarms(Construct):
+    """DLQ not empty, p99 over the SLO, error rate, age of the oldest message.
+
+    The p99 SLO is the model's default deadline: above it, callers start getting
+    202s instead of results. Error rate and p99 are the canary alarms that
+    AppConfig watches while a routing document rolls out.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        deployment: Deployment,
+        model: str,
+        spec: ModelSpec,
+        queues: ModelQueues,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        prefix = f"{deployment.names.base}-{model}"
+        self.error_rate = cloudwatch.MathExpression(
+            expression="100 * FILL(errors, 0) / requests",
+            using_metrics={
+                "errors": model_metric(model, "Errors", "Sum"),
+                "requests": model_metric(model, "Requests", "Sum"),
+            },
+            label="Error rate (%)",
+            period=ALARM_PERIOD,
+        ).create_alarm(
+            self,
+            "ErrorRate",
+            alarm_name=f"{prefix}-error-rate",
+            alarm_description=f"More than {ERROR_RATE_PERCENT}% of {model}'s requests failed",
+            threshold=ERROR_RATE_PERCENT,
+            evaluation_periods=3,
+            datapoints_to_alarm=2,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+        self.latency_p99 = model_metric(model, "Latency", "p99").create_alarm(
+            self,
+            "LatencyP99",
+            alarm_name=f"{prefix}-latency-p99",
+            alarm_description=f"{model}'s p99 latency is over its "
+            f"{spec.default_deadline_ms} ms SLO",
+            threshold=spec.default_deadline_ms,
+            evaluation_periods=3,
+            datapoints_to_alarm=2,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+        self.canary: list[cloudwatch.IAlarm] = [self.error_rate, self.latency_p99]
+
+        self.dlq_not_empty: dict[str, cloudwatch.Alarm] = {}
+        self.oldest_message: dict[str, cloudwatch.Alarm] = {}
+        ages = {"realtime": REALTIME_AGE_ALARM, "batch": BATCH_AGE_ALARM}
+        for lane, dlq in queues.dlqs.items():
+            self.dlq_not_empty[lane] = dlq.metric_approximate_number_of_messages_visible(
+                period=ALARM_PERIOD, statistic="Maximum"
+            ).create_alarm(
+                self,
+                f"{lane.title()}DlqNotEmpty",
+                alarm_name=f"{prefix}-{lane}-dlq-not-empty",
+                alarm_description=f"A {model} {lane} message failed "
+                f"{deployment.manifest.platform.max_receive_count} times and sits in the DLQ",
+                threshold=0,
+                evaluation_periods=1,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            )
+            self.oldest_message[lane] = (
+                queues.queues[lane]
+                .metric_approximate_age_of_oldest_message(period=ALARM_PERIOD, statistic="Maximum")
+                .create_alarm(
+                    self,
+                    f"{lane.title()}OldestMessage",
+                    alarm_name=f"{prefix}-{lane}-oldest-message",
+                    alarm_description=f"{model}'s oldest {lane} message has waited longer "
+                    f"than {ages[lane].to_human_string()}",
+                    threshold=ages[lane].to_seconds(),
+                    evaluation_periods=2,
+                    comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+                    treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+                )
+            )
+
+    @property
+    def all(self) -> list[cloudwatch.IAlarm]:
+        return [*self.canary, *self.dlq_not_empty.values(), *self.oldest_message.values()]
+
+
+class ModelDashboard(Construct):
+    """One page per model: traffic, latency, queues, tasks, batching, errors."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        deployment: Deployment,
+        model: str,
+        spec: ModelSpec,
+        queues: ModelQueues,
+        service: ecs.BaseService,
+        alarms: ModelAlarms,
+    ) -> None:
+        super().__init__(scope, construct_id)
+
+        def graph(
+            title: str, left: list[cloudwatch.IMetric], **kwargs: object
+        ) -> cloudwatch.GraphWidget:
+            return cloudwatch.GraphWidget(title=title, left=left, width=8, height=6, **kwargs)  # type: ignore[arg-type]
+
+        def lanes(metric: str, *, with_dlqs: bool = False) -> list[cloudwatch.IMetric]:
+            groups = [("", queues.queues), *([(" DLQ", queues.dlqs)] if with_dlqs else [])]
+            return [
+                queue.metric(metric, statistic="Maximum", period=ALARM_PERIOD, label=lane + suffix)
+                for suffix, group in groups
+                for lane, queue in group.items()
+            ]
+
+        per_version = cloudwatch.MathExpression(
+            expression=(
+                f'SEARCH(\'{{{METRICS_NAMESPACE},model,version}} MetricName="Requests" '
+                f"model=\"{model}\"', 'Sum', 60)"
+            ),
+            label="",
+            period=ALARM_PERIOD,
+        )
+        self.dashboard = cloudwatch.Dashboard(
+            self,
+            "Dashboard",
+            dashboard_name=f"{deployment.names.base}-{model}",
+            default_interval=Duration.hours(3),
+            widgets=[
+                [
+                    graph("Requests", [model_metric(model, "Requests", "Sum")]),
+                    graph(
+                        "Latency (end to end, ms)",
+                        [
+                            model_metric(model, "Latency", "p50"),
+                            model_metric(model, "Latency", "p99"),
+                        ],
+                        left_annotations=[
+                            cloudwatch.HorizontalAnnotation(
+                                value=spec.default_deadline_ms, label="p99 SLO (deadline)"
+                            )
+                        ],
+                    ),
+                    graph("Traffic per version", [per_version]),
+                ],
+                [
+                    graph(
+                        "Queue depth",
+                        lanes("ApproximateNumberOfMessagesVisible", with_dlqs=True),
+                    ),
+                    graph(
+                        "Age of oldest message (s)",
+                        lanes("ApproximateAgeOfOldestMessage"),
+                    ),
+                    graph(
+                        "Worker tasks",
+                        [
+                            service_metric(service, "DesiredTaskCount"),
+                            service_metric(service, "RunningTaskCount"),
+                            service_metric(service, "PendingTaskCount"),
+                        ],
+                    ),
+                ],
+                [
+                    graph(
+                        "Batch size",
+                        [
+                            model_metric(model, "BatchSize", "Average"),
+                            model_metric(model, "BatchSize", "Maximum"),
+                        ],
+                        left_annotations=[
+                            cloudwatch.HorizontalAnnotation(
+                                value=spec.max_batch_size, label="max_batch_size"
+                            )
+                        ],
+                    ),
+                    graph(
+                        "Queue wait and compute (ms)",
+                        [
+                            model_metric(model, "QueueWait", "p50"),
+                            model_metric(model, "QueueWait", "p99"),
+                            model_metric(model, "Compute", "p50"),
+                            model_metric(model, "Compute", "p99"),
+                        ],
+                    ),
+                    graph(
+                        "Errors",
+                        [
+                            model_metric(model, "Errors", "Sum"),
+                            model_metric(model, "ItemErrors", "Sum"),
+                            model_metric(model, "Fallbacks", "Sum"),
+                        ],
+                    ),
+                ],
+                [cloudwatch.AlarmStatusWidget(title="Alarms", alarms=alarms.all, width=24)],
+            ],
+        )

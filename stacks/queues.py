@@ -1,0 +1,79 @@
+"""A model's work queues: realtime and batch, each with its dead-letter queue."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from stacks.cloud import Deployment
+from stacks.nag import acknowledge
+from switchyard.manifest import ModelSpec
+
+
+class ModelQueues(Construct):
+    """Standard queues, so a message's MessageGroupId (the tenant) makes them fair
+    queues: SQS serves quiet tenants first when one tenant builds a backlog."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        deployment: Deployment,
+        model: str,
+        spec: ModelSpec,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        platform = deployment.manifest.platform
+        names = deployment.names
+        longest_batch_ms = spec.max_wait_ms + spec.default_deadline_ms
+        if platform.visibility_timeout_seconds * 1000 <= longest_batch_ms:
+            raise ValueError(
+                f"visibility_timeout_seconds ({platform.visibility_timeout_seconds}s) must "
+                f"exceed {model}'s longest batch (max_wait_ms + default_deadline_ms = "
+                f"{longest_batch_ms} ms), or in-flight work would be delivered twice"
+            )
+        self.dlqs: dict[str, sqs.Queue] = {}
+        self.queues: dict[str, sqs.Queue] = {}
+        for lane in ("realtime", "batch"):
+            dlq = sqs.Queue(
+                self,
+                f"{lane.title()}Dlq",
+                queue_name=names.dlq(model, lane),
+                encryption=sqs.QueueEncryption.SQS_MANAGED,
+                enforce_ssl=True,
+                retention_period=Duration.seconds(platform.dlq_retention_seconds),
+            )
+            acknowledge(
+                dlq,
+                "AwsSolutions-SQS3",
+                f"This is the dead-letter queue of {model}'s {lane} queue; a poison "
+                "message stops here for an operator, alarmed on the first arrival.",
+            )
+            self.dlqs[lane] = dlq
+            self.queues[lane] = sqs.Queue(
+                self,
+                f"{lane.title()}Queue",
+                queue_name=names.queue(model, lane),
+                encryption=sqs.QueueEncryption.SQS_MANAGED,
+                enforce_ssl=True,
+                visibility_timeout=Duration.seconds(platform.visibility_timeout_seconds),
+                retention_period=Duration.seconds(platform.message_retention_seconds),
+                receive_message_wait_time=Duration.seconds(20),
+                dead_letter_queue=sqs.DeadLetterQueue(
+                    queue=dlq, max_receive_count=platform.max_receive_count
+                ),
+            )
+
+    @property
+    def realtime(self) -> sqs.Queue:
+        return self.queues["realtime"]
+
+    @property
+    def batch(self) -> sqs.Queue:
+        return self.queues["batch"]
+
+    def urls(self) -> dict[str, str]:
+        """The ``SWITCHYARD_QUEUES`` entry of this model."""
+        return {lane: queue.queue_url for lane, queue in self.queues.items()}

@@ -1,0 +1,93 @@
+"""What serves requests: API, functions, AppConfig, cluster and one endpoint per model."""
+
+from __future__ import annotations
+
+from aws_cdk import Stack
+from constructs import Construct
+
+from stacks.api import Api
+from stacks.batch import BatchIngest
+from stacks.cloud import ROUTER_MEMORY_MB, ROUTER_TIMEOUT, Deployment
+from stacks.compute import Compute
+from stacks.configuration import RoutingConfiguration
+from stacks.data import DataStack, grant_objects, grant_registry_read
+from stacks.endpoint import ModelEndpoint, SharedServing
+from stacks.functions import FunctionCode, PlatformFunction, settings_environment
+
+
+class ServingStack(Stack):
+    """Stateless side of one stage; reads and writes the data stack's resources."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        deployment: Deployment,
+        data: DataStack,
+        **kwargs: object,
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)  # type: ignore[arg-type]
+        storage = data.storage
+        self.shared = SharedServing(
+            api=Api(self, "Api", deployment=deployment),
+            compute=Compute(self, "Compute", deployment=deployment),
+            configuration=RoutingConfiguration(self, "Routing", deployment=deployment),
+            code=FunctionCode(self, "Code", deployment=deployment),
+            storage=storage,
+            prediction_log=data.prediction_log,
+        )
+        self.endpoints = {
+            model: ModelEndpoint(
+                self,
+                f"Model-{model}",
+                deployment=deployment,
+                model=model,
+                spec=spec,
+                shared=self.shared,
+            )
+            for model, spec in deployment.manifest.models.items()
+        }
+        self.requests = self._requests_function(deployment)
+        self.batch = BatchIngest(
+            self,
+            "Batch",
+            deployment=deployment,
+            code=self.shared.code,
+            storage=storage,
+            queues={model: endpoint.queues for model, endpoint in self.endpoints.items()},
+        )
+
+    def _requests_function(self, deployment: Deployment) -> PlatformFunction:
+        """The router app for routes that belong to no one model: the catalog and
+        async status. It sends nothing; it knows every model's queues only to list them."""
+        storage = self.shared.storage
+        names = deployment.names
+        function = PlatformFunction(
+            self,
+            "Requests",
+            deployment=deployment,
+            code=self.shared.code.router,
+            description="Switchyard router for GET /v1/models and /v1/requests/{id}",
+            environment=settings_environment(
+                self,
+                deployment=deployment,
+                storage=storage,
+                queues={m: e.queues.urls() for m, e in self.endpoints.items()},
+                service="router",
+            ),
+            layers=[self.shared.code.core_layer],
+            timeout=ROUTER_TIMEOUT,
+            memory_size=ROUTER_MEMORY_MB,
+        )
+        grant_registry_read(storage.registry_table, function.role)
+        storage.results_table.grant(function.role, "dynamodb:GetItem")
+        function.grant_api_key_lookup()
+        grant_objects(
+            names.payloads_bucket,
+            function.role,
+            ["s3:GetObject"],
+            "Async status returns claim-checked outputs stored under per-request keys.",
+        )
+        self.shared.api.add_platform_routes(function.function)
+        return function

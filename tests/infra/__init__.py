@@ -1,0 +1,1 @@
+"""Infra tier: Template assertions and cdk-nag on the CDK app."""

@@ -1,0 +1,90 @@
+"""Fixtures of the infra tier: each stage is synthesized once per session, and each
+stack of it is one ``Template`` fixture."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+for path in (REPO_ROOT, REPO_ROOT / "layers" / "core" / "python"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+from aws_cdk import App  # noqa: E402
+from aws_cdk.assertions import Template  # noqa: E402
+
+from stacks import Platform, add_platform, app_context  # noqa: E402
+from switchyard.manifest import Manifest, load_manifest  # noqa: E402
+
+
+@dataclass
+class Synthesized:
+    """One stage of the platform, synthesized: its stacks and their templates."""
+
+    app: App
+    platform: Platform
+    data: Template
+    serving: Template
+
+
+def synthesize(manifest: Manifest, stage: str, outdir: Path) -> Synthesized:
+    app = App(context=app_context(stage=stage), outdir=str(outdir))
+    platform = add_platform(app, manifest)
+    return Synthesized(
+        app=app,
+        platform=platform,
+        data=Template.from_stack(platform.data),
+        serving=Template.from_stack(platform.serving),
+    )
+
+
+@pytest.fixture(scope="session")
+def manifest() -> Manifest:
+    return load_manifest()
+
+
+@pytest.fixture(scope="session")
+def synth(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Callable[[Manifest, str], Synthesized]:
+    """Synthesize any manifest at any stage, into a fresh cloud assembly."""
+
+    def run(manifest: Manifest, stage: str) -> Synthesized:
+        return synthesize(manifest, stage, tmp_path_factory.mktemp(f"cdk.out.{stage}"))
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def dev(synth: Callable[[Manifest, str], Synthesized], manifest: Manifest) -> Synthesized:
+    return synth(manifest, "dev")
+
+
+@pytest.fixture(scope="session")
+def prod(synth: Callable[[Manifest, str], Synthesized], manifest: Manifest) -> Synthesized:
+    return synth(manifest, "prod")
+
+
+@pytest.fixture(scope="session")
+def data_template(dev: Synthesized) -> Template:
+    return dev.data
+
+
+@pytest.fixture(scope="session")
+def serving_template(dev: Synthesized) -> Template:
+    return dev.serving
+
+
+@pytest.fixture(scope="session")
+def prod_data_template(prod: Synthesized) -> Template:
+    return prod.data
+
+
+@pytest.fixture(scope="session")
+def prod_serving_template(prod: Synthesized) -> Template:
+    return prod.serving

@@ -1,0 +1,124 @@
+"""REST API Gateway: keys on every method, usage plans per tier, validation, logs, metrics."""
+
+from __future__ import annotations
+
+from aws_cdk.assertions import Match, Template
+
+from switchyard.auth import TENANT_TAG
+from switchyard.manifest import Manifest
+
+
+def test_every_method_requires_an_api_key(serving_template: Template) -> None:
+    methods = serving_template.find_resources("AWS::ApiGateway::Method")
+    assert methods, "the API has no methods"
+    assert {name: m["Properties"].get("ApiKeyRequired") for name, m in methods.items()} == {
+        name: True for name in methods
+    }
+
+
+def test_each_tier_has_a_usage_plan_with_rate_burst_and_quota(
+    serving_template: Template, manifest: Manifest
+) -> None:
+    names = manifest.names("dev")
+    for tier_name, tier in manifest.tiers.items():
+        serving_template.has_resource_properties(
+            "AWS::ApiGateway::UsagePlan",
+            {
+                "UsagePlanName": names.usage_plan(tier_name),
+                "Throttle": {"RateLimit": tier.rate, "BurstLimit": tier.burst},
+                "Quota": {"Limit": tier.quota_per_day, "Period": "DAY"},
+                "ApiStages": Match.array_with([Match.object_like({"Stage": Match.any_value()})]),
+            },
+        )
+
+
+def test_each_tenant_has_a_tagged_key_in_its_tier_plan(
+    serving_template: Template, manifest: Manifest
+) -> None:
+    names = manifest.names("dev")
+    keys = serving_template.find_resources("AWS::ApiGateway::ApiKey")
+    plans = serving_template.find_resources("AWS::ApiGateway::UsagePlan")
+    links = serving_template.find_resources("AWS::ApiGateway::UsagePlanKey")
+    for tenant_name, tenant in manifest.tenants.items():
+        key_id = next(
+            k for k, v in keys.items() if v["Properties"]["Name"] == names.api_key(tenant_name)
+        )
+        assert {"Key": TENANT_TAG, "Value": tenant_name} in keys[key_id]["Properties"]["Tags"]
+        plan_id = next(
+            p
+            for p, v in plans.items()
+            if v["Properties"]["UsagePlanName"] == names.usage_plan(tenant.tier)
+        )
+        assert any(
+            link["Properties"]
+            == {"KeyId": {"Ref": key_id}, "KeyType": "API_KEY", "UsagePlanId": {"Ref": plan_id}}
+            for link in links.values()
+        ), f"{tenant_name}'s key is not in the {tenant.tier} plan"
+
+
+def test_predict_bodies_are_validated_against_the_model_limits(
+    serving_template: Template, manifest: Manifest
+) -> None:
+    serving_template.has_resource_properties(
+        "AWS::ApiGateway::RequestValidator",
+        {"ValidateRequestBody": True, "ValidateRequestParameters": True},
+    )
+    for model, spec in manifest.models.items():
+        serving_template.has_resource_properties(
+            "AWS::ApiGateway::Model",
+            {
+                "ContentType": "application/json",
+                "Schema": Match.object_like(
+                    {
+                        "title": f"{model}-predict",
+                        "required": ["inputs"],
+                        "additionalProperties": False,
+                        "properties": {
+                            "inputs": {
+                                "type": "array",
+                                "minItems": 1,
+                                "maxItems": spec.max_inputs_per_request,
+                            }
+                        },
+                    }
+                ),
+            },
+        )
+    serving_template.has_resource_properties(
+        "AWS::ApiGateway::Method",
+        {
+            "HttpMethod": "POST",
+            "RequestValidatorId": Match.any_value(),
+            "RequestModels": {"application/json": Match.any_value()},
+        },
+    )
+
+
+def test_stage_writes_access_logs_and_metrics(serving_template: Template) -> None:
+    serving_template.has_resource_properties(
+        "AWS::ApiGateway::Stage",
+        {
+            "StageName": "dev",
+            "AccessLogSetting": {
+                "DestinationArn": Match.any_value(),
+                "Format": Match.string_like_regexp(r"\$context\.identity\.apiKeyId"),
+            },
+            "MethodSettings": Match.array_with(
+                [Match.object_like({"MetricsEnabled": True, "LoggingLevel": "ERROR"})]
+            ),
+            "TracingEnabled": True,
+        },
+    )
+
+
+def test_invalid_bodies_are_answered_like_the_router(serving_template: Template) -> None:
+    serving_template.has_resource_properties(
+        "AWS::ApiGateway::GatewayResponse",
+        {
+            "ResponseType": "BAD_REQUEST_BODY",
+            "StatusCode": "422",
+            "ResponseTemplates": {
+                "application/json": Match.string_like_regexp('"code": "invalid_input"')
+            },
+        },
+    )

@@ -1,0 +1,239 @@
+"""ECS: a cluster with GPU and CPU capacity that starts at zero, and per model a
+worker service that drains on stop and follows its queues' depth."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aws_cdk.assertions import Match, Template
+
+from stacks.cloud import TASK_SIZE, WORKER_STOP_TIMEOUT
+from switchyard.manifest import Manifest
+
+from .helpers import actions_of, logical_id, only, statements
+
+GPU_AMI = "/aws/service/ecs/optimized-ami/amazon-linux-2023/gpu/recommended/image_id"
+CPU_AMI = "/aws/service/ecs/optimized-ami/amazon-linux-2023/recommended/image_id"
+
+
+def _instance_types(manifest: Manifest, compute: str) -> list[str]:
+    types = [t for s in manifest.models.values() if s.compute == compute for t in s.instance_types]
+    return list(dict.fromkeys(types))
+
+
+def _launch_template_for(template: Template, ami: str) -> str:
+    parameter = next(
+        name for name, p in template.to_json()["Parameters"].items() if p.get("Default") == ami
+    )
+    return next(
+        name
+        for name, lt in template.find_resources("AWS::EC2::LaunchTemplate").items()
+        if lt["Properties"]["LaunchTemplateData"]["ImageId"] == {"Ref": parameter}
+    )
+
+
+def _service_of(template: Template, model: str) -> tuple[str, dict[str, Any]]:
+    for name, task in template.find_resources("AWS::ECS::TaskDefinition").items():
+        env = task["Properties"]["ContainerDefinitions"][0]["Environment"]
+        if {"Name": "SWITCHYARD_WORKER_MODEL", "Value": model} in env:
+            return name, task
+    raise AssertionError(f"no worker task for {model}")
+
+
+def test_cluster_reports_container_insights(serving_template: Template) -> None:
+    serving_template.has_resource_properties(
+        "AWS::ECS::Cluster",
+        {"ClusterSettings": [{"Name": "containerInsights", "Value": "enabled"}]},
+    )
+
+
+def test_gpu_capacity_is_the_gpu_ami_with_manifest_instance_types_from_zero(
+    serving_template: Template, manifest: Manifest
+) -> None:
+    launch_template = _launch_template_for(serving_template, GPU_AMI)
+    serving_template.has_resource_properties(
+        "AWS::AutoScaling::AutoScalingGroup",
+        {
+            "MinSize": "0",
+            "MixedInstancesPolicy": {
+                "LaunchTemplate": {
+                    "LaunchTemplateSpecification": {
+                        "LaunchTemplateId": {"Ref": launch_template},
+                        "Version": Match.any_value(),
+                    },
+                    "Overrides": [{"InstanceType": t} for t in _instance_types(manifest, "gpu")],
+                },
+                "InstancesDistribution": Match.any_value(),
+            },
+        },
+    )
+    serving_template.has_resource_properties(
+        "AWS::ECS::CapacityProvider",
+        {
+            "AutoScalingGroupProvider": Match.object_like(
+                {"ManagedScaling": Match.object_like({"Status": "ENABLED", "TargetCapacity": 100})}
+            )
+        },
+    )
+
+
+def test_cpu_capacity_serves_small_models(serving_template: Template, manifest: Manifest) -> None:
+    launch_template = _launch_template_for(serving_template, CPU_AMI)
+    serving_template.has_resource_properties(
+        "AWS::AutoScaling::AutoScalingGroup",
+        {
+            "MinSize": "0",
+            "MixedInstancesPolicy": Match.object_like(
+                {
+                    "LaunchTemplate": {
+                        "LaunchTemplateSpecification": Match.object_like(
+                            {"LaunchTemplateId": {"Ref": launch_template}}
+                        ),
+                        "Overrides": [
+                            {"InstanceType": t} for t in _instance_types(manifest, "cpu")
+                        ],
+                    }
+                }
+            ),
+        },
+    )
+
+
+def test_instances_encrypt_root_volumes_and_hide_their_role_from_tasks(
+    serving_template: Template,
+) -> None:
+    for lt in serving_template.find_resources("AWS::EC2::LaunchTemplate").values():
+        data = lt["Properties"]["LaunchTemplateData"]
+        assert data["BlockDeviceMappings"][0]["Ebs"]["Encrypted"] is True
+        assert data["MetadataOptions"] == {"HttpTokens": "required", "HttpPutResponseHopLimit": 1}
+
+
+def test_each_model_has_a_worker_service_that_drains_on_stop(
+    serving_template: Template, manifest: Manifest
+) -> None:
+    for model, spec in manifest.models.items():
+        task_id, task = _service_of(serving_template, model)
+        container = task["Properties"]["ContainerDefinitions"][0]
+        assert container["StopTimeout"] == WORKER_STOP_TIMEOUT.to_seconds() == 120
+        assert container["StopTimeout"] > manifest.platform.visibility_timeout_seconds
+        size = TASK_SIZE[spec.compute]
+        assert container["MemoryReservation"] == size.memory_mib
+        gpus = [r for r in container.get("ResourceRequirements", []) if r["Type"] == "GPU"]
+        assert gpus == ([{"Type": "GPU", "Value": str(size.gpus)}] if size.gpus else [])
+        serving_template.has_resource_properties(
+            "AWS::ECS::Service",
+            {
+                "TaskDefinition": {"Ref": task_id},
+                "CapacityProviderStrategy": [Match.object_like({"Weight": 1})],
+                "DeploymentConfiguration": Match.object_like(
+                    {"DeploymentCircuitBreaker": {"Enable": True, "Rollback": True}}
+                ),
+            },
+        )
+
+
+def test_worker_environment_names_its_model_and_log_stream(
+    serving_template: Template, manifest: Manifest
+) -> None:
+    for model in manifest.models:
+        _, task = _service_of(serving_template, model)
+        env = {
+            e["Name"]: e["Value"]
+            for e in task["Properties"]["ContainerDefinitions"][0]["Environment"]
+        }
+        assert env["SWITCHYARD_WORKER_MODEL"] == model
+        assert (
+            env["SWITCHYARD_PREDICTION_LOG_STREAM"] == manifest.names("dev").prediction_log_stream
+        )
+        assert "AWS_ENDPOINT_URL" not in env
+
+
+def _alarm(template: Template, name: str) -> dict[str, Any]:
+    return only(template, "AWS::CloudWatch::Alarm", {"AlarmName": name})
+
+
+def _policy(template: Template, alarm: dict[str, Any]) -> dict[str, Any]:
+    (action,) = alarm["Properties"]["AlarmActions"]
+    return template.find_resources("AWS::ApplicationAutoScaling::ScalingPolicy")[action["Ref"]]
+
+
+def test_any_backlog_with_no_task_starts_one(
+    serving_template: Template, manifest: Manifest
+) -> None:
+    base = manifest.names("dev").base
+    for model in manifest.models:
+        alarm = _alarm(serving_template, f"{base}-{model}-scale-from-zero")
+        expression = json.dumps(alarm["Properties"]["Metrics"])
+        assert "FILL(desired, 0) == 0" in expression and "DesiredTaskCount" in expression
+        assert "ApproximateNumberOfMessagesVisible" in expression
+        config = _policy(serving_template, alarm)["Properties"]["StepScalingPolicyConfiguration"]
+        assert config["AdjustmentType"] == "ExactCapacity"
+        assert config["StepAdjustments"] == [
+            {"MetricIntervalLowerBound": 0, "ScalingAdjustment": 1}
+        ]
+
+
+def test_backlog_per_task_above_target_scales_out_in_steps(
+    serving_template: Template, manifest: Manifest
+) -> None:
+    base = manifest.names("dev").base
+    for model, spec in manifest.models.items():
+        alarm = _alarm(serving_template, f"{base}-{model}-backlog-per-task")
+        assert alarm["Properties"]["Threshold"] == spec.backlog_per_task
+        assert alarm["Properties"]["ComparisonOperator"] == "GreaterThanThreshold"
+        config = _policy(serving_template, alarm)["Properties"]["StepScalingPolicyConfiguration"]
+        assert config["AdjustmentType"] == "ChangeInCapacity"
+        adds = [step["ScalingAdjustment"] for step in config["StepAdjustments"]]
+        assert len(adds) > 1 and adds == sorted(adds) and adds[0] == 1
+
+
+def test_idle_for_the_stage_period_scales_in_to_zero_in_dev(
+    serving_template: Template, manifest: Manifest
+) -> None:
+    base = manifest.names("dev").base
+    idle = manifest.stages["dev"].idle_minutes_before_scale_in
+    for model in manifest.models:
+        alarm = _alarm(serving_template, f"{base}-{model}-idle")
+        assert alarm["Properties"]["EvaluationPeriods"] == idle
+        assert alarm["Properties"]["TreatMissingData"] == "breaching"
+        config = _policy(serving_template, alarm)["Properties"]["StepScalingPolicyConfiguration"]
+        assert config["AdjustmentType"] == "ExactCapacity"
+        assert config["StepAdjustments"] == [
+            {"MetricIntervalUpperBound": 0, "ScalingAdjustment": 0}
+        ]
+    serving_template.all_resources_properties(
+        "AWS::ApplicationAutoScaling::ScalableTarget",
+        {"MinCapacity": 0, "ScalableDimension": "ecs:service:DesiredCount"},
+    )
+
+
+def test_worker_role_reaches_its_queues_tables_buckets_and_log_stream(
+    serving_template: Template, manifest: Manifest
+) -> None:
+    names = manifest.names("dev")
+    for model in manifest.models:
+        _, task = _service_of(serving_template, model)
+        granted = statements(serving_template, task["Properties"]["TaskRoleArn"]["Fn::GetAtt"][0])
+        actions = actions_of(granted)
+        assert {
+            "sqs:ReceiveMessage",
+            "sqs:DeleteMessage",
+            "sqs:ChangeMessageVisibility",
+            "dynamodb:GetItem",
+            "dynamodb:PutItem",
+            "s3:GetObject",
+            "s3:PutObject",
+            "firehose:PutRecordBatch",
+        } <= actions
+        assert "sqs:SendMessage" not in actions
+        assert not {"dynamodb:DeleteItem", "dynamodb:Scan"} & actions
+        consumed = json.dumps(
+            [s["Resource"] for s in granted if "sqs:ReceiveMessage" in s["Action"]]
+        )
+        others = [m for m in manifest.models if m != model]
+        for other in others:
+            other_queue = logical_id(
+                serving_template, "AWS::SQS::Queue", {"QueueName": names.queue(other, "realtime")}
+            )
+            assert other_queue not in consumed, f"{model}'s worker may read {other}'s queue"

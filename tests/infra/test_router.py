@@ -1,0 +1,115 @@
+"""Router Lambda per model: FastAPI through Mangum, current runtime, Powertools, the
+AppConfig extension, least privilege, and a timeout below the integration's."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aws_cdk.assertions import Match, Template
+
+from stacks.cloud import APPCONFIG_EXTENSION_LAYER, LAMBDA_RUNTIME
+from switchyard.manifest import Manifest
+
+from .helpers import actions_of, logical_id, statements
+
+
+def _router(template: Template, model: str) -> tuple[str, dict[str, Any]]:
+    functions = template.find_resources("AWS::Lambda::Function")
+    for name, fn in functions.items():
+        env = fn["Properties"].get("Environment", {}).get("Variables", {})
+        if env.get("SWITCHYARD_APPCONFIG_ENVIRONMENT") == model:
+            return name, fn
+    raise AssertionError(f"no router function for {model}")
+
+
+def test_each_model_has_a_mangum_router_on_a_current_runtime(
+    serving_template: Template, manifest: Manifest
+) -> None:
+    for model in manifest.models:
+        _, fn = _router(serving_template, model)
+        assert fn["Properties"]["Handler"] == "handler.handler"  # handler = Mangum(app)
+        assert fn["Properties"]["Runtime"] == LAMBDA_RUNTIME.name == "python3.14"
+        assert fn["Properties"]["TracingConfig"] == {"Mode": "Active"}
+
+
+def test_router_environment_follows_the_settings_contract(
+    serving_template: Template, manifest: Manifest
+) -> None:
+    names = manifest.names("dev")
+    for model in manifest.models:
+        _, fn = _router(serving_template, model)
+        env = fn["Properties"]["Environment"]["Variables"]
+        assert env["SWITCHYARD_STAGE"] == "dev"
+        assert env["SWITCHYARD_ROUTING_SOURCE"] == "appconfig-extension"
+        assert env["SWITCHYARD_APPCONFIG_APPLICATION"] == names.appconfig_application
+        assert env["POWERTOOLS_SERVICE_NAME"] == "router"
+        assert env["POWERTOOLS_METRICS_NAMESPACE"] == "Switchyard"
+        assert env["AWS_APPCONFIG_EXTENSION_PREFETCH_LIST"] == (
+            f"/applications/{names.appconfig_application}/environments/{model}"
+            f"/configurations/{names.routing_profile(model)}"
+        )
+        assert "AWS_ENDPOINT_URL" not in env and "SWITCHYARD_AWS_ENDPOINT_URL" not in env
+        for key in ("REGISTRY_TABLE", "RESULTS_TABLE", "PAYLOADS_BUCKET", "QUEUES"):
+            assert f"SWITCHYARD_{key}" in env
+        queues = json.dumps(env["SWITCHYARD_QUEUES"])
+        assert f'\\"{model}\\":{{\\"realtime\\"' in queues, "QUEUES names only its own model"
+        assert all(other not in queues for other in manifest.models if other != model)
+
+
+def test_router_carries_the_core_and_appconfig_extension_layers(
+    serving_template: Template, manifest: Manifest
+) -> None:
+    core = logical_id(serving_template, "AWS::Lambda::LayerVersion", Match.any_value())
+    for model in manifest.models:
+        _, fn = _router(serving_template, model)
+        layers = {json.dumps(layer) for layer in fn["Properties"]["Layers"]}
+        assert layers == {
+            json.dumps({"Ref": core}),
+            json.dumps(APPCONFIG_EXTENSION_LAYER[manifest.platform.region]),
+        }
+
+
+def test_router_answers_before_the_api_gives_up(
+    serving_template: Template, manifest: Manifest
+) -> None:
+    integration_ms = {
+        m["Properties"]["Integration"]["TimeoutInMillis"]
+        for m in serving_template.find_resources("AWS::ApiGateway::Method").values()
+    }
+    assert integration_ms == {29_000}
+    for model, spec in manifest.models.items():
+        _, fn = _router(serving_template, model)
+        assert spec.default_deadline_ms < fn["Properties"]["Timeout"] * 1000 < 29_000
+
+
+def test_router_role_reaches_only_its_own_queues_tables_and_profile(
+    serving_template: Template, manifest: Manifest
+) -> None:
+    names = manifest.names("dev")
+    for model in manifest.models:
+        _, fn = _router(serving_template, model)
+        role = fn["Properties"]["Role"]["Fn::GetAtt"][0]
+        granted = statements(serving_template, role)
+        assert (
+            serving_template.find_resources(
+                "AWS::IAM::Role", {"Properties": {"ManagedPolicyArns": Match.any_value()}}
+            ).get(role)
+            is None
+        ), "the router role has no managed policy"
+        send = [s for s in granted if "sqs:SendMessage" in actions_of([s])]
+        queue_refs = {json.dumps(r) for s in send for r in _as_list(s["Resource"])}
+        own = {
+            logical_id(serving_template, "AWS::SQS::Queue", {"QueueName": names.queue(model, lane)})
+            for lane in ("realtime", "batch")
+        }
+        assert queue_refs == {json.dumps({"Fn::GetAtt": [q, "Arn"]}) for q in own}
+        appconfig = [s for s in granted if "appconfig:GetLatestConfiguration" in actions_of([s])]
+        assert len(appconfig) == 1 and "/configuration/" in json.dumps(appconfig[0]["Resource"])
+        assert "*" not in json.dumps(appconfig[0]["Resource"])
+        assert not any(a.endswith("*") for a in actions_of(granted) if a.startswith("s3:"))
+        assert not {"dynamodb:DeleteItem", "dynamodb:BatchWriteItem"} & actions_of(granted)
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
