@@ -22,7 +22,9 @@ MILLISECONDS = MetricUnit.Milliseconds
 
 def emit_metrics(values: dict[str, tuple[MetricUnit, float]], **dimensions: str) -> None:
     """One EMF document with ``values`` under ``dimensions``."""
-    metrics = EphemeralMetrics(namespace=NAMESPACE)
+    # service="" keeps POWERTOOLS_SERVICE_NAME out of the dimensions: the dashboards
+    # and alarms read exactly (model) and (model, version).
+    metrics = EphemeralMetrics(namespace=NAMESPACE, service="")
     for name, value in dimensions.items():
         metrics.add_dimension(name=name, value=value)
     for name, (unit, value) in values.items():
