@@ -90,7 +90,6 @@ SCALE_OUT_COOLDOWN = Duration.minutes(2)
 
 # --- Alarms -----------------------------------------------------------------------
 ALARM_PERIOD = Duration.minutes(1)
-ERROR_RATE_PERCENT = 5.0
 # A cold GPU instance takes minutes to join; older realtime work means scaling lags.
 REALTIME_AGE_ALARM = Duration.minutes(5)
 BATCH_AGE_ALARM = Duration.hours(1)
@@ -118,7 +117,7 @@ class Deployment:
     @staticmethod
     def bucket_name(name: str) -> str:
         """S3 names are global: the manifest's name plus account and region."""
-        return f"{name}-{Aws.ACCOUNT_ID}-{Aws.REGION}"
+        return ResourceNames.cloud_bucket(name, Aws.ACCOUNT_ID, Aws.REGION)
 
     @staticmethod
     def bucket_objects_arn(name: str) -> str:

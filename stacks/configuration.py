@@ -53,7 +53,7 @@ class RoutingConfiguration(Construct):
         self.strategy = appconfig.DeploymentStrategy(
             self,
             "Strategy",
-            deployment_strategy_name=f"{names.base}-{stage.config_deployment.lower()}",
+            deployment_strategy_name=names.deployment_strategy(stage.config_deployment),
             description=f"{stage.config_deployment} rollout of routing documents",
             rollout_strategy=rollout,
         )

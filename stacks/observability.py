@@ -11,7 +11,6 @@ from constructs import Construct
 from stacks.cloud import (
     ALARM_PERIOD,
     BATCH_AGE_ALARM,
-    ERROR_RATE_PERCENT,
     METRICS_NAMESPACE,
     REALTIME_AGE_ALARM,
     Deployment,
@@ -67,6 +66,8 @@ class ModelAlarms(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         prefix = f"{deployment.names.base}-{model}"
+        limits = deployment.manifest.rollout
+        error_rate_percent = 100 * limits.max_error_rate
         self.error_rate = cloudwatch.MathExpression(
             expression="100 * FILL(errors, 0) / requests",
             using_metrics={
@@ -79,8 +80,8 @@ class ModelAlarms(Construct):
             self,
             "ErrorRate",
             alarm_name=f"{prefix}-error-rate",
-            alarm_description=f"More than {ERROR_RATE_PERCENT}% of {model}'s requests failed",
-            threshold=ERROR_RATE_PERCENT,
+            alarm_description=f"More than {error_rate_percent:g}% of {model}'s requests failed",
+            threshold=error_rate_percent,
             evaluation_periods=3,
             datapoints_to_alarm=2,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
@@ -90,9 +91,8 @@ class ModelAlarms(Construct):
             self,
             "LatencyP99",
             alarm_name=f"{prefix}-latency-p99",
-            alarm_description=f"{model}'s p99 latency is over its "
-            f"{spec.default_deadline_ms} ms SLO",
-            threshold=spec.default_deadline_ms,
+            alarm_description=f"{model}'s p99 latency is over its {spec.slo_p99_ms} ms SLO",
+            threshold=spec.slo_p99_ms,
             evaluation_periods=3,
             datapoints_to_alarm=2,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
@@ -192,7 +192,7 @@ class ModelDashboard(Construct):
                         ],
                         left_annotations=[
                             cloudwatch.HorizontalAnnotation(
-                                value=spec.default_deadline_ms, label="p99 SLO (deadline)"
+                                value=spec.slo_p99_ms, label="p99 SLO"
                             )
                         ],
                     ),

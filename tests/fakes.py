@@ -102,6 +102,14 @@ class FakeResults:
     def get(self, tenant: str, request_id: str) -> ResultRecord | None:
         return self.items.get((tenant, request_id))
 
+    def mark_failed(self, tenant: str, request_id: str, version: str, reason: str) -> None:
+        current = self.items.get((tenant, request_id))
+        if current is not None and current.status == "queued":
+            self.items[(tenant, request_id)] = current.model_copy(
+                update={"failures": current.failures + 1, "last_failure": f"{version}: {reason}"}
+            )
+        self.log.append(("failure", request_id))
+
 
 class FakePayloads:
     def __init__(self) -> None:

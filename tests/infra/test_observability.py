@@ -63,7 +63,7 @@ def test_alarm_when_p99_is_over_the_slo(serving_template: Template, manifest: Ma
                 "MetricName": "Latency",
                 "ExtendedStatistic": "p99",
                 "Dimensions": [{"Name": "model", "Value": model}],
-                "Threshold": spec.default_deadline_ms,
+                "Threshold": spec.slo_p99_ms,
             },
         )
 

@@ -23,7 +23,7 @@ from switchyard.auth import TenantDirectory
 from switchyard.schemas import ResultRecord
 from switchyard.signatures import FieldError
 from switchyard.telemetry import COUNT, MILLISECONDS, emit_metrics
-from switchyard_router.logic import MAX_DEADLINE_MS, PredictService, RequestRejected
+from switchyard_router.logic import MAX_DEADLINE_MS, Admitted, PredictService, RequestRejected
 
 log = logging.getLogger("switchyard.router")
 
@@ -183,27 +183,32 @@ def _predict_sync(
         return JSONResponse(accepted, status_code=202, headers={**headers, "Location": location})
     record = service.wait(admitted, tenant)
     if record is None:
-        _emit_request(admitted.model, admitted.version, admitted.timings, error=False)
+        _emit_request(admitted, error=admitted.fell_back == "failure")
         return JSONResponse(accepted, status_code=202, headers={**headers, "Location": location})
     body = _status_body(record, admitted.timings)
+    body["fallback"] = record.version != admitted.version
+    headers["x-model-version"] = record.version
     if record.status == "error":
         assert record.error is not None
         status = {"invalid_input": 422, "expired": 504}.get(record.error.code, 500)
-        _emit_request(admitted.model, admitted.version, admitted.timings, error=status >= 500)
+        _emit_request(admitted, error=status >= 500 or admitted.fell_back == "failure")
         return JSONResponse({**body, "message": record.error.message}, status, headers=headers)
-    _emit_request(admitted.model, admitted.version, admitted.timings, error=False)
+    _emit_request(admitted, error=admitted.fell_back == "failure")
     return JSONResponse(body, status_code=200, headers=headers)
 
 
-def _emit_request(model: str, version: str, timings: dict[str, float], *, error: bool) -> None:
-    """Requests, Latency and Errors per version, and per model for the totals."""
+def _emit_request(admitted: Admitted, *, error: bool) -> None:
+    """Requests, Latency, Errors and Fallbacks of the version the request was
+    routed to (a failure answered by the fallback still counts against the chosen
+    version: that is what canary alarms and rollback watch), and per model."""
     values = {
         "Requests": (COUNT, 1.0),
-        "Latency": (MILLISECONDS, (time.time() - timings["received_at"]) * 1000),
+        "Latency": (MILLISECONDS, (time.time() - admitted.timings["received_at"]) * 1000),
         "Errors": (COUNT, 1.0 if error else 0.0),
+        "Fallbacks": (COUNT, 1.0 if admitted.fell_back else 0.0),
     }
-    emit_metrics(values, model=model, version=version)
-    emit_metrics(values, model=model)
+    emit_metrics(values, model=admitted.model, version=admitted.version)
+    emit_metrics(values, model=admitted.model)
 
 
 async def _read_body(request: Request, limit: int) -> bytes:

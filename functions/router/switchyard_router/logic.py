@@ -7,9 +7,12 @@ so unit tests run it on in-memory fakes.
 
 from __future__ import annotations
 
+import json
+import logging
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,11 +20,22 @@ from switchyard.payloads import PayloadStore
 from switchyard.queues import WorkQueue, encode_message
 from switchyard.registry import ModelVersion, Registry
 from switchyard.results import ResultStore
-from switchyard.routing import RoutingSource, pick_version
+from switchyard.routing import (
+    RoutingDocument,
+    RoutingSource,
+    bucket_of,
+    pick_version,
+    shadow_version,
+)
 from switchyard.schemas import ErrorInfo, QueueMessage, ResultRecord
 from switchyard.signatures import FieldError, check_inputs
 
 MAX_DEADLINE_MS = 28_000  # below API Gateway's 29 s integration timeout
+# With a fallback version, it is asked once the chosen version has failed an
+# attempt, or once this share of the deadline has passed without a result.
+FALLBACK_AFTER_SHARE = 0.7
+
+log = logging.getLogger("switchyard.router")
 
 
 class RequestRejected(Exception):
@@ -39,10 +53,19 @@ class RequestRejected(Exception):
 
 @dataclass
 class Admitted:
+    """A request that was accepted and enqueued, with what a fallback would need."""
+
     request_id: str
     model: str
     version: str
+    tenant: str
     deadline: float  # monotonic
+    budget_s: float
+    inputs: list[Any] = field(default_factory=list)
+    expires_at: float = 0.0
+    fallback: str | None = None  # the version that answers if this one cannot
+    fell_back: str | None = None  # why the fallback was asked: "failure" or "deadline"
+    shadow: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -94,17 +117,27 @@ class PredictService:
         self._claim_check_bytes = claim_check_bytes
         self._clock = clock
         self._sleep = sleep
+        # Shadow copies are sent off the caller's path.
+        self._background = ThreadPoolExecutor(max_workers=4, thread_name_prefix="shadow")
 
     @property
     def models(self) -> list[str]:
         return sorted(self._endpoints)
 
-    def choose_version(self, model: str, sticky_value: str) -> ModelVersion:
+    def routing_document(self, model: str) -> RoutingDocument | None:
+        return self._routing.document(model) if self._routing else None
+
+    def active_version(self, model: str, version: str | None) -> ModelVersion | None:
+        record = self._versions.versions(model).get(version) if version else None
+        return record if record is not None and record.status == "active" else None
+
+    def choose_version(
+        self, model: str, sticky_value: str, document: RoutingDocument | None = None
+    ) -> ModelVersion:
         if model not in self._endpoints:
             raise RequestRejected(404, "unknown_model", f"model {model!r} does not exist")
         versions = self._versions.versions(model)
         active = [v for v in versions.values() if v.status == "active"]
-        document = self._routing.document(model) if self._routing else None
         if document is not None:
             chosen = versions.get(pick_version(document, sticky_value))
             if chosen is not None and chosen.status == "active":
@@ -128,7 +161,10 @@ class PredictService:
     ) -> Admitted:
         """Validate, record as queued, enqueue. Raises RequestRejected on bad input."""
         started = self._clock()
-        version = self.choose_version(model, sticky_value)
+        if model not in self._endpoints:
+            raise RequestRejected(404, "unknown_model", f"model {model!r} does not exist")
+        document = self.routing_document(model)
+        version = self.choose_version(model, sticky_value, document)
         errors = check_inputs(inputs, version.signature, version.max_inputs_per_request)
         if errors:
             raise RequestRejected(
@@ -182,11 +218,19 @@ class PredictService:
             )
             raise
         enqueued = self._clock()
-        return Admitted(
+        fallback = self.active_version(
+            model, (document.fallback if document else None) or version.fallback
+        )
+        admitted = Admitted(
             request_id=request_id,
             model=model,
             version=version.version,
+            tenant=tenant,
             deadline=time.monotonic() + budget_ms / 1000,
+            budget_s=budget_ms / 1000,
+            inputs=inputs,
+            expires_at=float(expires_at),
+            fallback=fallback.version if fallback and fallback.version != version.version else None,
             timings={
                 "received_at": started,
                 "enqueued_at": message.enqueued_at,
@@ -194,15 +238,70 @@ class PredictService:
                 "enqueue_ms": (enqueued - message.enqueued_at) * 1000,
             },
         )
+        shadow = shadow_version(document, request_id, version.version) if document else None
+        if shadow and self.active_version(model, shadow):
+            admitted.shadow = shadow
+            self._background.submit(self._send_copy, admitted, shadow, "shadow")
+        log.info(
+            json.dumps(
+                {
+                    "message": "assignment",
+                    "request_id": request_id,
+                    "tenant": tenant,
+                    "model": model,
+                    "version": version.version,
+                    "bucket": bucket_of(sticky_value),
+                    "weights": document.weights if document else None,
+                    "shadow": admitted.shadow,
+                    "fallback": admitted.fallback,
+                }
+            )
+        )
+        return admitted
+
+    def _send_copy(self, admitted: Admitted, version: str, kind: str) -> None:
+        """Send the request again to another version: a shadow copy on the batch
+        lane under its own id, or the fallback on the realtime lane under the same id."""
+        shadow = kind == "shadow"
+        message = QueueMessage(
+            request_id=f"{admitted.request_id}-shadow" if shadow else admitted.request_id,
+            tenant=admitted.tenant,
+            model=admitted.model,
+            version=version,
+            lane="batch" if shadow else "realtime",
+            inputs=admitted.inputs,
+            n_inputs=len(admitted.inputs),
+            enqueued_at=self._clock(),
+            expires_at=admitted.expires_at,
+            shadow_of=admitted.request_id if shadow else None,
+            fallback=not shadow,
+        )
+        endpoint = self._endpoints[admitted.model]
+        queue = endpoint.batch if shadow else endpoint.realtime
+        try:
+            queue.send(
+                encode_message(message, self._payloads, self._claim_check_bytes),
+                f"shadow:{admitted.tenant}" if shadow else admitted.tenant,
+            )
+        except Exception:  # noqa: BLE001 - a lost copy must never fail the caller
+            log.exception("%s copy to %s not sent", kind, version)
 
     def wait(self, admitted: Admitted, tenant: str) -> ResultRecord | None:
-        """The final result, or None if the deadline passes first."""
+        """The final result, or None if the deadline passes first. Asks the fallback
+        version once if the chosen one fails an attempt or the deadline draws near."""
         delay = 0.002
         while True:
             record = self._results.get(tenant, admitted.request_id)
             if record is not None and record.status != "queued":
                 return record
             remaining = admitted.deadline - time.monotonic()
+            if admitted.fallback and not admitted.fell_back:
+                if record is not None and record.failures > 0:
+                    admitted.fell_back = "failure"
+                elif remaining < admitted.budget_s * (1 - FALLBACK_AFTER_SHARE):
+                    admitted.fell_back = "deadline"
+                if admitted.fell_back:
+                    self._send_copy(admitted, admitted.fallback, "fallback")
             if remaining <= 0:
                 return None
             self._sleep(min(delay, remaining))

@@ -62,6 +62,17 @@ class StageSettings(_Strict):
     idle_minutes_before_scale_in: int = Field(gt=0)
 
 
+class RolloutLimits(_Strict):
+    """When a canary is rolled back: absolute limits and limits relative to the
+    stable version over the same window."""
+
+    window_seconds: int = Field(ge=10, le=3600)
+    min_requests: int = Field(ge=1)
+    max_error_rate: float = Field(gt=0, le=1)
+    max_error_rate_over_stable: float = Field(ge=0, le=1)
+    max_p99_ratio: float = Field(gt=1)
+
+
 class Tier(_Strict):
     rate: float = Field(gt=0)
     burst: int = Field(gt=0)
@@ -84,6 +95,7 @@ class ModelSpec(_Strict):
     max_batch_size: int = Field(gt=0, le=1024)
     max_wait_ms: int = Field(ge=0, le=10_000)
     default_deadline_ms: int = Field(gt=0, le=29_000)
+    slo_p99_ms: int = Field(gt=0, le=29_000)  # a canary's p99 above this is rolled back
     backlog_per_task: int = Field(gt=0)
     min_tasks_prod: int = Field(ge=0)
     max_tasks: int = Field(gt=0)
@@ -93,6 +105,7 @@ class ModelSpec(_Strict):
 
 class Manifest(_Strict):
     platform: PlatformSettings
+    rollout: RolloutLimits
     stages: dict[Stage, StageSettings]
     tiers: dict[str, Tier]
     tenants: dict[str, Tenant]
@@ -170,6 +183,15 @@ class ResourceNames(_Strict):
 
     def routing_profile(self, model: str) -> str:
         return model
+
+    def deployment_strategy(self, kind: str) -> str:
+        """The AppConfig strategy that rolls out routing documents (``AllAtOnce``...)."""
+        return f"{self.base}-{kind.lower()}"
+
+    @staticmethod
+    def cloud_bucket(name: str, account: str, region: str) -> str:
+        """S3 names are global: in AWS a bucket's name gets the account and region."""
+        return f"{name}-{account}-{region}"
 
     def usage_plan(self, tier: str) -> str:
         return f"{self.base}-{tier}"

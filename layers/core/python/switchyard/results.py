@@ -8,6 +8,7 @@ stored therefore changes nothing, and its message is simply deleted.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any, Protocol
 
@@ -24,6 +25,10 @@ class ResultStore(Protocol):
         ...
 
     def get(self, tenant: str, request_id: str) -> ResultRecord | None: ...
+
+    def mark_failed(self, tenant: str, request_id: str, version: str, reason: str) -> None:
+        """Count a failed attempt on a request that has no result yet."""
+        ...
 
 
 class DynamoDBResultStore:
@@ -56,6 +61,24 @@ class DynamoDBResultStore:
             return False
         return True
 
+    def mark_failed(self, tenant: str, request_id: str, version: str, reason: str) -> None:
+        # A request answered already (or never admitted) has nothing to mark.
+        with contextlib.suppress(self._ddb.exceptions.ConditionalCheckFailedException):
+            self._ddb.update_item(
+                TableName=self._table,
+                Key={RESULTS.partition: {"S": tenant}, RESULTS.sort: {"S": request_id}},
+                UpdateExpression="SET failures = if_not_exists(failures, :zero) + :one, "
+                "last_failure = :why",
+                ConditionExpression="#st = :queued",
+                ExpressionAttributeNames={"#st": "status"},
+                ExpressionAttributeValues={
+                    ":zero": {"N": "0"},
+                    ":one": {"N": "1"},
+                    ":why": {"S": f"{version}: {reason}"[:500]},
+                    ":queued": {"S": "queued"},
+                },
+            )
+
     def get(self, tenant: str, request_id: str) -> ResultRecord | None:
         item = self._ddb.get_item(
             TableName=self._table,
@@ -65,6 +88,9 @@ class DynamoDBResultStore:
         if not item:
             return None
         doc = json.loads(item["doc"]["S"])
+        if "failures" in item:
+            doc["failures"] = int(item["failures"]["N"])
+            doc["last_failure"] = item.get("last_failure", {}).get("S")
         if "outputs" in item:
             doc["outputs"] = json.loads(item["outputs"]["S"])
         elif "outputs_ref" in item:
@@ -79,7 +105,7 @@ class DynamoDBResultStore:
             "model": {"S": record.model},
             "version": {"S": record.version},
             RESULTS.ttl_attribute or "expires_at": {"N": str(record.expires_at)},
-            "doc": {"S": record.model_dump_json(exclude={"outputs"})},
+            "doc": {"S": record.model_dump_json(exclude={"outputs", "failures", "last_failure"})},
         }
         if record.outputs is not None:
             outputs = json.dumps(record.outputs, separators=(",", ":"))

@@ -67,6 +67,42 @@ def pick_version(document: RoutingDocument, sticky_value: str) -> str:
     return chosen
 
 
+def shadow_version(document: RoutingDocument, request_id: str, primary: str) -> str | None:
+    """The shadow version if this request is in the shadow share, else None."""
+    rule = document.shadow
+    if rule is None or rule.version == primary or rule.percent == 0:
+        return None
+    return (
+        rule.version if bucket_of("shadow:" + request_id) < rule.percent * BUCKETS // 100 else None
+    )
+
+
+def stable_version(document: RoutingDocument) -> str:
+    """The version holding the largest share (the first of equals): what a canary
+    is compared with and what a rollback returns its traffic to."""
+    return max(document.weights, key=lambda v: document.weights[v])
+
+
+def canaries(document: RoutingDocument) -> list[str]:
+    stable = stable_version(document)
+    return [v for v, w in document.weights.items() if w > 0 and v != stable]
+
+
+def rolled_back(document: RoutingDocument, versions: list[str]) -> RoutingDocument:
+    """The document with the traffic of ``versions`` given to the stable version; the
+    rolled-back versions stay listed at 0 so that their bucket order is kept."""
+    stable = stable_version(document)
+    weights = dict(document.weights)
+    for version in versions:
+        if version != stable:
+            weights[stable] += weights[version]
+            weights[version] = 0
+    shadow = (
+        document.shadow if document.shadow and document.shadow.version not in versions else None
+    )
+    return document.model_copy(update={"weights": weights, "shadow": shadow})
+
+
 def bucket_of(value: str) -> int:
     digest = hashlib.sha256(value.encode()).digest()
     return int.from_bytes(digest[:8], "big") % BUCKETS

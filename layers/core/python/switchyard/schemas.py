@@ -34,6 +34,9 @@ class QueueMessage(BaseModel):
     expires_at: float  # epoch seconds; work not started by then is refused
     # Set on shadow copies: the primary request they mirror.
     shadow_of: str | None = None
+    # Set when the router re-sent the request to the model's fallback version
+    # (same request id: whichever version stores a result first answers).
+    fallback: bool = False
 
     @model_validator(mode="after")
     def _one_payload(self) -> QueueMessage:
@@ -68,3 +71,6 @@ class ResultRecord(BaseModel):
     expires_at: int
     worker: str | None = None
     shadow_of: str | None = None
+    # Attempts that failed as a whole batch (the router's cue to fall back).
+    failures: int = 0
+    last_failure: str | None = None

@@ -1,0 +1,140 @@
+"""The local rollback controller: AppConfig's alarm-driven rollback, played locally.
+
+In the cloud the router's EMF metrics become CloudWatch metrics, the model's canary
+alarms watch them, and AppConfig rolls a deployment back when one fires. Locally
+the controller reads the same EMF documents from the router's log, applies the same
+rule (``traffic.judge``) over the same window, and publishes the rolled-back
+document with who, when and why.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from switchyard.manifest import Manifest
+from switchyard.routing import rolled_back
+from switchyard_local.traffic import Change, TrafficStore, VersionStats, judge
+
+CONTROLLER = "rollback-controller"
+
+
+@dataclass(frozen=True)
+class Sample:
+    at: float
+    model: str
+    version: str
+    latency_ms: float
+    error: bool
+
+
+class MetricsWindow:
+    """Per-version request samples from EMF lines in a log file, kept for a window."""
+
+    def __init__(self, log_path: Path, window_seconds: float) -> None:
+        self._path = log_path
+        self._window = window_seconds
+        self._offset = 0
+        self._partial = b""
+        self._samples: deque[Sample] = deque()
+
+    def poll(self, now: float | None = None) -> None:
+        if self._path.exists():
+            with open(self._path, "rb") as fh:
+                fh.seek(self._offset)
+                data = fh.read()
+                self._offset += len(data)
+            lines = (self._partial + data).split(b"\n")
+            self._partial = lines.pop()
+            for line in lines:
+                sample = _parse(line)
+                if sample is not None:
+                    self._samples.append(sample)
+        horizon = (now or time.time()) - self._window
+        while self._samples and self._samples[0].at < horizon:
+            self._samples.popleft()
+
+    def stats(self, model: str, since: float) -> dict[str, VersionStats]:
+        out: dict[str, VersionStats] = {}
+        for s in self._samples:
+            if s.model == model and s.at >= since:
+                v = out.setdefault(s.version, VersionStats(latencies=[]))
+                v.requests += 1
+                v.errors += int(s.error)
+                assert v.latencies is not None
+                v.latencies.append(s.latency_ms)
+        return out
+
+
+def _parse(line: bytes) -> Sample | None:
+    if not line.startswith(b'{"_aws"'):
+        return None
+    try:
+        doc = json.loads(line)
+        if "version" not in doc or "Latency" not in doc:
+            return None
+        return Sample(
+            at=doc["_aws"]["Timestamp"] / 1000,
+            model=doc["model"],
+            version=doc["version"],
+            latency_ms=float(doc["Latency"][0]),
+            error=float(doc.get("Errors", [0])[0]) > 0,
+        )
+    except (ValueError, KeyError, TypeError, IndexError):
+        return None
+
+
+class RollbackController:
+    def __init__(
+        self,
+        store: TrafficStore,
+        window: MetricsWindow,
+        manifest: Manifest,
+        on_rollback: Callable[[str, Change], None] | None = None,
+    ) -> None:
+        self._store = store
+        self._window = window
+        self._manifest = manifest
+        self._on_rollback = on_rollback
+        self._stop = threading.Event()
+
+    def check_once(self, now: float | None = None) -> list[Change]:
+        now = now or time.time()
+        self._window.poll(now)
+        done = []
+        for model, spec in self._manifest.models.items():
+            change = self._store.deployed(model)
+            if change is None:
+                continue
+            # Only what happened under the document in force counts.
+            since = max(change.at, now - self._manifest.rollout.window_seconds)
+            verdicts = judge(
+                change.document,
+                self._window.stats(model, since),
+                self._manifest.rollout,
+                spec.slo_p99_ms,
+            )
+            if verdicts:
+                why = "; ".join(f"{v}: {reason}" for v, reason in verdicts.items())
+                rolled = self._store.publish(
+                    model, rolled_back(change.document, list(verdicts)), CONTROLLER, why
+                )
+                done.append(rolled)
+                if self._on_rollback:
+                    self._on_rollback(model, rolled)
+        return done
+
+    def run(self, interval: float = 1.0) -> None:
+        while not self._stop.wait(interval):
+            try:
+                self.check_once()
+            except Exception as exc:  # noqa: BLE001 - keep watching
+                print(f"rollback controller: {exc!r}", flush=True)
+
+    def stop(self) -> None:
+        self._stop.set()

@@ -1,0 +1,269 @@
+"""Traffic operations: checking, publishing and rolling back routing documents.
+
+The operator CLI and the local rollback controller use these; the router only
+reads documents. Every change is recorded with who made it, when and why: on the
+emulator in the hosted configuration version's description, in AWS in AppConfig's
+own deployment history.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import jsonschema
+from pydantic import ValidationError
+
+from switchyard.manifest import RolloutLimits
+from switchyard.registry import ModelVersion
+from switchyard.routing import RoutingDocument, canaries, load_schema, stable_version
+
+
+class TrafficError(Exception):
+    """A refused change: the message says what is wrong; nothing was changed."""
+
+
+@dataclass(frozen=True)
+class Change:
+    number: int
+    document: RoutingDocument
+    by: str
+    at: float
+    why: str
+    state: str = "deployed"
+
+
+class TrafficStore(Protocol):
+    def history(self, model: str, limit: int = 10) -> list[Change]:
+        """Changes, newest first."""
+        ...
+
+    def deployed(self, model: str) -> Change | None:
+        """The change in force (a rolled-back deployment is not)."""
+        ...
+
+    def publish(self, model: str, document: RoutingDocument, by: str, why: str) -> Change: ...
+
+
+class AppConfigTrafficStore:
+    """Routing documents in AWS AppConfig: a change is a hosted configuration
+    version deployed to the model's environment with the stage's strategy; the
+    model's canary alarms are the environment's monitors, so AppConfig itself rolls
+    a bad deployment back, and its deployment history is the audit trail."""
+
+    def __init__(self, appconfig: Any, application: str, strategy: str) -> None:
+        self._api = appconfig
+        self._app_id = _find(appconfig.list_applications()["Items"], application, "application")
+        self._strategy_id = _find(
+            appconfig.list_deployment_strategies()["Items"], strategy, "deployment strategy"
+        )
+
+    def _ids(self, model: str) -> tuple[str, str]:
+        envs = self._api.list_environments(ApplicationId=self._app_id)["Items"]
+        profiles = self._api.list_configuration_profiles(ApplicationId=self._app_id)["Items"]
+        return _find(envs, model, "environment"), _find(profiles, model, "configuration profile")
+
+    def history(self, model: str, limit: int = 10) -> list[Change]:
+        env_id, profile_id = self._ids(model)
+        items = self._api.list_deployments(
+            ApplicationId=self._app_id, EnvironmentId=env_id, MaxResults=limit
+        )["Items"]
+        changes = []
+        for item in sorted(items, key=lambda d: d["DeploymentNumber"], reverse=True)[:limit]:
+            content = self._api.get_hosted_configuration_version(
+                ApplicationId=self._app_id,
+                ConfigurationProfileId=profile_id,
+                VersionNumber=int(item["ConfigurationVersion"]),
+            )["Content"].read()
+            by, at, why = parse_description(item.get("Description"))
+            state = item["State"]
+            if state == "ROLLED_BACK":
+                by, why = "AppConfig", self._rollback_reason(env_id, item["DeploymentNumber"])
+            changes.append(
+                Change(
+                    item["DeploymentNumber"],
+                    RoutingDocument.model_validate_json(content),
+                    by,
+                    at,
+                    why,
+                    state.lower(),
+                )
+            )
+        return changes
+
+    def _rollback_reason(self, env_id: str, number: int) -> str:
+        deployment = self._api.get_deployment(
+            ApplicationId=self._app_id, EnvironmentId=env_id, DeploymentNumber=number
+        )
+        for event in deployment.get("EventLog", []):
+            if event.get("EventType") == "ROLLBACK_COMPLETED" or "ROLLBACK" in event.get(
+                "EventType", ""
+            ):
+                return event.get("Description", "rolled back")
+        return "rolled back"
+
+    def deployed(self, model: str) -> Change | None:
+        for change in self.history(model, limit=20):
+            if change.state != "rolled_back":
+                return change
+        return None
+
+    def publish(self, model: str, document: RoutingDocument, by: str, why: str) -> Change:
+        env_id, profile_id = self._ids(model)
+        audit = describe(by, why)
+        version = self._api.create_hosted_configuration_version(
+            ApplicationId=self._app_id,
+            ConfigurationProfileId=profile_id,
+            Content=document.model_dump_json().encode(),
+            ContentType="application/json",
+            Description=audit,
+        )["VersionNumber"]
+        started = self._api.start_deployment(
+            ApplicationId=self._app_id,
+            EnvironmentId=env_id,
+            DeploymentStrategyId=self._strategy_id,
+            ConfigurationProfileId=profile_id,
+            ConfigurationVersion=str(version),
+            Description=audit,
+        )
+        who, at, reason = parse_description(audit)
+        return Change(
+            started["DeploymentNumber"], document, who, at, reason, started["State"].lower()
+        )
+
+
+def _find(items: list[dict[str, Any]], name: str, what: str) -> str:
+    for item in items:
+        if item.get("Name") == name:
+            return str(item["Id"])
+    raise TrafficError(f"no AppConfig {what} named {name!r}: is the stack deployed?")
+
+
+def check_document(raw: dict[str, Any], versions: dict[str, ModelVersion]) -> RoutingDocument:
+    """The document if it passes the JSON schema, the sum rule and names only
+    registered, active versions; weights come out ordered oldest version first,
+    so that a growing canary (the newest) only takes keys, never gives them."""
+    try:
+        jsonschema.validate(raw, load_schema())
+    except jsonschema.ValidationError as exc:
+        where = ".".join(str(p) for p in exc.absolute_path) or "document"
+        raise TrafficError(f"{where}: {exc.message}") from None
+    try:
+        document = RoutingDocument.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise TrafficError(first["msg"].removeprefix("Value error, ")) from None
+    named = set(document.weights)
+    named |= {document.shadow.version} if document.shadow else set()
+    named |= {document.fallback} if document.fallback else set()
+    for version in sorted(named):
+        record = versions.get(version)
+        if record is None:
+            known = ", ".join(sorted(versions)) or "none"
+            raise TrafficError(f"unknown version {version!r} (registered: {known})")
+        if record.status != "active":
+            raise TrafficError(f"version {version!r} is {record.status}")
+    order = sorted(document.weights, key=lambda v: (versions[v].created_at, v))
+    return document.model_copy(update={"weights": {v: document.weights[v] for v in order}})
+
+
+def document_from_args(
+    weights: list[str],
+    *,
+    sticky: str | None,
+    shadow: str | None,
+    fallback: str | None,
+    previous: RoutingDocument | None,
+) -> dict[str, Any]:
+    """``v1=90 v2=10 --shadow v3:5 --fallback v1`` as a raw document."""
+    parsed: dict[str, int] = {}
+    for item in weights:
+        version, sep, value = item.partition("=")
+        if not sep or not version:
+            raise TrafficError(f"{item!r}: expected VERSION=PERCENT")
+        try:
+            parsed[version] = int(value)
+        except ValueError:
+            raise TrafficError(f"{item!r}: the percent must be a whole number") from None
+    raw: dict[str, Any] = {
+        "schema_version": 1,
+        "weights": parsed,
+        "sticky_key": sticky or (previous.sticky_key if previous else "x-user-id"),
+        "shadow": None,
+        "fallback": fallback,
+    }
+    if shadow:
+        version, sep, percent = shadow.partition(":")
+        if not sep or not percent.isdigit():
+            raise TrafficError(f"--shadow {shadow!r}: expected VERSION:PERCENT")
+        raw["shadow"] = {"version": version, "percent": int(percent)}
+    return raw
+
+
+@dataclass
+class VersionStats:
+    requests: int = 0
+    errors: int = 0
+    latencies: list[float] | None = None
+
+    @property
+    def error_rate(self) -> float:
+        return self.errors / self.requests if self.requests else 0.0
+
+    @property
+    def p99_ms(self) -> float | None:
+        values = sorted(self.latencies or [])
+        if not values:
+            return None
+        return values[min(len(values) - 1, math.ceil(0.99 * len(values)) - 1)]
+
+
+def judge(
+    document: RoutingDocument,
+    stats: dict[str, VersionStats],
+    limits: RolloutLimits,
+    slo_p99_ms: float,
+) -> dict[str, str]:
+    """Canaries to roll back, each with the reason. The same rule as the cloud
+    alarms: an absolute limit, or a limit relative to the stable version."""
+    stable = stats.get(stable_version(document), VersionStats())
+    verdicts: dict[str, str] = {}
+    for version in canaries(document):
+        s = stats.get(version, VersionStats())
+        if s.requests < limits.min_requests:
+            continue
+        if s.error_rate > limits.max_error_rate:
+            verdicts[version] = (
+                f"error rate {s.error_rate:.0%} over {s.requests} requests "
+                f"> limit {limits.max_error_rate:.0%}"
+            )
+        elif s.error_rate > stable.error_rate + limits.max_error_rate_over_stable:
+            verdicts[version] = (
+                f"error rate {s.error_rate:.1%} > stable {stable.error_rate:.1%} "
+                f"+ {limits.max_error_rate_over_stable:.0%}"
+            )
+        elif (p99 := s.p99_ms) is not None:
+            stable_p99 = stable.p99_ms
+            if p99 > slo_p99_ms:
+                verdicts[version] = f"p99 {p99:.0f} ms > SLO {slo_p99_ms:.0f} ms"
+            elif stable_p99 and p99 > limits.max_p99_ratio * stable_p99:
+                verdicts[version] = (
+                    f"p99 {p99:.0f} ms > {limits.max_p99_ratio:g} x stable {stable_p99:.0f} ms"
+                )
+    return verdicts
+
+
+def describe(by: str, why: str, at: float | None = None) -> str:
+    """The audit line kept with a change (AppConfig descriptions hold 1024 chars)."""
+    return json.dumps({"by": by, "at": at or time.time(), "why": why})[:1024]
+
+
+def parse_description(text: str | None) -> tuple[str, float, str]:
+    try:
+        doc = json.loads(text or "")
+        return str(doc["by"]), float(doc["at"]), str(doc["why"])
+    except (ValueError, KeyError, TypeError):
+        return "unknown", 0.0, text or ""
