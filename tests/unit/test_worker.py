@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from switchyard.schemas import QueueMessage
+from switchyard.schemas import QueueMessage, ResultRecord
 from switchyard_worker.worker import Worker
 from tests.fakes import EchoRuntime, FakePayloads, FakeQueue, FakeRegistry, FakeResults
 
@@ -177,3 +177,47 @@ def test_stop_releases_what_was_received_but_not_started(parts):
     worker.run()  # returns at once: stopping; releases what it holds
     assert len(realtime.visible) == 3
     assert results.items == {}
+
+
+def test_a_failed_batch_marks_its_requests_so_the_router_can_fall_back(parts, digits_v1):
+    worker, realtime, _, results, runtime, log = parts
+    runtime.fail = True
+    results.put_queued(
+        ResultRecord(
+            request_id="r1",
+            tenant="acme",
+            model="digits-cnn",
+            version="v1",
+            status="queued",
+            created_at=time.time(),
+            expires_at=int(time.time()) + 60,
+        )
+    )
+    send(realtime, "r1")
+    drain(worker, turns=3)
+    record = results.get("acme", "r1")
+    assert record.failures == len(runtime.calls) >= 1 and record.status == "queued"
+
+
+def test_a_retry_of_an_answered_request_is_deleted_without_running(parts):
+    worker, realtime, _, results, runtime, log = parts
+    runtime.fail = True
+    send(realtime, "r1")
+    drain(worker, turns=3)  # fails once; released for retry
+    runtime.fail = False
+    done = ResultRecord(
+        request_id="r1",
+        tenant="acme",
+        model="digits-cnn",
+        version="v2",
+        status="done",
+        outputs=[{"class": 1}],
+        created_at=time.time(),
+        expires_at=int(time.time()) + 60,
+    )
+    results.complete(done)  # answered by the fallback meanwhile
+    calls = len(runtime.calls)
+    drain(worker)
+    assert len(runtime.calls) == calls
+    assert realtime.depth == 0
+    assert results.get("acme", "r1").version == "v2"

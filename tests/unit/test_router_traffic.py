@@ -1,0 +1,143 @@
+"""Routing, shadow and fallback in the router, on in-memory stores."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from switchyard.routing import RoutingDocument
+from switchyard.schemas import QueueMessage, ResultRecord
+from switchyard_router.app import RouterDeps, create_app
+from switchyard_router.logic import ModelEndpoint, PredictService
+from tests.fakes import FakePayloads, FakeQueue, FakeRegistry, FakeResults, StaticTenants
+
+IMAGE = [0] * 64
+
+
+class ScriptedWorkers(FakeQueue):
+    """Plays the workers: per version, answer, fail an attempt, or stay silent."""
+
+    def __init__(self, results: FakeResults, behaviour: dict[str, str]) -> None:
+        super().__init__("realtime")
+        self.results = results
+        self.behaviour = behaviour
+
+    def send(self, body: str, group: str) -> None:
+        super().send(body, group)
+        m = QueueMessage.model_validate_json(body)
+        action = self.behaviour.get(m.version, "silent")
+        if action == "fail":
+            self.results.mark_failed(m.tenant, m.request_id, m.version, "batch failed")
+        elif action == "answer":
+            self.results.complete(
+                ResultRecord(
+                    request_id=m.request_id,
+                    tenant=m.tenant,
+                    model=m.model,
+                    version=m.version,
+                    status="done",
+                    outputs=[{"class": int(m.version[1:])}] * m.n_inputs,
+                    created_at=m.enqueued_at,
+                    completed_at=time.time(),
+                    expires_at=int(m.expires_at),
+                    timings={"received_at": time.time()},
+                )
+            )
+
+
+class StaticRouting:
+    def __init__(self, document: RoutingDocument) -> None:
+        self.doc = document
+
+    def document(self, model: str) -> RoutingDocument:
+        return self.doc
+
+
+def make(digits_v1, digits_v2, document, behaviour):
+    results = FakeResults()
+    realtime = ScriptedWorkers(results, behaviour)
+    batch = FakeQueue("batch")
+    service = PredictService(
+        endpoints={"digits-cnn": ModelEndpoint(realtime=realtime, batch=batch)},
+        registry=FakeRegistry(digits_v1, digits_v2),
+        results=results,
+        payloads=FakePayloads(),
+        routing=StaticRouting(document),
+        result_ttl_seconds=3600,
+        claim_check_bytes=200_000,
+    )
+    app = create_app(RouterDeps(service, StaticTenants({"k": "acme"}), max_body_bytes=100_000))
+    return TestClient(app), realtime, batch, service
+
+
+def predict(client, user="u1", deadline="2000"):
+    return client.post(
+        "/v1/models/digits-cnn/predict",
+        json={"inputs": [IMAGE]},
+        headers={"x-api-key": "k", "x-user-id": user, "x-deadline-ms": deadline},
+    )
+
+
+def test_the_routing_document_decides_and_the_response_says_which_version(digits_v1, digits_v2):
+    doc = RoutingDocument(weights={"v1": 0, "v2": 100})
+    client, *_ = make(digits_v1, digits_v2, doc, {"v1": "answer", "v2": "answer"})
+    response = predict(client)
+    assert response.json()["version"] == "v2" and response.headers["x-model-version"] == "v2"
+    assert response.json()["fallback"] is False
+
+
+def test_a_failed_attempt_is_answered_by_the_fallback_once(digits_v1, digits_v2):
+    doc = RoutingDocument(weights={"v1": 0, "v2": 100}, fallback="v1")
+    client, realtime, _, _ = make(digits_v1, digits_v2, doc, {"v1": "answer", "v2": "fail"})
+    response = predict(client)
+    assert response.status_code == 200
+    body = response.json()
+    assert body["fallback"] is True and body["version"] == "v1"
+    assert response.headers["x-model-version"] == "v1"
+    sent = [json.loads(m["body"]) for m in realtime.visible]
+    assert [(m["version"], m.get("fallback", False)) for m in sent] == [("v2", False), ("v1", True)]
+    assert sent[0]["request_id"] == sent[1]["request_id"]  # one request, one result
+
+
+def test_a_near_deadline_asks_the_fallback(digits_v1, digits_v2):
+    doc = RoutingDocument(weights={"v1": 0, "v2": 100}, fallback="v1")
+    client, *_ = make(digits_v1, digits_v2, doc, {"v1": "answer", "v2": "silent"})
+    response = predict(client, deadline="300")
+    assert response.status_code == 200 and response.json()["fallback"] is True
+
+
+def test_without_a_fallback_a_failing_version_ends_in_202(digits_v1, digits_v2):
+    doc = RoutingDocument(weights={"v1": 0, "v2": 100})
+    client, *_ = make(digits_v1, digits_v2, doc, {"v2": "fail"})
+    assert predict(client, deadline="200").status_code == 202
+
+
+def test_shadow_copies_go_to_the_batch_lane_and_never_change_the_response(digits_v1, digits_v2):
+    plain = RoutingDocument(weights={"v1": 100, "v2": 0})
+    shadowed = RoutingDocument(
+        weights={"v1": 100, "v2": 0}, shadow={"version": "v2", "percent": 100}
+    )
+    behaviour = {"v1": "answer", "v2": "answer"}
+    client_a, _, batch_a, _ = make(digits_v1, digits_v2, plain, behaviour)
+    client_b, _, batch_b, service = make(digits_v1, digits_v2, shadowed, behaviour)
+    a, b = predict(client_a), predict(client_b)
+    service._background.shutdown(wait=True)
+    strip = lambda r: {k: v for k, v in r.json().items() if k not in ("request_id", "timings")}  # noqa: E731
+    assert strip(a) == strip(b)
+    assert batch_a.visible == []
+    (copy,) = [json.loads(m["body"]) for m in batch_b.visible]
+    assert copy["version"] == "v2" and copy["lane"] == "batch"
+    assert copy["shadow_of"] == b.json()["request_id"]
+    assert batch_b.visible[0]["group"] == "shadow:acme"
+
+
+@pytest.mark.parametrize("percent", [10])
+def test_the_shadow_share_is_about_its_percent(digits_v1, digits_v2, percent):
+    from switchyard.routing import shadow_version
+
+    doc = RoutingDocument(weights={"v1": 100}, shadow={"version": "v2", "percent": percent})
+    picked = sum(shadow_version(doc, f"req-{i}", "v1") == "v2" for i in range(2000))
+    assert 0.07 * 2000 <= picked <= 0.13 * 2000
