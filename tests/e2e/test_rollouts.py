@@ -1,0 +1,205 @@
+"""Safe rollouts on the running platform, driven through the operator CLI."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+
+from tests.e2e.test_api import DIGIT_ZERO
+from tests.e2e.test_stop import descendants
+
+ROUTING_PICKUP_S = 6  # the router caches a routing document for 5 s
+FAULTY = Path(__file__).resolve().parents[2] / "build/models/digits-cnn/faulty/model.pt"
+
+
+def cli(platform, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "switchyard_local",
+            "--run-dir",
+            str(platform.run_dir),
+            "--manifest",
+            str(platform.run_dir / "manifest.toml"),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if ok:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+def set_traffic(platform, *args: str) -> None:
+    cli(platform, "traffic", "set", "digits-cnn", *args)
+    time.sleep(ROUTING_PICKUP_S)
+
+
+def versions_for(platform, users: list[str], is_async: bool = True) -> dict[str, str]:
+    def one(user: str) -> tuple[str, str]:
+        with httpx.Client(base_url=platform.url, timeout=30) as client:
+            response = client.post(
+                "/v1/models/digits-cnn/predict" + ("?async=true" if is_async else ""),
+                json={"inputs": [DIGIT_ZERO]},
+                headers={"x-api-key": platform.api_key, "x-user-id": user},
+            )
+            assert response.status_code in (200, 202), response.text
+            return user, response.json()["version"]
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return dict(pool.map(one, users))
+
+
+def test_a_90_10_split_is_within_bounds_sticky_and_grows_without_moving_keys_out(platform):
+    set_traffic(platform, "v1=90", "v2=10")
+    users = [f"user-{i}" for i in range(2000)]
+    first = versions_for(platform, users)
+    share = sum(v == "v2" for v in first.values()) / len(users)
+    assert 0.073 <= share <= 0.127  # 4 standard deviations around 10 %
+
+    sample = users[:400]
+    assert versions_for(platform, sample) == {u: first[u] for u in sample}
+
+    set_traffic(platform, "v1=80", "v2=20")
+    grown = versions_for(platform, sample)
+    moved_out = [u for u in sample if first[u] == "v2" and grown[u] != "v2"]
+    moved_in = [u for u in sample if first[u] == "v1" and grown[u] == "v2"]
+    assert moved_out == [] and moved_in
+
+
+def test_assignment_survives_a_router_restart(platform):
+    set_traffic(platform, "v1=50", "v2=50")
+    users = [f"sticky-{i}" for i in range(200)]
+    before = versions_for(platform, users)
+    routers = [p for p in descendants(platform.process.pid) if _is_router(p)]
+    assert len(routers) == 1
+    os.kill(routers[0], signal.SIGTERM)
+    deadline = time.monotonic() + 60
+    while True:
+        alive = [p for p in descendants(platform.process.pid) if _is_router(p)]
+        if alive and alive != routers:
+            try:
+                if httpx.get(f"{platform.url}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+        assert time.monotonic() < deadline, "the router was not restarted"
+        time.sleep(0.2)
+    assert versions_for(platform, users) == before
+
+
+def _is_router(pid: int) -> bool:
+    try:
+        return b"uvicorn" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def test_shadow_never_changes_responses_and_is_reported(platform, http):
+    set_traffic(platform, "v1=100", "v2=0", "--shadow", "v2:100")
+    headers = {"x-api-key": platform.api_key}
+    images = [DIGIT_ZERO, [16 - x for x in DIGIT_ZERO], [min(16, x + 3) for x in DIGIT_ZERO]]
+    shadowed = [
+        http.post("/v1/models/digits-cnn/predict", json={"inputs": [img]}, headers=headers).json()
+        for img in images * 10
+    ]
+    assert {r["version"] for r in shadowed} == {"v1"}
+    assert all(r["fallback"] is False for r in shadowed)
+
+    set_traffic(platform, "v1=100", "v2=0")
+    plain = [
+        http.post("/v1/models/digits-cnn/predict", json={"inputs": [img]}, headers=headers).json()
+        for img in images
+    ]
+    assert [r["outputs"] for r in plain] == [r["outputs"] for r in shadowed[:3]]
+
+    deadline = time.monotonic() + 60
+    while True:
+        report = cli(platform, "shadow", "report", "digits-cnn").stdout
+        rows = [line.split() for line in report.splitlines() if line.startswith("v2 ")]
+        if rows and int(rows[0][2]) >= 30 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert rows, report
+    shadow, primary, pairs, agreement = rows[0][:4]
+    assert (shadow, primary, int(pairs)) == ("v2", "v1", 30)
+    assert 0.0 <= float(agreement) <= 1.0 and float(agreement) > 0.5  # both are good models
+
+
+def test_bad_operator_input_is_refused_and_changes_nothing(platform):
+    before = cli(platform, "traffic", "show", "digits-cnn").stdout.splitlines()[0]
+    for args, message in [
+        (["v1=90", "v2=20"], "sum to 110"),
+        (["v1=90", "v9=10"], "unknown version 'v9'"),
+        (["v1=100", "--fallback", "v7"], "unknown version 'v7'"),
+    ]:
+        result = cli(platform, "traffic", "set", "digits-cnn", *args, ok=False)
+        assert result.returncode == 2 and message in result.stderr
+    assert cli(platform, "traffic", "show", "digits-cnn").stdout.splitlines()[0] == before
+    again = cli(
+        platform, "models", "register", "digits-cnn", "v1", "--artifact", str(FAULTY), ok=False
+    )
+    assert again.returncode == 2 and "immutable" in again.stderr
+
+
+def test_a_faulty_canary_rolls_itself_back_and_callers_see_no_errors(platform):
+    cli(platform, "models", "register", "digits-cnn", "v3", "--artifact", str(FAULTY))
+    set_traffic(platform, "v1=90", "v3=10", "--fallback", "v1")
+    headers = {"x-api-key": platform.api_key}
+    statuses: list[int] = []
+    fallbacks = 0
+
+    def one(i: int) -> tuple[int, bool]:
+        with httpx.Client(base_url=platform.url, timeout=30) as client:
+            r = client.post(
+                "/v1/models/digits-cnn/predict",
+                json={"inputs": [DIGIT_ZERO]},
+                headers={**headers, "x-user-id": f"drill-{i}"},
+            )
+            return r.status_code, r.status_code == 200 and r.json()["fallback"]
+
+    deadline = time.monotonic() + 120
+    rolled_back = False
+    batch = 0
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        while not rolled_back:
+            assert time.monotonic() < deadline, "the faulty canary was not rolled back"
+            for status, fell_back in pool.map(one, range(batch * 60, (batch + 1) * 60)):
+                statuses.append(status)
+                fallbacks += fell_back
+            batch += 1
+            rolled_back = "ROLLBACK digits-cnn" in "\n".join(platform.output)
+    show = cli(platform, "traffic", "show", "digits-cnn").stdout
+    assert "v1=100 v3=0" in show.splitlines()[0]
+    assert "by rollback-controller" in show and "v3: error rate" in show
+    errors = sum(s != 200 for s in statuses)
+    assert errors <= 0.10 * len(statuses)  # no more than the canary's share
+    assert fallbacks > 0  # the canary was hit, and its callers were answered by v1
+
+    time.sleep(ROUTING_PICKUP_S)
+    after = versions_for(platform, [f"drill-{i}" for i in range(200)], is_async=False)
+    assert set(after.values()) == {"v1"}
+
+
+def test_the_fallback_answers_when_the_chosen_version_fails(platform, http):
+    set_traffic(platform, "v1=0", "v3=100", "--fallback", "v1")
+    response = http.post(
+        "/v1/models/digits-cnn/predict",
+        json={"inputs": [DIGIT_ZERO]},
+        headers={"x-api-key": platform.api_key},
+    )
+    assert response.status_code == 200
+    body = response.json()
+    assert body["fallback"] is True and body["version"] == "v1"
+    assert body["outputs"][0]["class"] == 0
+    set_traffic(platform, "v1=100")
