@@ -73,12 +73,15 @@ class AppConfigTrafficStore:
         )["Items"]
         changes = []
         for item in sorted(items, key=lambda d: d["DeploymentNumber"], reverse=True)[:limit]:
-            content = self._api.get_hosted_configuration_version(
+            # Deployment summaries carry no description: the audit line travels on
+            # the hosted configuration version that the deployment rolled out.
+            version = self._api.get_hosted_configuration_version(
                 ApplicationId=self._app_id,
                 ConfigurationProfileId=profile_id,
                 VersionNumber=int(item["ConfigurationVersion"]),
-            )["Content"].read()
-            by, at, why = parse_description(item.get("Description"))
+            )
+            content = version["Content"].read()
+            by, at, why = parse_description(version.get("Description"))
             state = item["State"]
             if state == "ROLLED_BACK":
                 by, why = "AppConfig", self._rollback_reason(env_id, item["DeploymentNumber"])
