@@ -141,3 +141,31 @@ def test_the_shadow_share_is_about_its_percent(digits_v1, digits_v2, percent):
     doc = RoutingDocument(weights={"v1": 100}, shadow={"version": "v2", "percent": percent})
     picked = sum(shadow_version(doc, f"req-{i}", "v1") == "v2" for i in range(2000))
     assert 0.07 * 2000 <= picked <= 0.13 * 2000
+
+
+def test_the_sticky_key_is_the_header_the_document_names(digits_v1, digits_v2):
+    doc = RoutingDocument(weights={"v1": 50, "v2": 50}, sticky_key="x-session")
+    client, *_ = make(digits_v1, digits_v2, doc, {"v1": "answer", "v2": "answer"})
+
+    def version(session: str, user: str) -> str:
+        response = client.post(
+            "/v1/models/digits-cnn/predict?async=true",
+            json={"inputs": [IMAGE]},
+            headers={"x-api-key": "k", "x-session": session, "x-user-id": user},
+        )
+        return response.json()["version"]
+
+    sessions = [f"s{i}" for i in range(40)]
+    by_session = {s: version(s, "alice") for s in sessions}
+    assert by_session == {s: version(s, "bob") for s in sessions}
+    assert set(by_session.values()) == {"v1", "v2"}
+
+
+def test_locations_carry_the_api_gateway_stage():
+    from starlette.requests import Request
+
+    from switchyard_router.app import _base_path
+
+    behind_gateway = Request({"type": "http", "aws.event": {"requestContext": {"stage": "dev"}}})
+    assert _base_path(behind_gateway) == "/dev"
+    assert _base_path(Request({"type": "http"})) == ""

@@ -134,13 +134,28 @@ def create_app(deps: RouterDeps | None = None) -> FastAPI:
         deadline_ms: Annotated[
             int | None, Header(alias="x-deadline-ms", ge=1, le=MAX_DEADLINE_MS)
         ] = None,
-        user_id: Annotated[str | None, Header(alias="x-user-id", max_length=256)] = None,
+        user_id: Annotated[
+            str | None,
+            Header(
+                alias="x-user-id",
+                max_length=256,
+                description="The default sticky key: the same value keeps its version",
+            ),
+        ] = None,
     ) -> JSONResponse:
         deps = get_deps()
         tenant = tenant_of(request)
         inputs = _parse_inputs(await _read_body(request, deps.max_body_bytes))
         return await run_in_threadpool(
-            _predict_sync, deps.service, model, tenant, inputs, user_id, deadline_ms, is_async
+            _predict_sync,
+            deps.service,
+            model,
+            tenant,
+            inputs,
+            dict(request.headers),
+            deadline_ms,
+            is_async,
+            _base_path(request),
         )
 
     @app.get("/v1/requests/{request_id}", tags=["predict"])
@@ -154,23 +169,31 @@ def create_app(deps: RouterDeps | None = None) -> FastAPI:
     return app
 
 
+def _base_path(request: Request) -> str:
+    """The public path prefix: behind API Gateway, its stage (``/dev``)."""
+    event = request.scope.get("aws.event") or {}
+    stage = (event.get("requestContext") or {}).get("stage")
+    return f"/{stage}" if stage and stage != "$default" else ""
+
+
 def _predict_sync(
     service: PredictService,
     model: str,
     tenant: str,
     inputs: Any,
-    user_id: str | None,
+    headers_in: dict[str, str],
     deadline_ms: int | None,
     is_async: bool,
+    base_path: str = "",
 ) -> JSONResponse:
     admitted = service.submit(
         model=model,
         tenant=tenant,
         inputs=inputs,
-        sticky_value=user_id or tenant,
+        sticky_headers=headers_in,
         deadline_ms=deadline_ms,
     )
-    location = f"/v1/requests/{admitted.request_id}"
+    location = f"{base_path}/v1/requests/{admitted.request_id}"
     accepted = {
         "request_id": admitted.request_id,
         "model": admitted.model,

@@ -11,7 +11,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -155,15 +155,18 @@ class PredictService:
         model: str,
         tenant: str,
         inputs: Any,
-        sticky_value: str,
+        sticky_headers: Mapping[str, str],
         deadline_ms: int | None,
         lane: str = "realtime",
     ) -> Admitted:
-        """Validate, record as queued, enqueue. Raises RequestRejected on bad input."""
+        """Validate, record as queued, enqueue. Raises RequestRejected on bad input.
+        The sticky key is the header the routing document names, else the tenant."""
         started = self._clock()
         if model not in self._endpoints:
             raise RequestRejected(404, "unknown_model", f"model {model!r} does not exist")
         document = self.routing_document(model)
+        sticky_header = (document.sticky_key if document else "x-user-id").lower()
+        sticky_value = sticky_headers.get(sticky_header) or tenant
         version = self.choose_version(model, sticky_value, document)
         errors = check_inputs(inputs, version.signature, version.max_inputs_per_request)
         if errors:
