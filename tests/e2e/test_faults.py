@@ -52,15 +52,21 @@ def stored_per_request(platform) -> Counter:
     )
 
 
-def test_sigkill_mid_batch_under_load_loses_nothing_and_duplicates_nothing(platform):
-    ids = submit_async(platform, 120)
-    # Let the worker get going, then kill it while it holds messages.
+def signal_worker_under_load(platform, requests: int, after: int, sig: int) -> tuple[list, int]:
+    """Submit ``requests``; once ``after`` results are stored, signal the worker while
+    it holds the rest. Returns the request ids and the signalled worker's pid."""
+    ids = submit_async(platform, requests)
     deadline = time.monotonic() + 60
-    while sum(stored_per_request(platform)[rid] for rid in ids) < 10:
+    while sum(stored_per_request(platform)[rid] for rid in ids) < after:
         assert time.monotonic() < deadline
         time.sleep(0.05)
     victim = platform.worker_pid("minilm-embed")
-    os.kill(victim, signal.SIGKILL)
+    os.kill(victim, sig)
+    return ids, victim
+
+
+def test_sigkill_mid_batch_under_load_loses_nothing_and_duplicates_nothing(platform):
+    ids, victim = signal_worker_under_load(platform, 120, after=10, sig=signal.SIGKILL)
 
     results = wait_all_done(platform, ids, timeout=120)
 
@@ -83,13 +89,7 @@ def test_sigkill_mid_batch_under_load_loses_nothing_and_duplicates_nothing(platf
 
 
 def test_sigterm_drains_the_worker_and_releases_what_it_has_not_started(platform):
-    ids = submit_async(platform, 60)
-    deadline = time.monotonic() + 60
-    while sum(stored_per_request(platform)[rid] for rid in ids) < 5:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    victim = platform.worker_pid("minilm-embed")
-    os.kill(victim, signal.SIGTERM)
+    ids, victim = signal_worker_under_load(platform, 60, after=5, sig=signal.SIGTERM)
 
     results = wait_all_done(platform, ids, timeout=120)
 
