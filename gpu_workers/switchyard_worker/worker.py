@@ -73,6 +73,7 @@ class Worker:
         self._runtimes: dict[str, ModelRuntime] = {}
         self._assembler = BatchAssembler(self._limits)
         self._stopping = threading.Event()
+        self._drained = False  # the last receive found fewer messages than it asked for
         self._in_hand: dict[str, Received] = {}
         self._in_hand_lock = threading.Lock()
         self._writers = ThreadPoolExecutor(max_workers=8, thread_name_prefix="result-writer")
@@ -130,20 +131,33 @@ class Worker:
     # -- receiving ---------------------------------------------------------------
 
     def _receive(self) -> None:
-        idle = not self._assembler.held
-        wait = self._poll_wait if idle else 0
+        """Receive what the forming batch has room for. Idle, long-poll the realtime
+        lane, then look at the batch lane. While a batch forms and the last look found
+        the queue drained, let arrivals gather until the batch is due and look once
+        more: at most one empty receive per batch, and no leftovers beyond its room."""
+        held = bool(self._assembler.held)
+        if held and self._drained:
+            self._stopping.wait(max(self._assembler.time_left(), 0))
+        room = max(1, min(_RECEIVE_MAX, self._room()))
         realtime, batch_lane = self._lanes
-        received = realtime.receive(_RECEIVE_MAX, wait)
-        if not received:
-            received = batch_lane.receive(_RECEIVE_MAX, 0)
-        if not received and not idle:
-            time.sleep(min(max(self._assembler.time_left(), 0), 0.002))
+        received = realtime.receive(room, 0 if held else self._poll_wait)
+        if not received and not held:
+            received = batch_lane.receive(room, 0)
+        self._drained = len(received) < room
         now_mono, now = time.monotonic(), time.time()
         with self._in_hand_lock:
             for r in received:
                 self._in_hand[r.receipt_handle] = r
         for r in received:
             self._assembler.add(self._decode(r, now_mono, now))
+
+    def _room(self) -> int:
+        """Inputs the oldest held version's batch can still take."""
+        held = self._assembler.held
+        if not held:
+            return _RECEIVE_MAX
+        max_size, _ = self._limits(held[0].version)
+        return max_size - sum(p.size for p in held if p.version == held[0].version)
 
     def _decode(self, received: Received, arrived: float, received_at: float) -> Pending:
         pending = Pending(received=received, arrived=arrived, received_at=received_at)
