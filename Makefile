@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: up test test-unit test-integration test-e2e test-infra models synth lint clean
+.PHONY: up test test-unit test-integration test-e2e test-infra models synth lint clean bench bench-quick
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,21 @@ test-infra: $(VENV)/.installed
 
 synth: $(VENV)/.installed
 	$(PY) app.py
+
+# Benchmarks: the peer (LitServe) and the plotting library come from their own
+# requirements file, on top of the project's.
+$(VENV)/.bench-installed: $(VENV)/.installed bench/requirements.txt
+	$(PY) -m pip install --quiet -r bench/requirements.txt
+	touch $@
+
+bench: build/models/.built $(VENV)/.bench-installed
+	$(PY) -m pytest -q -p no:cacheprovider bench/test_bench.py
+	$(PY) -m bench run --out docs --wait-quiet 120
+
+# A short run (under 3 minutes) that leaves the published report alone.
+bench-quick: build/models/.built $(VENV)/.bench-installed
+	$(PY) -m pytest -q -p no:cacheprovider bench/test_bench.py
+	$(PY) -m bench run --quick --out build/bench-quick
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

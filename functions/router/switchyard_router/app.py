@@ -305,9 +305,10 @@ def _status_body(
 
 
 def _durations(record: ResultRecord, router: dict[str, float] | None) -> dict[str, float]:
-    """Milliseconds per stage of the path, from the timestamps each part recorded."""
+    """Milliseconds per stage of the path, from the timestamps each part recorded,
+    and the size of the batch the request ran in."""
     t = record.timings
-    out = {k: round(v, 3) for k, v in t.items() if k.endswith("_ms")}
+    out = {k: round(v, 3) for k, v in t.items() if k.endswith("_ms") or k == "batch_size"}
     if router:
         out.update({k: round(v, 3) for k, v in router.items() if k.endswith("_ms")})
         enqueued = router.get("enqueued_at")

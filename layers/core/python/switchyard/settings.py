@@ -62,7 +62,9 @@ class WorkerSettings(Settings):
     worker_model: str
     artifacts_bucket: str = ""
     artifacts_cache: str = "/tmp/switchyard-artifacts"
-    poll_wait_seconds: int = Field(default=1, ge=0, le=20)
+    # An idle worker's long poll: longer polls cost fewer SQS requests an hour; a
+    # SIGTERM waits for the poll in progress (well inside ECS's stop timeout).
+    poll_wait_seconds: int = Field(default=10, ge=0, le=20)
     # Touched once the worker has loaded its versions and polls (local supervisor).
     ready_file: str | None = None
     prediction_log_stream: str | None = None

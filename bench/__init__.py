@@ -1,0 +1,1 @@
+"""Switchyard's benchmark suite: `python -m bench run [--quick] [--out DIR]`."""

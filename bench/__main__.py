@@ -1,0 +1,154 @@
+"""``python -m bench run [--quick] [--out docs]``: every section in one process run,
+then the report (``benchmarks.md``, ``benchmarks.json``, ``img/*.png``).
+
+Sections run one after another, never side by side, so that each has the machine
+to itself: model limit, worker efficiency, AWS calls and router cold start (on a
+private emulator), end to end on the local platform (micro-batching on, then off),
+and the LitServe peer. A section that fails is recorded and the others still run;
+the exit status is non-zero if any failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.common import ROOT, TENSOR_MODEL, TEXT_MODEL, load_average, machine_info, wait_for_quiet
+
+SECTIONS = ("model_limit", "worker_efficiency", "aws_calls", "end_to_end", "peer_litserve")
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def run(quick: bool, out_dir: Path, only: set[str], quiet_wait_s: float) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    started = time.perf_counter()
+    if quiet_wait_s > 0:
+        wait_for_quiet(quiet_wait_s, 1.0, log)
+    results: dict[str, Any] = {
+        "quick": quick,
+        "machine": machine_info(),
+        "sections": {},
+        "timing": {},
+    }
+    failed: list[str] = []
+
+    def section(name: str, fn: Callable[[], Any]) -> Any:
+        log(f"{name}: start (load average {load_average()})")
+        meta: dict[str, Any] = {"load_before": load_average()}
+        t0 = time.perf_counter()
+        value = None
+        try:
+            value = fn()
+        except Exception as exc:  # noqa: BLE001 - one failed section must not lose the rest
+            traceback.print_exc()
+            meta["error"] = f"{type(exc).__name__}: {exc}"[:300]
+            failed.append(name)
+        meta["seconds"] = round(time.perf_counter() - t0, 1)
+        meta["load_after"] = load_average()
+        results["timing"][name] = meta
+        log(f"{name}: done in {meta['seconds']} s")
+        return value
+
+    from bench import model_limit
+
+    models: dict[str, Any] = {}
+    if only & {"model_limit", "worker_efficiency", "aws_calls"}:
+        models = (
+            section(
+                "load_models",
+                lambda: {
+                    TEXT_MODEL: model_limit.load_text_model(),
+                    TENSOR_MODEL: model_limit.load_tensor_model(),
+                },
+            )
+            or {}
+        )
+    if "model_limit" in only and models:
+        results["sections"]["model_limit"] = section(
+            "model_limit", lambda: model_limit.run(models, quick)
+        )
+    if "worker_efficiency" in only and models:
+        from bench import worker_efficiency
+
+        results["sections"]["worker_efficiency"] = section(
+            "worker_efficiency", lambda: worker_efficiency.run(models, quick)
+        )
+    result_write_ms = None
+    if "aws_calls" in only and models:
+        from bench import aws_calls, cold_start
+        from bench.emulator import emulator
+
+        def aws_and_cold() -> None:
+            with emulator() as emu:
+                results["sections"]["aws_calls"] = aws_calls.run(
+                    emu, models[TEXT_MODEL].runtime, quick, log
+                )
+                results["sections"]["cold_start"] = cold_start.run(emu, quick, log)
+
+        section("aws_calls_and_cold_start", aws_and_cold)
+        result_write_ms = (results["sections"].get("aws_calls") or {}).get("result_write_ms")
+    models.clear()  # free the in-process models before the platform's own start
+    if "end_to_end" in only:
+        from bench import end_to_end
+
+        results["sections"]["end_to_end"] = section(
+            "end_to_end", lambda: end_to_end.run(quick, log, result_write_ms)
+        )
+    if "peer_litserve" in only:
+        from bench import peer_litserve
+
+        results["sections"]["peer_litserve"] = section(
+            "peer_litserve", lambda: peer_litserve.run(quick, log)
+        )
+    from bench import report
+
+    e2e = results["sections"].get("end_to_end") or {}
+    peer = results["sections"].get("peer_litserve") or {}
+    if e2e.get("batching_on") and peer:
+        results["comparison"] = report.compare_peer(e2e["batching_on"], peer)
+    results["sections"] = {k: v for k, v in results["sections"].items() if v is not None}
+    results["wall_seconds"] = round(time.perf_counter() - started, 1)
+    results["failed_sections"] = failed
+    written = report.write(results, out_dir)
+    log(f"wrote {', '.join(str(p) for p in written)} in {results['wall_seconds']} s")
+    if failed:
+        log(f"failed sections: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    go = commands.add_parser("run", help="run the suite and write the report")
+    go.add_argument("--quick", action="store_true", help="short steps: a few minutes in all")
+    go.add_argument("--out", default=str(ROOT / "docs"), help="folder for the report files")
+    go.add_argument(
+        "--only", default=",".join(SECTIONS), help=f"comma-separated subset of {SECTIONS}"
+    )
+    go.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=0,
+        help="wait up to this many seconds for the load average to fall below 1 first",
+    )
+    args = parser.parse_args(argv)
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
+    unknown = only - set(SECTIONS)
+    if unknown:
+        parser.error(f"unknown sections: {', '.join(sorted(unknown))}")
+    return run(args.quick, Path(args.out), only, args.wait_quiet)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

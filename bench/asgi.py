@@ -1,0 +1,63 @@
+"""Calls an ASGI app directly, with no server and no socket: how the router is
+driven in-process (as Mangum drives it in Lambda) when a section wants the router's
+own cost without HTTP in the way."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+
+async def call(
+    app: Any,
+    method: str,
+    path: str,
+    headers: dict[str, str] | None = None,
+    body: bytes = b"",
+    query: str = "",
+) -> tuple[int, bytes]:
+    """One request through ``app``; returns (status, body)."""
+    raw_headers = [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    if body:
+        raw_headers.append((b"content-length", str(len(body)).encode()))
+        raw_headers.append((b"content-type", b"application/json"))
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query.encode(),
+        "root_path": "",
+        "headers": raw_headers,
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 80),
+    }
+    delivered = False
+    status = 0
+    chunks: list[bytes] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.Event().wait()  # the client never disconnects
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    await app(scope, receive, send)
+    return status, b"".join(chunks)
+
+
+def predict_body(inputs: list[Any]) -> bytes:
+    return json.dumps({"inputs": inputs}).encode()

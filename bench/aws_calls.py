@@ -1,0 +1,534 @@
+"""AWS calls per inference, counted where they are made: botocore event hooks on
+the platform's own (cached) clients, while the real router app, worker and batch
+splitter run in this process against a private emulator.
+
+Every completed call is recorded with the part of the platform that made it
+(router, worker, splitter: told apart by thread), its operation, its latency, and
+for DynamoDB the capacity units it would consume (from the item sizes, by
+DynamoDB's rounding rules). Paths measured: sync predict one at a time; async
+predict plus one GET poll, one at a time and as a burst; a batch file through the
+splitter and the worker; and an idle worker. Cache refreshes (API keys, registry
+versions, routing documents) are per router instance and per minute, not per
+inference, and are listed apart. Costs use public list prices, stated below.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.asgi import call, predict_body
+from bench.common import ROOT, TEXT_MODEL, accepted_kwargs, median, sentences
+from bench.emulator import REGION, Emulator
+
+# us-east-1 list prices, USD. See PRICE_SOURCES.
+PRICES = {
+    "sqs_per_million_requests": 0.40,  # standard queue, per 64 KB chunk of payload
+    "dynamodb_per_million_wru": 0.625,  # on-demand write request units (1 KB each)
+    "dynamodb_per_million_rru": 0.125,  # on-demand read request units (4 KB strongly consistent)
+    "s3_put_per_thousand": 0.005,  # PUT, COPY, POST, LIST (S3 Standard)
+    "s3_get_per_thousand": 0.0004,  # GET and all other requests
+    "lambda_per_million_requests": 0.20,
+    "lambda_per_gb_second_x86": 0.0000166667,
+    "apigateway_rest_per_million": 3.50,  # first 333 million a month
+    "firehose_per_gb_ingested": 0.029,  # Direct PUT, each record rounded up to 5 KB
+}
+PRICE_SOURCES = (
+    "AWS list prices for us-east-1 (US East, N. Virginia) as published on the AWS pricing "
+    "pages for SQS, DynamoDB (on-demand, after the November 2024 reduction), S3 Standard, "
+    "Lambda (x86), API Gateway (REST APIs) and Data Firehose (Direct PUT); cross-checked on "
+    "2026-11-22 against secondary summaries dated March and June 2026. Free tiers are ignored."
+)
+REFRESH_OPS = {"GetApiKeys", "Query", "Scan"}
+REFRESH_SERVICES = {"apigateway", "appconfig"}
+WORKER_THREADS = ("bench-worker", "visibility", "result-writer")
+
+
+def actor_of(thread_name: str) -> str:
+    if thread_name.startswith(WORKER_THREADS):
+        return "worker"
+    if thread_name.startswith("bench-splitter"):
+        return "splitter"
+    return "router"
+
+
+def attribute_size(value: dict[str, Any]) -> int:
+    """Bytes of one DynamoDB attribute value, by DynamoDB's item-size rules."""
+    ((kind, v),) = value.items()
+    if kind == "S":
+        return len(v.encode())
+    if kind == "N":
+        return math.ceil(len(v.lstrip("-").replace(".", "").lstrip("0") or "0") / 2) + 1
+    if kind == "B":
+        return len(v)
+    if kind in ("BOOL", "NULL"):
+        return 1
+    if kind == "M":
+        return 3 + sum(len(k.encode()) + attribute_size(x) for k, x in v.items())
+    if kind == "L":
+        return 3 + sum(1 + attribute_size(x) for x in v)
+    if kind in ("SS", "NS"):
+        return sum(len(x.encode()) for x in v)
+    return 0
+
+
+def item_size(item: dict[str, Any]) -> int:
+    return sum(len(name.encode()) + attribute_size(value) for name, value in item.items())
+
+
+def write_units(size: int) -> int:
+    return max(1, math.ceil(size / 1024))
+
+
+def read_units(size: int, consistent: bool) -> float:
+    units = max(1, math.ceil(size / 4096))
+    return float(units) if consistent else units / 2
+
+
+@dataclass
+class Call:
+    actor: str
+    service: str
+    op: str
+    ms: float
+    table: str | None = None
+    empty: bool = False
+    wru: float = 0.0
+    rru: float = 0.0
+    records: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.service}:{self.op}"
+
+
+@dataclass
+class CallLog:
+    """Collects the calls of every hooked client."""
+
+    calls: list[Call] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    local: threading.local = field(default_factory=threading.local)
+
+    def attach(self, client: Any) -> None:
+        client.meta.events.register("before-parameter-build", self._params)
+        client.meta.events.register("before-call", self._before)
+        client.meta.events.register("after-call", self._after)
+
+    def _params(self, params: dict[str, Any], **_: Any) -> None:
+        # The API parameters (TableName, Item, ...), before they are serialised.
+        self.local.params = params
+
+    def _before(self, **_: Any) -> None:
+        self.local.started = time.perf_counter()
+
+    def _after(self, model: Any, parsed: dict[str, Any], **_: Any) -> None:
+        ms = (time.perf_counter() - getattr(self.local, "started", time.perf_counter())) * 1000
+        params = getattr(self.local, "params", {}) or {}
+        service = model.service_model.service_name
+        entry = Call(actor_of(threading.current_thread().name), service, model.name, ms)
+        if service == "dynamodb":
+            entry.table = params.get("TableName")
+            consistent = bool(params.get("ConsistentRead"))
+            if model.name == "PutItem":
+                entry.wru = write_units(item_size(params.get("Item", {})))
+            elif model.name == "GetItem":
+                entry.rru = read_units(item_size(parsed.get("Item", {}) or {}), consistent)
+            elif model.name in ("Query", "Scan"):
+                size = sum(item_size(i) for i in parsed.get("Items", []))
+                entry.rru = read_units(size, consistent)
+        if model.name == "ReceiveMessage":
+            entry.empty = not parsed.get("Messages")
+        if model.name == "PutRecordBatch":
+            entry.records = len(params.get("Records", []))
+        with self.lock:
+            self.calls.append(entry)
+
+    def take(self) -> list[Call]:
+        with self.lock:
+            out, self.calls = self.calls, []
+        return out
+
+
+def is_refresh(c: Call) -> bool:
+    """Cache refreshes: made per router instance every few seconds, not per request."""
+    return c.op in REFRESH_OPS or c.service in REFRESH_SERVICES
+
+
+def summarise(calls: list[Call], inferences: int, requests: int) -> dict[str, Any]:
+    """Calls per inference by actor and operation, and what they cost per million."""
+    per_path = [c for c in calls if not is_refresh(c)]
+    by_actor: dict[str, Counter[str]] = defaultdict(Counter)
+    for c in per_path:
+        name = c.key + ("(empty)" if c.empty else "")
+        by_actor[c.actor][name] += 1
+    n = max(inferences, 1)
+    sqs = sum(1 for c in per_path if c.service == "sqs")
+    empty = sum(1 for c in per_path if c.empty)
+    s3_put = sum(1 for c in per_path if c.service == "s3" and c.op in ("PutObject", "CopyObject"))
+    s3_get = sum(1 for c in per_path if c.service == "s3" and c.op not in ("PutObject",))
+    wru = sum(c.wru for c in per_path)
+    rru = sum(c.rru for c in per_path)
+    other = Counter(c.key for c in per_path if c.service not in ("sqs", "dynamodb", "s3"))
+    firehose_records = sum(c.records for c in per_path)
+    p = PRICES
+    cost = {
+        "sqs": sqs / n * p["sqs_per_million_requests"],
+        "sqs_empty_receives_part": empty / n * p["sqs_per_million_requests"],
+        "dynamodb_writes": wru / n * p["dynamodb_per_million_wru"],
+        "dynamodb_reads": rru / n * p["dynamodb_per_million_rru"],
+        "s3": s3_put / n * p["s3_put_per_thousand"] * 1000
+        + s3_get / n * p["s3_get_per_thousand"] * 1000,
+    }
+    cost["firehose_prediction_log"] = (
+        firehose_records / n * 5 / 1024 / 1024 * p["firehose_per_gb_ingested"] * 1e6
+    )
+    cost["total"] = (
+        cost["sqs"]
+        + cost["dynamodb_writes"]
+        + cost["dynamodb_reads"]
+        + cost["s3"]
+        + cost["firehose_prediction_log"]
+    )
+    return {
+        "requests": requests,
+        "inferences": inferences,
+        "per_inference": {
+            actor: {op: round(count / n, 4) for op, count in sorted(ops.items())}
+            for actor, ops in sorted(by_actor.items())
+        },
+        "sqs_requests_per_inference": round(sqs / n, 4),
+        "sqs_empty_receives_per_inference": round(empty / n, 4),
+        "dynamodb_wru_per_inference": round(wru / n, 4),
+        "dynamodb_rru_per_inference": round(rru / n, 4),
+        "s3_requests_per_inference": round((s3_put + s3_get) / n, 4),
+        "other_services_per_inference": {k: round(v / n, 4) for k, v in other.items()},
+        "firehose_records_per_inference": round(firehose_records / n, 4),
+        "refresh_calls_seen": dict(Counter(c.key for c in calls if is_refresh(c))),
+        "usd_per_million_inferences": {k: round(v, 4) for k, v in cost.items()},
+    }
+
+
+@contextmanager
+def patched_env(values: dict[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def router_memory_mb() -> int:
+    """The router function's memory, read from the CDK app when it states it."""
+    for path in (ROOT / "stacks").glob("*.py"):
+        match = re.search(r"ROUTER_MEMORY_MB\s*=\s*(\d+)", path.read_text())
+        if match:
+            return int(match.group(1))
+    return 1024
+
+
+class Harness:
+    """The router app, a worker thread and the splitter, in-process, on the emulator."""
+
+    def __init__(self, emu: Emulator, runtime: Any) -> None:
+        from switchyard import aws
+        from switchyard.settings import Settings, WorkerSettings
+        from switchyard_router.app import create_app
+        from switchyard_router.wiring import build_deps
+
+        self.emu = emu
+        with patched_env(emu.env):
+            self.settings = Settings()
+            self.worker_settings = WorkerSettings(worker_model=TEXT_MODEL)
+        self.tenant, self.api_key = next(iter(emu.api_keys.items()))
+        self._register()
+        self.app = create_app(build_deps(self.settings))
+        self.worker = self._worker(runtime)
+        self.log = CallLog()
+        for service in ("sqs", "dynamodb", "s3", "apigateway", "appconfig", "firehose"):
+            self.log.attach(aws.client(service, REGION, emu.url))
+        self.worker.preload()
+        self.thread = threading.Thread(target=self.worker.run, name="bench-worker", daemon=True)
+        self.thread.start()
+        self.ddb = emu.client("dynamodb")
+
+    def _register(self) -> None:
+        from bench.stand_ins import version_record
+        from switchyard import aws
+        from switchyard.registry import DynamoDBRegistry
+
+        registry = DynamoDBRegistry(
+            aws.client("dynamodb", REGION, self.emu.url), self.settings.registry_table
+        )
+        registry.register(version_record(TEXT_MODEL))
+
+    def _worker(self, runtime: Any) -> Any:
+        from switchyard import aws
+        from switchyard.payloads import S3PayloadStore
+        from switchyard.queues import SqsWorkQueue
+        from switchyard.registry import DynamoDBRegistry
+        from switchyard.results import DynamoDBResultStore
+        from switchyard_worker.worker import Worker
+
+        s = self.worker_settings
+
+        def client(service: str) -> Any:
+            return aws.client(service, REGION, self.emu.url)
+
+        pair = s.queues[TEXT_MODEL]
+        payloads = S3PayloadStore(client("s3"), s.payloads_bucket)
+        prediction_log = None
+        stream = getattr(s, "prediction_log_stream", None)
+        if stream:
+            from switchyard.telemetry import FirehosePredictionLog
+
+            prediction_log = FirehosePredictionLog(client("firehose"), stream)
+        return Worker(
+            **accepted_kwargs(
+                Worker.__init__,
+                model=TEXT_MODEL,
+                worker_id="bench-worker",
+                realtime=SqsWorkQueue(client("sqs"), pair.realtime, "realtime"),
+                batch=SqsWorkQueue(client("sqs"), pair.batch, "batch"),
+                registry=DynamoDBRegistry(client("dynamodb"), s.registry_table),
+                results=DynamoDBResultStore(
+                    client("dynamodb"), s.results_table, payloads, s.claim_check_bytes
+                ),
+                payloads=payloads,
+                load_runtime=lambda _record: runtime,
+                visibility_timeout=s.visibility_timeout_seconds,
+                poll_wait_seconds=s.poll_wait_seconds,
+                metrics=None,
+                prediction_log=prediction_log,
+            )
+        )
+
+    def close(self) -> None:
+        self.worker.stop()
+        self.thread.join(15)
+
+    # -- requests ------------------------------------------------------------------
+
+    def predict(self, text: str, is_async: bool = False) -> tuple[int, dict[str, Any]]:
+        status, body = asyncio_run(
+            call(
+                self.app,
+                "POST",
+                f"/v1/models/{TEXT_MODEL}/predict",
+                {"x-api-key": self.api_key, "x-deadline-ms": "10000"},
+                predict_body([text]),
+                "async=true" if is_async else "",
+            )
+        )
+        return status, json.loads(body)
+
+    def poll(self, request_id: str) -> tuple[int, dict[str, Any]]:
+        status, body = asyncio_run(
+            call(self.app, "GET", f"/v1/requests/{request_id}", {"x-api-key": self.api_key})
+        )
+        return status, json.loads(body)
+
+    def wait_done(self, request_ids: list[str], tenant: str, limit_s: float = 120) -> None:
+        """Waits (with the bench's own, uncounted client) until every result is final."""
+        from switchyard.tables import RESULTS
+
+        pending = set(request_ids)
+        deadline = time.monotonic() + limit_s
+        while pending and time.monotonic() < deadline:
+            for rid in list(pending):
+                item = self.ddb.get_item(
+                    TableName=self.settings.results_table,
+                    Key={RESULTS.partition: {"S": tenant}, RESULTS.sort: {"S": rid}},
+                    ConsistentRead=True,
+                ).get("Item")
+                if item and item.get("status", {}).get("S") in ("done", "error"):
+                    pending.discard(rid)
+            if pending:
+                time.sleep(0.05)
+        if pending:
+            raise TimeoutError(f"{len(pending)} results not done")
+
+
+def asyncio_run(coro: Any) -> Any:
+    import asyncio
+
+    return asyncio.run(coro)
+
+
+def scenario_sync(h: Harness, texts: list[str], n: int) -> dict[str, Any]:
+    h.log.take()
+    walls = []
+    for i in range(n):
+        start = time.perf_counter()
+        status, _ = h.predict(texts[i % len(texts)])
+        walls.append((time.perf_counter() - start) * 1000)
+        assert status == 200, status
+    calls = h.log.take()
+    out = summarise(calls, n, n)
+    out["router_wall_ms_mean"] = round(sum(walls) / len(walls), 2)
+    gets = [c for c in calls if c.actor == "router" and c.op == "GetItem"]
+    out["result_polls_per_request"] = round(len(gets) / n, 2)
+    writes = [c.ms for c in calls if c.actor == "worker" and c.op == "PutItem"]
+    out["result_write_ms_p50"] = round(median(writes), 2) if writes else None
+    return out
+
+
+def scenario_async(h: Harness, texts: list[str], n: int, burst: bool) -> dict[str, Any]:
+    h.log.take()
+    ids: list[str] = []
+    walls = []
+    for i in range(n):
+        start = time.perf_counter()
+        status, body = h.predict(texts[i % len(texts)], is_async=True)
+        walls.append((time.perf_counter() - start) * 1000)
+        assert status == 202, status
+        ids.append(body["request_id"])
+        if not burst:
+            h.wait_done([body["request_id"]], h.tenant)
+            _poll_once(h, body["request_id"])
+    if burst:
+        h.wait_done(ids, h.tenant)
+        for rid in ids:
+            _poll_once(h, rid)
+    out = summarise(h.log.take(), n, n)
+    out["router_wall_ms_mean"] = round(sum(walls) / len(walls), 2)
+    return out
+
+
+def _poll_once(h: Harness, request_id: str) -> None:
+    status, body = h.poll(request_id)
+    assert status == 200 and body["status"] == "done", (status, body.get("status"))
+
+
+def scenario_batch(h: Harness, texts: list[str], lines: int) -> dict[str, Any]:
+    from switchyard_batch.splitter import handle_event
+
+    bucket = h.emu.provisioned.names.batch_drop_bucket
+    key = f"{h.tenant}/{TEXT_MODEL}/bench-{int(time.time())}.jsonl"
+    body = "\n".join(json.dumps(texts[i % len(texts)]) for i in range(lines)).encode()
+    h.emu.client("s3").put_object(Bucket=bucket, Key=key, Body=body)  # the tenant's upload
+    h.log.take()
+    event = {"Records": [{"s3": {"bucket": {"name": bucket}, "object": {"key": key}}}]}
+    jobs: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    splitter = threading.Thread(
+        target=lambda: jobs.extend(handle_event(event, h.settings, h.settings.jobs_table)),
+        name="bench-splitter",
+    )
+    splitter.start()
+    splitter.join(120)
+    split_ms = (time.perf_counter() - started) * 1000
+    request_ids = jobs[0]["request_ids"] if jobs else []
+    h.wait_done(request_ids, h.tenant, limit_s=300)
+    out = summarise(h.log.take(), lines, len(request_ids))
+    out["splitter_ms"] = round(split_ms, 1)
+    out["chunks"] = len(request_ids)
+    return out
+
+
+def scenario_idle(h: Harness, seconds: float) -> dict[str, Any]:
+    h.log.take()
+    time.sleep(seconds)
+    calls = h.log.take()
+    per_s = Counter(c.key + ("(empty)" if c.empty else "") for c in calls)
+    sqs_per_hour = sum(1 for c in calls if c.service == "sqs") / seconds * 3600
+    return {
+        "seconds": seconds,
+        "calls_per_second": {k: round(v / seconds, 3) for k, v in per_s.items()},
+        "sqs_requests_per_worker_hour": round(sqs_per_hour),
+        "usd_per_worker_month": round(
+            sqs_per_hour * 24 * 30 / 1e6 * PRICES["sqs_per_million_requests"], 4
+        ),
+    }
+
+
+def lambda_and_gateway(results: dict[str, Any], memory_mb: int) -> dict[str, Any]:
+    """The router function and API Gateway per million inferences: priced apart,
+    since they are billed per invocation and per second of the function, which for a
+    sync request includes the time it waits for the worker."""
+    gb = memory_mb / 1024
+    p = PRICES
+    out = {}
+    for name, invocations, seconds in (
+        ("sync", 1, results["sync"]["router_wall_ms_mean"] / 1000),
+        (
+            "async_one_at_a_time",
+            2,
+            2 * results["async_one_at_a_time"]["router_wall_ms_mean"] / 1000,
+        ),
+    ):
+        out[name] = {
+            "lambda_invocations_per_inference": invocations,
+            "lambda_gb_seconds_per_inference": round(gb * seconds, 5),
+            "usd_lambda": round(
+                invocations * p["lambda_per_million_requests"]
+                + gb * seconds * p["lambda_per_gb_second_x86"] * 1e6,
+                3,
+            ),
+            "usd_api_gateway": round(invocations * p["apigateway_rest_per_million"], 3),
+        }
+    batch = results["batch"]
+    out["batch"] = {
+        "lambda_invocations_per_inference": round(1 / batch["inferences"], 5),
+        "usd_lambda": round(
+            (
+                p["lambda_per_million_requests"]
+                + gb * batch["splitter_ms"] / 1000 * p["lambda_per_gb_second_x86"] * 1e6
+            )
+            / batch["inferences"],
+            4,
+        ),
+        "usd_api_gateway": 0.0,
+    }
+    return {"router_memory_mb": memory_mb, "paths": out}
+
+
+def run(emu: Emulator, runtime: Any, quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
+    from bench.common import quiet_output
+
+    texts = sentences()
+    n_sync, n_burst, lines = (8, 32, 128) if quick else (30, 64, 512)
+    with quiet_output():
+        h = Harness(emu, runtime)
+        try:
+            for i in range(3):  # warm-up: caches, connections, the model
+                h.predict(texts[i])
+            log("  sync")
+            results = {"sync": scenario_sync(h, texts, n_sync)}
+            log("  async, one at a time")
+            results["async_one_at_a_time"] = scenario_async(h, texts, n_sync, burst=False)
+            log("  async, burst")
+            results["async_burst"] = scenario_async(h, texts, n_burst, burst=True)
+            log("  batch file")
+            results["batch"] = scenario_batch(h, texts, lines)
+            log("  idle worker")
+            results["idle_worker"] = scenario_idle(h, 3.0 if quick else 6.0)
+        finally:
+            h.close()
+    return {
+        "prices_usd": PRICES,
+        "price_sources": PRICE_SOURCES,
+        "region": REGION,
+        "paths": results,
+        "lambda_api_gateway": lambda_and_gateway(results, router_memory_mb()),
+        "cache_refresh": {
+            "api_keys_seconds": h.settings.api_key_cache_seconds,
+            "routing_seconds": h.settings.routing_cache_seconds,
+            "registry_versions_seconds": 10.0,
+        },
+        "result_write_ms": results["sync"]["result_write_ms_p50"],
+    }

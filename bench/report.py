@@ -1,0 +1,1105 @@
+"""Writes what a run measured: ``benchmarks.json`` (every figure), ``benchmarks.md``
+(tables, each comparison as a ratio beside the absolute figures, and a short reading
+of each section) and PNG plots under ``img/``."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from bench.common import ratio
+
+IMG = "img"
+
+
+def fmt(value: Any, digits: int = 1, unit: str = "") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float | int):
+        text = f"{value:,.{digits}f}" if isinstance(value, float) or digits else f"{value:,}"
+        return text + unit
+    return str(value)
+
+
+def times(value: float | None, digits: int = 2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}×"
+
+
+def pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.0f} %"
+
+
+def table(header: list[str], rows: list[list[Any]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(out)
+
+
+# -- comparisons ---------------------------------------------------------------------
+
+
+def compare_peer(platform: dict[str, Any], peer: dict[str, Any]) -> dict[str, Any]:
+    """Sustainable rates as a ratio, and p99 of each at the rates both were tested at."""
+    ours = {s["rate"]: s for s in platform.get("steps", [])}
+    theirs = {s["rate"]: s for s in peer.get("steps", [])}
+    common = sorted(set(ours) & set(theirs))
+    rows = [
+        {
+            "rate": r,
+            "platform_p99_ms": ours[r]["p99_ms"],
+            "peer_p99_ms": theirs[r]["p99_ms"],
+            "p99_ratio": ratio(ours[r]["p99_ms"], theirs[r]["p99_ms"]),
+            "platform_sustained": ours[r]["sustained"],
+            "peer_sustained": theirs[r]["sustained"],
+        }
+        for r in common
+    ]
+    both = [row["rate"] for row in rows if row["platform_sustained"] and row["peer_sustained"]]
+    headline = max(both) if both else (common[0] if common else None)
+    return {
+        "platform_sustainable_rate": platform.get("sustainable_rate"),
+        "peer_sustainable_rate": peer.get("sustainable_rate"),
+        "rate_ratio": ratio(platform.get("sustainable_rate"), peer.get("sustainable_rate")),
+        "common_rates": rows,
+        "headline_rate": headline,
+        "headline": next((row for row in rows if row["rate"] == headline), None),
+    }
+
+
+# -- plots ---------------------------------------------------------------------------
+
+
+def plots(results: dict[str, Any], out_dir: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    img = out_dir / IMG
+    img.mkdir(parents=True, exist_ok=True)
+    made: list[str] = []
+    s = results["sections"]
+
+    ml = s.get("model_limit", {}).get("models")
+    we = s.get("worker_efficiency", {})
+    if ml:
+        fig, axes = plt.subplots(1, len(ml), figsize=(5.5 * len(ml), 4))
+        axes = axes if len(ml) > 1 else [axes]
+        for ax, (name, rows) in zip(axes, ml.items(), strict=True):
+            b = [r["batch_size"] for r in rows]
+            ax.plot(b, [r["model_inputs_per_s"] for r in rows], "o-", label="model (bare)")
+            ax.plot(b, [r["runtime_inputs_per_s"] for r in rows], "s--", label="runtime wrapper")
+            w = we.get(name, {})
+            if w.get("inputs_per_s"):
+                ax.plot(
+                    [w["mean_batch_size"]],
+                    [w["inputs_per_s"]],
+                    "r*",
+                    ms=14,
+                    label="worker loop (mean batch)",
+                )
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("batch size")
+            ax.set_ylabel("inputs/s")
+            ax.set_title(name)
+            ax.grid(alpha=0.3)
+            ax.legend()
+        fig.tight_layout()
+        fig.savefig(img / "model_limit.png", dpi=110)
+        plt.close(fig)
+        made.append("model_limit.png")
+
+    e2e = s.get("end_to_end", {})
+    peer = s.get("peer_litserve", {})
+    targets = [
+        ("platform, batching on", e2e.get("batching_on", {})),
+        ("platform, batching off", e2e.get("batching_off", {})),
+        ("LitServe (peer)", peer),
+    ]
+    if any(t.get("steps") for _, t in targets):
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
+        for n, (label, t) in enumerate(targets):
+            steps = t.get("steps") or []
+            if not steps:
+                continue
+            color = f"C{n}"
+            r = [x["rate"] for x in steps]
+            a1.plot(r, [x["p99_ms"] for x in steps], "o-", color=color, label=f"{label} p99")
+            a1.plot(
+                r,
+                [x["p50_ms"] for x in steps],
+                ".:",
+                color=color,
+                alpha=0.6,
+                label=f"{label} p50",
+            )
+            a2.plot(r, [x["throughput"] for x in steps], "o-", color=color, label=label)
+        a1.axhline(500, color="grey", ls="--", lw=1)
+        a1.set_yscale("log")
+        a1.set_xlabel("offered rate (requests/s)")
+        a1.set_ylabel("latency (ms)")
+        a1.set_title("latency vs offered rate (minilm-embed)")
+        a1.legend(fontsize=7)
+        a1.grid(alpha=0.3)
+        top = max((x["rate"] for _, t in targets for x in t.get("steps") or []), default=1)
+        a2.plot([0, top], [0, top], color="grey", ls="--", lw=1)
+        a2.set_xlabel("offered rate (requests/s)")
+        a2.set_ylabel("completed (requests/s)")
+        a2.set_title("throughput vs offered rate")
+        a2.legend(fontsize=7)
+        a2.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(img / "end_to_end.png", dpi=110)
+        plt.close(fig)
+        made.append("end_to_end.png")
+
+    bars = []
+    one = e2e.get("batching_on", {}).get("one_request")
+    if one:
+        bars.append(("one request at a time", one))
+    at_rate = e2e.get("batching_on", {}).get("breakdown_at_sustainable_rate")
+    if at_rate:
+        rate = e2e["batching_on"]["sustainable_rate"]
+        bars.append((f"at {fmt(rate, 0)} req/s", at_rate))
+    if bars:
+        fig, ax = plt.subplots(figsize=(10, 1.4 + 0.9 * len(bars)))
+        names = [st["stage"] for st in bars[0][1]["stages"]]
+        colors = plt.cm.tab10.colors
+        for y, (_, b) in enumerate(bars):
+            left = 0.0
+            for i, st in enumerate(b["stages"]):
+                ax.barh(
+                    y,
+                    st["mean_ms"],
+                    left=left,
+                    color=colors[i % 10],
+                    label=names[i] if y == 0 else None,
+                )
+                left += st["mean_ms"]
+        ax.set_yticks(range(len(bars)), [label for label, _ in bars])
+        ax.set_xlabel("mean ms per request")
+        ax.set_title("where the time goes (minilm-embed, sync predict)")
+        ax.legend(fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.35))
+        fig.tight_layout()
+        fig.savefig(img / "breakdown.png", dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        made.append("breakdown.png")
+
+    aws = s.get("aws_calls", {}).get("paths")
+    if aws:
+        paths = [p for p in ("sync", "async_one_at_a_time", "async_burst", "batch") if p in aws]
+        parts = ["sqs", "dynamodb_writes", "dynamodb_reads", "s3", "firehose_prediction_log"]
+        fig, ax = plt.subplots(figsize=(8, 4))
+        bottom = [0.0] * len(paths)
+        for part in parts:
+            vals = [aws[p]["usd_per_million_inferences"].get(part, 0.0) for p in paths]
+            ax.bar(paths, vals, bottom=bottom, label=part)
+            bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+        ax.set_ylabel("USD per million inferences")
+        ax.set_title("AWS request cost by path (SQS, DynamoDB, S3, Firehose; us-east-1)")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(img / "aws_cost.png", dpi=110)
+        plt.close(fig)
+        made.append("aws_cost.png")
+    return made
+
+
+# -- markdown ------------------------------------------------------------------------
+
+
+def markdown(results: dict[str, Any], images: list[str]) -> str:
+    m = results["machine"]
+    s = results["sections"]
+    lines: list[str] = [
+        "# Benchmarks",
+        "",
+        "What the platform adds to the model's own cost, how it batches, and how it compares "
+        "with a peer, measured side by side in one run of the suite (`bench/`). "
+        f"This page was written by `python -m bench run{' --quick' if results['quick'] else ''}`"
+        f" ({'quick' if results['quick'] else 'full'} mode, {fmt(results['wall_seconds'], 0)} s).",
+        "",
+        "## Machine and versions",
+        "",
+        table(
+            ["what", "value"],
+            [
+                ["date", m["date"]],
+                ["CPU", f"{m['cpu']} ({m['cores']} cores, torch threads {m['torch_threads']})"],
+                ["memory", f"{m['memory_gib']} GiB"],
+                ["OS", m["os"]],
+                ["Python", m["python"]],
+                ["commit", m["commit"] or "–"],
+                ["packages", ", ".join(f"{k} {v}" for k, v in m["packages"].items() if v)],
+                ["load average (1 min) at start", m["load_average_at_start"]],
+            ],
+        ),
+        "",
+        "The machine is shared with other work and has no GPU, so absolute figures move from run "
+        "to run; the comparisons are made within the run, target after target on the same "
+        "machine, and each section records the load average around it. The AWS services are "
+        "the local emulator (moto), not AWS: figures that include AWS round trips describe the "
+        "local platform, and the AWS-call counts, not the local latencies, are what carry over "
+        "to the cloud.",
+        "",
+    ]
+    lines += _summary(results)
+    lines += _model_limit(s)
+    lines += _worker(s)
+    lines += _end_to_end(s, results)
+    lines += _breakdown(s)
+    lines += _aws(s)
+    lines += _cold(s)
+    lines += _sections_meta(results)
+    for name in images:
+        if f"({IMG}/{name})" not in "\n".join(lines):
+            lines += [f"![{name}]({IMG}/{name})", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _summary(results: dict[str, Any]) -> list[str]:
+    s = results["sections"]
+    rows: list[list[Any]] = []
+    we = s.get("worker_efficiency", {}).get("minilm-embed", {})
+    if we:
+        rows.append(
+            [
+                "worker loop vs model limit at the batch sizes it formed (minilm-embed)",
+                f"{fmt(we.get('inputs_per_s'))} inputs/s",
+                f"{fmt(we.get('model_inputs_per_s_at_formed_sizes'))} inputs/s",
+                times(we.get("efficiency_vs_model")),
+            ]
+        )
+    e2e = s.get("end_to_end", {})
+    if e2e.get("batching_on"):
+        rows.append(
+            [
+                "sustainable rate (p99 < 500 ms), micro-batching on vs off",
+                f"{fmt(e2e['batching_on'].get('sustainable_rate'), 0)} req/s",
+                f"{fmt(e2e.get('batching_off', {}).get('sustainable_rate'), 0)} req/s",
+                times(e2e.get("batching_gain")),
+            ]
+        )
+    on_off = _on_off_at_break(e2e)
+    if on_off:
+        rate, p_on, p_off = on_off
+        rows.append(
+            [
+                f"p99 at {fmt(rate, 0)} req/s (the first rate either fails), batching on vs off",
+                f"{fmt(p_on)} ms",
+                f"{fmt(p_off)} ms",
+                times(ratio(p_on, p_off)),
+            ]
+        )
+    cmp_ = results.get("comparison", {})
+    if cmp_:
+        rows.append(
+            [
+                "sustainable rate, platform vs LitServe",
+                f"{fmt(cmp_.get('platform_sustainable_rate'), 0)} req/s",
+                f"{fmt(cmp_.get('peer_sustainable_rate'), 0)} req/s",
+                times(cmp_.get("rate_ratio")),
+            ]
+        )
+        h = cmp_.get("headline")
+        if h:
+            rows.append(
+                [
+                    f"p99 at {fmt(h['rate'], 0)} req/s, platform vs LitServe",
+                    f"{fmt(h['platform_p99_ms'])} ms",
+                    f"{fmt(h['peer_p99_ms'])} ms",
+                    times(h["p99_ratio"]),
+                ]
+            )
+    ours_cpu = cpu_step(e2e.get("batching_on") or {})
+    theirs_cpu = cpu_step(s.get("peer_litserve") or {}, ours_cpu["rate"] if ours_cpu else None)
+    if ours_cpu and theirs_cpu:
+        rows.append(
+            [
+                "CPU per answered request, all processes, platform vs LitServe",
+                f"{fmt(ours_cpu['cpu_ms_per_request_total'])} ms at "
+                f"{fmt(ours_cpu['rate'], 0)} req/s",
+                f"{fmt(theirs_cpu['cpu_ms_per_request_total'])} ms at "
+                f"{fmt(theirs_cpu['rate'], 0)} req/s",
+                times(
+                    ratio(
+                        ours_cpu["cpu_ms_per_request_total"], theirs_cpu["cpu_ms_per_request_total"]
+                    ),
+                    1,
+                ),
+            ]
+        )
+        parts = {
+            k: v
+            for k, v in ours_cpu["cpu_ms_per_request"].items()
+            if k not in ("load generator", "supervisor")
+        }
+        if parts:
+            name, value = max(parts.items(), key=lambda kv: kv[1])
+            rows.append(
+                [
+                    f"largest CPU cost in the platform's path: {name}",
+                    f"{fmt(value)} ms per request",
+                    f"{fmt(ours_cpu['cpu_ms_per_request_total'])} ms in all",
+                    pct(ratio(value, ours_cpu["cpu_ms_per_request_total"])),
+                ]
+            )
+    one = e2e.get("batching_on", {}).get("one_request")
+    if one:
+        largest = max(one["stages"], key=lambda st: st["mean_ms"])
+        rows.append(
+            [
+                f"largest stage of one request: {largest['stage']}",
+                f"{fmt(largest['mean_ms'])} ms",
+                f"{fmt(one['client_latency_mean_ms'])} ms in all",
+                pct(largest["share"]),
+            ]
+        )
+    aws = s.get("aws_calls", {}).get("paths", {})
+    if aws.get("sync"):
+        rows.append(
+            [
+                "AWS request cost per million sync inferences (SQS, DynamoDB, S3, Firehose)",
+                f"${fmt(aws['sync']['usd_per_million_inferences']['total'], 2)}",
+                f"batch file: ${fmt(aws['batch']['usd_per_million_inferences']['total'], 2)}",
+                times(
+                    ratio(
+                        aws["sync"]["usd_per_million_inferences"]["total"],
+                        aws["batch"]["usd_per_million_inferences"]["total"],
+                    ),
+                    1,
+                ),
+            ]
+        )
+    cold = s.get("cold_start", {})
+    if cold.get("cold_start"):
+        rows.append(
+            [
+                "router cold start to first answer vs a warm request",
+                f"{fmt(cold['cold_start']['to_first_answer_ms'], 0)} ms",
+                f"{fmt(cold['cold_start']['second_request_ms'])} ms",
+                times(
+                    ratio(
+                        cold["cold_start"]["to_first_answer_ms"],
+                        cold["cold_start"]["second_request_ms"],
+                    ),
+                    0,
+                ),
+            ]
+        )
+    if not rows:
+        return []
+    return [
+        "## Summary",
+        "",
+        table(["figure", "measured", "against", "ratio"], rows),
+        "",
+    ]
+
+
+def _batching_saving(on_step: dict[str, Any], off: dict[str, Any]) -> str:
+    off_step = cpu_step(off or {}, on_step["rate"])
+    if not off_step or off_step["rate"] != on_step["rate"]:
+        return ""
+    return (
+        f" (at {fmt(on_step['rate'], 0)} req/s all processes together spend "
+        f"{fmt(on_step['cpu_ms_per_request_total'], 0)} ms per request with batching and "
+        f"{fmt(off_step['cpu_ms_per_request_total'], 0)} ms without)"
+    )
+
+
+def _model_ms_one(s: dict[str, Any]) -> float | None:
+    rows = (s.get("model_limit") or {}).get("models", {}).get("minilm-embed") or []
+    return rows[0]["model_ms_per_batch"] if rows else None
+
+
+def _on_off_at_break(e2e: dict[str, Any]) -> tuple[float, float, float] | None:
+    """p99 with batching on and off at the lowest rate that either did not sustain."""
+    on = {x["rate"]: x for x in (e2e.get("batching_on") or {}).get("steps") or []}
+    off = {x["rate"]: x for x in (e2e.get("batching_off") or {}).get("steps") or []}
+    for rate in sorted(set(on) & set(off)):
+        if not (on[rate]["sustained"] and off[rate]["sustained"]):
+            return rate, on[rate]["p99_ms"], off[rate]["p99_ms"]
+    return None
+
+
+def _model_limit(s: dict[str, Any]) -> list[str]:
+    ml = s.get("model_limit")
+    if not ml or "models" not in ml:
+        return []
+    out = [
+        "## 1. Model limit",
+        "",
+        "The model called directly in one process, no serving layer: the ceiling on this "
+        f"machine. Median of {ml['rounds']} rounds of {ml['window_seconds']} s windows per batch "
+        "size. *Runtime* is the platform's wrapper (`switchyard_worker.runtimes`), which also "
+        "turns the outputs into JSON-ready lists.",
+        "",
+    ]
+    for name, rows in ml["models"].items():
+        out += [
+            f"**{name}**",
+            "",
+            table(
+                [
+                    "batch size",
+                    "model inputs/s",
+                    "ms per batch",
+                    "runtime inputs/s",
+                    "runtime / model",
+                ],
+                [
+                    [
+                        r["batch_size"],
+                        fmt(r["model_inputs_per_s"]),
+                        fmt(r["model_ms_per_batch"], 2),
+                        fmt(r["runtime_inputs_per_s"]),
+                        times(r["runtime_share_of_model"]),
+                    ]
+                    for r in rows
+                ],
+            ),
+            "",
+        ]
+    text = ml["models"].get("minilm-embed")
+    if text:
+        first, last = text[0], text[-1]
+        best = max(text, key=lambda r: r["model_inputs_per_s"])
+        out += [
+            f"Reading: batching is what the model rewards, up to a point. minilm-embed does "
+            f"{fmt(first['model_inputs_per_s'])} inputs/s one at a time and at most "
+            f"{fmt(best['model_inputs_per_s'])} (batch {best['batch_size']}, "
+            f"{times(ratio(best['model_inputs_per_s'], first['model_inputs_per_s']), 1)}); past "
+            "that, two cores are simply busy. The runtime wrapper keeps "
+            f"{pct(last['runtime_share_of_model'])} of the bare model at batch "
+            f"{last['batch_size']}; the rest is turning 384 floats per input into lists.",
+            "",
+        ]
+    out += ["![model limit](img/model_limit.png)", ""]
+    return out
+
+
+def _worker(s: dict[str, Any]) -> list[str]:
+    we = s.get("worker_efficiency")
+    if not we:
+        return []
+    rows = []
+    for name, w in we.items():
+        if not isinstance(w, dict) or "inputs_per_s" not in w:
+            continue
+        pb = w.get("per_batch_ms", {})
+        rows.append(
+            [
+                name,
+                f"{w['completed']}/{w['messages']}",
+                fmt(w["inputs_per_s"]),
+                f"{w['max_batch_size']} / {w['max_wait_ms']} ms",
+                ", ".join(f"{b}×{n}" for b, n in w["batch_sizes"].items()),
+                fmt(w.get("model_inputs_per_s_at_formed_sizes")),
+                times(w.get("efficiency_vs_model")),
+                fmt(w.get("model_inputs_per_s_at_max_batch")),
+                times(w.get("efficiency_vs_model_at_max_batch")),
+                f"{fmt(pb.get('model'), 2)} / {fmt(pb.get('output_conversion'), 2)} / "
+                f"{fmt(pb.get('worker_loop'), 2)}",
+                pct(w.get("share_outside_model")),
+            ]
+        )
+    out = [
+        "## 2. Worker efficiency",
+        "",
+        "The worker's own loop (`Worker.run`: receive, decode, validate, assemble, run, record, "
+        "store, delete) fed through an in-memory queue filled before it starts, so it never "
+        "waits for work; queues, registry and results are in-memory stand-ins (`bench/"
+        "stand_ins.py`), so no AWS round trip is counted here. One input per message. The model "
+        "limit is measured again beside the run, at the batch sizes the worker formed, weighted "
+        "by the inputs that went through each.",
+        "",
+        table(
+            [
+                "model",
+                "done",
+                "inputs/s",
+                "max batch / wait",
+                "batches formed (size×count)",
+                "model limit at those sizes",
+                "worker / limit",
+                "model limit at max batch",
+                "worker / that",
+                "per batch ms: model / output conversion / loop",
+                "time outside the model",
+            ],
+            rows,
+        ),
+        "",
+    ]
+    w = we.get("minilm-embed")
+    if isinstance(w, dict) and "batch_sizes" in w:
+        sizes = w["batch_sizes"]
+        full = sizes.get(str(w["max_batch_size"]), sizes.get(w["max_batch_size"], 0))
+        short = w["batches"] - full
+        why = (
+            f"every batch was full ({w['max_batch_size']} inputs)."
+            if not short
+            else f"{short} of {w['batches']} batches were not full (mean batch "
+            f"{fmt(w['mean_batch_size'])} inputs): a batch that is due by `max_wait_ms` runs "
+            "with what it holds."
+        )
+        out += [
+            f"Reading: at saturation the worker reaches {times(w.get('efficiency_vs_model'))} of "
+            f"what the model does at the batch sizes it formed; "
+            f"{pct(w.get('share_outside_model'))} of each batch's time is spent outside the model "
+            f"(receive, decode, validate, record, store, delete), and {why}",
+            "",
+        ]
+    d = we.get("digits-cnn")
+    if isinstance(d, dict) and d.get("share_outside_model") is not None:
+        out += [
+            f"For digits-cnn, whose model takes {fmt(d['per_batch_ms']['model'], 2)} ms for a "
+            f"batch of {d['typical_batch_size']}, the loop is the cost: "
+            f"{pct(d['share_outside_model'])} of the time is outside the model and the worker "
+            f"does {times(d.get('efficiency_vs_model'))} of the model's rate; per input it costs "
+            f"{fmt(1000 / d['inputs_per_s'], 3)} ms, a fixed price that a light model cannot "
+            "hide.",
+            "",
+        ]
+    return out
+
+
+def _steps_table(steps: list[dict[str, Any]]) -> str:
+    return table(
+        [
+            "offered req/s",
+            "sent",
+            "ok",
+            "202",
+            "errors",
+            "timeouts",
+            "completed req/s",
+            "p50 ms",
+            "p95 ms",
+            "p99 ms",
+            "sustained",
+            "other work on the machine (tries)",
+        ],
+        [
+            [
+                fmt(x["rate"], 0),
+                x["sent"],
+                x["ok"],
+                x["miss_202"],
+                x["errors"],
+                x["timeouts"],
+                fmt(x["throughput"]),
+                fmt(x["p50_ms"]),
+                fmt(x["p95_ms"]),
+                fmt(x["p99_ms"]),
+                fmt(x["sustained"]),
+                f"{pct(x.get('others_busy_share'))} ({x.get('attempt', 1)})",
+            ]
+            for x in steps
+        ],
+    )
+
+
+def _end_to_end(s: dict[str, Any], results: dict[str, Any]) -> list[str]:
+    e2e = s.get("end_to_end")
+    peer = s.get("peer_litserve")
+    if not e2e and not peer:
+        return []
+    out = [
+        "## 3. End to end on the local platform, and against a peer (LitServe)",
+        "",
+        "The local platform as real processes (`switchyard up`: emulator, router under uvicorn, "
+        "one worker per model), started afresh for each configuration. An open-loop generator "
+        "(`bench/loadgen.py`) sends sync predicts of one sentence at Poisson arrival times at "
+        "each offered rate, whether or not earlier requests were answered; latency is counted "
+        "from each request's scheduled time. Deadline `x-deadline-ms: 10000`: a 202 counts as "
+        "a miss. A rate is *sustained* when every request is answered and p99 < 500 ms; each "
+        "ladder stops at the first rate that is not. This machine is shared: a step that "
+        "fails while other work takes more than a fifth of it is run again (up to twice, "
+        "full mode) once the machine is quiet, and the last column says how much other work "
+        "there was during the step kept. The peer is LitServe "
+        "(`bench/peer_server.py`) serving the same model files with its own batching set like "
+        "the worker (max batch 32, batch timeout 10 ms, one inference worker), hit by the same "
+        "generator at the same rates, the same sentences and the same request body.",
+        "",
+    ]
+    for title, key in (
+        ("micro-batching on (max_batch_size 32)", "batching_on"),
+        ("micro-batching off (max_batch_size 1)", "batching_off"),
+    ):
+        t = (e2e or {}).get(key)
+        if t and t.get("steps"):
+            out += [
+                f"**Platform, {title}** — platform start-up {fmt(t.get('startup_seconds'))} s;"
+                f" sustainable rate **{fmt(t.get('sustainable_rate'), 0)} req/s**",
+                "",
+                _steps_table(t["steps"]),
+                "",
+            ]
+    if peer and peer.get("steps"):
+        out += [
+            f"**LitServe {results['machine']['packages'].get('litserve')}** — start-up "
+            f"{fmt(peer.get('startup_seconds'))} s; sustainable rate "
+            f"**{fmt(peer.get('sustainable_rate'), 0)} req/s**",
+            "",
+            _steps_table(peer["steps"]),
+            "",
+        ]
+    digits = (e2e or {}).get("digits_batching_on")
+    if digits and digits.get("steps"):
+        out += [
+            f"**Platform, digits-cnn, micro-batching on** — sustainable rate "
+            f"**{fmt(digits.get('sustainable_rate'), 0)} req/s**",
+            "",
+            _steps_table(digits["steps"]),
+            "",
+        ]
+    cmp_ = results.get("comparison")
+    if cmp_ and cmp_.get("common_rates"):
+        out += [
+            "**Side by side at common rates**",
+            "",
+            table(
+                ["offered req/s", "platform p99 ms", "LitServe p99 ms", "platform / LitServe"],
+                [
+                    [
+                        fmt(r["rate"], 0),
+                        fmt(r["platform_p99_ms"]),
+                        fmt(r["peer_p99_ms"]),
+                        times(r["p99_ratio"]),
+                    ]
+                    for r in cmp_["common_rates"]
+                ],
+            ),
+            "",
+        ]
+    out += _cpu_table(e2e or {}, peer or {})
+    on = (e2e or {}).get("batching_on", {})
+    off = (e2e or {}).get("batching_off", {})
+    reading = ["Reading:"]
+    if on:
+        reading.append(
+            f"with micro-batching the local platform sustains {fmt(on.get('sustainable_rate'), 0)}"
+            f" req/s, without it {fmt(off.get('sustainable_rate'), 0)} req/s "
+            f"(gain {times(e2e.get('batching_gain'))})."
+        )
+    if cmp_:
+        reading.append(
+            f"LitServe sustains {fmt(cmp_.get('peer_sustainable_rate'), 0)} req/s on the same "
+            f"machine: the platform reaches {times(cmp_.get('rate_ratio'))} of it."
+        )
+    ours_cpu = cpu_step(on) if on else None
+    theirs_cpu = cpu_step(peer or {}, ours_cpu["rate"] if ours_cpu else None)
+    if ours_cpu:
+        cpu = {
+            k: v for k, v in ours_cpu["cpu_ms_per_request"].items() if k != "supervisor" and v >= 1
+        }
+        parts = ", ".join(
+            f"{k} {fmt(v, 0)} ms" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1])
+        )
+        reading.append(
+            f"The reason is CPU: at {fmt(ours_cpu['rate'], 0)} req/s each answered request costs "
+            f"{fmt(ours_cpu['cpu_ms_per_request_total'], 0)} ms of CPU across the platform's "
+            f"processes ({parts})"
+            + (
+                f", where LitServe spends {fmt(theirs_cpu['cpu_ms_per_request_total'], 0)} ms at "
+                f"{fmt(theirs_cpu['rate'], 0)} req/s"
+                if theirs_cpu
+                else ""
+            )
+            + ". The model itself needs about "
+            f"{fmt(_model_ms_one(s), 0)} ms per input one at a time (section 1). The rest is "
+            "the emulator serving the queue and table calls, the worker's own loop and AWS "
+            "calls around the model, and the router's boto3 calls (the router's own work, "
+            "without AWS calls, is under a millisecond: section 6). Batching saves model time "
+            "only, and model time is the smaller part"
+            + _batching_saving(ours_cpu, off)
+            + ", which is why turning micro-batching off costs so little here."
+        )
+    if digits and digits.get("steps"):
+        reading.append(
+            f"digits-cnn, a model ~100× cheaper per input, sustains "
+            f"{fmt(digits.get('sustainable_rate'), 0)} req/s: there the path, not the model, "
+            "sets the ceiling."
+        )
+    reading.append(
+        "Locally every request also pays the emulator, a single Python process doing the work "
+        "of SQS and DynamoDB on the same two cores as the router, the worker and the load "
+        "generator; section 4 shows how much of each request that is."
+    )
+    out += [" ".join(reading), "", "![end to end](img/end_to_end.png)", ""]
+    return out
+
+
+def cpu_step(target: dict[str, Any], rate: float | None = None) -> dict[str, Any] | None:
+    """The step whose CPU is shown: at ``rate`` if given and tested, else at the
+    target's sustainable rate, else its first step."""
+    steps = [x for x in target.get("steps") or [] if x.get("cpu_ms_per_request")]
+    if not steps:
+        return None
+    for wanted in (rate, target.get("sustainable_rate")):
+        found = next((x for x in steps if wanted is not None and x["rate"] == wanted), None)
+        if found:
+            return found
+    return steps[0]
+
+
+def _cpu_table(e2e: dict[str, Any], peer: dict[str, Any]) -> list[str]:
+    on = e2e.get("batching_on") or {}
+    common = cpu_step(on)
+    candidates = [
+        ("platform, batching on", common),
+        ("platform, batching off", cpu_step(e2e.get("batching_off") or {})),
+        ("LitServe", cpu_step(peer, common["rate"]) if common else None),
+        ("LitServe", cpu_step(peer)),
+    ]
+    seen: set[tuple[str, float]] = set()
+    chosen = []
+    for label, x in candidates:
+        if x and (label, x["rate"]) not in seen:
+            seen.add((label, x["rate"]))
+            chosen.append((label, x))
+    if not chosen:
+        return []
+    roles: list[str] = []
+    for _, x in chosen:
+        roles += [r for r in x["cpu_ms_per_request"] if r not in roles]
+    rows = []
+    for label, x in chosen:
+        cpu = x["cpu_ms_per_request"]
+        rows.append(
+            [f"{label} at {fmt(x['rate'], 0)} req/s"]
+            + [fmt(cpu.get(r), 1) for r in roles]
+            + [f"**{fmt(x['cpu_ms_per_request_total'], 1)}**", pct(x.get("cpu_busy_share"))]
+        )
+    return [
+        "**CPU per answered request, by process** (ms of CPU, user + system, from /proc, over "
+        "a whole step, idle work included, at each configuration's sustainable rate and for "
+        "LitServe also at the platform's; the load generator runs in the suite's own process)."
+        " On two cores, 2,000 ms of CPU per second is all there is: the total per request "
+        "bounds the rate the whole system can reach.",
+        "",
+        table(["target"] + roles + ["total", "machine busy"], rows),
+        "",
+    ]
+
+
+def _breakdown(s: dict[str, Any]) -> list[str]:
+    e2e = s.get("end_to_end") or {}
+    on = e2e.get("batching_on") or {}
+    parts = [("one request at a time", on.get("one_request"))]
+    if on.get("breakdown_at_sustainable_rate"):
+        parts.append(
+            (
+                f"at the sustainable rate ({fmt(on.get('sustainable_rate'), 0)} req/s)",
+                on["breakdown_at_sustainable_rate"],
+            )
+        )
+    parts = [(label, b) for label, b in parts if b]
+    if not parts:
+        return []
+    names = [st["stage"] for st in parts[0][1]["stages"]]
+    header = ["stage"] + [f"{label}: mean ms (share)" for label, _ in parts]
+    rows = []
+    for i, name in enumerate(names):
+        row = [name]
+        for _, b in parts:
+            st = b["stages"][i]
+            row.append(f"{fmt(st['mean_ms'], 2)} ({pct(st['share'])})")
+        rows.append(row)
+    rows.append(
+        ["**client latency**"] + [f"**{fmt(b['client_latency_mean_ms'], 2)}**" for _, b in parts]
+    )
+    one = parts[0][1]
+    largest = max(one["stages"], key=lambda st: st["mean_ms"])
+    aws_path = sum(
+        st["mean_ms"]
+        for st in one["stages"]
+        if st["stage"] in ("enqueue", "queue wait", "result write (est.)", "result pick-up")
+    )
+    return [
+        "## 4. Where the time goes",
+        "",
+        "From the `timings` each answer carries (router, enqueue, queue wait, batch wait, "
+        "compute, pick-up; `_durations` in the router), means over the requests (means add up; "
+        f"{one['requests']} sequential requests for *one at a time*). The platform records no "
+        "separate time for the result write: it lies inside the pick-up time (from the worker's "
+        "completion stamp to the router's answer), so it is split out with the worker's "
+        "`PutItem` latency measured against an emulator by section 5. *Other in router* is the "
+        "rest of the router's own total; *HTTP, server and client* is the client's latency "
+        "beyond it.",
+        "",
+        table(header, rows),
+        "",
+        f"Reading: the largest cost in the path of one request is **{largest['stage']}** "
+        f"({fmt(largest['mean_ms'])} ms, {pct(largest['share'])}); the four steps that go "
+        f"through the queue and the results table (enqueue, queue wait, result write, pick-up) "
+        f"add {fmt(aws_path)} ms "
+        f"({pct(ratio(aws_path, one['client_latency_mean_ms']))}) on the emulator. Pick-up "
+        "includes the router's polling of the results table, so it is at least the time to "
+        "its next look. Batch wait is the price of micro-batching for a request that arrives "
+        "alone: the worker holds it for `max_wait_ms` (10 ms) in case others come, then runs "
+        "it; under load the queue wait and pick-up grow instead.",
+        "",
+        "![breakdown](img/breakdown.png)",
+        "",
+    ]
+
+
+def _aws(s: dict[str, Any]) -> list[str]:
+    aws = s.get("aws_calls")
+    if not aws or "paths" not in aws:
+        return []
+    p = aws["paths"]
+    labels = {
+        "sync": "sync predict, one at a time",
+        "async_one_at_a_time": "async predict + one GET poll, one at a time",
+        "async_burst": "async predict + one GET poll, burst",
+        "batch": "batch file (splitter + worker)",
+    }
+    rows = []
+    for key, label in labels.items():
+        if key not in p:
+            continue
+        x = p[key]
+        ops = "; ".join(
+            f"{actor}: " + ", ".join(f"{op} {v:g}" for op, v in calls.items())
+            for actor, calls in x["per_inference"].items()
+        )
+        c = x["usd_per_million_inferences"]
+        rows.append(
+            [
+                label,
+                f"{x['inferences']} / {x['requests']}",
+                ops,
+                fmt(x["sqs_requests_per_inference"], 3),
+                fmt(x["sqs_empty_receives_per_inference"], 3),
+                f"{fmt(x['dynamodb_wru_per_inference'], 2)} / "
+                f"{fmt(x['dynamodb_rru_per_inference'], 2)}",
+                fmt(x["s3_requests_per_inference"], 3),
+                f"${fmt(c['sqs'], 3)}",
+                f"${fmt(c['dynamodb_writes'] + c['dynamodb_reads'], 3)}",
+                f"${fmt(c['s3'], 3)}",
+                f"${fmt(c.get('firehose_prediction_log'), 3)}",
+                f"**${fmt(c['total'], 2)}**",
+            ]
+        )
+    pr = aws["prices_usd"]
+    la = aws.get("lambda_api_gateway", {})
+    la_rows = [
+        [
+            name,
+            fmt(v["lambda_invocations_per_inference"], 4),
+            f"${fmt(v['usd_lambda'], 3)}",
+            f"${fmt(v['usd_api_gateway'], 3)}",
+        ]
+        for name, v in la.get("paths", {}).items()
+    ]
+    idle = p.get("idle_worker", {})
+    sync = p.get("sync", {})
+    out = [
+        "## 5. AWS calls and cost per inference",
+        "",
+        "Counted with botocore event hooks (`before-parameter-build`, `before-call`, "
+        "`after-call`) on the platform's own clients while the real router app (driven "
+        "in-process through ASGI), a worker thread (`Worker.run`) and the batch splitter "
+        "(`handle_event`) run against a private emulator provisioned like the platform; the "
+        "model is the real minilm-embed. Calls are told apart by the thread that made them. "
+        "DynamoDB capacity units are computed from the item sizes (1 KB per write unit, 4 KB "
+        "per strongly consistent read unit). Per inference = per input (one input per request "
+        "except in the batch file). Cache refreshes (API keys every "
+        f"{fmt(aws['cache_refresh']['api_keys_seconds'], 0)} s, routing document every "
+        f"{fmt(aws['cache_refresh']['routing_seconds'], 0)} s, registry versions every "
+        f"{fmt(aws['cache_refresh']['registry_versions_seconds'], 0)} s, per router instance) "
+        "are not per inference and are left out.",
+        "",
+        table(
+            [
+                "path",
+                "inputs / requests",
+                "calls per inference (by part)",
+                "SQS req",
+                "of which empty receives",
+                "DynamoDB WRU / RRU",
+                "S3 req",
+                "SQS $",
+                "DynamoDB $",
+                "S3 $",
+                "Firehose $",
+                "$ per million inferences",
+            ],
+            rows,
+        ),
+        "",
+        f"Prices ({aws['region']}): SQS standard ${pr['sqs_per_million_requests']} per million "
+        f"requests; DynamoDB on-demand ${pr['dynamodb_per_million_wru']} per million write "
+        f"request units and ${pr['dynamodb_per_million_rru']} per million read request units; "
+        f"S3 Standard PUT ${pr['s3_put_per_thousand']} and GET ${pr['s3_get_per_thousand']} per "
+        f"1,000; Data Firehose ${pr['firehose_per_gb_ingested']} per GB (records rounded up to "
+        f"5 KB); Lambda ${pr['lambda_per_million_requests']} per million requests and "
+        f"${pr['lambda_per_gb_second_x86']} per GB-second (x86); API Gateway REST "
+        f"${pr['apigateway_rest_per_million']} per million calls. {aws['price_sources']}",
+        "",
+        f"Router function and API Gateway, priced apart (router memory {la.get('router_memory_mb')}"
+        " MB, read from `stacks/`; a sync invocation is billed for the time it waits for the "
+        "worker, here the in-process wall time against the emulator):",
+        "",
+        table(
+            [
+                "path",
+                "Lambda invocations per inference",
+                "Lambda $ per million",
+                "API Gateway $ per million",
+            ],
+            la_rows,
+        ),
+        "",
+        f"An idle worker makes {fmt(idle.get('sqs_requests_per_worker_hour'), 0)} SQS requests "
+        f"an hour (long polls of the realtime queue and a short poll of the batch queue): "
+        f"${fmt(idle.get('usd_per_worker_month'), 2)} per worker-month, whatever the traffic.",
+        "",
+        _aws_reading(sync, la),
+        "",
+        "![AWS cost](img/aws_cost.png)",
+        "",
+    ]
+    return out
+
+
+def _aws_reading(sync: dict[str, Any], la: dict[str, Any]) -> str:
+    if not sync:
+        return ""
+    cost = sync["usd_per_million_inferences"]
+    parts = {
+        "DynamoDB writes": cost["dynamodb_writes"],
+        "SQS requests": cost["sqs"],
+        "DynamoDB reads": cost["dynamodb_reads"],
+        "S3 requests": cost["s3"],
+        "Firehose records": cost.get("firehose_prediction_log", 0.0),
+    }
+    name, value = max(parts.items(), key=lambda kv: kv[1])
+    lam = la.get("paths", {}).get("sync", {})
+    front = (lam.get("usd_api_gateway") or 0.0) + (lam.get("usd_lambda") or 0.0)
+    return (
+        f"Reading: a sync inference costs ${fmt(cost['total'], 2)} per million in AWS requests; "
+        f"the largest item is {name} (${fmt(value, 2)}): the results item is written twice "
+        f"(queued, then done with its 384 floats as JSON text), "
+        f"{fmt(sync['dynamodb_wru_per_inference'], 1)} write units in all, and the router's "
+        f"polling reads it {fmt(sync.get('result_polls_per_request'), 1)} times per request. "
+        f"Empty receives, made by the worker while it assembles a batch and while it waits, are "
+        f"{fmt(sync['sqs_empty_receives_per_inference'], 1)} of the "
+        f"{fmt(sync['sqs_requests_per_inference'], 1)} SQS requests per inference one at a time, "
+        "and fall away under load (the burst row). API Gateway "
+        f"(${fmt(lam.get('usd_api_gateway'), 2)}) and the router function "
+        f"(${fmt(lam.get('usd_lambda'), 2)}, billed while it waits) come on top: "
+        f"{times(ratio(front, cost['total']), 2)} the queue and table requests. A batch file is "
+        "the cheapest path by far: one message, one result and one claim-check object per 64 "
+        "inputs."
+    )
+
+
+def _cold(s: dict[str, Any]) -> list[str]:
+    c = s.get("cold_start")
+    if not c or "cold_start" not in c:
+        return []
+    cs, w = c["cold_start"], c["warm"]
+    return [
+        "## 6. Router cold start and warm CPU",
+        "",
+        f"Cold start: a fresh process (`bench/router_child.py`) imports `switchyard_router.app`"
+        f", then answers an async predict through the ASGI app, building its dependencies from "
+        f"the environment on that first request (boto3 clients, key lookup, registry, routing "
+        f"document, queued record, enqueue) against the emulator; median of {cs['runs']} runs.",
+        "",
+        table(
+            [
+                "interpreter start",
+                "import router",
+                "first request",
+                "to first answer",
+                "second (warm) request",
+            ],
+            [
+                [
+                    f"{fmt(cs['interpreter_ms'])} ms",
+                    f"{fmt(cs['import_ms'])} ms",
+                    f"{fmt(cs['first_request_ms'])} ms",
+                    f"**{fmt(cs['to_first_answer_ms'])} ms**",
+                    f"{fmt(cs['second_request_ms'])} ms",
+                ]
+            ],
+        ),
+        "",
+        f"Warm CPU: the router app in-process on in-memory stand-ins (no AWS calls at all) "
+        f"with a stand-in worker that answers each request as it is enqueued; "
+        f"`time.process_time()` over {w['requests']} sync predicts, less the stand-ins' and the "
+        f"ASGI driver's own CPU.",
+        "",
+        table(
+            ["router CPU per request", "requests per CPU-second", "wall per request in-process"],
+            [
+                [
+                    f"**{fmt(w['router_cpu_ms_per_request'], 3)} ms**",
+                    fmt(w["requests_per_cpu_second"], 0),
+                    f"{fmt(w['wall_ms_per_request'], 3)} ms",
+                ]
+            ],
+        ),
+        "",
+        f"Reading: the router's own work is small: {fmt(w['router_cpu_ms_per_request'], 2)} ms "
+        f"of CPU per request, against {fmt(cs['to_first_answer_ms'], 0)} ms for a new instance "
+        f"to give its first answer, of which the first request (clients and caches built on "
+        f"first use) is {fmt(cs['first_request_ms'], 0)} ms and the import "
+        f"{fmt(cs['import_ms'], 0)} ms.",
+        "",
+    ]
+
+
+def _sections_meta(results: dict[str, Any]) -> list[str]:
+    rows = [
+        [
+            name,
+            fmt(meta.get("seconds"), 1),
+            meta.get("load_before"),
+            meta.get("load_after"),
+            meta.get("error") or "ok",
+        ]
+        for name, meta in results.get("timing", {}).items()
+    ]
+    return [
+        "## How this run went",
+        "",
+        table(["section", "seconds", "load avg before", "load avg after", "status"], rows),
+        "",
+        "Reproduce with `make bench` (full: `python -m bench run --out docs`) or "
+        "`make bench-quick` (short steps, under three minutes: `python -m bench run --quick "
+        "--out <folder>`). Each writes `benchmarks.md`, `benchmarks.json` and `img/*.png` in "
+        "its folder.",
+        "",
+    ]
+
+
+def clean(value: Any) -> Any:
+    """JSON has no NaN: an empty percentile becomes null."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [clean(v) for v in value]
+    return value
+
+
+def write(results: dict[str, Any], out_dir: Path) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    images = plots(results, out_dir)
+    json_path = out_dir / "benchmarks.json"
+    json_path.write_text(json.dumps(clean(results), indent=2, default=str) + "\n")
+    md_path = out_dir / "benchmarks.md"
+    md_path.write_text(markdown(results, images))
+    return [md_path, json_path] + [out_dir / IMG / name for name in images]

@@ -1,0 +1,171 @@
+"""Worker efficiency: the platform's worker loop (``switchyard_worker.Worker.run``)
+fed through an in-memory queue at saturation, against the model limit.
+
+The queue is filled before the worker starts, so the worker never waits for work:
+what it achieves is its own ceiling. Queues, registry, results and payloads are
+in-memory stand-ins, so the figure isolates the worker's code (decode, validate,
+assemble, run, record, store, delete) from the AWS round trips, which the
+end-to-end section measures. Every call into the model is timed, so the time per
+batch splits into the bare model, the runtime's output conversion, and the rest of
+the loop.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+from bench.common import accepted_kwargs, quiet_output
+from bench.model_limit import LoadedModel, throughput
+from bench.stand_ins import (
+    DroppedPredictionLog,
+    MemoryPayloads,
+    MemoryQueue,
+    MemoryRegistry,
+    MemoryResults,
+    version_record,
+)
+
+
+class TimedRuntime:
+    """Wraps a runtime and records (start, end, batch size) of every call."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.calls: list[tuple[float, float, int]] = []
+
+    def predict(self, inputs: list[Any]) -> list[Any]:
+        start = time.perf_counter()
+        out = self._inner.predict(inputs)
+        self.calls.append((start, time.perf_counter(), len(inputs)))
+        return out
+
+
+def _fill(queue: MemoryQueue, model: LoadedModel, record: Any, count: int) -> None:
+    from switchyard.queues import encode_message
+    from switchyard.schemas import QueueMessage
+
+    now = time.time()
+    payloads = MemoryPayloads()
+    for i in range(count):
+        tenant = ("acme", "globex")[i % 2]
+        message = QueueMessage(
+            request_id=f"bench-{i:06d}",
+            tenant=tenant,
+            model=record.model,
+            version=record.version,
+            inputs=[model.inputs[i % len(model.inputs)]],
+            n_inputs=1,
+            enqueued_at=now,
+            expires_at=now + 3600,
+        )
+        queue.send(encode_message(message, payloads, 200_000), tenant)
+
+
+def saturate(model: LoadedModel, messages: int, time_limit: float) -> dict[str, Any]:
+    """Run the worker over ``messages`` one-input requests already queued."""
+    from switchyard_worker.worker import Worker
+
+    record = version_record(model.name)
+    realtime, batch = MemoryQueue("realtime"), MemoryQueue("batch")
+    results = MemoryResults(expect=messages)
+    timed = TimedRuntime(model.runtime)
+    worker = Worker(
+        **accepted_kwargs(
+            Worker.__init__,
+            model=model.name,
+            worker_id="bench-worker",
+            realtime=realtime,
+            batch=batch,
+            registry=MemoryRegistry(record),
+            results=results,
+            payloads=MemoryPayloads(),
+            load_runtime=lambda _record: timed,
+            visibility_timeout=60,
+            poll_wait_seconds=1,
+            metrics=None,
+            prediction_log=DroppedPredictionLog(),
+        )
+    )
+    worker.preload()
+    _fill(realtime, model, record, messages)
+    thread = threading.Thread(target=worker.run, name="bench-worker", daemon=True)
+    start = time.perf_counter()
+    thread.start()
+    finished = results.all_done.wait(time_limit)
+    end = results.completed_at[-1] if results.completed_at else time.perf_counter()
+    worker.stop()
+    thread.join(10)
+    wall = end - start
+    done = results.done
+    sizes = Counter(n for _, _, n in timed.calls)
+    formed = sizes.most_common(1)[0][0] if sizes else 0
+    in_runtime = [(e - s) * 1000 for s, e, _ in timed.calls]
+    return {
+        "messages": messages,
+        "completed": done,
+        "finished": finished,
+        "max_batch_size": record.max_batch_size,
+        "max_wait_ms": record.max_wait_ms,
+        "wall_s": round(wall, 3),
+        "inputs_per_s": round(done / wall, 1) if wall > 0 else None,
+        "batches": len(timed.calls),
+        "batch_sizes": dict(sorted(sizes.items())),
+        "typical_batch_size": formed,
+        "mean_batch_size": round(sum(n for *_, n in timed.calls) / len(timed.calls), 1)
+        if timed.calls
+        else None,
+        "runtime_share_of_wall": round(sum(in_runtime) / 1000 / wall, 3) if wall > 0 else None,
+    }
+
+
+def run(models: dict[str, LoadedModel], quick: bool) -> dict[str, Any]:
+    counts = {"minilm-embed": 256 if quick else 1024, "digits-cnn": 1280 if quick else 6400}
+    seconds = 0.3 if quick else 1.5
+    out: dict[str, Any] = {}
+    for name, model in models.items():
+        with quiet_output():
+            result = saturate(model, counts.get(name, 512), time_limit=60 if quick else 180)
+        out[name] = result | against_model(model, result, seconds)
+    return out
+
+
+def against_model(model: LoadedModel, result: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """The worker's throughput as a share of the model limit, measured now, beside
+    the worker run, at the batch sizes the worker formed (weighted by how many
+    inputs went through each) and at its maximum batch size."""
+    sizes: dict[int, int] = result["batch_sizes"]
+    if not sizes or not result["inputs_per_s"]:
+        return {}
+    measured = sorted(sizes, key=lambda b: -b * sizes[b])[:4]
+    calls = 1 if seconds < 1 else 3
+    bare = {b: throughput(model.bare, model.inputs, b, seconds, calls) for b in measured}
+    wrapped = {
+        b: throughput(model.runtime.predict, model.inputs, b, seconds, calls) for b in measured
+    }
+    counted = {b: n for b, n in sizes.items() if b in bare}
+    inputs = sum(b * n for b, n in counted.items())
+    model_s = sum(n * b / bare[b] for b, n in counted.items())
+    runtime_s = sum(n * b / wrapped[b] for b, n in counted.items())
+    batches = sum(counted.values())
+    mix_limit = inputs / model_s
+    top = result["max_batch_size"]
+    full_limit = bare.get(top) or throughput(model.bare, model.inputs, top, seconds, calls)
+    cycle_ms = 1000 * result["wall_s"] / result["batches"]
+    model_ms = 1000 * model_s / batches
+    conversion_ms = max(1000 * (runtime_s - model_s) / batches, 0.0)
+    return {
+        "model_inputs_per_s_at_formed_sizes": round(mix_limit, 1),
+        "model_inputs_per_s_at_max_batch": round(full_limit, 1),
+        "efficiency_vs_model": round(result["inputs_per_s"] / mix_limit, 3),
+        "efficiency_vs_model_at_max_batch": round(result["inputs_per_s"] / full_limit, 3),
+        "per_batch_ms": {
+            "model": round(model_ms, 2),
+            "output_conversion": round(conversion_ms, 2),
+            "worker_loop": round(max(cycle_ms - model_ms - conversion_ms, 0.0), 2),
+            "cycle": round(cycle_ms, 2),
+        },
+        "share_outside_model": round(max(1 - model_ms / cycle_ms, 0.0), 3),
+    }
