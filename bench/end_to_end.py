@@ -36,7 +36,7 @@ STAGES = (
 def ladder(quick: bool) -> tuple[list[float], float]:
     """Offered rates (requests/s) and seconds per step; the same for every target."""
     if quick:
-        return [5, 10, 20, 40, 80, 160, 320], 3.0
+        return [5, 10, 20, 40, 80, 160, 320], 2.0
     return [2, 4, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 60, 80, 100, 120, 160, 200, 240, 320], 10.0
 
 
