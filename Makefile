@@ -29,7 +29,7 @@ up: build/models/.built
 	PORT=$(PORT) $(VENV)/bin/switchyard up
 
 test: build/models/.built
-	$(PY) -m pytest tests
+	$(PY) -m pytest
 
 test-unit: $(VENV)/.installed
 	$(PY) -m pytest tests/unit
