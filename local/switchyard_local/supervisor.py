@@ -66,6 +66,13 @@ class Child:
             preexec_fn=_terminate_with_parent,
         )
 
+    def restart(self) -> None:
+        """A fresh process in place of one that exited (its log is appended to)."""
+        if self.log:
+            self.log.close()
+        self.restarts += 1
+        self.start()
+
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
@@ -267,19 +274,14 @@ class LocalPlatform:
                 if not worker.alive() and worker.process is not None:
                     code = worker.process.returncode
                     print(f"{worker.name} exited with {code}; starting a new one", flush=True)
-                    if worker.log:
-                        worker.log.close()
-                    worker.restarts += 1
                     (self.run_dir / f"{worker.name}.ready").unlink(missing_ok=True)
-                    worker.start()
+                    worker.restart()
             for child in self.children:
                 if child.name == "router" and not child.alive() and child.process is not None:
                     # A new router process, as Lambda starts a new instance.
-                    print(f"router exited with {child.process.returncode}; starting a new one")
-                    if child.log:
-                        child.log.close()
-                    child.restarts += 1
-                    child.start()
+                    code = child.process.returncode
+                    print(f"router exited with {code}; starting a new one", flush=True)
+                    child.restart()
                 if child.name == "emulator" and not child.alive():
                     print("the emulator exited; stopping the platform", flush=True)
                     stop["now"] = True
