@@ -141,8 +141,6 @@ class PredictService:
     def choose_version(
         self, model: str, sticky_value: str, document: RoutingDocument | None = None
     ) -> ModelVersion:
-        if model not in self._endpoints:
-            raise RequestRejected(404, "unknown_model", f"model {model!r} does not exist")
         versions = self._versions.versions(model)
         active = [v for v in versions.values() if v.status == "active"]
         if document is not None:
