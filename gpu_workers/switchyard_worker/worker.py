@@ -244,12 +244,8 @@ class Worker:
                     "receive_count": p.received.receive_count,
                 },
             )
-            self._lane(p.received.lane).delete([p.received])
-            self._forget([p.received])
+        self._delete([p.received for p in answered])
         return [p for p in runnable if p not in answered]
-
-    def _lane(self, lane: str) -> WorkQueue:
-        return self._lanes[0] if lane == self._lanes[0].lane else self._lanes[1]
 
     def _run(self, runnable: list[Pending]) -> list[tuple[list[Any], dict[str, float]]] | None:
         """Outputs per message, or None if the batch failed as a whole."""
@@ -314,14 +310,7 @@ class Worker:
                 },
             )
         self._log_predictions([r for (_, r), fresh in zip(answered, stored, strict=True) if fresh])
-        by_lane: dict[str, list[Received]] = {}
-        for p, _ in answered:
-            by_lane.setdefault(p.received.lane, []).append(p.received)
-        for queue in self._lanes:
-            done = by_lane.get(queue.lane, [])
-            if done:
-                queue.delete(done)
-                self._forget(done)
+        self._delete([p.received for p, _ in answered])
 
     def _log_predictions(self, records: list[ResultRecord]) -> None:
         if self._prediction_log is None or not records:
@@ -368,19 +357,25 @@ class Worker:
         while not self._stopping.wait(interval):
             with self._in_hand_lock:
                 held = list(self._in_hand.values())
-            for queue in self._lanes:
-                mine = [r for r in held if r.lane == queue.lane]
-                if mine:
-                    try:
-                        queue.set_visibility(mine, self._visibility)
-                    except Exception:  # noqa: BLE001 - retried on the next beat
-                        log.exception("visibility extension failed")
+            for queue, mine in self._by_lane(held):
+                try:
+                    queue.set_visibility(mine, self._visibility)
+                except Exception:  # noqa: BLE001 - retried on the next beat
+                    log.exception("visibility extension failed")
+
+    def _by_lane(self, messages: list[Received]) -> list[tuple[WorkQueue, list[Received]]]:
+        """The messages grouped by the queue they came from (lanes with none left out)."""
+        groups = [(q, [r for r in messages if r.lane == q.lane]) for q in self._lanes]
+        return [(q, mine) for q, mine in groups if mine]
+
+    def _delete(self, messages: list[Received]) -> None:
+        for queue, mine in self._by_lane(messages):
+            queue.delete(mine)
+        self._forget(messages)
 
     def _release(self, messages: list[Received], seconds: int) -> None:
-        for queue in self._lanes:
-            mine = [r for r in messages if r.lane == queue.lane]
-            if mine:
-                queue.set_visibility(mine, seconds)
+        for queue, mine in self._by_lane(messages):
+            queue.set_visibility(mine, seconds)
         self._forget(messages)
 
     def _forget(self, messages: list[Received]) -> None:
