@@ -65,8 +65,36 @@ def signal_worker_under_load(platform, requests: int, after: int, sig: int) -> t
     return ids, victim
 
 
+def in_flight(platform, model: str) -> int:
+    url = platform.info["queues"][model]["realtime"]
+    attrs = platform.client("sqs").get_queue_attributes(
+        QueueUrl=url, AttributeNames=["ApproximateNumberOfMessagesNotVisible"]
+    )["Attributes"]
+    return int(attrs["ApproximateNumberOfMessagesNotVisible"])
+
+
+def kill_worker_holding_messages(platform, requests: int, after: int) -> tuple[list, int]:
+    """Submit ``requests``; once ``after`` results are stored, freeze the worker, and
+    kill it only if it holds received, undeleted messages (otherwise let it run on
+    and look again), so the kill always lands on work in flight."""
+    ids = submit_async(platform, requests)
+    deadline = time.monotonic() + 60
+    while sum(stored_per_request(platform)[rid] for rid in ids) < after:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    victim = platform.worker_pid("minilm-embed")
+    while True:
+        os.kill(victim, signal.SIGSTOP)
+        if in_flight(platform, "minilm-embed") > 0:
+            os.kill(victim, signal.SIGKILL)
+            return ids, victim
+        os.kill(victim, signal.SIGCONT)
+        assert time.monotonic() < deadline, "the worker never held a message to kill it with"
+        time.sleep(0.02)
+
+
 def test_sigkill_mid_batch_under_load_loses_nothing_and_duplicates_nothing(platform):
-    ids, victim = signal_worker_under_load(platform, 120, after=10, sig=signal.SIGKILL)
+    ids, victim = kill_worker_holding_messages(platform, 120, after=10)
 
     results = wait_all_done(platform, ids, timeout=120)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.e2e.test_api import DIGIT_ZERO
+from tests.e2e.test_api import DIGIT_ZERO, PATIENT_MS
 from tests.e2e.test_stop import descendants
 
 ROUTING_PICKUP_S = 6  # the router caches a routing document for 5 s
@@ -107,7 +107,7 @@ def _is_router(pid: int) -> bool:
 
 def test_shadow_never_changes_responses_and_is_reported(platform, http):
     set_traffic(platform, "v1=100", "v2=0", "--shadow", "v2:100")
-    headers = {"x-api-key": platform.api_key}
+    headers = {"x-api-key": platform.api_key, "x-deadline-ms": PATIENT_MS}
     images = [DIGIT_ZERO, [16 - x for x in DIGIT_ZERO], [min(16, x + 3) for x in DIGIT_ZERO]]
     shadowed = [
         http.post("/v1/models/digits-cnn/predict", json={"inputs": [img]}, headers=headers).json()
@@ -155,7 +155,7 @@ def test_bad_operator_input_is_refused_and_changes_nothing(platform):
 def test_a_faulty_canary_rolls_itself_back_and_callers_see_no_errors(platform):
     cli(platform, "models", "register", "digits-cnn", "v3", "--artifact", str(FAULTY))
     set_traffic(platform, "v1=90", "v3=10", "--fallback", "v1")
-    headers = {"x-api-key": platform.api_key}
+    headers = {"x-api-key": platform.api_key, "x-deadline-ms": PATIENT_MS}
     statuses: list[int] = []
     fallbacks = 0
 
@@ -196,9 +196,9 @@ def test_the_fallback_answers_when_the_chosen_version_fails(platform, http):
     response = http.post(
         "/v1/models/digits-cnn/predict",
         json={"inputs": [DIGIT_ZERO]},
-        headers={"x-api-key": platform.api_key},
+        headers={"x-api-key": platform.api_key, "x-deadline-ms": PATIENT_MS},
     )
-    assert response.status_code == 200
+    assert response.status_code == 200, response.text
     body = response.json()
     assert body["fallback"] is True and body["version"] == "v1"
     assert body["outputs"][0]["class"] == 0

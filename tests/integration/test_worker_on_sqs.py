@@ -68,13 +68,6 @@ def setup(manifest, provisioned, clients):
     return register, worker, send, results, lanes, sqs, provisioned.dlqs["digits-cnn"]["realtime"]
 
 
-def run_for(worker: Worker, seconds: float) -> None:
-    stopper = threading.Timer(seconds, worker.stop)
-    stopper.start()
-    worker.run()
-    stopper.cancel()
-
-
 def dlq_depth(sqs, url) -> int:
     attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])
     return int(attrs["Attributes"]["ApproximateNumberOfMessages"])
@@ -84,8 +77,16 @@ def test_a_message_whose_batch_always_fails_ends_in_the_dlq(setup):
     register, worker, send, results, lanes, sqs, dlq = setup
     register("v1", fail_every_call=True)
     send("poison")
-    run_for(worker(), 8)  # backoffs of 1 s and 2 s between the 3 receives
+    w = worker()
+    thread = threading.Thread(target=w.run)
+    thread.start()
+    deadline = time.monotonic() + 30  # backoffs of 1 s and 2 s between the 3 receives
+    while dlq_depth(sqs, dlq) == 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    w.stop()
+    thread.join(timeout=15)
     assert dlq_depth(sqs, dlq) == 1
+    assert w.batches_run >= 3  # it was tried three times before it was moved
     assert results.get("acme", "poison") is None
 
 
