@@ -3,6 +3,8 @@ rollouts) and one dashboard, built from the EMF metrics the code emits."""
 
 from __future__ import annotations
 
+import re
+
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ecs as ecs
@@ -16,7 +18,7 @@ from stacks.cloud import (
     Deployment,
 )
 from stacks.queues import ModelQueues
-from switchyard.manifest import ModelSpec
+from switchyard.manifest import ModelSpec, RolloutLimits
 
 
 def model_metric(
@@ -46,12 +48,31 @@ def service_metric(service: ecs.BaseService, name: str) -> cloudwatch.Metric:
     )
 
 
-class ModelAlarms(Construct):
-    """DLQ not empty, p99 over the SLO, error rate, age of the oldest message.
+def role_metric(
+    model: str, role: str, name: str, statistic: str, period: Duration
+) -> cloudwatch.Metric:
+    """A router metric of the versions holding one role ("canary" or "stable") in
+    the routing document in force when each request was routed."""
+    return cloudwatch.Metric(
+        namespace=METRICS_NAMESPACE,
+        metric_name=name,
+        dimensions_map={"model": model, "role": role},
+        statistic=statistic,
+        period=period,
+    )
 
-    The p99 SLO is the model's default deadline: above it, callers start getting
-    202s instead of results. Error rate and p99 are the canary alarms that
-    AppConfig watches while a routing document rolls out.
+
+class ModelAlarms(Construct):
+    """DLQ not empty, p99 over the SLO, error rate, age of the oldest message, and
+    the canary alarms that AppConfig watches while a routing document rolls out.
+
+    The canary alarms apply the local rollback controller's rule (see
+    ``switchyard_local.traffic.judge``) to the router's per-role metrics over the
+    rollout window: a canary with at least ``min_requests`` requests is bad when its
+    error rate is over the absolute limit or over the stable version's by more than
+    the allowed margin, or when its p99 is over the SLO or over a multiple of the
+    stable version's p99. The model-wide error rate is watched too, so that a
+    document that moves all traffic at once is also rolled back.
     """
 
     def __init__(
@@ -98,7 +119,10 @@ class ModelAlarms(Construct):
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )
-        self.canary: list[cloudwatch.IAlarm] = [self.error_rate, self.latency_p99]
+        self.canary: list[cloudwatch.IAlarm] = [
+            *self._canary_alarms(prefix, model, spec, limits),
+            self.error_rate,
+        ]
 
         self.dlq_not_empty: dict[str, cloudwatch.Alarm] = {}
         self.oldest_message: dict[str, cloudwatch.Alarm] = {}
@@ -133,9 +157,81 @@ class ModelAlarms(Construct):
                 )
             )
 
+    def _canary_alarms(
+        self, prefix: str, model: str, spec: ModelSpec, limits: RolloutLimits
+    ) -> list[cloudwatch.Alarm]:
+        window = Duration.seconds(limits.window_seconds)
+        metrics = {
+            f"{role[0]}{short}": role_metric(model, role, name, statistic, window)
+            for role in ("canary", "stable")
+            for short, name, statistic in (
+                ("r", "Requests", "Sum"),
+                ("e", "Errors", "Sum"),
+                ("p", "Latency", "p99"),
+            )
+        }
+        judged = f"FILL(cr, 0) >= {limits.min_requests}"
+        rules = [
+            (
+                "CanaryErrorRate",
+                "error-rate",
+                f"IF({judged}, 100 * FILL(ce, 0) / FILL(cr, 1), 0)",
+                100 * limits.max_error_rate,
+                f"A canary of {model} failed more than {limits.max_error_rate:.0%} of its requests",
+            ),
+            (
+                "CanaryErrorRateOverStable",
+                "error-rate-over-stable",
+                f"IF({judged}, 100 * (FILL(ce, 0) / FILL(cr, 1) - FILL(se, 0) / FILL(sr, 1)), 0)",
+                100 * limits.max_error_rate_over_stable,
+                f"A canary of {model} failed {limits.max_error_rate_over_stable:.0%} "
+                "more of its requests than the stable version",
+            ),
+            (
+                "CanaryLatencyP99",
+                "latency-p99",
+                f"IF({judged}, FILL(cp, 0), 0)",
+                spec.slo_p99_ms,
+                f"A canary of {model} has a p99 latency over the {spec.slo_p99_ms} ms SLO",
+            ),
+            (
+                "CanaryLatencyOverStable",
+                "latency-over-stable",
+                f"IF({judged} AND FILL(sp, 0) > 0, FILL(cp, 0) / FILL(sp, 1), 0)",
+                limits.max_p99_ratio,
+                f"A canary of {model} has a p99 latency over {limits.max_p99_ratio:g} "
+                "times the stable version's",
+            ),
+        ]
+        return [
+            cloudwatch.MathExpression(
+                expression=expression,
+                # Only the metrics an expression reads: each one is billed with the alarm.
+                using_metrics={
+                    k: m for k, m in metrics.items() if re.search(rf"\b{k}\b", expression)
+                },
+                period=window,
+            ).create_alarm(
+                self,
+                construct_id,
+                alarm_name=f"{prefix}-canary-{name}",
+                alarm_description=description,
+                threshold=threshold,
+                evaluation_periods=1,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            )
+            for construct_id, name, expression, threshold, description in rules
+        ]
+
     @property
     def all(self) -> list[cloudwatch.IAlarm]:
-        return [*self.canary, *self.dlq_not_empty.values(), *self.oldest_message.values()]
+        return [
+            *self.canary,
+            self.latency_p99,
+            *self.dlq_not_empty.values(),
+            *self.oldest_message.values(),
+        ]
 
 
 class ModelDashboard(Construct):
@@ -191,9 +287,7 @@ class ModelDashboard(Construct):
                             model_metric(model, "Latency", "p99"),
                         ],
                         left_annotations=[
-                            cloudwatch.HorizontalAnnotation(
-                                value=spec.slo_p99_ms, label="p99 SLO"
-                            )
+                            cloudwatch.HorizontalAnnotation(value=spec.slo_p99_ms, label="p99 SLO")
                         ],
                     ),
                     graph("Traffic per version", [per_version]),

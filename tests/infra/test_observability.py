@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
+from typing import Any
 
+import pytest
 from aws_cdk.assertions import Match, Template
 
 from switchyard.manifest import Manifest
+from switchyard.routing import RoutingDocument
+from switchyard_local.traffic import VersionStats, judge
 
 from .helpers import only
 
@@ -91,3 +96,89 @@ def test_alarm_on_age_of_oldest_message(serving_template: Template, manifest: Ma
                     "Threshold": Match.any_value(),
                 },
             )
+
+
+CANARY_ALARMS = (
+    "canary-error-rate",
+    "canary-error-rate-over-stable",
+    "canary-latency-p99",
+    "canary-latency-over-stable",
+)
+
+
+def evaluate(alarm: dict[str, Any], values: dict[tuple[str, str], float | None]) -> bool:
+    """Whether a metric-math alarm breaches for one period in which the router's
+    (model, role) metrics had ``values`` (None: no data point)."""
+    props = alarm["Properties"]
+    series: dict[str, float | None] = {}
+    expression = ""
+    for m in props["Metrics"]:
+        if "Expression" in m:
+            expression = m["Expression"]
+            continue
+        stat = m["MetricStat"]
+        role = {d["Name"]: d["Value"] for d in stat["Metric"]["Dimensions"]}["role"]
+        series[m["Id"]] = values[(role, stat["Metric"]["MetricName"])]
+    python = re.sub(r"\bAND\b", "and", expression).replace("IF(", "_if(").replace("FILL(", "_fill(")
+    value = eval(  # noqa: S307 - the expression comes from our own template
+        python,
+        {
+            "_if": lambda cond, yes, no: yes if cond else no,
+            "_fill": lambda v, default: default if v is None else v,
+        },
+        dict(series),
+    )
+    assert props["ComparisonOperator"] == "GreaterThanThreshold"
+    return value > props["Threshold"]
+
+
+# (canary requests, errors, p99 ms), (stable requests, errors, p99 ms), rolled back?
+SCENARIOS = [
+    ((100, 0, 80), (900, 0, 75), False),  # healthy
+    ((100, 10, 80), (900, 9, 75), True),  # 10 % errors: over the absolute limit
+    ((100, 4, 80), (900, 9, 75), True),  # 4 % against 1 %: over the stable version by 3 points
+    ((100, 4, 80), (900, 27, 75), False),  # 4 % against 3 %: within both limits
+    ((10, 10, 80), (900, 0, 75), False),  # every request failed, but too few to judge
+    ((100, 0, 9000), (900, 0, 75), True),  # p99 over the SLO
+    ((100, 0, 300), (900, 0, 100), True),  # p99 three times the stable version's
+    ((100, 0, 150), (900, 0, 100), False),  # p99 1.5 times: within the ratio
+    ((100, 0, 300), (0, 0, None), False),  # no stable traffic: no ratio to judge by
+    ((100, 3, 300), (0, 0, None), True),  # 3 % against nothing: over the stable margin
+]
+
+
+@pytest.mark.parametrize(("canary", "stable", "rolled_back"), SCENARIOS)
+def test_canary_alarms_apply_the_local_controllers_rule(
+    serving_template: Template,
+    manifest: Manifest,
+    canary: tuple,
+    stable: tuple,
+    rolled_back: bool,
+) -> None:
+    """The cloud's canary alarms and the local rollback controller decide alike."""
+    base = manifest.names("dev").base
+    model = "digits-cnn"
+    spec = manifest.models[model]
+    values: dict[tuple[str, str], float | None] = {}
+    stats: dict[str, VersionStats] = {}
+    for role, version, (requests, errors, p99) in (
+        ("canary", "v2", canary),
+        ("stable", "v1", stable),
+    ):
+        values[(role, "Requests")] = requests or None
+        values[(role, "Errors")] = errors if requests else None
+        values[(role, "Latency")] = p99
+        stats[version] = VersionStats(requests, errors, [p99] * requests if p99 else [])
+    alarms = [
+        only(serving_template, "AWS::CloudWatch::Alarm", {"AlarmName": f"{base}-{model}-{name}"})
+        for name in CANARY_ALARMS
+    ]
+    cloud = any(evaluate(alarm, values) for alarm in alarms)
+    document = RoutingDocument.model_validate({"weights": {"v1": 90, "v2": 10}})
+    local = bool(judge(document, stats, manifest.rollout, spec.slo_p99_ms))
+    assert cloud == local == rolled_back
+    for alarm in alarms:
+        period = {
+            m["MetricStat"]["Period"] for m in alarm["Properties"]["Metrics"] if "MetricStat" in m
+        }
+        assert period == {manifest.rollout.window_seconds}  # the same window as the controller

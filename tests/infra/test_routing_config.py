@@ -73,7 +73,13 @@ def test_environment_monitors_are_the_models_canary_alarms(
                 "AWS::CloudWatch::Alarm",
                 {"AlarmName": f"{names.base}-{model}-{kind}"},
             )
-            for kind in ("error-rate", "latency-p99")
+            for kind in (
+                "canary-error-rate",
+                "canary-error-rate-over-stable",
+                "canary-latency-p99",
+                "canary-latency-over-stable",
+                "error-rate",
+            )
         ]
         serving_template.has_resource_properties(
             "AWS::AppConfig::Environment",

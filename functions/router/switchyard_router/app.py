@@ -223,7 +223,8 @@ def _predict_sync(
 def _emit_request(admitted: Admitted, *, error: bool) -> None:
     """Requests, Latency, Errors and Fallbacks of the version the request was
     routed to (a failure answered by the fallback still counts against the chosen
-    version: that is what canary alarms and rollback watch), and per model."""
+    version: that is what canary alarms and rollback watch), per model, and per
+    role (canary or stable), which the cloud's canary alarms compare."""
     values = {
         "Requests": (COUNT, 1.0),
         "Latency": (MILLISECONDS, (time.time() - admitted.timings["received_at"]) * 1000),
@@ -232,6 +233,7 @@ def _emit_request(admitted: Admitted, *, error: bool) -> None:
     }
     emit_metrics(values, model=admitted.model, version=admitted.version)
     emit_metrics(values, model=admitted.model)
+    emit_metrics(values, model=admitted.model, role=admitted.role)
 
 
 async def _read_body(request: Request, limit: int) -> bytes:

@@ -25,6 +25,7 @@ from switchyard.routing import (
     RoutingSource,
     bucket_of,
     pick_version,
+    role_of,
     shadow_version,
 )
 from switchyard.schemas import ErrorInfo, QueueMessage, ResultRecord
@@ -71,6 +72,7 @@ class Admitted:
     fallback: str | None = None  # the version that answers if this one cannot
     fell_back: str | None = None  # why the fallback was asked: "failure" or "deadline"
     shadow: str | None = None
+    role: str = "stable"  # "canary" when the routing document would roll it back
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -239,6 +241,7 @@ class PredictService:
             inputs=inputs,
             expires_at=float(expires_at),
             fallback=fallback.version if fallback and fallback.version != version.version else None,
+            role=role_of(document, version.version),
             timings={
                 "received_at": started,
                 "enqueued_at": message.enqueued_at,

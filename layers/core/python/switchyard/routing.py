@@ -88,6 +88,13 @@ def canaries(document: RoutingDocument) -> list[str]:
     return [v for v, w in document.weights.items() if w > 0 and v != stable]
 
 
+def role_of(document: RoutingDocument | None, version: str) -> str:
+    """ "canary" for a version a rollback would take traffic from, else "stable".
+    The router tags its metrics with it, so that the cloud's canary alarms can
+    compare the two without knowing which versions a document names."""
+    return "canary" if document is not None and version in canaries(document) else "stable"
+
+
 def rolled_back(document: RoutingDocument, versions: list[str]) -> RoutingDocument:
     """The document with the traffic of ``versions`` given to the stable version; the
     rolled-back versions stay listed at 0 so that their bucket order is kept."""

@@ -23,7 +23,7 @@ MILLISECONDS = MetricUnit.Milliseconds
 def emit_metrics(values: dict[str, tuple[MetricUnit, float]], **dimensions: str) -> None:
     """One EMF document with ``values`` under ``dimensions``."""
     # service="" keeps POWERTOOLS_SERVICE_NAME out of the dimensions: the dashboards
-    # and alarms read exactly (model) and (model, version).
+    # and alarms read exactly (model), (model, version) and (model, role).
     metrics = EphemeralMetrics(namespace=NAMESPACE, service="")
     for name, value in dimensions.items():
         metrics.add_dimension(name=name, value=value)
