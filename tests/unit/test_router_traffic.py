@@ -169,3 +169,24 @@ def test_locations_carry_the_api_gateway_stage():
     behind_gateway = Request({"type": "http", "aws.event": {"requestContext": {"stage": "dev"}}})
     assert _base_path(behind_gateway) == "/dev"
     assert _base_path(Request({"type": "http"})) == ""
+
+
+def test_metrics_say_whether_a_canary_or_the_stable_version_answered(digits_v1, digits_v2, capsys):
+    """The cloud's canary alarms compare (model, role) metrics: each request counts
+    once under its role, and a failure answered by the fallback counts against the
+    canary that failed."""
+    doc = RoutingDocument(weights={"v1": 90, "v2": 10}, fallback="v1")
+    client, *_ = make(digits_v1, digits_v2, doc, {"v1": "answer", "v2": "fail"})
+    capsys.readouterr()
+    answered = [predict(client, user=f"user-{i}").json() for i in range(60)]
+    by_role: dict[str, list[float]] = {"canary": [], "stable": []}
+    for line in capsys.readouterr().out.splitlines():
+        emf = json.loads(line) if line.startswith("{") else {}
+        if "role" in emf:
+            assert "version" not in emf and emf["model"] == "digits-cnn"
+            (errors,) = emf["Errors"]
+            by_role[emf["role"]].append(errors)
+    fell_back = sum(r["fallback"] for r in answered)
+    assert 0 < fell_back < 60  # both versions were chosen
+    assert len(by_role["canary"]) == fell_back and set(by_role["canary"]) == {1.0}
+    assert len(by_role["stable"]) == 60 - fell_back and set(by_role["stable"]) == {0.0}
