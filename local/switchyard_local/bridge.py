@@ -98,6 +98,9 @@ class LocalTrafficStore:
         self._api = appconfig
         self._versions = HostedVersions(appconfig, application_id)
 
+    def stop_rollout(self, model: str) -> int | None:
+        return None  # a local change is in force as soon as it is published
+
     def history(self, model: str, limit: int = 10) -> list[Change]:
         latest = self._versions.latest(model)
         if latest is None:

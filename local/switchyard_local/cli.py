@@ -201,6 +201,14 @@ def _traffic_set(args: argparse.Namespace) -> int:
 def _traffic_rollback(args: argparse.Namespace) -> int:
     target = _target(args)
     _known_model(target, args.model)
+    stopped = target.traffic.stop_rollout(args.model)
+    if stopped is not None:
+        back = target.traffic.deployed(args.model)
+        print(
+            f"{args.model}: stopped change #{stopped} while it rolled out; in force again: "
+            + (_summary(back.document) if back else "no routing document")
+        )
+        return 0
     deployed = target.traffic.deployed(args.model)
     if deployed is None or not canaries(deployed.document):
         raise TrafficError(f"{args.model} has no canary to roll back")

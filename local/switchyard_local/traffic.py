@@ -15,11 +15,17 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import jsonschema
+from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
 from switchyard.manifest import RolloutLimits
 from switchyard.registry import ModelVersion
 from switchyard.routing import RoutingDocument, canaries, load_schema, stable_version
+
+# AppConfig deployment states: still rolling out (watched by the canary alarms), and
+# ended without being in force.
+IN_FLIGHT = {"VALIDATING", "DEPLOYING", "BAKING"}
+NOT_IN_FORCE = {"rolling_back", "rolled_back", "reverted"}
 
 
 class TrafficError(Exception):
@@ -46,6 +52,11 @@ class TrafficStore(Protocol):
         ...
 
     def publish(self, model: str, document: RoutingDocument, by: str, why: str) -> Change: ...
+
+    def stop_rollout(self, model: str) -> int | None:
+        """Stop a change still rolling out, so that the document before it is in force
+        again; the stopped change's number, or None when nothing is rolling out."""
+        ...
 
 
 class AppConfigTrafficStore:
@@ -97,6 +108,12 @@ class AppConfigTrafficStore:
             )
         return changes
 
+    def _in_flight(self, env_id: str) -> dict[str, Any] | None:
+        items = self._api.list_deployments(
+            ApplicationId=self._app_id, EnvironmentId=env_id, MaxResults=5
+        )["Items"]
+        return next((d for d in items if d["State"] in IN_FLIGHT), None)
+
     def _rollback_reason(self, env_id: str, number: int) -> str:
         deployment = self._api.get_deployment(
             ApplicationId=self._app_id, EnvironmentId=env_id, DeploymentNumber=number
@@ -110,12 +127,22 @@ class AppConfigTrafficStore:
 
     def deployed(self, model: str) -> Change | None:
         for change in self.history(model, limit=20):
-            if change.state != "rolled_back":
+            if change.state not in NOT_IN_FORCE:
                 return change
         return None
 
     def publish(self, model: str, document: RoutingDocument, by: str, why: str) -> Change:
+        """Deploy ``document``. AppConfig runs one deployment per environment at a
+        time (its bake time included), so a change while another is in flight is
+        refused before anything is written."""
         env_id, profile_id = self._ids(model)
+        flight = self._in_flight(env_id)
+        if flight is not None:
+            raise TrafficError(
+                f"change #{flight['DeploymentNumber']} of {model}'s routing is still "
+                f"{flight['State'].lower()}; AppConfig deploys one change at a time: wait "
+                f"until `traffic show` says it is complete, or stop it with `traffic rollback`"
+            )
         audit = describe(by, why)
         version = self._api.create_hosted_configuration_version(
             ApplicationId=self._app_id,
@@ -124,18 +151,44 @@ class AppConfigTrafficStore:
             ContentType="application/json",
             Description=audit,
         )["VersionNumber"]
-        started = self._api.start_deployment(
-            ApplicationId=self._app_id,
-            EnvironmentId=env_id,
-            DeploymentStrategyId=self._strategy_id,
-            ConfigurationProfileId=profile_id,
-            ConfigurationVersion=str(version),
-            Description=audit,
-        )
+        try:
+            started = self._api.start_deployment(
+                ApplicationId=self._app_id,
+                EnvironmentId=env_id,
+                DeploymentStrategyId=self._strategy_id,
+                ConfigurationProfileId=profile_id,
+                ConfigurationVersion=str(version),
+                Description=audit,
+            )
+        except ClientError as exc:
+            # Leave no undeployed version behind: history lists deployments only.
+            self._api.delete_hosted_configuration_version(
+                ApplicationId=self._app_id, ConfigurationProfileId=profile_id, VersionNumber=version
+            )
+            if exc.response["Error"]["Code"] == "ConflictException":
+                raise TrafficError(
+                    f"another change of {model}'s routing started meanwhile; nothing was changed"
+                ) from exc
+            raise
         who, at, reason = parse_description(audit)
         return Change(
             started["DeploymentNumber"], document, who, at, reason, started["State"].lower()
         )
+
+    def stop_rollout(self, model: str) -> int | None:
+        env_id, _ = self._ids(model)
+        flight = self._in_flight(env_id)
+        if flight is None:
+            return None
+        # AllowRevert also stops a deployment that is baking; either way AppConfig
+        # marks it ROLLED_BACK and serves the document before it again.
+        self._api.stop_deployment(
+            ApplicationId=self._app_id,
+            EnvironmentId=env_id,
+            DeploymentNumber=flight["DeploymentNumber"],
+            AllowRevert=True,
+        )
+        return int(flight["DeploymentNumber"])
 
 
 def _find(items: list[dict[str, Any]], name: str, what: str) -> str:

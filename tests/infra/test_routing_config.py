@@ -93,10 +93,14 @@ def test_environment_monitors_are_the_models_canary_alarms(
         )
 
 
-def test_dev_deploys_routing_all_at_once(serving_template: Template) -> None:
+def test_dev_deploys_routing_all_at_once_and_bakes_so_alarms_can_roll_it_back(
+    serving_template: Template, manifest: Manifest
+) -> None:
+    bake = manifest.stages["dev"].config_bake_minutes
+    assert bake > 0  # AppConfig watches its monitors only while deploying and baking
     serving_template.has_resource_properties(
         "AWS::AppConfig::DeploymentStrategy",
-        {"GrowthFactor": 100, "DeploymentDurationInMinutes": 0, "FinalBakeTimeInMinutes": 0},
+        {"GrowthFactor": 100, "DeploymentDurationInMinutes": 0, "FinalBakeTimeInMinutes": bake},
     )
     serving_template.has_resource_properties(
         "AWS::AppConfig::Deployment", {"DeploymentStrategyId": Match.any_value()}
