@@ -2,7 +2,8 @@
 
 It starts the emulator (moto in server mode, loopback only), provisions it from the
 manifest, serves the router app with uvicorn (where the cloud runs it in Lambda
-through Mangum) and runs worker processes (where the cloud runs ECS tasks),
+through Mangum) behind the usage-plan limits API Gateway would apply (``gateway``),
+and runs worker processes (where the cloud runs ECS tasks),
 replacing a worker that dies as ECS replaces a stopped task. Ctrl-C or SIGTERM
 stops every process it started: workers first, so they can drain.
 """
@@ -159,7 +160,8 @@ class LocalPlatform:
                     sys.executable,
                     "-m",
                     "uvicorn",
-                    "switchyard_router.app:app",
+                    "--factory",
+                    "switchyard_local.gateway:create_local_app",
                     "--host",
                     "127.0.0.1",
                     "--port",

@@ -71,6 +71,17 @@ class Platform:
         )
 
 
+TRIAL_TENANT = """
+[tiers.trial]
+rate = 2
+burst = 4
+quota_per_day = 12
+
+[tenants.initech]
+tier = "trial"
+"""
+
+
 @pytest.fixture(scope="session")
 def platform(tmp_path_factory):
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
@@ -79,9 +90,11 @@ def platform(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("platform")
     manifest = run_dir / "manifest.toml"
     text = (ROOT / "manifest.toml").read_text()
-    # A short visibility timeout, so that recovery after a killed worker is quick.
+    # A short visibility timeout, so that recovery after a killed worker is quick,
+    # and a tenant on a tier small enough to run into its limits within a test.
     manifest.write_text(
         re.sub(r"visibility_timeout_seconds = \d+", "visibility_timeout_seconds = 10", text)
+        + TRIAL_TENANT
     )
     port = free_port()
     # Exactly what a person runs; a new session stands in for the terminal's

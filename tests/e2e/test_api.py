@@ -237,3 +237,25 @@ def test_predictions_are_logged_to_s3_without_their_inputs(platform, http):
     assert len(mine) == 1
     assert mine[0]["model"] == "minilm-embed" and mine[0]["outputs"] == [{"dimensions": 384}]
     assert not any("4111" in line for line in lines)
+
+
+def test_usage_plans_throttle_and_end_a_tenant_without_touching_the_others(platform, http):
+    """The trial tier (tests/e2e/conftest.py): 2 calls/s, bursts of 4, 12 a day."""
+    trial = {"x-api-key": platform.keys["initech"]}
+    burst = [http.get("/v1/models", headers=trial) for _ in range(10)]
+    statuses = [r.status_code for r in burst]
+    assert statuses[:4] == [200] * 4  # the burst
+    assert 429 in statuses
+    throttled = next(r for r in burst if r.status_code == 429)
+    assert throttled.json() == {"message": "Too Many Requests"}
+    assert http.get("/v1/models", headers=auth(platform, "acme")).status_code == 200
+
+    answered = statuses.count(200)
+    deadline = time.monotonic() + 30
+    while (r := http.get("/v1/models", headers=trial)).json() != {"message": "Limit Exceeded"}:
+        assert time.monotonic() < deadline, "the quota never ran out"
+        answered += r.status_code == 200
+        time.sleep(0.3)
+    assert r.status_code == 429
+    assert answered == 12  # exactly the day's quota was served
+    assert http.get("/v1/models", headers=auth(platform, "globex")).status_code == 200

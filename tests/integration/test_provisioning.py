@@ -7,6 +7,7 @@ import json
 from switchyard.auth import ApiGatewayKeyDirectory
 from switchyard.routing import RoutingDocument
 from switchyard_local.bridge import HostedVersions
+from switchyard_local.gateway import EmulatorPlans, Plan
 
 
 def test_every_model_gets_two_lanes_each_with_a_dlq(manifest, provisioned, clients):
@@ -51,6 +52,18 @@ def test_each_tenant_has_a_key_in_its_tiers_usage_plan(manifest, provisioned, cl
         assert plan["quota"]["limit"] == manifest.tiers[spec.tier].quota_per_day
         keys = api.get_usage_plan_keys(usagePlanId=plan["id"])["items"]
         assert provisioned.api_keys[tenant] in [k["value"] for k in keys]
+
+
+def test_the_local_gateway_reads_each_keys_limits_from_its_usage_plan(
+    manifest, provisioned, clients
+):
+    plans = EmulatorPlans(clients("apigateway"), ttl_seconds=60)
+    for tenant, key in provisioned.api_keys.items():
+        tier = manifest.tiers[manifest.tenants[tenant].tier]
+        assert plans.plan_for(key) == Plan(
+            rate=tier.rate, burst=tier.burst, quota=tier.quota_per_day, period="DAY"
+        )
+    assert plans.plan_for("sy-unknown") is None
 
 
 def test_api_keys_resolve_to_their_tenants(provisioned, clients):
