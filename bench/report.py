@@ -987,8 +987,8 @@ def _aws_reading(sync: dict[str, Any], la: dict[str, Any]) -> str:
     front = (lam.get("usd_api_gateway") or 0.0) + (lam.get("usd_lambda") or 0.0)
     return (
         f"Reading: a sync inference costs ${fmt(cost['total'], 2)} per million in AWS requests; "
-        f"the largest item is {name} (${fmt(value, 2)}): the results item is written twice "
-        f"(queued, then done with its 384 floats as JSON text), "
+        f"the largest item is {name} (${fmt(value, 2)}). The results item is written twice "
+        f"(queued, then done with its 384 floats packed as float32), "
         f"{fmt(sync['dynamodb_wru_per_inference'], 1)} write units in all, and the router's "
         f"polling reads it {fmt(sync.get('result_polls_per_request'), 1)} times per request. "
         f"Empty receives, made by the worker while it assembles a batch and while it waits, are "

@@ -76,3 +76,23 @@ def test_large_inputs_travel_by_claim_check_with_the_tenant_as_group(
     decoded = QueueMessage.model_validate_json(received.body)
     assert decoded.inputs is None and decoded.inputs_ref
     assert load_inputs(decoded, payloads) == inputs
+
+
+def test_embeddings_are_stored_as_float32_and_read_back_exactly(manifest, provisioned, clients):
+    results = store(manifest, clients)
+    embeddings = [[round(0.001 * i - 0.19, 7) for i in range(384)] for _ in range(3)]
+    classes = [{"class": 3, "label": "3", "probabilities": [0.1] * 10}]
+    for request_id, outputs in (("emb", embeddings), ("cls", classes)):
+        done = record("done", outputs=outputs).model_copy(update={"request_id": request_id})
+        assert results.complete(done) is True
+        assert results.get("acme", request_id).outputs == outputs
+    table = manifest.names("dev").results_table
+    ddb = clients("dynamodb")
+
+    def item(request_id):
+        key = {"tenant": {"S": "acme"}, "request_id": {"S": request_id}}
+        return ddb.get_item(TableName=table, Key=key)["Item"]
+
+    packed = item("emb")
+    assert "outputs" not in packed and len(packed["outputs_f32"]["B"]) == 4 + 4 * 3 * 384
+    assert "outputs_f32" not in item("cls") and item("cls")["outputs"]["S"].startswith('[{"class"')

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import struct
+import sys
+from array import array
 from typing import Any, Protocol
 
 from switchyard.payloads import PayloadStore
@@ -93,6 +96,8 @@ class DynamoDBResultStore:
             doc["last_failure"] = item.get("last_failure", {}).get("S")
         if "outputs" in item:
             doc["outputs"] = json.loads(item["outputs"]["S"])
+        elif "outputs_f32" in item:
+            doc["outputs"] = unpack_rows(item["outputs_f32"]["B"])
         elif "outputs_ref" in item:
             doc["outputs"] = self._payloads.get_json(item["outputs_ref"]["S"])
         return ResultRecord.model_validate(doc)
@@ -108,10 +113,53 @@ class DynamoDBResultStore:
             "doc": {"S": record.model_dump_json(exclude={"outputs", "failures", "last_failure"})},
         }
         if record.outputs is not None:
-            outputs = json.dumps(record.outputs, separators=(",", ":"))
-            if len(outputs.encode()) > self._claim_check_bytes:
+            packed = pack_rows(record.outputs)
+            outputs = (
+                packed if packed is not None else json.dumps(record.outputs, separators=(",", ":"))
+            )
+            size = len(outputs) if isinstance(outputs, bytes) else len(outputs.encode())
+            if size > self._claim_check_bytes:
                 key = f"results/{record.tenant}/{record.request_id}.json"
                 item["outputs_ref"] = {"S": self._payloads.put_json(key, record.outputs)}
+            elif isinstance(outputs, bytes):
+                item["outputs_f32"] = {"B": outputs}
             else:
                 item["outputs"] = {"S": outputs}
         return item
+
+
+# Embeddings leave the runtimes rounded to 7 decimals (`runtimes.py`); packed as
+# float32, each value reads back as the same 7-decimal number.
+PACKED_DECIMALS = 7
+
+
+def pack_rows(outputs: list[Any]) -> bytes | None:
+    """Embeddings (rows of floats of one length) packed as little-endian float32
+    after their row length: a quarter of their JSON text, and DynamoDB bills writes
+    by the kilobyte. Packed only if every value reads back exactly (float32 holds
+    7 decimals of values below 1, as normalised embeddings are); None for any other
+    outputs, which are stored as JSON text."""
+    if not outputs or not all(type(row) is list for row in outputs):
+        return None
+    width = len(outputs[0])
+    if width == 0 or any(len(row) != width for row in outputs):
+        return None
+    flat = [x for row in outputs for x in row]
+    if not all(type(x) is float for x in flat):
+        return None
+    packed = array("f", flat)
+    if [round(v, PACKED_DECIMALS) for v in packed.tolist()] != flat:
+        return None
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return struct.pack("<I", width) + packed.tobytes()
+
+
+def unpack_rows(data: bytes) -> list[list[float]]:
+    (width,) = struct.unpack_from("<I", data)
+    values = array("f")
+    values.frombytes(data[4:])
+    if sys.byteorder == "big":
+        values.byteswap()
+    flat = [round(v, PACKED_DECIMALS) for v in values.tolist()]
+    return [flat[i : i + width] for i in range(0, len(flat), width)]
