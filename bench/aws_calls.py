@@ -306,7 +306,7 @@ class Harness:
                 batch=SqsWorkQueue(client("sqs"), pair.batch, "batch"),
                 registry=DynamoDBRegistry(client("dynamodb"), s.registry_table),
                 results=DynamoDBResultStore(
-                    client("dynamodb"), s.results_table, payloads, s.claim_check_bytes
+                    client("dynamodb"), s.results_table, payloads, s.result_inline_bytes
                 ),
                 payloads=payloads,
                 load_runtime=lambda _record: runtime,

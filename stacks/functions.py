@@ -134,6 +134,7 @@ def settings_environment(
         "SWITCHYARD_QUEUES": Stack.of(scope).to_json_string(queues),
         "SWITCHYARD_RESULT_TTL_SECONDS": str(platform.result_ttl_seconds),
         "SWITCHYARD_CLAIM_CHECK_BYTES": str(platform.claim_check_bytes),
+        "SWITCHYARD_RESULT_INLINE_BYTES": str(platform.result_inline_bytes),
         "SWITCHYARD_MAX_BODY_BYTES": str(platform.max_body_bytes),
         "SWITCHYARD_VISIBILITY_TIMEOUT_SECONDS": str(platform.visibility_timeout_seconds),
         "POWERTOOLS_SERVICE_NAME": service,

@@ -47,7 +47,7 @@ def main() -> None:
         batch=SqsWorkQueue(sqs, pair.batch, "batch"),
         registry=DynamoDBRegistry(client("dynamodb"), settings.registry_table),
         results=DynamoDBResultStore(
-            client("dynamodb"), settings.results_table, payloads, settings.claim_check_bytes
+            client("dynamodb"), settings.results_table, payloads, settings.result_inline_bytes
         ),
         payloads=payloads,
         load_runtime=runtime_for,

@@ -222,6 +222,7 @@ class LocalPlatform:
             "SWITCHYARD_QUEUES": json.dumps(provisioned.queues),
             "SWITCHYARD_RESULT_TTL_SECONDS": str(p.result_ttl_seconds),
             "SWITCHYARD_CLAIM_CHECK_BYTES": str(p.claim_check_bytes),
+            "SWITCHYARD_RESULT_INLINE_BYTES": str(p.result_inline_bytes),
             "SWITCHYARD_MAX_BODY_BYTES": str(p.max_body_bytes),
             "SWITCHYARD_VISIBILITY_TIMEOUT_SECONDS": str(p.visibility_timeout_seconds),
             "SWITCHYARD_ROUTING_SOURCE": "hosted-versions",

@@ -41,7 +41,7 @@ def build_deps(settings: Settings | None = None) -> RouterDeps:
         },
         registry=DynamoDBRegistry(client("dynamodb"), s.registry_table),
         results=DynamoDBResultStore(
-            client("dynamodb"), s.results_table, payloads, s.claim_check_bytes
+            client("dynamodb"), s.results_table, payloads, s.result_inline_bytes
         ),
         payloads=payloads,
         routing=routing,

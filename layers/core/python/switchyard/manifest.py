@@ -48,6 +48,7 @@ class PlatformSettings(_Strict):
     region: str
     result_ttl_seconds: int = Field(gt=0)
     claim_check_bytes: int = Field(gt=0, le=250_000)
+    result_inline_bytes: int = Field(default=8_192, gt=0, le=350_000)
     max_receive_count: int = Field(ge=1, le=1000)
     visibility_timeout_seconds: int = Field(ge=10, le=43_200)
     max_body_bytes: int = Field(gt=0, le=6_000_000)

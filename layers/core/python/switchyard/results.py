@@ -36,12 +36,13 @@ class ResultStore(Protocol):
 
 class DynamoDBResultStore:
     def __init__(
-        self, dynamodb: Any, table: str, payloads: PayloadStore, claim_check_bytes: int
+        self, dynamodb: Any, table: str, payloads: PayloadStore, inline_bytes: int
     ) -> None:
+        """Outputs of more than ``inline_bytes`` (as stored) go to S3 under a key."""
         self._ddb = dynamodb
         self._table = table
         self._payloads = payloads
-        self._claim_check_bytes = claim_check_bytes
+        self._inline_bytes = inline_bytes
 
     def put_queued(self, record: ResultRecord) -> None:
         self._ddb.put_item(
@@ -118,7 +119,7 @@ class DynamoDBResultStore:
                 packed if packed is not None else json.dumps(record.outputs, separators=(",", ":"))
             )
             size = len(outputs) if isinstance(outputs, bytes) else len(outputs.encode())
-            if size > self._claim_check_bytes:
+            if size > self._inline_bytes:
                 key = f"results/{record.tenant}/{record.request_id}.json"
                 item["outputs_ref"] = {"S": self._payloads.put_json(key, record.outputs)}
             elif isinstance(outputs, bytes):

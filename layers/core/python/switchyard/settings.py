@@ -39,7 +39,12 @@ class Settings(BaseSettings):
     queues: dict[str, QueuePair]
 
     result_ttl_seconds: int = Field(default=86_400, gt=0)
+    # Inputs over this travel in S3 and the queue message carries their key (SQS
+    # messages hold 256 KB).
     claim_check_bytes: int = Field(default=200_000, gt=0)
+    # Outputs over this are stored in S3 and the result item carries their key
+    # (manifest.toml, [platform]).
+    result_inline_bytes: int = Field(default=8_192, gt=0, le=350_000)
     max_body_bytes: int = Field(default=1_048_576, gt=0)
 
     # Where routing documents come from: the AppConfig Lambda extension in the
