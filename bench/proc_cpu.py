@@ -53,8 +53,8 @@ def role(pid: int) -> str:
         return "gone"
     if "moto.server" in cmd:
         return "emulator"
-    if "uvicorn" in cmd and "switchyard_router" in cmd:
-        return "router"
+    if "uvicorn" in cmd and ("switchyard_router" in cmd or "switchyard_local.gateway" in cmd):
+        return "router"  # the local platform serves it behind its usage-plan gate
     if "switchyard_worker" in cmd:
         model = ""
         try:
