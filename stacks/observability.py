@@ -22,13 +22,20 @@ from switchyard.manifest import ModelSpec, RolloutLimits
 
 
 def model_metric(
-    model: str, name: str, statistic: str, period: Duration = ALARM_PERIOD
+    model: str,
+    name: str,
+    statistic: str,
+    period: Duration = ALARM_PERIOD,
+    *,
+    role: str | None = None,
 ) -> cloudwatch.Metric:
-    """A metric the router or worker emits, summed over the model's versions."""
+    """A metric the router or worker emits, summed over the model's versions, or over
+    those holding one ``role`` ("canary" or "stable") in the routing document in
+    force when each request was routed."""
     return cloudwatch.Metric(
         namespace=METRICS_NAMESPACE,
         metric_name=name,
-        dimensions_map={"model": model},
+        dimensions_map={"model": model, **({"role": role} if role else {})},
         statistic=statistic,
         period=period,
     )
@@ -45,20 +52,6 @@ def service_metric(service: ecs.BaseService, name: str) -> cloudwatch.Metric:
         },
         statistic="Maximum",
         period=ALARM_PERIOD,
-    )
-
-
-def role_metric(
-    model: str, role: str, name: str, statistic: str, period: Duration
-) -> cloudwatch.Metric:
-    """A router metric of the versions holding one role ("canary" or "stable") in
-    the routing document in force when each request was routed."""
-    return cloudwatch.Metric(
-        namespace=METRICS_NAMESPACE,
-        metric_name=name,
-        dimensions_map={"model": model, "role": role},
-        statistic=statistic,
-        period=period,
     )
 
 
@@ -162,7 +155,7 @@ class ModelAlarms(Construct):
     ) -> list[cloudwatch.Alarm]:
         window = Duration.seconds(limits.window_seconds)
         metrics = {
-            f"{role[0]}{short}": role_metric(model, role, name, statistic, window)
+            f"{role[0]}{short}": model_metric(model, name, statistic, window, role=role)
             for role in ("canary", "stable")
             for short, name, statistic in (
                 ("r", "Requests", "Sum"),
