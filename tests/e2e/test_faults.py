@@ -100,13 +100,19 @@ def test_sigkill_mid_batch_under_load_loses_nothing_and_duplicates_nothing(platf
 
     assert all(r["status"] == "done" for r in results.values())
     assert all(len(r["outputs"]) == 4 + i % 8 for i, r in enumerate(results[rid] for rid in ids))
+    # Each result was written once. A worker logs "result stored" after its batch's
+    # writes, so the killed worker may have written a result and died before saying
+    # so; then the redelivery found it stored ("duplicate suppressed").
     stored = stored_per_request(platform)
-    assert {rid: stored[rid] for rid in ids} == {rid: 1 for rid in ids}
+    events = platform.worker_log_events()
+    suppressed = {e["request_id"] for e in events if e.get("message") == "duplicate suppressed"}
+    assert all(stored[rid] <= 1 for rid in ids), "a result was written twice"
+    assert [rid for rid in ids if stored[rid] == 0 and rid not in suppressed] == []
     # The kill caught messages in flight: some were delivered again, and either
     # answered then or found already answered (killed between write and delete).
     redelivered = [
         e
-        for e in platform.worker_log_events()
+        for e in events
         if e.get("message") in ("result stored", "duplicate suppressed")
         and e.get("request_id") in ids
         and e.get("receive_count", 1) > 1
