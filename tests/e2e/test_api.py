@@ -5,7 +5,9 @@ from __future__ import annotations
 import gzip
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 import pytest
 
 DIGIT_ZERO = [
@@ -242,10 +244,16 @@ def test_predictions_are_logged_to_s3_without_their_inputs(platform, http):
 def test_usage_plans_throttle_and_end_a_tenant_without_touching_the_others(platform, http):
     """The trial tier (tests/e2e/conftest.py): 2 calls/s, bursts of 4, 12 a day."""
     trial = {"x-api-key": platform.keys["initech"]}
-    burst = [http.get("/v1/models", headers=trial) for _ in range(10)]
+
+    def call(_: int) -> httpx.Response:
+        with httpx.Client(base_url=platform.url, timeout=30) as client:
+            return client.get("/v1/models", headers=trial)
+
+    with ThreadPoolExecutor(max_workers=12) as pool:  # 12 at once: far over 2 a second
+        burst = list(pool.map(call, range(12)))
     statuses = [r.status_code for r in burst]
-    assert statuses[:4] == [200] * 4  # the burst
-    assert 429 in statuses
+    assert statuses.count(200) >= 4  # the burst is served
+    assert statuses.count(429) >= 1 and set(statuses) == {200, 429}
     throttled = next(r for r in burst if r.status_code == 429)
     assert throttled.json() == {"message": "Too Many Requests"}
     assert http.get("/v1/models", headers=auth(platform, "acme")).status_code == 200
