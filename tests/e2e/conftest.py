@@ -70,6 +70,14 @@ class Platform:
             attrs["ApproximateNumberOfMessagesNotVisible"]
         )
 
+    def wait_until_idle(self, model: str, timeout_s: float = 180) -> None:
+        """Wait for both lanes of a model to empty, so that a test's async
+        backlog does not sit in front of the next test's requests."""
+        deadline = time.monotonic() + timeout_s
+        while self.queue_depth(model, "realtime") or self.queue_depth(model, "batch"):
+            assert time.monotonic() < deadline, f"{model}'s queues did not empty"
+            time.sleep(0.5)
+
 
 TRIAL_TENANT = """
 [tiers.trial]

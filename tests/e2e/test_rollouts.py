@@ -57,7 +57,9 @@ def versions_for(platform, users: list[str], is_async: bool = True) -> dict[str,
             return user, response.json()["version"]
 
     with ThreadPoolExecutor(max_workers=8) as pool:
-        return dict(pool.map(one, users))
+        assigned = dict(pool.map(one, users))
+    platform.wait_until_idle("digits-cnn")
+    return assigned
 
 
 def test_a_90_10_split_is_within_bounds_sticky_and_grows_without_moving_keys_out(platform):
@@ -109,10 +111,12 @@ def test_shadow_never_changes_responses_and_is_reported(platform, http):
     set_traffic(platform, "v1=100", "v2=0", "--shadow", "v2:100")
     headers = {"x-api-key": platform.api_key, "x-deadline-ms": PATIENT_MS}
     images = [DIGIT_ZERO, [16 - x for x in DIGIT_ZERO], [min(16, x + 3) for x in DIGIT_ZERO]]
-    shadowed = [
-        http.post("/v1/models/digits-cnn/predict", json={"inputs": [img]}, headers=headers).json()
+    answers = [
+        http.post("/v1/models/digits-cnn/predict", json={"inputs": [img]}, headers=headers)
         for img in images * 10
     ]
+    assert [(a.status_code, a.text) for a in answers if a.status_code != 200] == []
+    shadowed = [a.json() for a in answers]
     assert {r["version"] for r in shadowed} == {"v1"}
     assert all(r["fallback"] is False for r in shadowed)
 
