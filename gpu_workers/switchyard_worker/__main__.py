@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import signal
 import socket
 from pathlib import Path
 
@@ -56,6 +58,9 @@ def main() -> None:
         prediction_log=prediction_log,
     )
     worker.install_signal_handlers()
+    # `kill -USR1` prints every thread's stack to the log: how to see what a worker
+    # that does not stop is doing (the local supervisor sends it before a SIGKILL).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     worker.preload()
 
     def ready() -> None:

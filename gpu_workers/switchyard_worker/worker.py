@@ -39,6 +39,7 @@ log = Logger(service="switchyard-worker")
 
 RuntimeLoader = Callable[[ModelVersion], ModelRuntime]
 _RECEIVE_MAX = 10
+_PAUSE_SLICE_S = 0.02  # how soon a pause notices a stop
 
 
 class Worker:
@@ -137,7 +138,7 @@ class Worker:
         more: at most one empty receive per batch, and no leftovers beyond its room."""
         held = bool(self._assembler.held)
         if held and self._drained:
-            self._stopping.wait(max(self._assembler.time_left(), 0))
+            self._pause(max(self._assembler.time_left(), 0))
         room = max(1, min(_RECEIVE_MAX, self._room()))
         realtime, batch_lane = self._lanes
         received = realtime.receive(room, 0 if held else self._poll_wait)
@@ -150,6 +151,14 @@ class Worker:
                 self._in_hand[r.receipt_handle] = r
         for r in received:
             self._assembler.add(self._decode(r, now_mono, now))
+
+    def _pause(self, seconds: float) -> None:
+        """Sleep, waking early once a stop is asked for. Not ``Event.wait``: the SIGTERM
+        handler sets that Event on this thread, and would deadlock on the Event's
+        lock if the signal landed while this thread held it inside ``wait``."""
+        end = time.monotonic() + seconds
+        while not self._stopping.is_set() and (left := end - time.monotonic()) > 0:
+            time.sleep(min(left, _PAUSE_SLICE_S))
 
     def _room(self) -> int:
         """Inputs the oldest held version's batch can still take."""

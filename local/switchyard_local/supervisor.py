@@ -83,6 +83,10 @@ class Child:
             try:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:
+                print(f"{self.name} did not stop within {timeout:.0f}s; killing it", flush=True)
+                if self.name.startswith("worker-"):
+                    self.process.send_signal(signal.SIGUSR1)  # its stacks, into its log
+                    time.sleep(1)
                 self.process.kill()
                 self.process.wait()
         if self.log:
