@@ -55,14 +55,20 @@ def stored_per_request(platform) -> Counter:
 def signal_worker_under_load(platform, requests: int, after: int, sig: int) -> tuple[list, int]:
     """Submit ``requests``; once ``after`` results are stored, signal the worker while
     it holds the rest. Returns the request ids and the signalled worker's pid."""
+    ids = submit_until_stored(platform, requests, after)
+    victim = platform.worker_pid("minilm-embed")
+    os.kill(victim, sig)
+    return ids, victim
+
+
+def submit_until_stored(platform, requests: int, after: int) -> list[str]:
+    """Submit ``requests`` and return their ids once ``after`` results are stored."""
     ids = submit_async(platform, requests)
     deadline = time.monotonic() + 60
     while sum(stored_per_request(platform)[rid] for rid in ids) < after:
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    victim = platform.worker_pid("minilm-embed")
-    os.kill(victim, sig)
-    return ids, victim
+    return ids
 
 
 def in_flight(platform, model: str) -> int:
@@ -77,12 +83,9 @@ def kill_worker_holding_messages(platform, requests: int, after: int) -> tuple[l
     """Submit ``requests``; once ``after`` results are stored, freeze the worker, and
     kill it only if it holds received, undeleted messages (otherwise let it run on
     and look again), so the kill always lands on work in flight."""
-    ids = submit_async(platform, requests)
-    deadline = time.monotonic() + 60
-    while sum(stored_per_request(platform)[rid] for rid in ids) < after:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    ids = submit_until_stored(platform, requests, after)
     victim = platform.worker_pid("minilm-embed")
+    deadline = time.monotonic() + 60
     while True:
         os.kill(victim, signal.SIGSTOP)
         if in_flight(platform, "minilm-embed") > 0:
