@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: up test test-unit test-integration test-e2e test-infra models synth lint clean bench bench-quick
+.PHONY: up test test-unit test-integration test-e2e test-infra test-deploy models synth lint clean bench bench-quick
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,10 @@ test-e2e: build/models/.built
 
 test-infra: $(VENV)/.installed
 	$(PY) -m pytest tests/infra
+
+# What `cdk deploy` ships, built and run in its deployed layouts.
+test-deploy: build/models/.built
+	$(PY) -m pytest tests/deploy
 
 synth: $(VENV)/.installed
 	$(PY) app.py

@@ -9,10 +9,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "layers" / "core" / "py
 from aws_cdk import Validations  # noqa: E402
 from cdk_nag import AwsSolutionsChecks  # noqa: E402
 
-from stacks import add_platform, create_app  # noqa: E402
+from stacks.app import add_platform, create_app  # noqa: E402
+from stacks.assets import MANIFEST_FILE  # noqa: E402
 from switchyard.manifest import load_manifest  # noqa: E402
 
 app = create_app()
-add_platform(app, load_manifest(app.node.try_get_context("manifest")))
+add_platform(app, load_manifest(app.node.try_get_context("manifest") or MANIFEST_FILE))
 Validations.of(app).add_plugins(AwsSolutionsChecks(app))
 app.synth()

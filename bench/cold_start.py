@@ -84,9 +84,10 @@ def warm_cpu(requests: int) -> dict[str, Any]:
         StaticTenants,
         version_record,
     )
+    from switchyard.queues import ModelLanes
     from switchyard.schemas import ResultRecord
     from switchyard_router.app import RouterDeps, create_app
-    from switchyard_router.logic import ModelEndpoint, PredictService
+    from switchyard_router.logic import PredictService
 
     record = version_record(TEXT_MODEL)
     results = MemoryResults()
@@ -118,7 +119,7 @@ def warm_cpu(requests: int) -> dict[str, Any]:
     service = PredictService(
         **accepted_kwargs(
             PredictService.__init__,
-            endpoints={TEXT_MODEL: ModelEndpoint(realtime=realtime, batch=batch)},
+            endpoints={TEXT_MODEL: ModelLanes(realtime=realtime, batch=batch)},
             registry=MemoryRegistry(record),
             results=results,
             payloads=MemoryPayloads(),

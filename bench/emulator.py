@@ -1,12 +1,11 @@
 """A private AWS emulator for the sections that call the platform's code
-in-process (AWS calls, router cold start): moto in server mode on a loopback port,
-provisioned from the manifest exactly as the local platform provisions it."""
+in-process (AWS calls, router cold start): the local platform's emulator on a
+loopback port, provisioned from the manifest exactly as the local platform
+provisions it."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import ROOT
 from bench.platform_proc import free_port
 
 REGION = "us-east-1"
@@ -24,9 +22,11 @@ STAGE = "dev"
 @dataclass
 class Emulator:
     url: str
-    env: dict[str, str]  # the SWITCHYARD_* settings the platform's processes get
-    api_keys: dict[str, str]
-    provisioned: Any
+    provisioned: Any  # switchyard_local.provision.Provisioned
+
+    @property
+    def api_keys(self) -> dict[str, str]:
+        return dict(self.provisioned.api_keys)
 
     def client(self, service: str) -> Any:
         """A client of the bench's own, outside the platform's cached (and counted)
@@ -38,32 +38,17 @@ class Emulator:
 
 @contextmanager
 def emulator() -> Iterator[Emulator]:
-    from switchyard import aws
+    from stacks.assets import MANIFEST_FILE
+    from switchyard.manifest import load_manifest
+    from switchyard_local.emulator import start_emulator
     from switchyard_local.provision import provision
-    from switchyard_local.supervisor import LocalPlatform, _wait_http
 
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
-    port = free_port()
     workdir = Path(tempfile.mkdtemp(prefix="switchyard-bench-emulator-"))
-    log = open(workdir / "moto.log", "wb")  # noqa: SIM115 - held for the emulator's life
-    process = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        cwd=ROOT,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
+    running = start_emulator(workdir / "moto.log", free_port())
     try:
-        _wait_http(f"{url}/moto-api/", 30, "the AWS emulator")
-        local = LocalPlatform(emulator_port=port, run_dir=workdir)
-        provisioned = provision(local.manifest, STAGE, lambda s: aws.client(s, REGION, url))
-        yield Emulator(url, local.platform_env(provisioned), provisioned.api_keys, provisioned)
+        provisioned = provision(load_manifest(MANIFEST_FILE), STAGE, running.url, REGION)
+        yield Emulator(running.url, provisioned)
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
-        log.close()
+        running.stop()

@@ -54,6 +54,7 @@ def load_text_model() -> LoadedModel:
 def load_tensor_model() -> LoadedModel:
     import torch
 
+    from stacks.assets import MANIFEST_FILE
     from switchyard.manifest import load_manifest
     from switchyard_worker.runtimes import TorchScriptClassifier
 
@@ -64,7 +65,7 @@ def load_tensor_model() -> LoadedModel:
         with torch.inference_mode():
             return torch.softmax(module(torch.tensor(batch, dtype=torch.float32)), dim=-1)
 
-    labels = load_manifest().models[TENSOR_MODEL].labels
+    labels = load_manifest(MANIFEST_FILE).models[TENSOR_MODEL].labels
     return LoadedModel(TENSOR_MODEL, digit_images(), bare, TorchScriptClassifier(path, labels))
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from stacks.assets import MANIFEST_FILE
 from switchyard.manifest import load_manifest
 from switchyard.queues import Received
 from switchyard.registry import ModelVersion
@@ -24,8 +25,8 @@ FAKE_SHA = "0" * 64
 
 def version_record(model: str, version: str = "v1", manifest: Path | None = None, **update: Any):
     """The registry record the platform would hold for ``model``, from the manifest."""
-    spec = load_manifest(manifest).models[model]
-    record = ModelVersion.from_spec(model, version, spec, f"s3://bench/{model}/{version}", FAKE_SHA)
+    spec = load_manifest(manifest or MANIFEST_FILE).models[model]
+    record = spec.version_record(model, version, f"s3://bench/{model}/{version}", FAKE_SHA)
     return record.model_copy(update=update) if update else record
 
 

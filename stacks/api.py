@@ -14,6 +14,7 @@ from stacks.cloud import API_INTEGRATION_TIMEOUT, LOG_RETENTION, Deployment
 from stacks.nag import acknowledge
 from switchyard.auth import TENANT_TAG
 from switchyard.manifest import ModelSpec
+from switchyard.schemas import FORBIDDEN, QUOTA_EXCEEDED, THROTTLED
 
 # One access-log line per request, with the key (tenant) that made it.
 _ACCESS_LOG = {
@@ -121,6 +122,13 @@ class Api(Construct):
             self.usage_plans[tenant.tier].add_api_key(key)
             self.api_keys[tenant_name] = key
 
+    @property
+    def tenant_keys(self) -> dict[str, str]:
+        """Tenant -> its API key's id: the routers' ``tenant_keys`` setting. API
+        Gateway names the verified key's id in each request, so no router needs (or
+        may) read a key's value."""
+        return {tenant: key.key_id for tenant, key in self.api_keys.items()}
+
     def _gateway_responses(self) -> None:
         def respond(
             name: str, kind: apigw.ResponseType, status: str, message: str, code: str
@@ -140,27 +148,12 @@ class Api(Construct):
             _VALIDATION_MESSAGE,
             "invalid_input",
         )
-        respond(
-            "BadKey",
-            apigw.ResponseType.INVALID_API_KEY,
-            "403",
-            "Forbidden: a valid x-api-key is required",
-            "forbidden",
-        )
-        respond(
-            "Throttled",
-            apigw.ResponseType.THROTTLED,
-            "429",
-            "Too many requests for this API key's usage plan",
-            "throttled",
-        )
-        respond(
-            "Quota",
-            apigw.ResponseType.QUOTA_EXCEEDED,
-            "429",
-            "This API key's daily quota is spent",
-            "quota_exceeded",
-        )
+        for name, kind, answer in (
+            ("BadKey", apigw.ResponseType.INVALID_API_KEY, FORBIDDEN),
+            ("Throttled", apigw.ResponseType.THROTTLED, THROTTLED),
+            ("Quota", apigw.ResponseType.QUOTA_EXCEEDED, QUOTA_EXCEEDED),
+        ):
+            respond(name, kind, str(answer.status), answer.message, answer.code)
 
     def _integration(self, function: lambda_.IFunction) -> apigw.LambdaIntegration:
         return apigw.LambdaIntegration(

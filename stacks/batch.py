@@ -14,6 +14,7 @@ from stacks.data import Storage, grant_items, grant_objects, grant_registry_read
 from stacks.functions import FunctionCode, PlatformFunction, settings_environment
 from stacks.nag import acknowledge
 from stacks.queues import ModelQueues
+from switchyard.settings import SplitterSettings
 
 
 class BatchIngest(Construct):
@@ -38,16 +39,15 @@ class BatchIngest(Construct):
             deployment=deployment,
             code=code.splitter,
             description="Switchyard batch splitter: dropped file -> job -> batch queue",
-            environment={
-                **settings_environment(
-                    self,
-                    deployment=deployment,
-                    storage=storage,
-                    queues={model: q.urls() for model, q in queues.items()},
-                    service="batch-splitter",
-                ),
-                "SWITCHYARD_JOBS_TABLE": storage.jobs_table.table_name,
-            },
+            environment=settings_environment(
+                self,
+                SplitterSettings,
+                deployment=deployment,
+                storage=storage,
+                queues={model: q.urls() for model, q in queues.items()},
+                service="batch-splitter",
+                jobs_table=storage.jobs_table.table_name,
+            ),
             layers=[code.core_layer],
             timeout=SPLITTER_TIMEOUT,
             memory_size=SPLITTER_MEMORY_MB,

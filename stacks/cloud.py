@@ -9,20 +9,15 @@ suffix) is decided here, once, so the constructs carry no literals of their own.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from aws_cdk import Aws, Duration, RemovalPolicy
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from stacks.assets import CORE_LAYER_DIR
 from switchyard.manifest import Manifest, ModelSpec, ResourceNames, Stage, StageSettings
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-CORE_LAYER_DIR = REPO_ROOT / "layers" / "core"
-ROUTER_DIR = REPO_ROOT / "functions" / "router"
-SPLITTER_DIR = REPO_ROOT / "functions" / "batch_splitter"
-WORKER_DOCKERFILE = "gpu_workers/Dockerfile"  # relative to REPO_ROOT, the build context
 # One schema for the router, the local platform and AppConfig's validator.
 ROUTING_SCHEMA_FILE = CORE_LAYER_DIR / "python" / "switchyard" / "routing_schema.json"
 
@@ -32,9 +27,8 @@ METRICS_NAMESPACE = "Switchyard"
 # --- Lambda -------------------------------------------------------------------
 LAMBDA_RUNTIME = lambda_.Runtime.PYTHON_3_14
 LAMBDA_ARCHITECTURE = lambda_.Architecture.X86_64
-# pip selects wheels for the runtime above; no Docker, no compiler.
-PIP_PLATFORM = "manylinux2014_x86_64"
-PIP_PYTHON_VERSION = "3.14"
+# pip selects wheels for the runtime above (stacks.assets.LAMBDA_TARGET, kept beside
+# it by a test); no Docker, no compiler.
 # API Gateway's REST integration limit; the router must answer (200 or 202) first.
 API_INTEGRATION_TIMEOUT = Duration.seconds(29)
 ROUTER_TIMEOUT = Duration.seconds(28)

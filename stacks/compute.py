@@ -17,16 +17,15 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from stacks.assets import REPO_ROOT, WORKER_DOCKERFILE
 from stacks.cloud import (
     LOG_RETENTION,
-    REPO_ROOT,
     ROOT_VOLUME_GIB,
     SCALE_OUT_COOLDOWN,
     SCALE_OUT_EVALUATION_PERIODS,
     SCALE_OUT_STEPS,
     SCALING_PERIOD,
     TASK_SIZE,
-    WORKER_DOCKERFILE,
     WORKER_READY_FILE,
     WORKER_START_PERIOD,
     WORKER_STOP_TIMEOUT,
@@ -246,7 +245,7 @@ class WorkerService(Construct):
             cpu=size.cpu,
             memory_reservation_mib=size.memory_mib,
             gpu_count=size.gpus or None,
-            environment={**environment, "SWITCHYARD_READY_FILE": WORKER_READY_FILE},
+            environment=dict(environment),
             logging=ecs.LogDrivers.aws_logs(stream_prefix=model, log_group=self.log_group),
             stop_timeout=WORKER_STOP_TIMEOUT,
             health_check=ecs.HealthCheck(

@@ -8,7 +8,13 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from stacks.api import Api
-from stacks.cloud import APPCONFIG_POLL_SECONDS, ROUTER_MEMORY_MB, ROUTER_TIMEOUT, Deployment
+from stacks.cloud import (
+    APPCONFIG_POLL_SECONDS,
+    ROUTER_MEMORY_MB,
+    ROUTER_TIMEOUT,
+    WORKER_READY_FILE,
+    Deployment,
+)
 from stacks.compute import Compute, WorkerService
 from stacks.configuration import ModelRouting, RoutingConfiguration
 from stacks.data import PredictionLog, Storage, grant_items, grant_objects, grant_registry_read
@@ -16,6 +22,7 @@ from stacks.functions import FunctionCode, PlatformFunction, settings_environmen
 from stacks.observability import ModelAlarms, ModelDashboard
 from stacks.queues import ModelQueues
 from switchyard.manifest import ModelSpec
+from switchyard.settings import RouterSettings, WorkerSettings
 
 
 @dataclass(frozen=True)
@@ -71,14 +78,17 @@ class ModelEndpoint(Construct):
             environment={
                 **settings_environment(
                     self,
+                    RouterSettings,
                     deployment=deployment,
                     storage=storage,
                     queues=own_queues,
                     service="router",
+                    tenant_keys=shared.api.tenant_keys,
+                    routing_source="appconfig-extension",
+                    appconfig_application=deployment.names.appconfig_application,
+                    appconfig_environment=self.routing.environment_name,
+                    **deployment.manifest.router_settings_values(),
                 ),
-                "SWITCHYARD_ROUTING_SOURCE": "appconfig-extension",
-                "SWITCHYARD_APPCONFIG_APPLICATION": deployment.names.appconfig_application,
-                "SWITCHYARD_APPCONFIG_ENVIRONMENT": self.routing.environment_name,
                 "AWS_APPCONFIG_EXTENSION_PREFETCH_LIST": self.routing.extension_path,
                 "AWS_APPCONFIG_EXTENSION_POLL_INTERVAL_SECONDS": str(APPCONFIG_POLL_SECONDS),
             },
@@ -92,7 +102,6 @@ class ModelEndpoint(Construct):
         grant_registry_read(storage.registry_table, router_role)
         grant_items(storage.results_table, router_role)
         self.routing.grant_read(router_role)
-        self.router.grant_api_key_lookup()
         grant_objects(
             names.payloads_bucket,
             router_role,
@@ -104,11 +113,17 @@ class ModelEndpoint(Construct):
 
         worker_environment = {
             **settings_environment(
-                self, deployment=deployment, storage=storage, queues=own_queues, service="worker"
+                self,
+                WorkerSettings,
+                deployment=deployment,
+                storage=storage,
+                queues=own_queues,
+                service="worker",
+                worker_model=model,
+                artifacts_bucket=storage.artifacts_bucket.bucket_name,
+                prediction_log_stream=shared.prediction_log.stream_name,
+                ready_file=WORKER_READY_FILE,
             ),
-            "SWITCHYARD_WORKER_MODEL": model,
-            "SWITCHYARD_ARTIFACTS_BUCKET": storage.artifacts_bucket.bucket_name,
-            "SWITCHYARD_PREDICTION_LOG_STREAM": shared.prediction_log.stream_name,
             "HF_HUB_OFFLINE": "1",
         }
         self.worker = WorkerService(

@@ -4,26 +4,26 @@ and the environment contract of ``switchyard.settings``."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
-from aws_cdk import Aws, Duration, Stack
+from aws_cdk import Duration, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from stacks.assets import CORE_LAYER, ROUTER, SPLITTER
 from stacks.bundling import python_code
 from stacks.cloud import (
-    CORE_LAYER_DIR,
     LAMBDA_ARCHITECTURE,
     LAMBDA_RUNTIME,
     LOG_RETENTION,
     METRICS_NAMESPACE,
-    ROUTER_DIR,
-    SPLITTER_DIR,
     Deployment,
 )
 from stacks.data import Storage
 from stacks.nag import acknowledge
+from switchyard.settings import Settings, to_environment
 
 
 class FunctionCode(Construct):
@@ -32,11 +32,10 @@ class FunctionCode(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, *, deployment: Deployment) -> None:
         super().__init__(scope, construct_id)
-        core_requirements = CORE_LAYER_DIR / "requirements.txt"
         self.core_layer = lambda_.LayerVersion(
             self,
             "CoreLayer",
-            code=python_code(CORE_LAYER_DIR / "python", core_requirements, prefix="python"),
+            code=python_code(CORE_LAYER),
             compatible_runtimes=[LAMBDA_RUNTIME],
             compatible_architectures=[LAMBDA_ARCHITECTURE],
             description="Switchyard core: schemas, registry, results, routing, settings",
@@ -44,11 +43,8 @@ class FunctionCode(Construct):
         self.appconfig_extension = lambda_.LayerVersion.from_layer_version_arn(
             self, "AppConfigExtension", deployment.appconfig_extension_arn(self)
         )
-        # The router's pins are constrained by the core's, so both agree on pydantic.
-        self.router = python_code(ROUTER_DIR, ROUTER_DIR / "requirements.txt", core_requirements)
-        self.splitter = python_code(
-            SPLITTER_DIR, SPLITTER_DIR / "requirements.txt", core_requirements
-        )
+        self.router = python_code(ROUTER)
+        self.splitter = python_code(SPLITTER)
 
 
 class PlatformFunction(Construct):
@@ -105,38 +101,29 @@ class PlatformFunction(Construct):
             "Powertools Tracer needs them to trace each request through the platform.",
         )
 
-    def grant_api_key_lookup(self) -> None:
-        """The router maps x-api-key to a tenant via API Gateway's key store (tags)."""
-        self.role.add_to_policy(
-            iam.PolicyStatement(
-                actions=["apigateway:GET"],
-                resources=[f"arn:{Aws.PARTITION}:apigateway:{Aws.REGION}::/apikeys"],
-            )
-        )
-
 
 def settings_environment(
     scope: Construct,
+    kind: type[Settings],
     *,
     deployment: Deployment,
     storage: Storage,
     queues: Mapping[str, Mapping[str, str]],
     service: str,
+    **values: Any,
 ) -> dict[str, str]:
-    """The ``SWITCHYARD_*`` variables every process reads (``switchyard.settings``)."""
-    platform = deployment.manifest.platform
+    """The ``SWITCHYARD_*`` variables of one deployable (``switchyard.settings``),
+    rendered by the same function the local platform uses, plus Powertools'."""
+    common = {
+        **deployment.manifest.settings_values(deployment.stage),
+        "region": Stack.of(scope).region,
+        "registry_table": storage.registry_table.table_name,
+        "results_table": storage.results_table.table_name,
+        "payloads_bucket": storage.payloads_bucket.bucket_name,
+        "queues": queues,
+    }
     return {
-        "SWITCHYARD_STAGE": deployment.stage,
-        "SWITCHYARD_REGION": Stack.of(scope).region,
-        "SWITCHYARD_REGISTRY_TABLE": storage.registry_table.table_name,
-        "SWITCHYARD_RESULTS_TABLE": storage.results_table.table_name,
-        "SWITCHYARD_PAYLOADS_BUCKET": storage.payloads_bucket.bucket_name,
-        "SWITCHYARD_QUEUES": Stack.of(scope).to_json_string(queues),
-        "SWITCHYARD_RESULT_TTL_SECONDS": str(platform.result_ttl_seconds),
-        "SWITCHYARD_CLAIM_CHECK_BYTES": str(platform.claim_check_bytes),
-        "SWITCHYARD_RESULT_INLINE_BYTES": str(platform.result_inline_bytes),
-        "SWITCHYARD_MAX_BODY_BYTES": str(platform.max_body_bytes),
-        "SWITCHYARD_VISIBILITY_TIMEOUT_SECONDS": str(platform.visibility_timeout_seconds),
+        **to_environment(kind, {**common, **values}, dumps=Stack.of(scope).to_json_string),
         "POWERTOOLS_SERVICE_NAME": service,
         "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
     }

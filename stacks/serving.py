@@ -13,6 +13,7 @@ from stacks.configuration import RoutingConfiguration
 from stacks.data import DataStack, grant_objects, grant_registry_read
 from stacks.endpoint import ModelEndpoint, SharedServing
 from stacks.functions import FunctionCode, PlatformFunction, settings_environment
+from switchyard.settings import RouterSettings
 
 
 class ServingStack(Stack):
@@ -71,10 +72,13 @@ class ServingStack(Stack):
             description="Switchyard router for GET /v1/models and /v1/requests/{id}",
             environment=settings_environment(
                 self,
+                RouterSettings,
                 deployment=deployment,
                 storage=storage,
                 queues={m: e.queues.urls() for m, e in self.endpoints.items()},
                 service="router",
+                tenant_keys=self.shared.api.tenant_keys,
+                **deployment.manifest.router_settings_values(),
             ),
             layers=[self.shared.code.core_layer],
             timeout=ROUTER_TIMEOUT,
@@ -82,7 +86,6 @@ class ServingStack(Stack):
         )
         grant_registry_read(storage.registry_table, function.role)
         storage.results_table.grant(function.role, "dynamodb:GetItem")
-        function.grant_api_key_lookup()
         grant_objects(
             names.payloads_bucket,
             function.role,

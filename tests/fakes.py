@@ -8,9 +8,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from switchyard.auth import KeyIdDirectory
 from switchyard.queues import Received
 from switchyard.registry import ModelVersion, VersionExists
 from switchyard.schemas import Lane, ResultRecord
+from switchyard_local.gateway import ApiGatewayStandIn, ApiKey
 
 _ids = itertools.count(1)
 
@@ -128,12 +130,21 @@ class FakePayloads:
         return self.objects[uri]
 
 
-class StaticTenants:
-    def __init__(self, keys: dict[str, str]) -> None:
-        self.keys = keys
+def key_id(tenant: str) -> str:
+    """The API key id a test's tenant has (API Gateway's ids are opaque)."""
+    return f"id-{tenant}"
 
-    def tenant_for(self, api_key: str) -> str | None:
-        return self.keys.get(api_key)
+
+def tenant_keys(keys: dict[str, str]) -> KeyIdDirectory:
+    """The router's directory for ``keys`` (key value -> tenant)."""
+    return KeyIdDirectory({tenant: key_id(tenant) for tenant in keys.values()})
+
+
+def behind_api_gateway(app: Any, keys: dict[str, str]) -> ApiGatewayStandIn:
+    """``app`` behind the local platform's API Gateway stand-in holding ``keys`` (key
+    value -> tenant), with no usage plan: it checks the key and passes its id on."""
+    known = {value: ApiKey(key_id(tenant), None) for value, tenant in keys.items()}
+    return ApiGatewayStandIn(app, known.get)
 
 
 class EchoRuntime:

@@ -1,7 +1,17 @@
-"""Lambda entry point: the router's FastAPI app behind Mangum."""
+"""Lambda entry point: the router's FastAPI app behind Mangum.
+
+Settings are read and the app is wired at init, so a missing or malformed
+``SWITCHYARD_*`` variable fails the cold start with its name, not each request.
+"""
 
 from mangum import Mangum
 
-from switchyard_router.app import app
+from switchyard.settings import RouterSettings, get_settings
+from switchyard_router.app import create_app
+from switchyard_router.wiring import build_deps
 
-handler = Mangum(app, lifespan="off", api_gateway_base_path="/")
+handler = Mangum(
+    create_app(build_deps(get_settings(RouterSettings))),
+    lifespan="off",
+    api_gateway_base_path="/",
+)

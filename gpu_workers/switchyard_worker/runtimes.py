@@ -19,6 +19,14 @@ class ModelRuntime(Protocol):
     def predict(self, inputs: list[Any]) -> list[Any]: ...
 
 
+# The libraries each runtime imports when it loads a model (lazily, so that
+# importing this module stays cheap); the image's build check imports them all.
+RUNTIME_LIBRARIES: dict[str, tuple[str, ...]] = {
+    "sentence-transformers": ("sentence_transformers",),
+    "torchscript-classifier": ("torch",),
+}
+
+
 class OutputCountMismatch(RuntimeError):
     """A model returned a different number of outputs than it was given inputs."""
 

@@ -2,9 +2,11 @@
 
 - AppConfig: moto keeps applications, profiles and hosted configuration versions,
   but has no environments, deployments or appconfigdata (and its
-  ListApplications and ListHostedConfigurationVersions fail). Locally the newest hosted version of a
-  profile is the deployed one; the router reads it through ``hosted_version_fetcher``
-  where the cloud router reads the AppConfig Lambda extension.
+  ListApplications and ListHostedConfigurationVersions fail). Locally the newest
+  hosted version of a profile is the deployed one. The cloud router reads its
+  document from the AppConfig Lambda extension's HTTP API on localhost:2772; the
+  local platform serves the same API from the emulator (:class:`ExtensionStandIn`),
+  and the router's settings point it there, so the router runs the same code.
 - Lambda and ECS are not executed by moto: the supervisor (``supervisor.py``) serves
   the router app with uvicorn and runs worker processes.
 - API Gateway does not proxy requests in moto: the router checks each ``x-api-key``
@@ -13,8 +15,9 @@
 
 from __future__ import annotations
 
+import re
 import threading
-from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from switchyard.routing import RoutingDocument
@@ -80,14 +83,50 @@ class HostedVersions:
         return int(created["VersionNumber"])
 
 
-def hosted_version_fetcher(appconfig: Any, application_id: str) -> Callable[[str], bytes | None]:
-    versions = HostedVersions(appconfig, application_id)
+_EXTENSION_PATH = re.compile(r"^/applications/([^/]+)/environments/([^/]+)/configurations/([^/?]+)")
 
-    def fetch(model: str) -> bytes | None:
-        latest = versions.latest(model)
-        return latest[1] if latest else None
 
-    return fetch
+class ExtensionStandIn:
+    """The AppConfig Lambda extension's HTTP API on loopback:
+    ``GET /applications/{app}/environments/{env}/configurations/{profile}`` answers
+    the profile's newest hosted version on the emulator (moto has no environments,
+    so every environment sees it), or 404 as the extension does for an unknown one."""
+
+    def __init__(self, appconfig: Any, application_id: str) -> None:
+        versions = HostedVersions(appconfig, application_id)
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+                match = _EXTENSION_PATH.match(self.path)
+                try:
+                    latest = versions.latest(match.group(3)) if match else None
+                except LookupError:
+                    latest = None
+                if latest is None:
+                    self.send_error(404, "no such configuration")
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(latest[1])))
+                self.end_headers()
+                self.wfile.write(latest[1])
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(
+            target=self._server.serve_forever, name="appconfig-extension", daemon=True
+        ).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
 
 
 class LocalTrafficStore:

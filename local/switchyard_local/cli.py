@@ -19,12 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stacks.assets import MANIFEST_FILE
 from switchyard import aws
 from switchyard.artifacts import publish_artifact
 from switchyard.manifest import Manifest, load_manifest
-from switchyard.registry import DynamoDBRegistry, ModelVersion, VersionExists
+from switchyard.registry import DynamoDBRegistry, VersionExists
 from switchyard.routing import canaries, rolled_back
+from switchyard.schemas import LANES
+from switchyard.settings import Settings
 from switchyard.tables import RESULTS
+from switchyard.wiring import Adapters, build_adapters
 from switchyard_local.traffic import (
     AppConfigTrafficStore,
     TrafficError,
@@ -39,20 +43,16 @@ class Target:
     """Where the commands act: the local platform's emulator or a deployed stack."""
 
     manifest: Manifest
-    region: str
-    endpoint_url: str | None
-    registry_table: str
-    results_table: str
+    adapters: Adapters
     artifacts_bucket: str
-    payloads_bucket: str
     traffic: TrafficStore
 
     def client(self, service: str) -> Any:
-        return aws.client(service, self.region, self.endpoint_url)
+        return self.adapters.client(service)
 
     @property
     def registry(self) -> DynamoDBRegistry:
-        return DynamoDBRegistry(self.client("dynamodb"), self.registry_table)
+        return self.adapters.registry
 
 
 def _target(args: argparse.Namespace) -> Target:
@@ -65,21 +65,15 @@ def _target(args: argparse.Namespace) -> Target:
             f"no local platform found ({path} is missing): run `make up`, or pass --aws"
         )
     info = json.loads(path.read_text())
-    env = info["env"]
     from switchyard_local.bridge import LocalTrafficStore
 
-    endpoint = info["emulator_url"]
+    adapters = build_adapters(Settings(**info["settings"]))
     return Target(
         manifest=manifest,
-        region=info["region"],
-        endpoint_url=endpoint,
-        registry_table=env["SWITCHYARD_REGISTRY_TABLE"],
-        results_table=env["SWITCHYARD_RESULTS_TABLE"],
-        artifacts_bucket=env["SWITCHYARD_ARTIFACTS_BUCKET"],
-        payloads_bucket=env["SWITCHYARD_PAYLOADS_BUCKET"],
+        adapters=adapters,
+        artifacts_bucket=info["names"]["artifacts_bucket"],
         traffic=LocalTrafficStore(
-            aws.client("appconfig", info["region"], endpoint),
-            env["SWITCHYARD_APPCONFIG_APPLICATION"],
+            adapters.client("appconfig"), info["names"]["appconfig_application_id"]
         ),
     )
 
@@ -91,14 +85,25 @@ def _aws_target(args: argparse.Namespace, manifest: Manifest) -> Target:
     names = manifest.names(args.stage)
     account = aws.client("sts", region).get_caller_identity()["Account"]
     stage = manifest.stages[args.stage]
-    return Target(
-        manifest=manifest,
+    queues = {
+        model: {
+            lane: f"https://sqs.{region}.amazonaws.com/{account}/{names.queue(model, lane)}"
+            for lane in LANES
+        }
+        for model in manifest.models
+    }
+    settings = Settings(
+        **manifest.settings_values(args.stage),
         region=region,
-        endpoint_url=None,
         registry_table=names.registry_table,
         results_table=names.results_table,
-        artifacts_bucket=names.cloud_bucket(names.artifacts_bucket, account, region),
         payloads_bucket=names.cloud_bucket(names.payloads_bucket, account, region),
+        queues=queues,
+    )
+    return Target(
+        manifest=manifest,
+        adapters=build_adapters(settings),
+        artifacts_bucket=names.cloud_bucket(names.artifacts_bucket, account, region),
         traffic=AppConfigTrafficStore(
             aws.client("appconfig", region),
             names.appconfig_application,
@@ -147,9 +152,7 @@ def _models_register(args: argparse.Namespace) -> int:
     )
     extra = {"fallback": args.fallback} if args.fallback else {}
     try:
-        registry.register(
-            ModelVersion.from_spec(args.model, args.version, spec, uri, digest, **extra)
-        )
+        registry.register(spec.version_record(args.model, args.version, uri, digest, **extra))
     except VersionExists as exc:
         raise TrafficError(str(exc)) from None
     print(f"registered {args.model} {args.version} sha256:{digest} at {uri}")
@@ -239,17 +242,12 @@ def _known_model(target: Target, model: str) -> None:
 def _shadow_report(args: argparse.Namespace) -> int:
     target = _target(args)
     _known_model(target, args.model)
-    from switchyard.payloads import S3PayloadStore
-    from switchyard.results import DynamoDBResultStore
-
-    ddb = target.client("dynamodb")
-    results = DynamoDBResultStore(
-        ddb,
-        target.results_table,
-        S3PayloadStore(target.client("s3"), target.payloads_bucket),
-        1 << 30,
+    rows = shadow_pairs(
+        target.client("dynamodb"),
+        target.adapters.settings.results_table,
+        target.adapters.results,
+        args.model,
     )
-    rows = shadow_pairs(ddb, target.results_table, results, args.model)
     if not rows:
         print(f"{args.model}: no shadow results yet")
         return 0
@@ -339,7 +337,7 @@ def _up(args: argparse.Namespace) -> int:
     from switchyard_local.supervisor import LocalPlatform
 
     platform = LocalPlatform(
-        manifest_path=Path(args.manifest) if args.manifest else None,
+        manifest_path=Path(args.manifest),
         port=args.port,
         run_dir=Path(args.run_dir),
         models_dir=Path(args.models_dir),
@@ -362,7 +360,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("SWITCHYARD_RUN_DIR", ".run"),
         help="the local platform's state folder",
     )
-    parser.add_argument("--manifest", default=os.environ.get("SWITCHYARD_MANIFEST"))
+    parser.add_argument(
+        "--manifest", default=os.environ.get("SWITCHYARD_MANIFEST", str(MANIFEST_FILE))
+    )
     parser.add_argument("--aws", action="store_true", help="act on a deployed stack")
     parser.add_argument("--stage", choices=["dev", "prod"], default="dev", help="with --aws")
     parser.add_argument("--profile", help="AWS profile, with --aws")

@@ -1,12 +1,19 @@
-"""What API Gateway does in front of the router, for the local platform: each API
-key's usage plan limits its calls (rate and burst as a token bucket, and a quota per
-period), and a call over a limit gets 429 before it reaches the router.
+"""What API Gateway does in front of the router, for the local platform.
 
-moto keeps the usage plans that provisioning created but does not enforce them, so
-this layer reads those same plans from the emulator and enforces them. The router
-app inside is unchanged: in the cloud API Gateway does this, and the Lambda never
-sees a throttled call. Calls without a key, or with a key in no plan, pass through
-to the router, which answers 403.
+Like API Gateway on the platform's REST API, for every ``/v1/`` call it:
+
+- refuses a call without an enabled API key (403, the gateway's own answer);
+- meters the key against its usage plan (rate and burst as a token bucket, and a
+  quota per period) and refuses a call over a limit (429) before the router runs;
+- passes the verified key's *id* in the request context
+  (``requestContext.identity.apiKeyId``, in the ``aws.event`` scope entry where
+  Mangum puts the Lambda event), which is all the router learns of the key.
+
+moto keeps the keys and usage plans that provisioning created but enforces none of
+it, so this layer reads them from the emulator. The router app inside is the one
+that ships (``switchyard_router``, from its built layout), wired from its settings
+as in Lambda. The answers' bodies are the platform's gateway responses
+(``switchyard.schemas``), as in the cloud.
 """
 
 from __future__ import annotations
@@ -19,14 +26,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from switchyard.schemas import FORBIDDEN, QUOTA_EXCEEDED, THROTTLED, GatewayAnswer
+
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-# What API Gateway answers, word for word, when a key is over its limits.
-THROTTLED = "Too Many Requests"
-QUOTA_EXCEEDED = "Limit Exceeded"
+# The API's resources; anything else (health, docs) is the local server's own.
+API_PREFIX = "/v1/"
+KEYS_CACHE_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -56,7 +65,7 @@ class UsageMeter:
     _meters: dict[str, _Meter] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def admit(self, key: str, plan: Plan) -> str | None:
+    def admit(self, key: str, plan: Plan) -> GatewayAnswer | None:
         """None if the call may go on (and it is counted), else the refusal."""
         now = self.clock()
         period = _period_of(self.wall(), plan.period)
@@ -88,31 +97,42 @@ def _period_of(moment: datetime, period: str) -> str:
     return moment.strftime("%Y-%m-%d")
 
 
-class EmulatorPlans:
-    """API key value → its usage plan, read from the emulator's API Gateway (the
-    plans and keys that provisioning created), reloaded every ``ttl_seconds``."""
+@dataclass(frozen=True)
+class ApiKey:
+    """An enabled API key as API Gateway knows it: its id and its usage plan."""
+
+    id: str
+    plan: Plan | None
+
+
+class EmulatorKeys:
+    """API key value -> its id and usage plan, read from the emulator's API Gateway
+    (the keys and plans provisioning created), reloaded every ``ttl_seconds``; an
+    unknown key reloads at most once a second, so a new key works at once and a
+    flood of bad keys cannot flood the emulator."""
 
     def __init__(
         self,
         apigateway: Any,
-        ttl_seconds: float = 30.0,
+        ttl_seconds: float = KEYS_CACHE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._api = apigateway
         self._ttl = ttl_seconds
         self._clock = clock
-        self._plans: dict[str, Plan] = {}
+        self._keys: dict[str, ApiKey] = {}
         self._loaded_at = float("-inf")
         self._lock = threading.Lock()
 
-    def plan_for(self, api_key: str) -> Plan | None:
+    def key_for(self, value: str) -> ApiKey | None:
         with self._lock:
-            if self._clock() - self._loaded_at >= self._ttl:
-                self._plans = self._load()
+            age = self._clock() - self._loaded_at
+            if age >= self._ttl or (value not in self._keys and age >= 1.0):
+                self._keys = self._load()
                 self._loaded_at = self._clock()
-            return self._plans.get(api_key)
+            return self._keys.get(value)
 
-    def _load(self) -> dict[str, Plan]:
+    def _load(self) -> dict[str, ApiKey]:
         plans: dict[str, Plan] = {}
         for page in self._api.get_paginator("get_usage_plans").paginate():
             for item in page.get("items", []):
@@ -124,32 +144,43 @@ class EmulatorPlans:
                     quota=int(quota["limit"]) if "limit" in quota else None,
                     period=str(quota.get("period", "DAY")),
                 )
-                keys = self._api.get_usage_plan_keys(usagePlanId=item["id"]).get("items", [])
-                for key in keys:
-                    if key.get("value"):
-                        plans[key["value"]] = plan
-        return plans
+                for key in self._api.get_usage_plan_keys(usagePlanId=item["id"]).get("items", []):
+                    plans[key["id"]] = plan
+        keys: dict[str, ApiKey] = {}
+        for page in self._api.get_paginator("get_api_keys").paginate(includeValues=True):
+            for item in page.get("items", []):
+                if item.get("enabled") and item.get("value"):
+                    keys[item["value"]] = ApiKey(item["id"], plans.get(item["id"]))
+        return keys
 
 
-class UsagePlanGate:
-    """ASGI middleware: meters every call that carries an ``x-api-key`` of a plan."""
+class ApiGatewayStandIn:
+    """ASGI middleware: API key check, usage-plan limits and the request context."""
 
     def __init__(
-        self, app: ASGIApp, plans: Callable[[str], Plan | None], meter: UsageMeter | None = None
+        self,
+        app: ASGIApp,
+        keys: Callable[[str], ApiKey | None],
+        meter: UsageMeter | None = None,
     ) -> None:
-        self._app = app
-        self._plans = plans
+        self.app = app  # the router app it fronts
+        self._keys = keys
         self._meter = meter or UsageMeter()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            key = _header(scope, b"x-api-key")
-            plan = self._plans(key) if key else None
-            refusal = self._meter.admit(key, plan) if key and plan else None
-            if refusal is not None:
-                await _reply(send, 429, {"message": refusal})
+        if scope["type"] == "http" and scope["path"].startswith(API_PREFIX):
+            value = _header(scope, b"x-api-key")
+            key = self._keys(value) if value else None
+            if key is None or value is None:
+                await _reply(send, FORBIDDEN)
                 return
-        await self._app(scope, receive, send)
+            refusal = self._meter.admit(value, key.plan) if key.plan else None
+            if refusal is not None:
+                await _reply(send, refusal)
+                return
+            identity = {"apiKeyId": key.id, "apiKey": value, "sourceIp": _client_ip(scope)}
+            scope = {**scope, "aws.event": {"requestContext": {"identity": identity}}}
+        await self.app(scope, receive, send)
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -159,12 +190,17 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-async def _reply(send: Send, status: int, body: dict[str, Any]) -> None:
-    data = json.dumps(body).encode()
+def _client_ip(scope: Scope) -> str:
+    client = scope.get("client")
+    return str(client[0]) if client else ""
+
+
+async def _reply(send: Send, answer: GatewayAnswer) -> None:
+    data = json.dumps(answer.body()).encode()
     await send(
         {
             "type": "http.response.start",
-            "status": status,
+            "status": answer.status,
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(data)).encode()),
@@ -175,15 +211,13 @@ async def _reply(send: Send, status: int, body: dict[str, Any]) -> None:
 
 
 def create_local_app() -> ASGIApp:
-    """The router app behind the usage-plan gate, wired from the environment
-    (``uvicorn --factory switchyard_local.gateway:create_local_app``)."""
+    """The shipped router app behind the API Gateway stand-in, wired from the
+    environment (``uvicorn --factory switchyard_local.gateway:create_local_app``)."""
     from switchyard import aws
-    from switchyard.settings import get_settings
+    from switchyard.settings import RouterSettings, get_settings
     from switchyard_router.app import create_app
+    from switchyard_router.wiring import build_deps
 
-    settings = get_settings()
-    plans = EmulatorPlans(
-        aws.client("apigateway", settings.region, settings.aws_endpoint_url),
-        ttl_seconds=settings.api_key_cache_seconds,
-    )
-    return UsagePlanGate(create_app(), plans.plan_for)
+    settings = get_settings(RouterSettings)
+    apigateway = aws.client("apigateway", settings.region, settings.aws_endpoint_url)
+    return ApiGatewayStandIn(create_app(build_deps(settings)), EmulatorKeys(apigateway).key_for)

@@ -10,12 +10,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from switchyard import tables
+from switchyard import aws, tables
 from switchyard.artifacts import publish_artifact
 from switchyard.auth import TENANT_TAG
-from switchyard.manifest import LANES, Manifest, ResourceNames
-from switchyard.registry import DynamoDBRegistry, ModelVersion, VersionExists
+from switchyard.manifest import Manifest, ResourceNames
+from switchyard.registry import ModelVersion, VersionExists
 from switchyard.routing import RoutingDocument
+from switchyard.schemas import LANES
+from switchyard.settings import Settings
+from switchyard.wiring import build_adapters
 from switchyard_local.models import artifact_path
 from switchyard_local.traffic import describe
 
@@ -24,16 +27,68 @@ from switchyard_local.traffic import describe
 class Provisioned:
     """What the local processes need to find the provisioned resources."""
 
+    manifest: Manifest
+    stage: str
+    region: str
+    endpoint_url: str
     names: ResourceNames
     queues: dict[str, dict[str, str]] = field(default_factory=dict)
     dlqs: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Tenant -> its API key's value (what a caller sends) and its id (what the
+    # router is told by API Gateway).
     api_keys: dict[str, str] = field(default_factory=dict)
+    api_key_ids: dict[str, str] = field(default_factory=dict)
     appconfig_application_id: str = ""
 
+    def settings_values(self) -> dict[str, Any]:
+        """The settings every process of the local platform shares
+        (``switchyard.settings.Settings``): the manifest's numbers and where the
+        emulator keeps each resource."""
+        return {
+            **self.manifest.settings_values(self.stage),
+            "region": self.region,
+            "aws_endpoint_url": self.endpoint_url,
+            "registry_table": self.names.registry_table,
+            "results_table": self.names.results_table,
+            "payloads_bucket": self.names.payloads_bucket,
+            "queues": self.queues,
+        }
 
-def provision(manifest: Manifest, stage: str, clients: Any) -> Provisioned:
+    def router_values(self, appconfig_extension_url: str) -> dict[str, Any]:
+        """The router's settings: it reads routing documents through the AppConfig
+        extension's HTTP API, which ``bridge.ExtensionStandIn`` serves locally."""
+        return {
+            **self.settings_values(),
+            **self.manifest.router_settings_values(),
+            "tenant_keys": self.api_key_ids,
+            "routing_source": "appconfig-extension",
+            "appconfig_extension_url": appconfig_extension_url,
+            "appconfig_application": self.appconfig_application_id,
+            "appconfig_environment": self.stage,
+        }
+
+    def splitter_values(self) -> dict[str, Any]:
+        return {**self.settings_values(), "jobs_table": self.names.jobs_table}
+
+    def worker_values(self, model: str) -> dict[str, Any]:
+        return {
+            **self.settings_values(),
+            "worker_model": model,
+            "artifacts_bucket": self.names.artifacts_bucket,
+            "prediction_log_stream": self.names.prediction_log_stream,
+        }
+
+
+def provision(
+    manifest: Manifest, stage: str, endpoint_url: str, region: str = "us-east-1"
+) -> Provisioned:
+    """Create every resource of ``stage`` on the emulator at ``endpoint_url``."""
+
+    def clients(service: str) -> Any:
+        return aws.client(service, region, endpoint_url)
+
     names = manifest.names(stage)
-    out = Provisioned(names=names)
+    out = Provisioned(manifest, stage, region, endpoint_url, names)
     _buckets(clients("s3"), names)
     _tables(clients("dynamodb"), names)
     sqs = clients("sqs")
@@ -44,7 +99,7 @@ def provision(manifest: Manifest, stage: str, clients: Any) -> Provisioned:
                 sqs, manifest, names, model, lane
             )
     _prediction_logs(clients("firehose"), names)
-    out.api_keys = _api_keys(clients("apigateway"), manifest, names)
+    out.api_keys, out.api_key_ids = _api_keys(clients("apigateway"), manifest, names)
     out.appconfig_application_id = _routing(clients("appconfig"), manifest, names)
     return out
 
@@ -132,7 +187,10 @@ def _queue_pair(
     return dlq_url, url
 
 
-def _api_keys(api: Any, manifest: Manifest, names: ResourceNames) -> dict[str, str]:
+def _api_keys(
+    api: Any, manifest: Manifest, names: ResourceNames
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Each tenant's key (value, id), in its tier's usage plan."""
     rest_api = api.create_rest_api(name=names.rest_api, apiKeySource="HEADER")
     plans = {}
     for tier, limits in manifest.tiers.items():
@@ -142,15 +200,15 @@ def _api_keys(api: Any, manifest: Manifest, names: ResourceNames) -> dict[str, s
             quota={"limit": limits.quota_per_day, "period": "DAY"},
             apiStages=[{"apiId": rest_api["id"], "stage": "v1"}],
         )["id"]
-    keys = {}
+    keys, ids = {}, {}
     for tenant, spec in manifest.tenants.items():
         value = "sy-" + secrets.token_urlsafe(24)
         key = api.create_api_key(
             name=names.api_key(tenant), enabled=True, value=value, tags={TENANT_TAG: tenant}
         )
         api.create_usage_plan_key(usagePlanId=plans[spec.tier], keyId=key["id"], keyType="API_KEY")
-        keys[tenant] = value
-    return keys
+        keys[tenant], ids[tenant] = value, key["id"]
+    return keys, ids
 
 
 def _routing(appconfig: Any, manifest: Manifest, names: ResourceNames) -> str:
@@ -174,21 +232,20 @@ def _routing(appconfig: Any, manifest: Manifest, names: ResourceNames) -> str:
     return str(app["Id"])
 
 
-def register_demo_models(
-    manifest: Manifest, stage: str, clients: Any, models_dir: Path
-) -> list[ModelVersion]:
+def register_demo_models(provisioned: Provisioned, models_dir: Path) -> list[ModelVersion]:
     """Upload each demo artifact and register its version (a no-op if registered)."""
-    names = manifest.names(stage)
-    s3 = clients("s3")
-    registry = DynamoDBRegistry(clients("dynamodb"), names.registry_table)
+    adapters = build_adapters(Settings(**provisioned.settings_values()))
+    s3, registry = adapters.client("s3"), adapters.registry
     registered = []
-    for model, spec in manifest.models.items():
+    for model, spec in provisioned.manifest.models.items():
         for version in spec.demo_versions:
             path = artifact_path(models_dir, model, version)
             if not path.exists():
                 raise FileNotFoundError(f"{path} is missing: run `make models` first")
-            uri, digest = publish_artifact(s3, names.artifacts_bucket, model, version, path)
-            record = ModelVersion.from_spec(model, version, spec, uri, digest)
+            uri, digest = publish_artifact(
+                s3, provisioned.names.artifacts_bucket, model, version, path
+            )
+            record = spec.version_record(model, version, uri, digest)
             try:
                 registry.register(record)
             except VersionExists:

@@ -1,11 +1,14 @@
 """The local platform's supervisor: the parts of AWS the emulator cannot run.
 
-It starts the emulator (moto in server mode, loopback only), provisions it from the
-manifest, serves the router app with uvicorn (where the cloud runs it in Lambda
-through Mangum) behind the usage-plan limits API Gateway would apply (``gateway``),
-and runs worker processes (where the cloud runs ECS tasks),
-replacing a worker that dies as ECS replaces a stopped task. Ctrl-C or SIGTERM
-stops every process it started: workers first, so they can drain.
+It builds the deployed layouts (``stacks.assets``: the core layer, the function
+assets and the worker image's ``/app``, with the CDK app's own bundling code; cached
+by content), starts the emulator (moto in server mode, loopback only), provisions it
+from the manifest, serves the router app from its built layout with uvicorn (where
+the cloud runs it in Lambda through Mangum) behind a stand-in for API Gateway
+(``gateway``), and runs worker processes from the image's layout (where the cloud
+runs ECS tasks), replacing a worker that dies as ECS replaces a stopped task. It
+never runs deployed code from the source tree (``deployed``). Ctrl-C or SIGTERM stops
+every process it started: workers first, so they can drain.
 """
 
 from __future__ import annotations
@@ -17,18 +20,20 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from stacks.assets import MANIFEST_FILE, Layouts, build_layouts
 from switchyard import aws
 from switchyard.manifest import Manifest, load_manifest
-from switchyard_local.bridge import LocalTrafficStore
+from switchyard.settings import RouterSettings, WorkerSettings, to_environment
+from switchyard_local.bridge import ExtensionStandIn, LocalTrafficStore
 from switchyard_local.controller import MetricsWindow, RollbackController
+from switchyard_local.deployed import Launcher
+from switchyard_local.emulator import emulator_argv, wait_http
 from switchyard_local.provision import Provisioned, provision, register_demo_models
 from switchyard_local.traffic import Change
 
@@ -77,6 +82,13 @@ class Child:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
     def stop(self, timeout: float) -> None:
         if self.process and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
@@ -95,13 +107,20 @@ class Child:
 
 @dataclass
 class LocalPlatform:
-    manifest_path: Path | None = None
+    manifest_path: Path = MANIFEST_FILE
     port: int = 8080
     emulator_port: int | None = None
     run_dir: Path = Path(".run")
     models_dir: Path = Path("build/models")
     workers_per_model: int = 1
+    # Run deployed code exactly at /opt/python, /var/task and /app (a mount namespace
+    # per process; Linux, as root), as the deploy test tier does.
+    exact_paths: bool = False
     manifest: Manifest = field(init=False)
+    layouts: Layouts | None = None
+    provisioned: Provisioned | None = None
+    # The AppConfig Lambda extension's HTTP API, served from the emulator.
+    extension: ExtensionStandIn | None = None
     children: list[Child] = field(default_factory=list)
     controller: RollbackController | None = None
     workers: list[Child] = field(default_factory=list)
@@ -123,67 +142,42 @@ class LocalPlatform:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def launcher(self) -> Launcher:
+        assert self.layouts is not None, "start() builds the layouts first"
+        return Launcher(self.layouts, self.exact_paths)
+
     def _base_env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(
-            AWS_ACCESS_KEY_ID="local",
-            AWS_SECRET_ACCESS_KEY="local",  # noqa: S105 - the emulator takes any
-            AWS_DEFAULT_REGION=LOCAL_REGION,
-            HF_HUB_OFFLINE="1",
-            TOKENIZERS_PARALLELISM="false",
-            HF_HUB_DISABLE_PROGRESS_BARS="1",
-            TRANSFORMERS_VERBOSITY="error",
-            PYTHONUNBUFFERED="1",
-        )
-        env.pop("AWS_PROFILE", None)
-        return env
+        return base_environment()
 
     def start(self) -> None:
         started = time.monotonic()
+        self.layouts = self._build_layouts()
         emulator = Child(
             "emulator",
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.emulator_port)],
+            emulator_argv(self.emulator_port or 0),
             self._base_env(),
             self.run_dir / "logs" / "emulator.log",
         )
         self._launch(emulator)
-        _wait_http(f"{self.emulator_url}/moto-api/", 30, "the AWS emulator")
+        _wait_http(f"{self.emulator_url}/moto-api/", 30, "the AWS emulator", emulator)
         env = self._base_env()
         os.environ.update({k: env[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")})
 
-        def clients(service: str) -> Any:
-            return aws.client(service, LOCAL_REGION, self.emulator_url)
-
-        provisioned = provision(self.manifest, LOCAL_STAGE, clients)
-        register_demo_models(self.manifest, LOCAL_STAGE, clients, self.models_dir.resolve())
-        platform_env = self.platform_env(provisioned)
-        self._launch(
-            Child(
-                "router",
-                [
-                    sys.executable,
-                    "-m",
-                    "uvicorn",
-                    "--factory",
-                    "switchyard_local.gateway:create_local_app",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(self.port),
-                    "--no-access-log",
-                    "--timeout-graceful-shutdown",
-                    "5",
-                ],
-                {**env, **platform_env},
-                self.run_dir / "logs" / "router.log",
-            )
-        )
+        provisioned = provision(self.manifest, LOCAL_STAGE, self.emulator_url, LOCAL_REGION)
+        self.provisioned = provisioned
+        register_demo_models(provisioned, self.models_dir.resolve())
+        appconfig = aws.client("appconfig", LOCAL_REGION, self.emulator_url)
+        self.extension = ExtensionStandIn(appconfig, provisioned.appconfig_application_id)
+        router = self.router_child()
+        self._launch(router)
         for model in self.manifest.models:
             for index in range(self.workers_per_model):
-                self._launch(self.worker_child(model, index, {**env, **platform_env}))
-        _wait_http(f"{self.url}/healthz", 60, "the router")
+                self._launch(self.worker_child(model, index))
+        _wait_http(f"{self.url}/healthz", 60, "the router", router)
         self._wait_workers_ready(300)
         tenant, key = next(iter(provisioned.api_keys.items()))
+        names = provisioned.names
         self.info = {
             "url": self.url,
             "emulator_url": self.emulator_url,
@@ -193,12 +187,30 @@ class LocalPlatform:
             "default_tenant": tenant,
             "queues": provisioned.queues,
             "dlqs": provisioned.dlqs,
-            "env": platform_env,
+            # Settings every process shares; the CLI builds its adapters from them.
+            "settings": provisioned.settings_values(),
+            "names": {
+                "artifacts_bucket": names.artifacts_bucket,
+                "batch_drop_bucket": names.batch_drop_bucket,
+                "prediction_logs_bucket": names.prediction_logs_bucket,
+                "jobs_table": names.jobs_table,
+                "appconfig_application_id": provisioned.appconfig_application_id,
+            },
+            "layouts": {k: str(v) for k, v in vars(self.layouts).items()},
+            "exact_paths": self.exact_paths,
             "startup_seconds": round(time.monotonic() - started, 2),
         }
         (self.run_dir / "platform.json").write_text(json.dumps(self.info, indent=2) + "\n")
-        self._start_controller(clients("appconfig"), provisioned.appconfig_application_id)
+        self._start_controller(appconfig, provisioned.appconfig_application_id)
         print(f"READY {self.url} api_key={key}", flush=True)
+
+    def _build_layouts(self) -> Layouts:
+        began = time.monotonic()
+        layouts = build_layouts()
+        took = time.monotonic() - began
+        if took > 2:
+            print(f"built the deployed layouts in {took:.0f}s (cached in build/)", flush=True)
+        return layouts
 
     def _start_controller(self, appconfig: Any, application_id: str) -> None:
         store = LocalTrafficStore(appconfig, application_id)
@@ -212,41 +224,49 @@ class LocalPlatform:
         self.controller = RollbackController(store, window, self.manifest, announce)
         threading.Thread(target=self.controller.run, name="rollback", daemon=True).start()
 
-    def platform_env(self, provisioned: Provisioned) -> dict[str, str]:
-        names, p = provisioned.names, self.manifest.platform
-        return {
-            "SWITCHYARD_STAGE": LOCAL_STAGE,
-            "SWITCHYARD_REGION": LOCAL_REGION,
-            "SWITCHYARD_AWS_ENDPOINT_URL": self.emulator_url,
-            "SWITCHYARD_REGISTRY_TABLE": names.registry_table,
-            "SWITCHYARD_RESULTS_TABLE": names.results_table,
-            "SWITCHYARD_JOBS_TABLE": names.jobs_table,
-            "SWITCHYARD_PAYLOADS_BUCKET": names.payloads_bucket,
-            "SWITCHYARD_ARTIFACTS_BUCKET": names.artifacts_bucket,
-            "SWITCHYARD_QUEUES": json.dumps(provisioned.queues),
-            "SWITCHYARD_RESULT_TTL_SECONDS": str(p.result_ttl_seconds),
-            "SWITCHYARD_CLAIM_CHECK_BYTES": str(p.claim_check_bytes),
-            "SWITCHYARD_RESULT_INLINE_BYTES": str(p.result_inline_bytes),
-            "SWITCHYARD_MAX_BODY_BYTES": str(p.max_body_bytes),
-            "SWITCHYARD_VISIBILITY_TIMEOUT_SECONDS": str(p.visibility_timeout_seconds),
-            "SWITCHYARD_ROUTING_SOURCE": "hosted-versions",
-            "SWITCHYARD_APPCONFIG_APPLICATION": provisioned.appconfig_application_id,
-            "SWITCHYARD_APPCONFIG_ENVIRONMENT": LOCAL_STAGE,
-            "SWITCHYARD_ARTIFACTS_CACHE": str(self.run_dir / "artifacts"),
-            "SWITCHYARD_PREDICTION_LOG_STREAM": names.prediction_log_stream,
-            "SWITCHYARD_PREDICTION_LOGS_BUCKET": names.prediction_logs_bucket,
-        }
+    def router_child(self) -> Child:
+        """The router's app from its function asset, behind the API Gateway stand-in."""
+        assert self.provisioned is not None and self.extension is not None
+        command = self.launcher.router_server(
+            [
+                "--factory",
+                "switchyard_local.gateway:create_local_app",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--no-access-log",
+                "--timeout-graceful-shutdown",
+                "5",
+            ]
+        )
+        settings = to_environment(
+            RouterSettings, self.provisioned.router_values(self.extension.url)
+        )
+        return Child(
+            "router",
+            command.argv,
+            {**self._base_env(), **command.env, **settings},
+            self.run_dir / "logs" / "router.log",
+        )
 
-    def worker_child(self, model: str, index: int, env: dict[str, str]) -> Child:
+    def worker_child(self, model: str, index: int) -> Child:
+        """A worker of ``model`` from the image's layout, as an ECS task runs it."""
+        assert self.provisioned is not None
         name = f"worker-{model}-{index}"
+        command = self.launcher.worker()
+        settings = to_environment(
+            WorkerSettings,
+            {
+                **self.provisioned.worker_values(model),
+                "artifacts_cache": str(self.run_dir / "artifacts"),
+                "ready_file": str(self.run_dir / f"{name}.ready"),
+            },
+        )
         return Child(
             name,
-            [sys.executable, "-m", "switchyard_worker"],
-            {
-                **env,
-                "SWITCHYARD_WORKER_MODEL": model,
-                "SWITCHYARD_READY_FILE": str(self.run_dir / f"{name}.ready"),
-            },
+            command.argv,
+            {**self._base_env(), **command.env, **settings},
             self.run_dir / "logs" / f"{name}.log",
         )
 
@@ -262,7 +282,7 @@ class LocalPlatform:
             ready = self.run_dir / f"{worker.name}.ready"
             while not ready.exists():
                 if not worker.alive():
-                    raise RuntimeError(f"{worker.name} exited; see {worker.log_path}")
+                    raise RuntimeError(f"{worker.name} exited:\n{worker.log_tail()}")
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"{worker.name} not ready after {timeout:.0f}s")
                 time.sleep(0.1)
@@ -305,6 +325,30 @@ class LocalPlatform:
         for child in reversed(self.children):
             if child not in self.workers:
                 child.stop(timeout=10)
+        if self.extension is not None:
+            self.extension.close()
+
+
+def base_environment() -> dict[str, str]:
+    """What every process of the local platform starts from: this environment with
+    the emulator's credentials, offline model hubs, and none of the caller's
+    ``SWITCHYARD_*`` or Python path settings (each child gets its own)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("SWITCHYARD_") and k not in ("AWS_PROFILE", "PYTHONPATH", "PYTHONHOME")
+    }
+    env.update(
+        AWS_ACCESS_KEY_ID="local",
+        AWS_SECRET_ACCESS_KEY="local",  # noqa: S105 - the emulator takes any
+        AWS_DEFAULT_REGION=LOCAL_REGION,
+        HF_HUB_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        HF_HUB_DISABLE_PROGRESS_BARS="1",
+        TRANSFORMERS_VERBOSITY="error",
+        PYTHONUNBUFFERED="1",
+    )
+    return env
 
 
 def _terminate_with_parent() -> None:
@@ -316,12 +360,10 @@ def _terminate_with_parent() -> None:
 _PR_SET_PDEATHSIG = 1
 
 
-def _wait_http(url: str, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=2):  # noqa: S310 - loopback
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise TimeoutError(f"{what} did not answer at {url} within {timeout:.0f}s")
+def _wait_http(url: str, timeout: float, what: str, child: Child) -> None:
+    """Wait until ``url`` answers; fail at once, with its log's end, if ``child`` exits."""
+
+    def exited() -> str | None:
+        return None if child.alive() else "\n" + child.log_tail()
+
+    wait_http(url, timeout, what, exited)

@@ -223,7 +223,7 @@ def test_predictions_are_logged_to_s3_without_their_inputs(platform, http):
     )
     request_id = response.json()["request_id"]
     s3 = platform.client("s3")
-    bucket = platform.info["env"]["SWITCHYARD_PREDICTION_LOGS_BUCKET"]
+    bucket = platform.info["names"]["prediction_logs_bucket"]
     deadline = time.monotonic() + 20
     while True:
         lines = []
@@ -256,15 +256,19 @@ def test_usage_plans_throttle_and_end_a_tenant_without_touching_the_others(platf
     assert statuses.count(200) >= 4  # the burst is served
     assert statuses.count(429) >= 1 and set(statuses) == {200, 429}
     throttled = next(r for r in burst if r.status_code == 429)
-    assert throttled.json() == {"message": "Too Many Requests"}
+    assert throttled.json() == {
+        "message": "Too many requests for this API key's usage plan",
+        "code": "throttled",
+    }
     assert http.get("/v1/models", headers=auth(platform, "acme")).status_code == 200
 
     answered = statuses.count(200)
     deadline = time.monotonic() + 30
-    while (r := http.get("/v1/models", headers=trial)).json() != {"message": "Limit Exceeded"}:
+    while (r := http.get("/v1/models", headers=trial)).json().get("code") != "quota_exceeded":
         assert time.monotonic() < deadline, "the quota never ran out"
         answered += r.status_code == 200
         time.sleep(0.3)
     assert r.status_code == 429
+    assert r.json()["message"] == "This API key's daily quota is spent"
     assert answered == 12  # exactly the day's quota was served
     assert http.get("/v1/models", headers=auth(platform, "globex")).status_code == 200

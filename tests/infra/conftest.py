@@ -18,7 +18,8 @@ for path in (REPO_ROOT, REPO_ROOT / "layers" / "core" / "python"):
 from aws_cdk import App  # noqa: E402
 from aws_cdk.assertions import Template  # noqa: E402
 
-from stacks import Platform, add_platform, app_context  # noqa: E402
+from stacks.app import Platform, add_platform, app_context  # noqa: E402
+from stacks.assets import MANIFEST_FILE  # noqa: E402
 from switchyard.manifest import Manifest, load_manifest  # noqa: E402
 
 
@@ -45,7 +46,7 @@ def synthesize(manifest: Manifest, stage: str, outdir: Path) -> Synthesized:
 
 @pytest.fixture(scope="session")
 def manifest() -> Manifest:
-    return load_manifest()
+    return load_manifest(MANIFEST_FILE)
 
 
 @pytest.fixture(scope="session")

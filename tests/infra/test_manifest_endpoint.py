@@ -7,7 +7,8 @@ from pathlib import Path
 
 from aws_cdk.assertions import Match
 
-from switchyard.manifest import DEFAULT_MANIFEST, Manifest, load_manifest
+from stacks.assets import MANIFEST_FILE
+from switchyard.manifest import Manifest, load_manifest
 
 from .conftest import Synthesized
 
@@ -34,7 +35,7 @@ def test_adding_a_model_to_the_manifest_adds_its_endpoint(
 ) -> None:
     # GIVEN the manifest with one more model
     path = tmp_path / "manifest.toml"
-    path.write_text(DEFAULT_MANIFEST.read_text() + EXTRA_MODEL)
+    path.write_text(MANIFEST_FILE.read_text() + EXTRA_MODEL)
     manifest = load_manifest(path)
     names = manifest.names("dev")
 

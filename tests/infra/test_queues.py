@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from aws_cdk.assertions import Match, Template
 
-from switchyard.manifest import LANES, Manifest
+from switchyard.manifest import Manifest
+from switchyard.schemas import LANES
 
 from .helpers import logical_id
 

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from stacks.assets import MANIFEST_FILE
 from switchyard import aws
 from switchyard.manifest import load_manifest
+from switchyard_local.emulator import start_emulator
 from switchyard_local.provision import provision
-from switchyard_local.supervisor import _wait_http, free_port
+from switchyard_local.supervisor import free_port
 
 REGION = "us-east-1"
 TEST_MANIFEST_OVERRIDES = {"visibility_timeout_seconds": 10, "max_receive_count": 3}
@@ -23,21 +23,11 @@ TEST_MANIFEST_OVERRIDES = {"visibility_timeout_seconds": 10, "max_receive_count"
 def emulator_url(tmp_path_factory):
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
-    port = free_port()
-    log = open(tmp_path_factory.mktemp("emulator") / "moto.log", "wb")  # noqa: SIM115
-    process = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
+    emulator = start_emulator(tmp_path_factory.mktemp("emulator") / "moto.log", free_port())
     try:
-        _wait_http(f"{url}/moto-api/", 30, "the AWS emulator")
-        yield url
+        yield emulator.url
     finally:
-        process.terminate()
-        process.wait(10)
-        log.close()
+        emulator.stop()
 
 
 @pytest.fixture
@@ -53,14 +43,14 @@ def clients(emulator_url):
 
 @pytest.fixture(scope="session")
 def manifest():
-    base = load_manifest()
+    base = load_manifest(MANIFEST_FILE)
     platform = base.platform.model_copy(update=TEST_MANIFEST_OVERRIDES)
     return base.model_copy(update={"platform": platform})
 
 
 @pytest.fixture
-def provisioned(manifest, clients):
-    return provision(manifest, "dev", clients)
+def provisioned(manifest, clients, emulator_url):
+    return provision(manifest, "dev", emulator_url, REGION)
 
 
 @pytest.fixture(scope="session")

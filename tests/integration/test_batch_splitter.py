@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
-from switchyard.registry import DynamoDBRegistry, ModelVersion
+from switchyard.registry import DynamoDBRegistry
 from switchyard.schemas import QueueMessage
-from switchyard.settings import Settings
+from switchyard.settings import SplitterSettings
+from switchyard.wiring import build_adapters
 from switchyard_batch.splitter import handle_event
 
 
@@ -20,25 +21,14 @@ def test_a_dropped_file_is_validated_split_and_enqueued_once(
     names = manifest.names("dev")
     spec = manifest.models["digits-cnn"]
     DynamoDBRegistry(clients("dynamodb"), names.registry_table).register(
-        ModelVersion.from_spec("digits-cnn", "v1", spec, "s3://x/y", "0" * 64)
+        spec.version_record("digits-cnn", "v1", "s3://x/y", "0" * 64)
     )
     lines = [json.dumps([1] * 64)] * 300 + ["not json", json.dumps([1] * 3), ""]
     key = "acme/digits-cnn/scores.jsonl"
     clients("s3").put_object(Bucket=names.batch_drop_bucket, Key=key, Body="\n".join(lines))
-    settings = Settings(
-        region="us-east-1",
-        aws_endpoint_url=emulator_url,
-        registry_table=names.registry_table,
-        results_table=names.results_table,
-        payloads_bucket=names.payloads_bucket,
-        jobs_table=names.jobs_table,
-        queues={
-            m: {"realtime": q["realtime"], "batch": q["batch"]}
-            for m, q in provisioned.queues.items()
-        },
-    )
+    adapters = build_adapters(SplitterSettings(**provisioned.splitter_values()))
 
-    (job,) = handle_event(event(names.batch_drop_bucket, key), settings, names.jobs_table)
+    (job,) = handle_event(event(names.batch_drop_bucket, key), adapters, names.jobs_table)
 
     assert job["inputs"] == 300 and job["chunks"] == 2  # 256 inputs per request at most
     assert [e["line"] for e in job["errors"]] == [301, 302]
@@ -55,7 +45,7 @@ def test_a_dropped_file_is_validated_split_and_enqueued_once(
     assert {m.lane for m in messages} == {"batch"} and {m.tenant for m in messages} == {"acme"}
 
     # A redelivered S3 event makes the same request ids: one result per chunk.
-    (again,) = handle_event(event(names.batch_drop_bucket, key), settings, names.jobs_table)
+    (again,) = handle_event(event(names.batch_drop_bucket, key), adapters, names.jobs_table)
     assert again["request_ids"] == job["request_ids"]
 
 
@@ -64,20 +54,10 @@ def test_a_file_for_an_unknown_model_is_rejected_without_enqueuing(
 ):
     names = manifest.names("dev")
     clients("s3").put_object(Bucket=names.batch_drop_bucket, Key="acme/nope/x.jsonl", Body=b"[1]")
-    settings = Settings(
-        region="us-east-1",
-        aws_endpoint_url=emulator_url,
-        registry_table=names.registry_table,
-        results_table=names.results_table,
-        payloads_bucket=names.payloads_bucket,
-        queues={
-            m: {"realtime": q["realtime"], "batch": q["batch"]}
-            for m, q in provisioned.queues.items()
-        },
-    )
+    adapters = build_adapters(SplitterSettings(**provisioned.splitter_values()))
     assert (
         handle_event(
-            event(names.batch_drop_bucket, "acme/nope/x.jsonl"), settings, names.jobs_table
+            event(names.batch_drop_bucket, "acme/nope/x.jsonl"), adapters, names.jobs_table
         )
         == []
     )

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
+import urllib.error
 
-from switchyard.auth import ApiGatewayKeyDirectory
-from switchyard.routing import RoutingDocument
-from switchyard_local.bridge import HostedVersions
-from switchyard_local.gateway import EmulatorPlans, Plan
+from switchyard.routing import CachedRouting, RoutingDocument, appconfig_extension_fetcher
+from switchyard_local.bridge import ExtensionStandIn, HostedVersions
+from switchyard_local.gateway import ApiKey, EmulatorKeys, Plan
 
 
 def test_every_model_gets_two_lanes_each_with_a_dlq(manifest, provisioned, clients):
@@ -54,29 +54,26 @@ def test_each_tenant_has_a_key_in_its_tiers_usage_plan(manifest, provisioned, cl
         assert provisioned.api_keys[tenant] in [k["value"] for k in keys]
 
 
-def test_the_local_gateway_reads_each_keys_limits_from_its_usage_plan(
-    manifest, provisioned, clients
-):
-    plans = EmulatorPlans(clients("apigateway"), ttl_seconds=60)
-    for tenant, key in provisioned.api_keys.items():
+def test_the_local_gateway_knows_each_keys_id_and_usage_plan(manifest, provisioned, clients):
+    keys = EmulatorKeys(clients("apigateway"), ttl_seconds=60)
+    for tenant, value in provisioned.api_keys.items():
         tier = manifest.tiers[manifest.tenants[tenant].tier]
-        assert plans.plan_for(key) == Plan(
-            rate=tier.rate, burst=tier.burst, quota=tier.quota_per_day, period="DAY"
+        assert keys.key_for(value) == ApiKey(
+            provisioned.api_key_ids[tenant],
+            Plan(rate=tier.rate, burst=tier.burst, quota=tier.quota_per_day, period="DAY"),
         )
-    assert plans.plan_for("sy-unknown") is None
+    assert keys.key_for("sy-unknown") is None
 
 
-def test_api_keys_resolve_to_their_tenants(provisioned, clients):
+def test_a_disabled_key_is_no_longer_accepted(provisioned, clients):
     api = clients("apigateway")
-    directory = ApiGatewayKeyDirectory(api, ttl_seconds=60)
-    for tenant, key in provisioned.api_keys.items():
-        assert directory.tenant_for(key) == tenant
-    assert directory.tenant_for("sy-unknown") is None
-    key_id = next(k["id"] for k in api.get_api_keys()["items"] if k["name"].endswith("acme"))
     api.update_api_key(
-        apiKey=key_id, patchOperations=[{"op": "replace", "path": "/enabled", "value": "false"}]
+        apiKey=provisioned.api_key_ids["acme"],
+        patchOperations=[{"op": "replace", "path": "/enabled", "value": "false"}],
     )
-    assert ApiGatewayKeyDirectory(api, 60).tenant_for(provisioned.api_keys["acme"]) is None
+    keys = EmulatorKeys(api, ttl_seconds=60)
+    assert keys.key_for(provisioned.api_keys["acme"]) is None
+    assert keys.key_for(provisioned.api_keys["globex"]) is not None
 
 
 def test_routing_documents_are_served_through_the_bridge(manifest, provisioned, clients):
@@ -86,3 +83,28 @@ def test_routing_documents_are_served_through_the_bridge(manifest, provisioned, 
     newer = RoutingDocument(weights={"v1": 90, "v2": 10}).model_dump_json().encode()
     assert versions.publish("digits-cnn", newer) == number + 1
     assert versions.latest("digits-cnn") == (number + 1, newer)
+
+
+def test_the_router_reads_routing_through_the_extension_stand_in(provisioned, clients):
+    # GIVEN the AppConfig extension's HTTP API served from the emulator
+    appconfig = clients("appconfig")
+    extension = ExtensionStandIn(appconfig, provisioned.appconfig_application_id)
+    try:
+        # WHEN the router's own fetcher (the cloud code path) asks it for a document
+        fetch = appconfig_extension_fetcher(
+            provisioned.appconfig_application_id, "digits-cnn", extension.url
+        )
+        routing = CachedRouting(fetch, ttl_seconds=0)
+        assert routing.document("digits-cnn").weights == {"v1": 100}
+        # THEN a newly published document is what it reads next
+        newer = RoutingDocument(weights={"v1": 90, "v2": 10}).model_dump_json().encode()
+        HostedVersions(appconfig, provisioned.appconfig_application_id).publish("digits-cnn", newer)
+        assert routing.document("digits-cnn").weights == {"v1": 90, "v2": 10}
+        # and an unknown profile is a 404, as from the extension
+        try:
+            fetch("no-such-model")
+            raise AssertionError("expected a 404")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 404
+    finally:
+        extension.close()

@@ -10,7 +10,7 @@ from switchyard_local.provision import register_demo_models
 def test_demo_models_are_uploaded_and_registered_with_their_sha256(
     manifest, provisioned, clients, models_dir
 ):
-    records = register_demo_models(manifest, "dev", clients, models_dir)
+    records = register_demo_models(provisioned, models_dir)
     assert {(r.model, r.version) for r in records} == {
         ("minilm-embed", "v1"),
         ("digits-cnn", "v1"),
@@ -24,7 +24,7 @@ def test_demo_models_are_uploaded_and_registered_with_their_sha256(
 
 
 def test_a_version_record_cannot_be_overwritten(manifest, provisioned, clients, models_dir):
-    register_demo_models(manifest, "dev", clients, models_dir)
+    register_demo_models(provisioned, models_dir)
     registry = DynamoDBRegistry(clients("dynamodb"), manifest.names("dev").registry_table)
     original = registry.get("digits-cnn", "v1")
     forged = original.model_copy(update={"sha256": "f" * 64})
@@ -36,7 +36,7 @@ def test_a_version_record_cannot_be_overwritten(manifest, provisioned, clients, 
 def test_artifacts_are_checked_against_the_registry_before_use(
     manifest, provisioned, clients, models_dir, tmp_path
 ):
-    register_demo_models(manifest, "dev", clients, models_dir)
+    register_demo_models(provisioned, models_dir)
     registry = DynamoDBRegistry(clients("dynamodb"), manifest.names("dev").registry_table)
     record = registry.get("digits-cnn", "v1")
     s3 = clients("s3")

@@ -11,7 +11,7 @@ import pytest
 
 from switchyard.payloads import S3PayloadStore
 from switchyard.queues import SqsWorkQueue
-from switchyard.registry import DynamoDBRegistry, ModelVersion
+from switchyard.registry import DynamoDBRegistry
 from switchyard.results import DynamoDBResultStore
 from switchyard.schemas import QueueMessage
 from switchyard_worker.runtimes import FaultyRuntime
@@ -27,7 +27,7 @@ def setup(manifest, provisioned, clients):
 
     def register(version: str, **faults):
         registry.register(
-            ModelVersion.from_spec("digits-cnn", version, spec, "s3://x/y", "0" * 64, faults=faults)
+            spec.version_record("digits-cnn", version, "s3://x/y", "0" * 64, faults=faults)
         )
 
     payloads = S3PayloadStore(clients("s3"), names.payloads_bucket)

@@ -266,7 +266,12 @@ def test_traffic_rollback_on_aws_stops_a_canary_that_is_still_rolling_out(monkey
         },
     )
     clients = {"sts": sts, "appconfig": appconfig}
-    monkeypatch.setattr(cli.aws, "client", lambda service, *a, **k: clients[service])
+    # Only STS and AppConfig are called; the other stores' clients are made, unused.
+    monkeypatch.setattr(
+        cli.aws,
+        "client",
+        lambda service, *a, **k: clients.get(service) or boto3.client(service, "us-east-1"),
+    )
     with sts_stub, stub:
         code = cli.main(["--aws", "traffic", "rollback", "digits-cnn"])
     assert code == 0

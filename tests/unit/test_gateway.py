@@ -1,13 +1,15 @@
-"""The local platform's stand-in for API Gateway's usage-plan limits."""
+"""The local platform's stand-in for API Gateway: key check, usage-plan limits, and
+the verified key's id in the request context."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.testclient import TestClient
 
-from switchyard_local.gateway import QUOTA_EXCEEDED, THROTTLED, Plan, UsageMeter, UsagePlanGate
+from switchyard.schemas import QUOTA_EXCEEDED, THROTTLED
+from switchyard_local.gateway import ApiGatewayStandIn, ApiKey, EmulatorKeys, Plan, UsageMeter
 
 
 class Clocks:
@@ -56,33 +58,85 @@ def test_the_quota_ends_calls_until_the_next_period_and_throttled_calls_do_not_c
     assert m.admit("k", plan) is None
 
 
-def gated(plans: dict[str, Plan], clocks: Clocks) -> tuple[TestClient, list[str]]:
+def gated(keys: dict[str, ApiKey], clocks: Clocks) -> tuple[TestClient, list[dict]]:
     app = FastAPI()
-    reached: list[str] = []
+    reached: list[dict] = []
 
     @app.get("/v1/models")
-    def models() -> dict[str, str]:
-        reached.append("models")
+    def models(request: Request) -> dict[str, str]:
+        reached.append(request.scope.get("aws.event", {}))
         return {"ok": "yes"}
 
-    gate = UsagePlanGate(app, plans.get, meter(clocks))
+    @app.get("/healthz")
+    def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    gate = ApiGatewayStandIn(app, keys.get, meter(clocks))
     return TestClient(gate), reached
 
 
-def test_a_call_over_the_limit_gets_apigateways_429_and_never_reaches_the_router():
+def test_a_call_over_the_limit_gets_the_gateways_429_and_never_reaches_the_router():
     clocks = Clocks()
-    client, reached = gated({"k": Plan(rate=1, burst=2)}, clocks)
+    client, reached = gated({"k": ApiKey("id-k", Plan(rate=1, burst=2))}, clocks)
     statuses = [client.get("/v1/models", headers={"x-api-key": "k"}) for _ in range(3)]
     assert [r.status_code for r in statuses] == [200, 200, 429]
-    assert statuses[2].json() == {"message": "Too Many Requests"}
-    assert reached == ["models", "models"]
+    assert statuses[2].json() == {
+        "message": "Too many requests for this API key's usage plan",
+        "code": "throttled",
+    }
+    assert len(reached) == 2
 
 
-def test_calls_without_a_planned_key_go_on_to_the_router_which_judges_the_key():
+def test_the_router_learns_the_verified_keys_id_never_its_value_alone():
+    client, reached = gated({"secret-value": ApiKey("id-123", None)}, Clocks())
+    assert client.get("/v1/models", headers={"x-api-key": "secret-value"}).status_code == 200
+    assert reached[0]["requestContext"]["identity"]["apiKeyId"] == "id-123"
+
+
+def test_calls_without_a_known_key_are_forbidden_at_the_gateway():
+    client, reached = gated({"k": ApiKey("id-k", None)}, Clocks())
+    for headers in ({}, {"x-api-key": ""}, {"x-api-key": "not-a-key"}):
+        response = client.get("/v1/models", headers=headers)
+        assert response.status_code == 403
+        assert response.json()["code"] == "forbidden"
+    assert reached == []
+    # The local server's own pages need no key (API Gateway does not route them).
+    assert client.get("/healthz").status_code == 200
+
+
+class FakeApiGateway:
+    """API Gateway's key and usage-plan reads, as the emulator answers them."""
+
+    def __init__(self) -> None:
+        self.keys = [{"id": "a1", "value": "va", "enabled": True}]
+        self.loads = 0
+
+    def get_paginator(self, operation: str):  # noqa: ANN201
+        api = self
+
+        class Pages:
+            def paginate(self, **_: object):  # noqa: ANN202
+                if operation == "get_api_keys":
+                    api.loads += 1
+                    return [{"items": list(api.keys)}]
+                return [{"items": [{"id": "p1", "throttle": {"rateLimit": 5, "burstLimit": 9}}]}]
+
+        return Pages()
+
+    def get_usage_plan_keys(self, usagePlanId: str) -> dict:  # noqa: N803
+        return {"items": [{"id": "a1"}]}
+
+
+def test_emulator_keys_carry_their_plan_and_a_new_key_is_found_within_a_second():
     clocks = Clocks()
-    client, reached = gated({}, clocks)
-    for headers in ({}, {"x-api-key": "not-in-a-plan"}):
-        assert [client.get("/v1/models", headers=headers).status_code for _ in range(3)] == [
-            200
-        ] * 3
-    assert len(reached) == 6
+    api = FakeApiGateway()
+    keys = EmulatorKeys(api, ttl_seconds=30, clock=lambda: clocks.now)
+    assert keys.key_for("va") == ApiKey("a1", Plan(rate=5, burst=9))
+    api.keys.append({"id": "b2", "value": "vb", "enabled": True})
+    assert keys.key_for("vb") is None  # asked again within a second: no reload
+    clocks.advance(1.0)
+    assert keys.key_for("vb") == ApiKey("b2", None)
+    loads = api.loads
+    for _ in range(50):
+        keys.key_for("flood")
+    assert api.loads == loads  # a flood of bad keys does not reach the emulator

@@ -9,10 +9,18 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
+from switchyard.queues import ModelLanes
 from switchyard.schemas import QueueMessage, ResultRecord
 from switchyard_router.app import RouterDeps, create_app
-from switchyard_router.logic import ModelEndpoint, PredictService
-from tests.fakes import FakePayloads, FakeQueue, FakeRegistry, FakeResults, StaticTenants
+from switchyard_router.logic import PredictService
+from tests.fakes import (
+    FakePayloads,
+    FakeQueue,
+    FakeRegistry,
+    FakeResults,
+    behind_api_gateway,
+    tenant_keys,
+)
 
 KEYS = {"k-acme": "acme", "k-globex": "globex"}
 IMAGE = [0] * 64
@@ -52,7 +60,7 @@ def world(digits_v1, digits_v2):
     queue = InstantQueue(results, answer=True)
     payloads = FakePayloads()
     service = PredictService(
-        endpoints={"digits-cnn": ModelEndpoint(realtime=queue, batch=FakeQueue("batch"))},
+        endpoints={"digits-cnn": ModelLanes(realtime=queue, batch=FakeQueue("batch"))},
         registry=FakeRegistry(digits_v1, digits_v2),
         results=results,
         payloads=payloads,
@@ -60,10 +68,8 @@ def world(digits_v1, digits_v2):
         result_ttl_seconds=3600,
         claim_check_bytes=200_000,
     )
-    app = create_app(
-        RouterDeps(service=service, tenants=StaticTenants(KEYS), max_body_bytes=60_000)
-    )
-    return TestClient(app), queue, results, payloads
+    app = create_app(RouterDeps(service=service, tenants=tenant_keys(KEYS), max_body_bytes=60_000))
+    return TestClient(behind_api_gateway(app, KEYS)), queue, results, payloads
 
 
 def post(client, body, key="k-acme", model="digits-cnn", **headers):
@@ -87,11 +93,40 @@ def test_predict_returns_outputs_version_and_timings(world):
     assert message["tenant"] == "acme" and queue.visible[0]["group"] == "acme"
 
 
-@pytest.mark.parametrize(("key", "status"), [(None, 403), ("wrong", 403)])
-def test_missing_or_unknown_keys_are_forbidden(world, key, status):
+@pytest.mark.parametrize("key", [None, "wrong"])
+def test_missing_or_unknown_keys_are_forbidden(world, key):
     client, queue, _, _ = world
-    assert post(client, {"inputs": [IMAGE]}, key=key).status_code == status
-    assert client.get("/v1/models", headers={"x-api-key": key or ""}).status_code == status
+    for response in (
+        post(client, {"inputs": [IMAGE]}, key=key),
+        client.get("/v1/models", headers={"x-api-key": key or ""}),
+    ):
+        assert response.status_code == 403
+        assert response.json() == {
+            "message": "Forbidden: a valid x-api-key is required",
+            "code": "forbidden",
+        }
+    assert queue.visible == []
+
+
+@pytest.mark.parametrize(
+    "context",
+    [None, {"requestContext": {}}, {"requestContext": {"identity": {"apiKeyId": "id-nobody"}}}],
+)
+def test_the_router_itself_refuses_a_request_without_a_known_verified_key(world, context):
+    # GIVEN the router app reached without API Gateway's verified key id (or an id
+    # of no tenant): a key value alone is not trusted
+    gateway_client, queue, _, _ = world
+    router = gateway_client.app.app
+    extra = {"aws.event": context} if context is not None else {}
+
+    async def without_gateway(scope, receive, send):
+        await router({**scope, **extra} if scope["type"] == "http" else scope, receive, send)
+
+    # WHEN a call arrives with a key value that API Gateway would accept
+    client = TestClient(without_gateway)
+    response = post(client, {"inputs": [IMAGE]}, key="k-acme")
+    # THEN it is forbidden and nothing is enqueued
+    assert response.status_code == 403 and response.json()["code"] == "forbidden"
     assert queue.visible == []
 
 

@@ -8,11 +8,19 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
+from switchyard.queues import ModelLanes
 from switchyard.routing import RoutingDocument
 from switchyard.schemas import QueueMessage, ResultRecord
 from switchyard_router.app import RouterDeps, create_app
-from switchyard_router.logic import ModelEndpoint, PredictService
-from tests.fakes import FakePayloads, FakeQueue, FakeRegistry, FakeResults, StaticTenants
+from switchyard_router.logic import PredictService
+from tests.fakes import (
+    FakePayloads,
+    FakeQueue,
+    FakeRegistry,
+    FakeResults,
+    behind_api_gateway,
+    tenant_keys,
+)
 
 IMAGE = [0] * 64
 
@@ -61,7 +69,7 @@ def make(digits_v1, digits_v2, document, behaviour):
     realtime = ScriptedWorkers(results, behaviour)
     batch = FakeQueue("batch")
     service = PredictService(
-        endpoints={"digits-cnn": ModelEndpoint(realtime=realtime, batch=batch)},
+        endpoints={"digits-cnn": ModelLanes(realtime=realtime, batch=batch)},
         registry=FakeRegistry(digits_v1, digits_v2),
         results=results,
         payloads=FakePayloads(),
@@ -69,8 +77,9 @@ def make(digits_v1, digits_v2, document, behaviour):
         result_ttl_seconds=3600,
         claim_check_bytes=200_000,
     )
-    app = create_app(RouterDeps(service, StaticTenants({"k": "acme"}), max_body_bytes=100_000))
-    return TestClient(app), realtime, batch, service
+    keys = {"k": "acme"}
+    app = create_app(RouterDeps(service, tenant_keys(keys), max_body_bytes=100_000))
+    return TestClient(behind_api_gateway(app, keys)), realtime, batch, service
 
 
 def predict(client, user="u1", deadline="2000"):

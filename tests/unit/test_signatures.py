@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from switchyard.manifest import TensorSignature, TextSignature
+from switchyard.schemas import TensorSignature, TextSignature
 from switchyard.signatures import check_inputs
 
 TEXT = TextSignature(max_chars=10)

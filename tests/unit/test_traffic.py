@@ -7,7 +7,6 @@ import json
 import pytest
 
 from switchyard.manifest import RolloutLimits
-from switchyard.registry import ModelVersion
 from switchyard.routing import RoutingDocument, rolled_back
 from switchyard_local.controller import MetricsWindow, RollbackController
 from switchyard_local.traffic import (
@@ -30,8 +29,8 @@ LIMITS = RolloutLimits(
 
 @pytest.fixture
 def versions(digits_v1, digits_v2, manifest):
-    v3 = ModelVersion.from_spec(
-        "digits-cnn", "v3", manifest.models["digits-cnn"], "s3://a/b", "0" * 64, created_at=3.0
+    v3 = manifest.models["digits-cnn"].version_record(
+        "digits-cnn", "v3", "s3://a/b", "0" * 64, created_at=3.0
     )
     old = v3.model_copy(update={"version": "v0", "status": "retired", "created_at": 0.5})
     return {v.version: v for v in (digits_v1, digits_v2, v3, old)}

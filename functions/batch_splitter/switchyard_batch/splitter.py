@@ -19,14 +19,13 @@ from urllib.parse import unquote_plus
 
 from aws_lambda_powertools import Logger
 
-from switchyard import aws
-from switchyard.payloads import S3PayloadStore
-from switchyard.queues import SqsWorkQueue, encode_message
-from switchyard.registry import DynamoDBRegistry, ModelVersion
+from switchyard.payloads import PayloadStore
+from switchyard.queues import WorkQueue, encode_message
+from switchyard.registry import ModelVersion, Registry
 from switchyard.schemas import QueueMessage
-from switchyard.settings import Settings, get_settings
 from switchyard.signatures import check_item
 from switchyard.tables import JOBS
+from switchyard.wiring import Adapters
 
 MAX_REPORTED_ERRORS = 100
 log = Logger(service="switchyard-batch-splitter")
@@ -41,9 +40,9 @@ def split_file(
     bucket: str,
     key: str,
     body: bytes,
-    registry: DynamoDBRegistry,
-    queues: dict[str, SqsWorkQueue],
-    payloads: S3PayloadStore,
+    registry: Registry,
+    queues: dict[str, WorkQueue],
+    payloads: PayloadStore,
     claim_check_bytes: int,
     result_ttl_seconds: int,
 ) -> dict[str, Any]:
@@ -105,7 +104,7 @@ def split_file(
     }
 
 
-def _newest_active(registry: DynamoDBRegistry, model: str) -> ModelVersion:
+def _newest_active(registry: Registry, model: str) -> ModelVersion:
     active = [v for v in registry.versions(model) if v.status == "active"]
     if not active:
         raise JobRejected(f"model {model!r} has no active version")
@@ -126,16 +125,12 @@ def _put_job(ddb: Any, table: str, job: dict[str, Any]) -> None:
 
 
 def handle_event(
-    event: dict[str, Any], settings: Settings, jobs_table: str
+    event: dict[str, Any], adapters: Adapters, jobs_table: str
 ) -> list[dict[str, Any]]:
-    def client(service: str) -> Any:
-        return aws.client(service, settings.region, settings.aws_endpoint_url)
-
-    s3, ddb = client("s3"), client("dynamodb")
-    registry = DynamoDBRegistry(ddb, settings.registry_table)
-    sqs = client("sqs")
-    queues = {m: SqsWorkQueue(sqs, pair.batch, "batch") for m, pair in settings.queues.items()}
-    payloads = S3PayloadStore(s3, settings.payloads_bucket)
+    """Split every file an S3 event names; a rejected file is logged and skipped."""
+    settings = adapters.settings
+    s3, ddb = adapters.client("s3"), adapters.client("dynamodb")
+    queues = {model: lanes.batch for model, lanes in adapters.queues.items()}
     jobs = []
     for record in event.get("Records", []):
         bucket = record["s3"]["bucket"]["name"]
@@ -146,9 +141,9 @@ def handle_event(
                 bucket=bucket,
                 key=key,
                 body=body,
-                registry=registry,
+                registry=adapters.registry,
                 queues=queues,
-                payloads=payloads,
+                payloads=adapters.payloads,
                 claim_check_bytes=settings.claim_check_bytes,
                 result_ttl_seconds=settings.result_ttl_seconds,
             )
@@ -160,7 +155,6 @@ def handle_event(
     return jobs
 
 
-def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    settings = get_settings()
-    jobs = handle_event(event, settings, settings.jobs_table)
+def summary(jobs: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the function returns for an event: each job's id and counts."""
     return {"jobs": [{k: j[k] for k in ("job_id", "inputs", "rejected", "chunks")} for j in jobs]}

@@ -19,8 +19,8 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from switchyard.auth import TenantDirectory
-from switchyard.schemas import ResultRecord
+from switchyard.auth import TenantDirectory, verified_key_id
+from switchyard.schemas import FORBIDDEN, ResultRecord
 from switchyard.signatures import FieldError
 from switchyard.telemetry import COUNT, MILLISECONDS, emit_metrics
 from switchyard_router.logic import MAX_DEADLINE_MS, Admitted, PredictService, RequestRejected
@@ -59,29 +59,21 @@ class RouterDeps:
     max_body_bytes: int
 
 
-def create_app(deps: RouterDeps | None = None) -> FastAPI:
-    """The app; without ``deps`` they are built from the environment on first use."""
+def create_app(deps: RouterDeps) -> FastAPI:
+    """The app over its dependencies (``switchyard_router.wiring.build_deps``)."""
     app = FastAPI(
         title="Switchyard",
         version="1.0",
         description="Function-per-model inference. Every call needs an `x-api-key` header.",
     )
-    holder: dict[str, RouterDeps] = {}
-    if deps is not None:
-        holder["deps"] = deps
-
-    def get_deps() -> RouterDeps:
-        if "deps" not in holder:
-            from switchyard_router.wiring import build_deps
-
-            holder["deps"] = build_deps()
-        return holder["deps"]
 
     def tenant_of(request: Request) -> str:
-        key = request.headers.get("x-api-key")
-        tenant = get_deps().tenants.tenant_for(key) if key else None
+        """The tenant of the API key API Gateway verified (its id is in the request
+        context); the router never sees the key's value."""
+        key_id = verified_key_id(request.scope.get("aws.event"))
+        tenant = deps.tenants.tenant_for(key_id) if key_id else None
         if tenant is None:
-            raise RequestRejected(403, "forbidden", "Forbidden: a valid x-api-key is required")
+            raise RequestRejected(FORBIDDEN.status, FORBIDDEN.code, FORBIDDEN.message)
         return tenant
 
     @app.exception_handler(RequestRejected)
@@ -112,7 +104,7 @@ def create_app(deps: RouterDeps | None = None) -> FastAPI:
     @app.get("/v1/models", tags=["models"])
     def list_models(request: Request) -> dict[str, Any]:
         tenant_of(request)
-        return {"models": get_deps().service.catalog()}
+        return {"models": deps.service.catalog()}
 
     @app.post(
         "/v1/models/{model}/predict",
@@ -143,7 +135,6 @@ def create_app(deps: RouterDeps | None = None) -> FastAPI:
             ),
         ] = None,
     ) -> JSONResponse:
-        deps = get_deps()
         tenant = tenant_of(request)
         inputs = _parse_inputs(await _read_body(request, deps.max_body_bytes))
         return await run_in_threadpool(
@@ -161,7 +152,7 @@ def create_app(deps: RouterDeps | None = None) -> FastAPI:
     @app.get("/v1/requests/{request_id}", tags=["predict"])
     def get_request(request: Request, request_id: Annotated[str, Path(max_length=64)]) -> Any:
         tenant = tenant_of(request)
-        record = get_deps().service.status(tenant, request_id)
+        record = deps.service.status(tenant, request_id)
         if record is None:
             raise RequestRejected(404, "unknown_request", f"request {request_id} does not exist")
         return _status_body(record)
@@ -329,6 +320,3 @@ def _error(
     if errors:
         body["errors"] = [{"field": e.field, "message": e.message} for e in errors]
     return JSONResponse(body, status_code=status)
-
-
-app = create_app()

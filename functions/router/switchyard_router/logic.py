@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from switchyard.payloads import PayloadStore
-from switchyard.queues import WorkQueue, encode_message
+from switchyard.queues import ModelLanes, encode_message
 from switchyard.registry import ModelVersion, Registry
 from switchyard.results import ResultStore
 from switchyard.routing import (
@@ -76,14 +76,6 @@ class Admitted:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-@dataclass
-class ModelEndpoint:
-    """What the router holds for one model: its two lanes."""
-
-    realtime: WorkQueue
-    batch: WorkQueue
-
-
 class VersionCache:
     """Version records change rarely (only their status): cache them briefly."""
 
@@ -105,7 +97,7 @@ class PredictService:
     def __init__(
         self,
         *,
-        endpoints: dict[str, ModelEndpoint],
+        endpoints: Mapping[str, ModelLanes],
         registry: Registry,
         results: ResultStore,
         payloads: PayloadStore,

@@ -1,50 +1,42 @@
-"""Tenants are API keys: a key's value resolves to its tenant through API Gateway's
-own key store. In the cloud API Gateway has already refused unknown keys; on the
-local platform the router is the first to look, against the emulator's keys. One
-lookup serves both, so the two substrates cannot disagree on who a caller is."""
+"""Tenants are API keys, and the router never sees a key's value.
+
+API Gateway checks the caller's ``x-api-key`` against its usage plans and passes the
+verified key's *id* in the request context (``requestContext.identity.apiKeyId``).
+The router maps that id to a tenant from its settings (``RouterSettings.tenant_keys``,
+written by the CDK app from the API keys it creates, and by the local platform from
+the keys it provisions on the emulator). So no deployed role can read a key's value,
+and a cold start makes no call to learn who the tenants are. The local platform's
+stand-in for API Gateway (``switchyard_local.gateway``) fills the request context
+the same way.
+"""
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable
+from collections.abc import Mapping
 from typing import Any, Protocol
 
+# Tag on each API key naming its tenant, for people reading the console.
 TENANT_TAG = "switchyard:tenant"
 
 
 class TenantDirectory(Protocol):
-    def tenant_for(self, api_key: str) -> str | None: ...
+    """Who a verified API key belongs to."""
+
+    def tenant_for(self, api_key_id: str) -> str | None: ...
 
 
-class ApiGatewayKeyDirectory:
-    """Maps enabled API key values to the tenant named in each key's tag."""
+class KeyIdDirectory:
+    """API key id -> tenant, from the settings' tenant -> key id."""
 
-    def __init__(
-        self, apigateway: Any, ttl_seconds: float, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self._api = apigateway
-        self._ttl = ttl_seconds
-        self._clock = clock
-        self._keys: dict[str, str] = {}
-        self._loaded_at = float("-inf")
-        self._lock = threading.Lock()
+    def __init__(self, tenant_keys: Mapping[str, str]) -> None:
+        self._tenants = {key_id: tenant for tenant, key_id in tenant_keys.items()}
 
-    def tenant_for(self, api_key: str) -> str | None:
-        with self._lock:
-            stale = self._clock() - self._loaded_at >= self._ttl
-            if stale or (api_key not in self._keys and self._clock() - self._loaded_at >= 1.0):
-                # Unknown keys trigger at most one reload a second: a new tenant
-                # works at once, and a flood of bad keys cannot flood the API.
-                self._keys = self._load()
-                self._loaded_at = self._clock()
-            return self._keys.get(api_key)
+    def tenant_for(self, api_key_id: str) -> str | None:
+        return self._tenants.get(api_key_id)
 
-    def _load(self) -> dict[str, str]:
-        keys: dict[str, str] = {}
-        for page in self._api.get_paginator("get_api_keys").paginate(includeValues=True):
-            for item in page.get("items", []):
-                tenant = item.get("tags", {}).get(TENANT_TAG)
-                if item.get("enabled") and tenant and item.get("value"):
-                    keys[item["value"]] = tenant
-        return keys
+
+def verified_key_id(event: Mapping[str, Any] | None) -> str | None:
+    """The API key id API Gateway verified, from a REST API proxy event."""
+    identity = ((event or {}).get("requestContext") or {}).get("identity") or {}
+    key_id = identity.get("apiKeyId")
+    return key_id if isinstance(key_id, str) and key_id else None

@@ -3,6 +3,11 @@
 One file (``manifest.toml`` at the repository root) feeds both the CDK app and the
 local provisioner, so the two substrates differ in configuration only. Resource
 names are derived here, once, so that every part of the platform agrees on them.
+
+Deployed code (the router, the splitter, the workers) never reads the manifest:
+the CDK app and the local platform render what it needs into its settings
+(``switchyard.settings``). Nothing here looks for a file on import; whoever loads
+a manifest names its path.
 """
 
 from __future__ import annotations
@@ -10,11 +15,12 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-DEFAULT_MANIFEST = Path(__file__).resolve().parents[4] / "manifest.toml"
+from switchyard.registry import ModelVersion
+from switchyard.schemas import Signature
 
 Stage = Literal["dev", "prod"]
 _MODEL_NAME = re.compile(r"[a-z][a-z0-9-]{1,39}")
@@ -22,25 +28,6 @@ _MODEL_NAME = re.compile(r"[a-z][a-z0-9-]{1,39}")
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class TextSignature(_Strict):
-    """Each input is a non-empty string of at most ``max_chars`` characters."""
-
-    kind: Literal["text"] = "text"
-    max_chars: int = Field(gt=0)
-
-
-class TensorSignature(_Strict):
-    """Each input is a flat list of numbers of a fixed length within a range."""
-
-    kind: Literal["tensor"] = "tensor"
-    shape: tuple[int]
-    minimum: float | None = None
-    maximum: float | None = None
-
-
-Signature = Annotated[TextSignature | TensorSignature, Field(discriminator="kind")]
 
 
 class PlatformSettings(_Strict):
@@ -103,6 +90,25 @@ class ModelSpec(_Strict):
     hot: bool = False
     demo_versions: tuple[str, ...] = ()
 
+    def version_record(
+        self, model: str, version: str, artifact_uri: str, sha256: str, **extra: Any
+    ) -> ModelVersion:
+        """A registry record for a new version, with this model's defaults."""
+        return ModelVersion(
+            model=model,
+            version=version,
+            runtime=self.runtime,
+            artifact_uri=artifact_uri,
+            sha256=sha256,
+            signature=self.signature,
+            labels=self.labels,
+            max_inputs_per_request=self.max_inputs_per_request,
+            max_batch_size=self.max_batch_size,
+            max_wait_ms=self.max_wait_ms,
+            default_deadline_ms=self.default_deadline_ms,
+            **extra,
+        )
+
 
 class Manifest(_Strict):
     platform: PlatformSettings
@@ -124,6 +130,23 @@ class Manifest(_Strict):
 
     def names(self, stage: str) -> ResourceNames:
         return ResourceNames(prefix=self.platform.prefix, stage=stage)
+
+    def settings_values(self, stage: str) -> dict[str, Any]:
+        """What every process's settings (``switchyard.settings``) take from the
+        manifest; each substrate adds where its resources are. The CDK app and the
+        local platform both start from this, so the two read the same numbers."""
+        p = self.platform
+        return {
+            "stage": stage,
+            "result_ttl_seconds": p.result_ttl_seconds,
+            "claim_check_bytes": p.claim_check_bytes,
+            "result_inline_bytes": p.result_inline_bytes,
+            "visibility_timeout_seconds": p.visibility_timeout_seconds,
+        }
+
+    def router_settings_values(self) -> dict[str, Any]:
+        """What the router's settings take from the manifest besides the common ones."""
+        return {"max_body_bytes": self.platform.max_body_bytes}
 
 
 class ResourceNames(_Strict):
@@ -201,10 +224,7 @@ class ResourceNames(_Strict):
         return f"{self.base}-{tenant}"
 
 
-LANES = ("realtime", "batch")
-
-
-def load_manifest(path: Path | str | None = None) -> Manifest:
+def load_manifest(path: Path | str) -> Manifest:
     """Read and validate the manifest; a mistake names the field that is wrong."""
-    with open(path or DEFAULT_MANIFEST, "rb") as fh:
+    with open(path, "rb") as fh:
         return Manifest.model_validate(tomllib.load(fh))

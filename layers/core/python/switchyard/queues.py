@@ -42,6 +42,14 @@ class WorkQueue(Protocol):
     def set_visibility(self, messages: Sequence[Received], seconds: int) -> None: ...
 
 
+@dataclass(frozen=True)
+class ModelLanes:
+    """A model's two work queues: realtime first, batch when idle."""
+
+    realtime: WorkQueue
+    batch: WorkQueue
+
+
 class SqsWorkQueue:
     def __init__(self, sqs: Any, url: str, lane: Lane) -> None:
         self._sqs = sqs

@@ -11,13 +11,12 @@ import json
 import time
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field
 
-from switchyard.manifest import ModelSpec, Signature
+from switchyard.schemas import Signature
 from switchyard.tables import REGISTRY
 
 VersionStatus = Literal["active", "retired"]
-_SIGNATURE = TypeAdapter(Signature)
 
 
 class ModelVersion(BaseModel):
@@ -39,26 +38,6 @@ class ModelVersion(BaseModel):
     # Switchable faults for drills and tests (e.g. {"fail_every_call": true}).
     faults: dict[str, Any] = Field(default_factory=dict)
     created_at: float = Field(default_factory=time.time)
-
-    @classmethod
-    def from_spec(
-        cls, model: str, version: str, spec: ModelSpec, artifact_uri: str, sha256: str, **extra: Any
-    ) -> ModelVersion:
-        """A version record with the manifest's defaults for its model."""
-        return cls(
-            model=model,
-            version=version,
-            runtime=spec.runtime,
-            artifact_uri=artifact_uri,
-            sha256=sha256,
-            signature=spec.signature,
-            labels=spec.labels,
-            max_inputs_per_request=spec.max_inputs_per_request,
-            max_batch_size=spec.max_batch_size,
-            max_wait_ms=spec.max_wait_ms,
-            default_deadline_ms=spec.default_deadline_ms,
-            **extra,
-        )
 
 
 class VersionExists(Exception):

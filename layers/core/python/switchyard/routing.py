@@ -152,12 +152,15 @@ class CachedRouting:
         return doc
 
 
-def appconfig_extension_fetcher(application: str, environment: str) -> Callable[[str], bytes]:
-    """Reads documents through the AppConfig Lambda extension on localhost:2772."""
+def appconfig_extension_fetcher(
+    application: str, environment: str, base_url: str = "http://localhost:2772"
+) -> Callable[[str], bytes]:
+    """Reads documents through the AppConfig Lambda extension's local HTTP API
+    (``localhost:2772`` in Lambda; the local platform runs a stand-in elsewhere)."""
 
     def fetch(model: str) -> bytes:
         url = (
-            f"http://localhost:2772/applications/{application}"
+            f"{base_url}/applications/{application}"
             f"/environments/{environment}/configurations/{model}"
         )
         with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - loopback

@@ -1,19 +1,46 @@
-"""Wire formats: the queue message between router and worker, and result records.
+"""Wire formats: model signatures, the queue message between router and worker,
+and result records.
 
 Every message carries ``schema_version`` so that a worker can refuse (and leave for
-the DLQ) what it does not understand rather than guess.
+the DLQ) what it does not understand rather than guess. Signatures travel in the
+registry's version records; the manifest uses the same types for its defaults.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from switchyard import SCHEMA_VERSION
 
 Lane = Literal["realtime", "batch"]
+LANES: tuple[Lane, ...] = ("realtime", "batch")
 Status = Literal["queued", "done", "error"]
+
+
+class TextSignature(BaseModel):
+    """Each input is a non-empty string of at most ``max_chars`` characters."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["text"] = "text"
+    max_chars: int = Field(gt=0)
+
+
+class TensorSignature(BaseModel):
+    """Each input is a flat list of numbers of a fixed length within a range."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["tensor"] = "tensor"
+    shape: tuple[int]
+    minimum: float | None = None
+    maximum: float | None = None
+
+
+Signature = Annotated[TextSignature | TensorSignature, Field(discriminator="kind")]
 
 
 class QueueMessage(BaseModel):
@@ -74,3 +101,21 @@ class ResultRecord(BaseModel):
     # Attempts that failed as a whole batch (the router's cue to fall back).
     failures: int = 0
     last_failure: str | None = None
+
+
+@dataclass(frozen=True)
+class GatewayAnswer:
+    """An answer API Gateway gives itself, before any function runs (its gateway
+    responses in ``stacks/api.py``); the local platform's stand-in gives the same."""
+
+    status: int
+    code: str
+    message: str
+
+    def body(self) -> dict[str, str]:
+        return {"message": self.message, "code": self.code}
+
+
+FORBIDDEN = GatewayAnswer(403, "forbidden", "Forbidden: a valid x-api-key is required")
+THROTTLED = GatewayAnswer(429, "throttled", "Too many requests for this API key's usage plan")
+QUOTA_EXCEEDED = GatewayAnswer(429, "quota_exceeded", "This API key's daily quota is spent")

@@ -1,29 +1,39 @@
-"""Runtime settings, parsed once from the environment at cold start.
+"""Runtime settings: the ``SWITCHYARD_*`` environment contract, defined once.
 
-The router function, the workers and the local platform read the same variables
-(prefix ``SWITCHYARD_``). In the cloud the CDK app sets them; locally the
-supervisor does. A missing or malformed variable fails at start-up with a message
-that names it, never later on a request.
+Each deployable reads its own settings class at cold start (Lambda init, worker
+start): :class:`RouterSettings`, :class:`SplitterSettings`, :class:`WorkerSettings`,
+all built on the common :class:`Settings`. In the cloud the CDK app writes the
+variables, locally the supervisor does; both render them with
+:func:`to_environment` from the same classes, so the two cannot drift apart. A
+missing or malformed variable fails the start with a message naming it
+(:func:`get_settings`), never a 500 on a request.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Mapping
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
-from pydantic import Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsError as EnvironmentParseError
+
+ENV_PREFIX = "SWITCHYARD_"
 
 
-class QueuePair(BaseSettings):
+class QueuePair(BaseModel):
+    """A model's two work queues (URLs)."""
+
     realtime: str
     batch: str
 
 
 class Settings(BaseSettings):
-    """What a process of the platform needs to find its resources."""
+    """What every process of the platform needs to find its resources."""
 
-    model_config = SettingsConfigDict(env_prefix="SWITCHYARD_", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
 
     stage: str = "dev"
     region: str = "us-east-1"
@@ -32,9 +42,8 @@ class Settings(BaseSettings):
 
     registry_table: str
     results_table: str
-    jobs_table: str = ""
     payloads_bucket: str
-    # Model name -> queue URLs. A router function in the cloud serves one model;
+    # Model name -> its queue URLs. A router function in the cloud serves one model;
     # the local router serves every model in the manifest.
     queues: dict[str, QueuePair]
 
@@ -42,35 +51,46 @@ class Settings(BaseSettings):
     # Inputs over this travel in S3 and the queue message carries their key (SQS
     # messages hold 256 KB).
     claim_check_bytes: int = Field(default=200_000, gt=0)
-    # Outputs over this are stored in S3 and the result item carries their key
-    # (manifest.toml, [platform]).
+    # Outputs over this are stored in S3 and the result item carries their key.
     result_inline_bytes: int = Field(default=8_192, gt=0, le=350_000)
-    max_body_bytes: int = Field(default=1_048_576, gt=0)
+    # The queues' visibility timeout; workers extend held messages before it ends.
+    visibility_timeout_seconds: int = Field(default=60, ge=10)
 
-    # Where routing documents come from: the AppConfig Lambda extension in the
-    # cloud, the emulator's hosted configuration versions locally.
-    routing_source: Literal["appconfig-extension", "hosted-versions", "none"] = "none"
+
+class RouterSettings(Settings):
+    """The router function (one model in the cloud, every model locally)."""
+
+    # Tenant -> the id of its API key, which API Gateway verifies and names in each
+    # request's context. The router never sees a key's value.
+    tenant_keys: dict[str, str]
+    max_body_bytes: int = Field(default=1_048_576, gt=0)
+    # Where routing documents come from: the AppConfig extension's HTTP API, which
+    # the Lambda layer serves on localhost:2772 (and the local platform's stand-in
+    # elsewhere); "none" serves each model's newest active version.
+    routing_source: Literal["appconfig-extension", "none"] = "none"
+    appconfig_extension_url: str = "http://localhost:2772"
     appconfig_application: str = ""
     appconfig_environment: str = ""
     routing_cache_seconds: float = Field(default=5.0, ge=0)
 
-    # API keys are resolved to tenants through API Gateway's own key store.
-    api_key_cache_seconds: float = Field(default=30.0, ge=0)
 
-    # The queues' visibility timeout; workers extend held messages before it ends.
-    visibility_timeout_seconds: int = Field(default=60, ge=10)
+class SplitterSettings(Settings):
+    """The batch splitter function."""
+
+    jobs_table: str
 
 
 class WorkerSettings(Settings):
     """A worker serves every version of one model."""
 
     worker_model: str
-    artifacts_bucket: str = ""
+    artifacts_bucket: str
     artifacts_cache: str = "/tmp/switchyard-artifacts"
     # An idle worker's long poll: longer polls cost fewer SQS requests an hour; a
     # SIGTERM waits for the poll in progress (well inside ECS's stop timeout).
     poll_wait_seconds: int = Field(default=10, ge=0, le=20)
-    # Touched once the worker has loaded its versions and polls (local supervisor).
+    # Touched once the worker has loaded its versions and polls (the container's
+    # health check in ECS, the supervisor locally).
     ready_file: str | None = None
     prediction_log_stream: str | None = None
 
@@ -79,14 +99,58 @@ class SettingsError(RuntimeError):
     pass
 
 
-@lru_cache(maxsize=2)
-def get_settings(kind: type[Settings] = Settings) -> Settings:
+S = TypeVar("S", bound=Settings)
+
+
+def to_environment(
+    kind: type[Settings],
+    values: Mapping[str, Any],
+    dumps: Callable[[Any], str] = json.dumps,
+) -> dict[str, str]:
+    """The environment variables that make ``kind`` read ``values``.
+
+    Values are not validated here (in the cloud they are deploy-time tokens), but
+    every name must be a field of ``kind`` and every required field must be given,
+    so a forgotten variable fails where the environment is written, not at a cold
+    start. ``dumps`` renders mappings (the CDK app passes its token-aware JSON).
+    """
+    fields = kind.model_fields
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise SettingsError(f"{kind.__name__} has no setting {', '.join(unknown)}")
+    missing = sorted(n for n, f in fields.items() if f.is_required() and n not in values)
+    if missing:
+        raise SettingsError(f"{kind.__name__} needs {', '.join(missing)}")
+    env = {}
+    for name, value in values.items():
+        if value is None:
+            continue
+        if isinstance(value, Mapping | list | tuple):
+            text = dumps(value)
+        elif isinstance(value, bool):
+            text = "true" if value else "false"
+        else:
+            text = str(value)
+        env[ENV_PREFIX + name.upper()] = text
+    return env
+
+
+@lru_cache(maxsize=4)
+def get_settings(kind: type[S]) -> S:
     """Parse the environment once; a bad variable stops the process with its name."""
     try:
         return kind()  # type: ignore[call-arg]
+    except EnvironmentParseError as exc:
+        # A value that is not JSON where JSON is expected: pydantic-settings names
+        # the field; say which variable that is.
+        field = str(exc).split('"')[1] if '"' in str(exc) else "?"
+        raise SettingsError(
+            f"invalid platform settings: {ENV_PREFIX}{field.upper()}: not valid JSON"
+        ) from None
     except ValidationError as exc:
         problems = "; ".join(
-            f"SWITCHYARD_{'_'.join(str(p) for p in err['loc']).upper()}: {err['msg']}"
+            f"{ENV_PREFIX}{str(err['loc'][0]).upper()}: {err['msg']}"
+            + (f" (at {'.'.join(str(p) for p in err['loc'][1:])})" if len(err["loc"]) > 1 else "")
             for err in exc.errors()
         )
         raise SettingsError(f"invalid platform settings: {problems}") from None

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from switchyard.manifest import Signature, TensorSignature, TextSignature
+from switchyard.schemas import Signature, TensorSignature, TextSignature
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,134 @@
+"""Backlog: async work submitted all at once drains at the workers' speed.
+
+A queue-driven platform exists for backlogs (bursts, scale from zero, batch files).
+On a freshly started local platform with ``minilm-embed`` alone, a burst of async
+predicts is sent as fast as the router takes them; the drain ends when the last
+result is stored (the latest ``completed_at`` the workers wrote). The rate, in
+inputs per second from the first submission to the last result, is set beside the
+model's own batched limit measured in the same run, in this process, at the
+batch size the worker forms (the manifest's ``max_batch_size``), just before the
+platform starts.
+
+Two bursts: 200 requests of 16 sentences (the model's batches fill from few
+messages) and 1,000 requests of one sentence (every input is a message: receives,
+deletes and result writes per input).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from bench.common import TEXT_MODEL, median, ratio, sentences
+from bench.loadgen import check_loopback
+from bench.model_limit import LoadedModel, throughput
+from bench.platform_proc import RunningPlatform, local_platform
+
+BATCH_SIZE = 32  # minilm-embed's max_batch_size in the manifest
+BURSTS = {"full": ((200, 16), (1000, 1)), "quick": ((60, 16), (300, 1))}
+IN_FLIGHT = 64  # concurrent submissions: the router takes them as fast as it can
+
+
+def model_limit(model: LoadedModel, quick: bool) -> float:
+    """Inputs per second of the bare model at ``BATCH_SIZE`` (median of rounds)."""
+    rounds, seconds = (1, 1.0) if quick else (3, 2.0)
+    return median(
+        [throughput(model.bare, model.inputs, BATCH_SIZE, seconds) for _ in range(rounds)]
+    )
+
+
+async def submit(platform: RunningPlatform, bodies: list[list[str]]) -> tuple[list[str], float]:
+    """Every request sent async at once (``IN_FLIGHT`` at a time); their ids and when
+    the first left (epoch seconds)."""
+    check_loopback(platform.url)
+    headers = {"x-api-key": platform.api_key}
+    ids: list[str] = [""] * len(bodies)
+    gate = asyncio.Semaphore(IN_FLIGHT)
+    limits = httpx.Limits(max_connections=IN_FLIGHT, max_keepalive_connections=IN_FLIGHT)
+    async with httpx.AsyncClient(base_url=platform.url, timeout=120, limits=limits) as client:
+
+        async def one(i: int) -> None:
+            async with gate:
+                response = await client.post(
+                    f"/v1/models/{TEXT_MODEL}/predict",
+                    params={"async": "true"},
+                    json={"inputs": bodies[i]},
+                    headers=headers,
+                )
+            if response.status_code != 202:
+                raise RuntimeError(f"submission {i}: {response.status_code} {response.text}")
+            ids[i] = response.json()["request_id"]
+
+        started = time.time()
+        await asyncio.gather(*(one(i) for i in range(len(bodies))))
+    return ids, started
+
+
+def drain(platform: RunningPlatform, ids: list[str], limit_s: float) -> list[Any]:
+    """Waits for every result (the workers write a result before deleting its
+    message, so an empty queue means every result is stored) and reads them."""
+    from switchyard.settings import Settings
+    from switchyard.wiring import build_adapters
+
+    adapters = build_adapters(Settings(**platform.info["settings"]))
+    lanes = adapters.queues[TEXT_MODEL]
+    sqs = adapters.client("sqs")
+    names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        queued = sum(
+            int(v)
+            for queue in (lanes.realtime, lanes.batch)
+            for v in sqs.get_queue_attributes(QueueUrl=queue.url, AttributeNames=names)[
+                "Attributes"
+            ].values()
+        )
+        if not queued:
+            break
+        time.sleep(0.5)
+    tenant = platform.info["default_tenant"]
+    return [adapters.results.get(tenant, request_id) for request_id in ids]
+
+
+def burst(platform: RunningPlatform, requests: int, per_request: int, limit: float) -> dict:
+    texts = sentences()
+    bodies = [
+        [texts[(i * per_request + j) % len(texts)] for j in range(per_request)]
+        for i in range(requests)
+    ]
+    ids, started = asyncio.run(submit(platform, bodies))
+    submitted = time.time()
+    records = drain(platform, ids, limit_s=600)
+    done = [r for r in records if r is not None and r.status == "done"]
+    finished = max((r.completed_at or 0.0) for r in done) if done else time.time()
+    inputs = sum(len(r.outputs or []) for r in done)
+    seconds = finished - started
+    rate = inputs / seconds if seconds > 0 else None
+    batch_sizes = [r.timings.get("batch_size", 0.0) for r in done if r.timings]
+    return {
+        "requests": requests,
+        "inputs_per_request": per_request,
+        "done": len(done),
+        "not_done": len(records) - len(done),
+        "submit_seconds": round(submitted - started, 2),
+        "drain_seconds": round(seconds, 2),
+        "inputs_per_s": round(rate, 1) if rate else None,
+        "share_of_model_limit": round(ratio(rate, limit) or 0.0, 3),
+        "median_batch_size": median(batch_sizes) if batch_sizes else None,
+    }
+
+
+def run(model: LoadedModel, quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
+    log("  model limit at batch 32")
+    limit = model_limit(model, quick)
+    out: dict[str, Any] = {"model_limit_inputs_per_s": round(limit, 1), "bursts": []}
+    for requests, per_request in BURSTS["quick" if quick else "full"]:
+        log(f"  {requests} async predicts of {per_request} sentence(s), on a fresh platform")
+        with local_platform(keep_models={TEXT_MODEL}) as platform:
+            out["bursts"].append(burst(platform, requests, per_request, limit))
+        log(f"    {out['bursts'][-1]}")
+    return out

@@ -1,0 +1,204 @@
+"""Starts deployed code from its deployed layout, never from the source tree.
+
+The local platform and the deploy test tier launch the router, the workers and
+Lambda handlers through :class:`Launcher`, from the layouts ``stacks.assets``
+builds with the CDK app's own bundling code:
+
+- a Lambda function runs from its code asset (``/var/task``) with the core layer
+  (``/opt/python``) beside it;
+- a worker runs ``python -m switchyard_worker`` from the image's ``/app``.
+
+Each is a fresh interpreter started with ``-S -P``: site-packages are not processed,
+so the editable install of the source tree is invisible, and the current directory
+is not on the path. Its ``PYTHONPATH`` holds the layout first, then the third-party
+packages the real environment would provide. With ``exact_paths`` (Linux, as root:
+the deploy test tier) the process gets its own mount namespace in which the
+layouts sit exactly at ``/opt/python``, ``/var/task`` and ``/app``, as in AWS.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shlex
+import subprocess
+import sys
+import sysconfig
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from stacks.assets import Layouts
+
+Function = Literal["router", "splitter"]
+
+# Where AWS puts each layout.
+LAYER_PATH = Path("/opt/python")
+TASK_ROOT = Path("/var/task")
+APP_ROOT = Path("/app")
+
+# The local stand-ins that wrap deployed code (the API Gateway stand-in in front of
+# the router, the Lambda runtime stand-in): this package's own directory.
+LOCAL_SOURCE = Path(__file__).resolve().parent.parent
+LAMBDA_RUNTIME_SCRIPT = Path(__file__).with_name("lambda_runtime.py")
+# Third-party packages of this environment (uvicorn, torch, ...): the worker
+# image's pip install, and what the local router's server needs.
+THIRD_PARTY = tuple(dict.fromkeys(Path(sysconfig.get_paths()[k]) for k in ("purelib", "platlib")))
+
+
+def can_mount() -> bool:
+    """Whether this process may give a child its own mount namespace."""
+    return sys.platform == "linux" and os.geteuid() == 0
+
+
+@dataclass(frozen=True)
+class Command:
+    """A process to start: its argv and the environment variables it adds."""
+
+    argv: list[str]
+    env: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Launcher:
+    layouts: Layouts
+    exact_paths: bool = False
+
+    def lambda_handler(self, function: Function, handler: str = "handler.handler") -> Command:
+        """The Lambda runtime stand-in serving ``function``'s handler: events on
+        stdin, answers on stdout. Only the layout and the runtime's own SDK (boto3)
+        are on its path, as in Lambda."""
+        return self._python(
+            self._function_mounts(function),
+            [self.layouts.lambda_runtime],
+            [str(LAMBDA_RUNTIME_SCRIPT), handler],
+        )
+
+    def router_server(self, server_args: list[str]) -> Command:
+        """The router's ASGI app served by uvicorn behind the local API Gateway
+        stand-in (``switchyard_local.gateway``), where AWS runs it through Mangum."""
+        return self._python(
+            self._function_mounts("router"),
+            [LOCAL_SOURCE, *THIRD_PARTY],
+            ["-m", "uvicorn", *server_args],
+        )
+
+    def worker(self) -> Command:
+        """A worker process, from the image's ``/app``."""
+        return self._python(
+            {APP_ROOT: self.layouts.worker}, list(THIRD_PARTY), ["-m", "switchyard_worker"]
+        )
+
+    def worker_check(self) -> Command:
+        """The image's build-time check (``python -m switchyard_worker.check``)."""
+        return self._python(
+            {APP_ROOT: self.layouts.worker}, list(THIRD_PARTY), ["-m", "switchyard_worker.check"]
+        )
+
+    def _function_mounts(self, function: Function) -> dict[Path, Path]:
+        task = self.layouts.router if function == "router" else self.layouts.splitter
+        return {TASK_ROOT: task, LAYER_PATH: self.layouts.layer_python}
+
+    def _python(self, mounts: dict[Path, Path], extra: list[Path], args: list[str]) -> Command:
+        """``mounts``: where AWS puts each layout -> where it is built; they come
+        first on the path, in order, then ``extra``."""
+        layout = list(mounts) if self.exact_paths else list(mounts.values())
+        env = {
+            "PYTHONPATH": os.pathsep.join(str(p) for p in [*layout, *extra]),
+            "PYTHONNOUSERSITE": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+        argv = [sys.executable, "-S", "-P", *args]
+        if self.exact_paths:
+            argv = _in_mount_namespace(mounts, argv)
+        return Command(argv, env)
+
+
+def _in_mount_namespace(mounts: dict[Path, Path], argv: list[str]) -> list[str]:
+    """``argv`` in a private mount namespace where each source is bind-mounted,
+    read-only as Lambda's code and the image's (non-root) /app are, at its place
+    (the empty mount points are made once, if missing)."""
+    steps = ["set -e"]
+    for place, source in mounts.items():
+        at = shlex.quote(str(place))
+        steps.append(f"mkdir -p {at}")
+        steps.append(f"mount --bind {shlex.quote(str(source))} {at}")
+        steps.append(f"mount -o remount,bind,ro {at}")
+    steps.append('exec "$@"')
+    return [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        "; ".join(steps),
+        "sh",
+    ] + argv
+
+
+class LambdaProcess:
+    """A function's handler served by the Lambda runtime stand-in in its own process
+    (``Launcher.lambda_handler``): initialised once, then invoked event by event."""
+
+    def __init__(self, command: Command, env: dict[str, str], log_path: Path) -> None:
+        self._log = open(log_path, "ab")  # noqa: SIM115 - held for the process's life
+        self.process = subprocess.Popen(
+            command.argv,
+            env={**env, **command.env},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+        )
+        self._lock = threading.Lock()
+        first = self._read(timeout_s=120)
+        if "init_error" in first:
+            self.close()
+            error = first["init_error"]
+            raise LambdaInitError(f"{error['type']}: {error['message']} (log: {log_path})")
+        # What the cold start imported: the platform's modules with their files, and
+        # every top-level package.
+        self.modules: dict[str, str] = first.get("modules", {})
+        self.top_level: list[str] = first.get("top_level", [])
+
+    def invoke(self, event: dict[str, Any], timeout_s: float = 60) -> Any:
+        """The handler's return value; raises :class:`LambdaInvokeError` if it raised."""
+        with self._lock:
+            assert self.process.stdin is not None
+            self.process.stdin.write(json.dumps({"event": event, "timeout_s": timeout_s}) + "\n")
+            self.process.stdin.flush()
+            answer = self._read(timeout_s + 5)
+        if "error" in answer:
+            raise LambdaInvokeError(f"{answer['error']['type']}: {answer['error']['message']}")
+        return answer["result"]
+
+    def _read(self, timeout_s: float) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        ready, _, _ = select.select([self.process.stdout], [], [], timeout_s)
+        line = self.process.stdout.readline() if ready else ""
+        if not line:
+            code = self.process.poll()
+            raise LambdaInvokeError(f"the function process gave no answer (exit code {code})")
+        return dict(json.loads(line))
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            assert self.process.stdin is not None
+            self.process.stdin.close()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+
+
+class LambdaInitError(RuntimeError):
+    """The function failed its cold start (its module raised on import)."""
+
+
+class LambdaInvokeError(RuntimeError):
+    """The handler raised, or its process died."""

@@ -1,0 +1,96 @@
+"""The local AWS emulator, started in one place.
+
+moto in server mode, on loopback only, with the fix that lets its SQS hold a
+production-size backlog (``moto_sqs``) applied in the server's process. The local
+platform's supervisor, the integration tier and the benchmarks all start it from
+here: ``python -m switchyard_local.emulator -H 127.0.0.1 -p PORT`` takes moto's own
+server options.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+
+def emulator_argv(port: int) -> list[str]:
+    """The command line of an emulator listening on ``127.0.0.1:port``."""
+    return [sys.executable, "-m", "switchyard_local.emulator", "-H", "127.0.0.1", "-p", str(port)]
+
+
+def wait_http(
+    url: str, timeout_s: float, what: str, exited: Callable[[], str | None] | None = None
+) -> None:
+    """Wait until ``url`` answers. ``exited`` says why the process behind it has
+    already ended (None while it runs): then fail at once, with that."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2):  # noqa: S310 - loopback
+                return
+        except OSError:
+            ended = exited() if exited else None
+            if ended is not None:
+                raise RuntimeError(f"{what} exited before it answered: {ended}") from None
+            time.sleep(0.1)
+    raise TimeoutError(f"{what} did not answer at {url} within {timeout_s:.0f}s")
+
+
+@dataclass
+class RunningEmulator:
+    """An emulator process of a test run or a benchmark; ``stop()`` ends it."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+    log: IO[bytes]
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        self.log.close()
+
+
+def start_emulator(log_path: Path, port: int, timeout_s: float = 30) -> RunningEmulator:
+    """Start an emulator on ``127.0.0.1:port`` and wait until it answers."""
+    log = open(log_path, "wb")  # noqa: SIM115 - held for the emulator's life
+    process = subprocess.Popen(emulator_argv(port), stdout=log, stderr=subprocess.STDOUT)
+    emulator = RunningEmulator(f"http://127.0.0.1:{port}", process, log)
+
+    def exited() -> str | None:
+        code = process.poll()
+        return None if code is None else f"exit code {code}; see {log_path}"
+
+    try:
+        wait_http(f"{emulator.url}/moto-api/", timeout_s, "the AWS emulator", exited)
+    except BaseException:
+        emulator.stop()
+        raise
+    return emulator
+
+
+def main(argv: list[str] | None = None) -> None:
+    from moto.server import main as serve
+
+    from switchyard_local import moto_sqs
+
+    moto_sqs.apply()
+    serve(argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+"""Deploy tier: what `cdk deploy` ships, run as AWS runs it.
+
+The layouts are built by the CDK app's own bundling code (``stacks.assets``) for
+this machine's interpreter. Each function runs in a fresh interpreter whose path
+holds only its code asset (at ``/var/task``), the core layer (at ``/opt/python``) and
+the SDK the Lambda runtime provides, and its handler is invoked with the events AWS
+sends it. The workers run from the image's ``/app``. As root on Linux (CI) every
+layout sits exactly at those paths, each process in its own mount namespace.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stacks.assets import Layouts, build_layouts
+from switchyard.settings import RouterSettings, Settings, SplitterSettings, to_environment
+from switchyard.wiring import Adapters, build_adapters
+from switchyard_local.deployed import (
+    APP_ROOT,
+    LAYER_PATH,
+    TASK_ROOT,
+    Function,
+    LambdaProcess,
+    Launcher,
+    can_mount,
+)
+from switchyard_local.models import build_all
+from switchyard_local.supervisor import LocalPlatform, base_environment, free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+EVENTS = Path(__file__).with_name("events")
+MODEL = "minilm-embed"
+
+
+def event(name: str) -> dict[str, Any]:
+    """One of the event fixtures AWS sends (``events/*.json``), to fill in."""
+    return copy.deepcopy(json.loads((EVENTS / f"{name}.json").read_text()))
+
+
+@pytest.fixture(scope="session")
+def layouts() -> Layouts:
+    return build_layouts()
+
+
+@pytest.fixture(scope="session")
+def launcher(layouts: Layouts) -> Launcher:
+    if not can_mount():
+        warnings.warn(
+            "not root on Linux: the deployed layouts run from their build folders, "
+            "not at /opt/python, /var/task and /app",
+            stacklevel=1,
+        )
+    return Launcher(layouts, exact_paths=can_mount())
+
+
+@pytest.fixture(scope="session")
+def platform(
+    launcher: Launcher, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalPlatform]:
+    """The emulator, provisioned, with one worker per model from the image's /app."""
+    models = ROOT / "build" / "models"
+    build_all(models)
+    local = LocalPlatform(
+        port=free_port(),
+        run_dir=tmp_path_factory.mktemp("deploy-platform"),
+        models_dir=models,
+        exact_paths=launcher.exact_paths,
+    )
+    try:
+        local.start()
+        yield local
+    finally:
+        local.stop()
+
+
+@pytest.fixture(scope="session")
+def adapters(platform: LocalPlatform) -> Adapters:
+    """The test's own view of the emulator's stores, to check what functions did."""
+    assert platform.provisioned is not None
+    return build_adapters(Settings(**platform.provisioned.settings_values()))
+
+
+def start_function(
+    platform: LocalPlatform, function: Function, name: str, environment: dict[str, str]
+) -> LambdaProcess:
+    """A cold start of ``function``'s asset with ``environment``, as Lambda's init."""
+    command = platform.launcher.lambda_handler(function)
+    return LambdaProcess(
+        command,
+        {**base_environment(), **environment},
+        platform.run_dir / "logs" / f"function-{name}.log",
+    )
+
+
+def router_environment(platform: LocalPlatform, models: list[str]) -> dict[str, str]:
+    """A router function's variables, as the CDK app writes them: one model's queues
+    for a model's router, every model's for the requests router."""
+    provisioned = platform.provisioned
+    assert provisioned is not None and platform.extension is not None
+    values = provisioned.router_values(platform.extension.url)
+    values["queues"] = {m: provisioned.queues[m] for m in models}
+    values["appconfig_environment"] = models[0] if len(models) == 1 else "dev"
+    return to_environment(RouterSettings, values)
+
+
+@pytest.fixture(scope="session")
+def router(platform: LocalPlatform) -> Iterator[LambdaProcess]:
+    """``minilm-embed``'s router function."""
+    function = start_function(platform, "router", "router", router_environment(platform, [MODEL]))
+    yield function
+    function.close()
+
+
+@pytest.fixture(scope="session")
+def requests_router(platform: LocalPlatform) -> Iterator[LambdaProcess]:
+    """The router function behind GET /v1/models and GET /v1/requests/{id}."""
+    models = list(platform.manifest.models)
+    function = start_function(
+        platform, "router", "requests-router", router_environment(platform, models)
+    )
+    yield function
+    function.close()
+
+
+@pytest.fixture(scope="session")
+def splitter(platform: LocalPlatform) -> Iterator[LambdaProcess]:
+    assert platform.provisioned is not None
+    environment = to_environment(SplitterSettings, platform.provisioned.splitter_values())
+    function = start_function(platform, "splitter", "splitter", environment)
+    yield function
+    function.close()
+
+
+def rest_event(
+    platform: LocalPlatform,
+    method: str,
+    path: str,
+    *,
+    tenant: str | None = "acme",
+    body: Any = None,
+    query: dict[str, str] | None = None,
+    key_id: str | None = None,
+) -> dict[str, Any]:
+    """An API Gateway REST proxy event for ``method path`` from ``tenant``'s key."""
+    assert platform.provisioned is not None
+    e = event("rest_api_proxy")
+    e["httpMethod"] = e["requestContext"]["httpMethod"] = method
+    e["path"] = path
+    e["requestContext"]["path"] = f"/dev{path}"
+    e["body"] = None if body is None else json.dumps(body)
+    e["queryStringParameters"] = query
+    e["multiValueQueryStringParameters"] = {k: [v] for k, v in query.items()} if query else None
+    identity = e["requestContext"]["identity"]
+    if tenant is not None:
+        identity["apiKey"] = platform.provisioned.api_keys[tenant]
+        identity["apiKeyId"] = platform.provisioned.api_key_ids[tenant]
+    if key_id is not None:
+        identity["apiKeyId"] = key_id
+    return e
+
+
+def answer(response: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """A proxy integration response as (status, JSON body, headers by lower-case name)."""
+    headers = {k.lower(): v for k, v in (response.get("headers") or {}).items()}
+    return int(response["statusCode"]), json.loads(response["body"]), headers
+
+
+def wait_for(check: Any, timeout_s: float = 120, every_s: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, "gave up waiting"
+        time.sleep(every_s)
+
+
+def deployed_roots(launcher: Launcher, function: Function) -> tuple[Path, Path]:
+    """Where a function's own modules and the layer's must come from."""
+    if launcher.exact_paths:
+        return TASK_ROOT, LAYER_PATH
+    task = launcher.layouts.router if function == "router" else launcher.layouts.splitter
+    return task, launcher.layouts.layer_python
+
+
+def image_root(launcher: Launcher) -> Path:
+    return APP_ROOT if launcher.exact_paths else launcher.layouts.worker

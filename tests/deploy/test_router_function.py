@@ -1,0 +1,117 @@
+"""The router function as Lambda runs it: its asset and the core layer only, its
+handler invoked with API Gateway REST proxy events, against the emulator and the
+workers."""
+
+from __future__ import annotations
+
+import pytest
+
+from switchyard_local.deployed import LambdaInitError, LambdaProcess, Launcher
+
+from .conftest import (
+    MODEL,
+    answer,
+    deployed_roots,
+    rest_event,
+    router_environment,
+    start_function,
+    wait_for,
+)
+
+PREDICT = f"/v1/models/{MODEL}/predict"
+
+
+def test_the_cold_start_imports_the_platform_from_the_asset_and_layer_only(
+    router: LambdaProcess, launcher: Launcher
+) -> None:
+    task, layer = deployed_roots(launcher, "router")
+    # GIVEN the router's cold start (module import, settings, clients)
+    # THEN every module of the platform came from /var/task or /opt/python
+    assert "switchyard_router.app" in router.modules and "switchyard.wiring" in router.modules
+    for name, file in router.modules.items():
+        root = task if name.startswith("switchyard_router") or name == "handler" else layer
+        assert file.startswith(f"{root}/"), f"{name} was imported from {file}"
+    # and nothing of the local platform, the manifest or a model library
+    assert not any(n.startswith("switchyard_local") for n in router.modules)
+    assert "switchyard.manifest" not in router.modules
+    assert not {"torch", "transformers", "sentence_transformers"} & set(router.top_level)
+
+
+def test_a_predict_is_answered_by_the_workers(router: LambdaProcess, platform) -> None:
+    body = {"inputs": ["a sentence to embed", "and another one"]}
+    status, result, headers = answer(
+        router.invoke(rest_event(platform, "POST", PREDICT, body=body))
+    )
+    assert status == 200, result
+    assert result["status"] == "done" and result["model"] == MODEL and result["version"] == "v1"
+    assert [len(vector) for vector in result["outputs"]] == [384, 384]
+    assert headers["x-model-version"] == "v1"
+
+
+def test_inputs_that_break_the_signature_are_refused_with_the_field(
+    router: LambdaProcess, platform
+) -> None:
+    body = {"inputs": ["fine", ""]}
+    status, result, _ = answer(router.invoke(rest_event(platform, "POST", PREDICT, body=body)))
+    assert status == 422
+    assert result["code"] == "invalid_input"
+    assert result["errors"] == [{"field": "inputs[1]", "message": "must not be empty"}]
+
+
+@pytest.mark.parametrize("key_id", ["no-such-key-id", ""])
+def test_a_key_id_of_no_tenant_is_forbidden(router: LambdaProcess, platform, key_id) -> None:
+    e = rest_event(platform, "POST", PREDICT, body={"inputs": ["x"]}, key_id=key_id)
+    status, result, _ = answer(router.invoke(e))
+    assert status == 403 and result["code"] == "forbidden"
+
+
+def test_another_models_predict_is_not_this_routers(router: LambdaProcess, platform) -> None:
+    e = rest_event(platform, "POST", "/v1/models/digits-cnn/predict", body={"inputs": [[0] * 64]})
+    status, result, _ = answer(router.invoke(e))
+    assert status == 404 and result["code"] == "unknown_model"
+
+
+def test_an_async_request_is_read_back_through_the_requests_router(
+    router: LambdaProcess, requests_router: LambdaProcess, platform
+) -> None:
+    # GIVEN an async predict through the model's router
+    e = rest_event(platform, "POST", PREDICT, body={"inputs": ["later"]}, query={"async": "true"})
+    status, accepted, headers = answer(router.invoke(e))
+    assert status == 202 and accepted["status"] == "queued"
+    # THEN its Location carries API Gateway's stage
+    location = headers["location"]
+    assert location == f"/dev/v1/requests/{accepted['request_id']}"
+    path = location.removeprefix("/dev")
+
+    # WHEN the caller polls it
+    def done() -> dict | None:
+        code, body, _ = answer(requests_router.invoke(rest_event(platform, "GET", path)))
+        assert code == 200, body
+        return body if body["status"] == "done" else None
+
+    result = wait_for(done)
+    assert len(result["outputs"][0]) == 384
+    # and another tenant cannot see it
+    other = rest_event(platform, "GET", path, tenant="globex")
+    assert answer(requests_router.invoke(other))[0] == 404
+
+
+def test_the_catalog_lists_every_registered_version(requests_router: LambdaProcess, platform):
+    status, body, _ = answer(requests_router.invoke(rest_event(platform, "GET", "/v1/models")))
+    assert status == 200
+    versions = {m["model"]: [v["version"] for v in m["versions"]] for m in body["models"]}
+    assert versions == {"minilm-embed": ["v1"], "digits-cnn": ["v1", "v2"]}
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("SWITCHYARD_TENANT_KEYS", None), ("SWITCHYARD_QUEUES", "{not json")],
+)
+def test_a_bad_setting_fails_the_cold_start_naming_it(platform, variable, value) -> None:
+    environment = router_environment(platform, [MODEL])
+    if value is None:
+        del environment[variable]
+    else:
+        environment[variable] = value
+    with pytest.raises(LambdaInitError, match=variable):
+        start_function(platform, "router", "broken-router", environment)
