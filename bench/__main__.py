@@ -3,7 +3,8 @@ then the report (``benchmarks.md``, ``benchmarks.json``, ``img/*.png``).
 
 Sections run one after another, never side by side, so that each has the machine
 to itself: model limit, worker efficiency, AWS calls and router cold start (on a
-private emulator), end to end on the local platform (micro-batching on, then off),
+private emulator), the emulator's SQS under a backlog, async bursts draining on the
+local platform, end to end on the local platform (micro-batching on, then off),
 and the LitServe peer. A section that fails is recorded and the others still run;
 the exit status is non-zero if any failed.
 """
@@ -21,7 +22,15 @@ from typing import Any
 
 from bench.common import ROOT, TENSOR_MODEL, TEXT_MODEL, load_average, machine_info, wait_for_quiet
 
-SECTIONS = ("model_limit", "worker_efficiency", "aws_calls", "end_to_end", "peer_litserve")
+SECTIONS = (
+    "model_limit",
+    "worker_efficiency",
+    "aws_calls",
+    "emulator_backlog",
+    "backlog",
+    "end_to_end",
+    "peer_litserve",
+)
 
 
 def log(message: str) -> None:
@@ -63,7 +72,7 @@ def run(quick: bool, out_dir: Path, only: set[str], quiet_wait_s: float) -> int:
     from bench import model_limit
 
     models: dict[str, Any] = {}
-    if only & {"model_limit", "worker_efficiency", "aws_calls"}:
+    if only & {"model_limit", "worker_efficiency", "aws_calls", "backlog"}:
         models = (
             section(
                 "load_models",
@@ -98,6 +107,18 @@ def run(quick: bool, out_dir: Path, only: set[str], quiet_wait_s: float) -> int:
 
         section("aws_calls_and_cold_start", aws_and_cold)
         result_write_ms = (results["sections"].get("aws_calls") or {}).get("result_write_ms")
+    if "emulator_backlog" in only:
+        from bench import emulator_backlog
+
+        results["sections"]["emulator_backlog"] = section(
+            "emulator_backlog", lambda: emulator_backlog.run(quick)
+        )
+    if "backlog" in only and models:
+        from bench import backlog
+
+        results["sections"]["backlog"] = section(
+            "backlog", lambda: backlog.run(models[TEXT_MODEL], quick, log)
+        )
     models.clear()  # free the in-process models before the platform's own start
     if "end_to_end" in only:
         from bench import end_to_end

@@ -16,8 +16,10 @@ async def call(
     headers: dict[str, str] | None = None,
     body: bytes = b"",
     query: str = "",
+    api_key_id: str | None = None,
 ) -> tuple[int, bytes]:
-    """One request through ``app``; returns (status, body)."""
+    """One request through ``app``; returns (status, body). ``api_key_id`` is the key
+    API Gateway verified, passed as Mangum passes the request context."""
     raw_headers = [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
     if body:
         raw_headers.append((b"content-length", str(len(body)).encode()))
@@ -36,6 +38,8 @@ async def call(
         "client": ("127.0.0.1", 50000),
         "server": ("127.0.0.1", 80),
     }
+    if api_key_id is not None:
+        scope["aws.event"] = {"requestContext": {"identity": {"apiKeyId": api_key_id}}}
     delivered = False
     status = 0
     chunks: list[bytes] = []

@@ -16,18 +16,16 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from bench.asgi import call, predict_body
-from bench.common import ROOT, TEXT_MODEL, accepted_kwargs, median, sentences
+from bench.common import ROOT, TEXT_MODEL, median, sentences
 from bench.emulator import REGION, Emulator
 
 # us-east-1 list prices, USD. See PRICE_SOURCES.
@@ -48,8 +46,8 @@ PRICE_SOURCES = (
     "Lambda (x86), API Gateway (REST APIs) and Data Firehose (Direct PUT); cross-checked on "
     "2026-11-22 against secondary summaries dated March and June 2026. Free tiers are ignored."
 )
-REFRESH_OPS = {"GetApiKeys", "Query", "Scan"}
-REFRESH_SERVICES = {"apigateway", "appconfig"}
+REFRESH_OPS = {"Query", "Scan"}
+REFRESH_SERVICES = {"appconfig"}
 WORKER_THREADS = ("bench-worker", "visibility", "result-writer")
 
 
@@ -218,20 +216,6 @@ def summarise(calls: list[Call], inferences: int, requests: int) -> dict[str, An
     }
 
 
-@contextmanager
-def patched_env(values: dict[str, str]) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def router_memory_mb() -> int:
     """The router function's memory, read from the CDK app when it states it."""
     for path in (ROOT / "stacks").glob("*.py"):
@@ -246,15 +230,22 @@ class Harness:
 
     def __init__(self, emu: Emulator, runtime: Any) -> None:
         from switchyard import aws
-        from switchyard.settings import Settings, WorkerSettings
+        from switchyard.settings import RouterSettings, SplitterSettings, WorkerSettings
+        from switchyard.wiring import build_adapters
         from switchyard_router.app import create_app
         from switchyard_router.wiring import build_deps
 
         self.emu = emu
-        with patched_env(emu.env):
-            self.settings = Settings()
-            self.worker_settings = WorkerSettings(worker_model=TEXT_MODEL)
+        provisioned = emu.provisioned
+        # Routing documents come from the AppConfig extension in Lambda, which polls
+        # AppConfig on its own; here there is none, and the newest version answers.
+        router = provisioned.router_values("http://127.0.0.1:9")
+        router["routing_source"] = "none"
+        self.settings = RouterSettings(**router)
+        self.splitter = build_adapters(SplitterSettings(**provisioned.splitter_values()))
+        self.worker_settings = WorkerSettings(**provisioned.worker_values(TEXT_MODEL))
         self.tenant, self.api_key = next(iter(emu.api_keys.items()))
+        self.api_key_id = provisioned.api_key_ids[self.tenant]
         self._register()
         self.app = create_app(build_deps(self.settings))
         self.worker = self._worker(runtime)
@@ -268,53 +259,28 @@ class Harness:
 
     def _register(self) -> None:
         from bench.stand_ins import version_record
-        from switchyard import aws
-        from switchyard.registry import DynamoDBRegistry
 
-        registry = DynamoDBRegistry(
-            aws.client("dynamodb", REGION, self.emu.url), self.settings.registry_table
-        )
-        registry.register(version_record(TEXT_MODEL))
+        self.splitter.registry.register(version_record(TEXT_MODEL))
 
     def _worker(self, runtime: Any) -> Any:
-        from switchyard import aws
-        from switchyard.payloads import S3PayloadStore
-        from switchyard.queues import SqsWorkQueue
-        from switchyard.registry import DynamoDBRegistry
-        from switchyard.results import DynamoDBResultStore
+        from switchyard.wiring import build_adapters
         from switchyard_worker.worker import Worker
 
         s = self.worker_settings
-
-        def client(service: str) -> Any:
-            return aws.client(service, REGION, self.emu.url)
-
-        pair = s.queues[TEXT_MODEL]
-        payloads = S3PayloadStore(client("s3"), s.payloads_bucket)
-        prediction_log = None
-        stream = getattr(s, "prediction_log_stream", None)
-        if stream:
-            from switchyard.telemetry import FirehosePredictionLog
-
-            prediction_log = FirehosePredictionLog(client("firehose"), stream)
+        adapters = build_adapters(s)
+        lanes = adapters.queues[TEXT_MODEL]
         return Worker(
-            **accepted_kwargs(
-                Worker.__init__,
-                model=TEXT_MODEL,
-                worker_id="bench-worker",
-                realtime=SqsWorkQueue(client("sqs"), pair.realtime, "realtime"),
-                batch=SqsWorkQueue(client("sqs"), pair.batch, "batch"),
-                registry=DynamoDBRegistry(client("dynamodb"), s.registry_table),
-                results=DynamoDBResultStore(
-                    client("dynamodb"), s.results_table, payloads, s.result_inline_bytes
-                ),
-                payloads=payloads,
-                load_runtime=lambda _record: runtime,
-                visibility_timeout=s.visibility_timeout_seconds,
-                poll_wait_seconds=s.poll_wait_seconds,
-                metrics=None,
-                prediction_log=prediction_log,
-            )
+            model=TEXT_MODEL,
+            worker_id="bench-worker",
+            realtime=lanes.realtime,
+            batch=lanes.batch,
+            registry=adapters.registry,
+            results=adapters.results,
+            payloads=adapters.payloads,
+            load_runtime=lambda _record: runtime,
+            visibility_timeout=s.visibility_timeout_seconds,
+            poll_wait_seconds=s.poll_wait_seconds,
+            prediction_log=adapters.prediction_log(s.prediction_log_stream),
         )
 
     def close(self) -> None:
@@ -332,13 +298,20 @@ class Harness:
                 {"x-api-key": self.api_key, "x-deadline-ms": "10000"},
                 predict_body([text]),
                 "async=true" if is_async else "",
+                self.api_key_id,
             )
         )
         return status, json.loads(body)
 
     def poll(self, request_id: str) -> tuple[int, dict[str, Any]]:
         status, body = asyncio_run(
-            call(self.app, "GET", f"/v1/requests/{request_id}", {"x-api-key": self.api_key})
+            call(
+                self.app,
+                "GET",
+                f"/v1/requests/{request_id}",
+                {"x-api-key": self.api_key},
+                api_key_id=self.api_key_id,
+            )
         )
         return status, json.loads(body)
 
@@ -426,7 +399,9 @@ def scenario_batch(h: Harness, texts: list[str], lines: int) -> dict[str, Any]:
     jobs: list[dict[str, Any]] = []
     started = time.perf_counter()
     splitter = threading.Thread(
-        target=lambda: jobs.extend(handle_event(event, h.settings, h.settings.jobs_table)),
+        target=lambda: jobs.extend(
+            handle_event(event, h.splitter, h.emu.provisioned.names.jobs_table)
+        ),
         name="bench-splitter",
     )
     splitter.start()
@@ -526,7 +501,6 @@ def run(emu: Emulator, runtime: Any, quick: bool, log: Callable[[str], None]) ->
         "paths": results,
         "lambda_api_gateway": lambda_and_gateway(results, router_memory_mb()),
         "cache_refresh": {
-            "api_keys_seconds": h.settings.api_key_cache_seconds,
             "routing_seconds": h.settings.routing_cache_seconds,
             "registry_versions_seconds": 10.0,
         },

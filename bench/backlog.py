@@ -17,6 +17,7 @@ deletes and result writes per input).
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +28,7 @@ from bench.common import TEXT_MODEL, median, ratio, sentences
 from bench.loadgen import check_loopback
 from bench.model_limit import LoadedModel, throughput
 from bench.platform_proc import RunningPlatform, local_platform
+from bench.proc_cpu import CpuMeter
 
 BATCH_SIZE = 32  # minilm-embed's max_batch_size in the manifest
 BURSTS = {"full": ((200, 16), (1000, 1)), "quick": ((60, 16), (300, 1))}
@@ -74,6 +76,8 @@ def drain(platform: RunningPlatform, ids: list[str], limit_s: float) -> list[Any
     from switchyard.settings import Settings
     from switchyard.wiring import build_adapters
 
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
     adapters = build_adapters(Settings(**platform.info["settings"]))
     lanes = adapters.queues[TEXT_MODEL]
     sqs = adapters.client("sqs")
@@ -100,9 +104,12 @@ def burst(platform: RunningPlatform, requests: int, per_request: int, limit: flo
         [texts[(i * per_request + j) % len(texts)] for j in range(per_request)]
         for i in range(requests)
     ]
+    meter = CpuMeter(platform.process.pid)
+    meter.start()
     ids, started = asyncio.run(submit(platform, bodies))
     submitted = time.time()
     records = drain(platform, ids, limit_s=600)
+    cpu, others = meter.stop()
     done = [r for r in records if r is not None and r.status == "done"]
     finished = max((r.completed_at or 0.0) for r in done) if done else time.time()
     inputs = sum(len(r.outputs or []) for r in done)
@@ -119,6 +126,9 @@ def burst(platform: RunningPlatform, requests: int, per_request: int, limit: flo
         "inputs_per_s": round(rate, 1) if rate else None,
         "share_of_model_limit": round(ratio(rate, limit) or 0.0, 3),
         "median_batch_size": median(batch_sizes) if batch_sizes else None,
+        # CPU seconds per process over the burst (2 cores: 2 s of CPU per second).
+        "cpu_seconds": {name: round(v, 2) for name, v in sorted(cpu.items())},
+        "cpu_seconds_elsewhere": round(others, 2),
     }
 
 

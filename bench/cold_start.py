@@ -1,10 +1,11 @@
 """Router cold start and the warm router's own CPU per request.
 
-Cold start: a fresh Python process imports ``switchyard_router.app`` and answers
-its first request (an async predict: key lookup, version choice, routing document,
-queued record, enqueue) through the ASGI app, against the emulator, as a new Lambda
-instance would; then a second, warm one. Interpreter start, import and first
-request are timed apart.
+Cold start: the router function as it deploys (its code asset and the core layer,
+built by the CDK app's bundling code; at /var/task and /opt/python when run as
+root), started by the Lambda runtime stand-in as a new Lambda instance would be:
+interpreter start, the handler module's import (which reads the settings and builds
+its clients, as Lambda's init does), then its first event (an async predict: version
+choice, queued record, enqueue) against the emulator, and a second, warm one.
 
 Warm CPU: the router app in-process on in-memory stand-ins (no AWS at all), a
 stand-in worker that completes each request the moment it is enqueued, and
@@ -18,49 +19,68 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
-import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from bench.asgi import call, predict_body
-from bench.common import ROOT, TEXT_MODEL, accepted_kwargs, median, quiet_output, sentences
+from bench.common import TEXT_MODEL, accepted_kwargs, median, quiet_output, sentences
 from bench.emulator import Emulator
 
 
 def cold_start(emu: Emulator, runs: int) -> dict[str, Any]:
+    from stacks.assets import build_layouts
+    from switchyard.settings import RouterSettings, to_environment
+    from switchyard_local.deployed import LambdaProcess, Launcher, can_mount
+    from switchyard_local.supervisor import base_environment
+    from tests.deploy.lambda_events import rest_event
+
+    launcher = Launcher(build_layouts(), exact_paths=can_mount())
+    values = emu.provisioned.router_values("http://127.0.0.1:9")
+    values["routing_source"] = "none"  # the extension prefetches at init; none here
+    values["queues"] = {TEXT_MODEL: emu.provisioned.queues[TEXT_MODEL]}
+    env = {**base_environment(), **to_environment(RouterSettings, values)}
     tenant, key = next(iter(emu.api_keys.items()))
-    env = {
-        **os.environ,
-        **emu.env,
-        "BENCH_ROOT": str(ROOT),
-        "BENCH_MODEL": TEXT_MODEL,
-        "BENCH_API_KEY": key,
-        "AWS_ACCESS_KEY_ID": "local",
-        "AWS_SECRET_ACCESS_KEY": "local",
-    }
+    event = rest_event(
+        "POST",
+        f"/v1/models/{TEXT_MODEL}/predict",
+        api_key=key,
+        api_key_id=emu.provisioned.api_key_ids[tenant],
+        body={"inputs": ["a sentence to embed"]},
+        query={"async": "true"},
+    )
+    bare = launcher.lambda_handler("router")
     samples = []
-    for _ in range(runs):
-        spawned = time.time()
-        done = subprocess.run(
-            [sys.executable, str(ROOT / "bench" / "router_child.py")],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=True,
+    workdir = Path(tempfile.mkdtemp(prefix="switchyard-cold-start-"))
+    for run in range(runs):
+        began = time.perf_counter()
+        subprocess.run([*bare.argv[:-2], "-c", "pass"], env={**env, **bare.env}, check=True)
+        interpreter = time.perf_counter() - began
+        began = time.perf_counter()
+        function = LambdaProcess(bare, env, workdir / f"router-{run}.log")
+        ready = time.perf_counter()
+        first = function.invoke(event)
+        answered = time.perf_counter()
+        second = function.invoke(event)
+        warm = time.perf_counter()
+        function.close()
+        samples.append(
+            {
+                "interpreter_s": interpreter,
+                "import_s": max(ready - began - interpreter, 0.0),
+                "first_request_s": answered - ready,
+                "to_first_answer_s": answered - began,
+                "second_request_s": warm - answered,
+                "statuses": [first["statusCode"], second["statusCode"]],
+            }
         )
-        ended = time.time()
-        row = json.loads(done.stdout.strip().splitlines()[-1])
-        row["interpreter_s"] = row["started_wall"] - spawned
-        row["process_total_s"] = ended - spawned
-        row["to_first_answer_s"] = row["interpreter_s"] + row["import_s"] + row["first_request_s"]
-        samples.append(row)
     keys = ("interpreter_s", "import_s", "first_request_s", "to_first_answer_s", "second_request_s")
     return {
         "runs": runs,
+        "deployed_paths": launcher.exact_paths,
         "statuses": samples[-1]["statuses"],
         **{k.replace("_s", "_ms"): round(1000 * median([s[k] for s in samples]), 1) for k in keys},
     }
@@ -81,9 +101,9 @@ def warm_cpu(requests: int) -> dict[str, Any]:
         MemoryQueue,
         MemoryRegistry,
         MemoryResults,
-        StaticTenants,
         version_record,
     )
+    from switchyard.auth import KeyIdDirectory
     from switchyard.queues import ModelLanes
     from switchyard.schemas import ResultRecord
     from switchyard_router.app import RouterDeps, create_app
@@ -132,22 +152,24 @@ def warm_cpu(requests: int) -> dict[str, Any]:
         **accepted_kwargs(
             RouterDeps,
             service=service,
-            tenants=StaticTenants({"bench-key": "acme"}),
+            tenants=KeyIdDirectory({"acme": "bench-key-id"}),
             max_body_bytes=1_048_576,
         )
     )
     app = create_app(deps)
     texts = sentences()
     headers = {"x-api-key": "bench-key"}
+    key_id = "bench-key-id"  # the id API Gateway would pass for that key
     path = f"/v1/models/{TEXT_MODEL}/predict"
 
     async def drive(target: Any, n: int) -> tuple[float, float]:
         for i in range(20):  # warm-up
-            await call(target, "POST", path, headers, predict_body([texts[i]]))
+            await call(target, "POST", path, headers, predict_body([texts[i]]), "", key_id)
         stand_in_cpu[0] = 0.0
         cpu, wall = time.process_time(), time.perf_counter()
         for i in range(n):
-            status, _ = await call(target, "POST", path, headers, predict_body([texts[i % 256]]))
+            body = predict_body([texts[i % 256]])
+            status, _ = await call(target, "POST", path, headers, body, "", key_id)
             assert status == 200, status
         return time.process_time() - cpu, time.perf_counter() - wall
 

@@ -51,7 +51,7 @@ def role(pid: int) -> str:
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return "gone"
-    if "moto.server" in cmd:
+    if "switchyard_local.emulator" in cmd or "moto.server" in cmd:
         return "emulator"
     if "uvicorn" in cmd and ("switchyard_router" in cmd or "switchyard_local.gateway" in cmd):
         return "router"  # the local platform serves it behind its usage-plan gate

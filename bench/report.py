@@ -250,6 +250,7 @@ def markdown(results: dict[str, Any], images: list[str]) -> str:
     lines += _summary(results)
     lines += _model_limit(s)
     lines += _worker(s)
+    lines += _backlog(s)
     lines += _end_to_end(s, results)
     lines += _breakdown(s)
     lines += _aws(s)
@@ -425,6 +426,99 @@ def _on_off_at_break(e2e: dict[str, Any]) -> tuple[float, float, float] | None:
         if not (on[rate]["sustained"] and off[rate]["sustained"]):
             return rate, on[rate]["p99_ms"], off[rate]["p99_ms"]
     return None
+
+
+def _backlog(s: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    emu = s.get("emulator_backlog")
+    if emu:
+        rows = [
+            [
+                "with the local platform's fix",
+                fmt(r["queued"], 0),
+                f"{fmt(r['receive_delete_ms_p50'])} ms",
+                f"{fmt(r['get_queue_attributes_ms'])} ms",
+                fmt(r["send_msgs_per_s"], 0),
+                f"{fmt(r['rss_mib_before'])} → {fmt(r['rss_mib_after'])} MiB",
+            ]
+            for r in emu["patched"]
+        ] + [
+            [
+                "moto 5.2.5 as it is",
+                fmt(r["queued"], 0),
+                f"{fmt(r['receive_delete_ms_p50'])} ms",
+                f"{fmt(r['get_queue_attributes_ms'])} ms",
+                fmt(r["send_msgs_per_s"], 0),
+                f"{fmt(r['rss_mib_before'])} → {fmt(r['rss_mib_after'])} MiB",
+            ]
+            for r in emu["unpatched"]
+        ]
+        out += [
+            "## The emulator's SQS under a backlog",
+            "",
+            "One client on loopback fills a queue with SendMessageBatch (500-byte bodies, a "
+            "third with a MessageGroupId), then times ReceiveMessage(10) + "
+            "DeleteMessageBatch(10) pairs (median) and one GetQueueAttributes at each size "
+            "(`bench/emulator_backlog.py`). The emulator is the local platform's "
+            "(`switchyard_local.emulator`: moto with `switchyard_local.moto_sqs`).",
+            "",
+            table(
+                [
+                    "emulator",
+                    "queued",
+                    "receive + delete",
+                    "queue attributes",
+                    "send msg/s while filling",
+                    "emulator RSS",
+                ],
+                rows,
+            ),
+            "",
+            f"Largest backlog against the smallest: {times(emu['growth_largest_vs_smallest'])} "
+            f"the cost of a pair; at 1,000 messages the fix is {fmt(emu['speedup_at_1k'])}× "
+            "faster than moto as it is.",
+            "",
+        ]
+    bursts = s.get("backlog")
+    if bursts:
+        limit = bursts["model_limit_inputs_per_s"]
+        out += [
+            "## A backlog drains at the workers' speed",
+            "",
+            "A fresh local platform with `minilm-embed` alone; a burst of async predicts sent "
+            "at once (64 in flight), and the drain timed from the first submission to the "
+            "last result the worker stored (`bench/backlog.py`). Beside it, the model's own "
+            f"limit at batch 32, measured in the same run: **{fmt(limit)} inputs/s**.",
+            "",
+            table(
+                [
+                    "burst",
+                    "submitting took",
+                    "first submission → last result",
+                    "inputs/s",
+                    "share of the model's limit",
+                    "median batch",
+                    "CPU-s: worker / emulator / router / load generator",
+                ],
+                [
+                    [
+                        f"{b['requests']:,} × {b['inputs_per_request']} sentence(s)",
+                        f"{fmt(b['submit_seconds'])} s",
+                        f"{fmt(b['drain_seconds'])} s",
+                        fmt(b["inputs_per_s"]),
+                        f"**{times(b['share_of_model_limit'])}**",
+                        fmt(b["median_batch_size"], 0),
+                        " / ".join(
+                            fmt(b["cpu_seconds"].get(k))
+                            for k in ("worker minilm-embed", "emulator", "router", "load generator")
+                        ),
+                    ]
+                    for b in bursts["bursts"]
+                ],
+            ),
+            "",
+        ]
+    return out
 
 
 def _model_limit(s: dict[str, Any]) -> list[str]:
@@ -912,9 +1006,11 @@ def _aws(s: dict[str, Any]) -> list[str]:
         "model is the real minilm-embed. Calls are told apart by the thread that made them. "
         "DynamoDB capacity units are computed from the item sizes (1 KB per write unit, 4 KB "
         "per strongly consistent read unit). Per inference = per input (one input per request "
-        "except in the batch file). Cache refreshes (API keys every "
-        f"{fmt(aws['cache_refresh']['api_keys_seconds'], 0)} s, routing document every "
-        f"{fmt(aws['cache_refresh']['routing_seconds'], 0)} s, registry versions every "
+        "except in the batch file). The router learns the tenant from the API key id API "
+        "Gateway passes in the request context, with no call. Cache refreshes (routing "
+        "document every "
+        f"{fmt(aws['cache_refresh']['routing_seconds'], 0)} s through the AppConfig "
+        "extension, registry versions every "
         f"{fmt(aws['cache_refresh']['registry_versions_seconds'], 0)} s, per router instance) "
         "are not per inference and are left out.",
         "",
@@ -1011,15 +1107,18 @@ def _cold(s: dict[str, Any]) -> list[str]:
     return [
         "## 6. Router cold start and warm CPU",
         "",
-        f"Cold start: a fresh process (`bench/router_child.py`) imports `switchyard_router.app`"
-        f", then answers an async predict through the ASGI app, building its dependencies from "
-        f"the environment on that first request (boto3 clients, key lookup, registry, routing "
-        f"document, queued record, enqueue) against the emulator; median of {cs['runs']} runs.",
+        f"Cold start: the router function as it deploys (its code asset and the core layer, "
+        f"built by the CDK app's bundling code"
+        f"{', at /var/task and /opt/python' if cs.get('deployed_paths') else ''}), started "
+        f"by the Lambda runtime stand-in: interpreter start, the handler's import (settings "
+        f"read, clients built, as at Lambda init), then its first event, an async predict "
+        f"(registry, queued record, enqueue) against the emulator; median of {cs['runs']} "
+        f"runs.",
         "",
         table(
             [
                 "interpreter start",
-                "import router",
+                "import handler (init)",
                 "first request",
                 "to first answer",
                 "second (warm) request",

@@ -135,14 +135,6 @@ class MemoryPayloads:
         return self.objects[uri]
 
 
-class StaticTenants:
-    def __init__(self, keys: dict[str, str]) -> None:
-        self.keys = keys
-
-    def tenant_for(self, api_key: str) -> str | None:
-        return self.keys.get(api_key)
-
-
 class DroppedPredictionLog:
     """Takes the worker's prediction-log records and keeps only their count, so the
     worker still pays for building them, as it does on the platform."""

@@ -10,7 +10,11 @@ Delivery is at-least-once, so the order of effects is what keeps it exact:
    of outputs) releases its messages for retry; after ``maxReceiveCount`` receives
    SQS moves a poison message to the DLQ, and retried messages run alone;
 4. messages in hand have their visibility extended while they wait or run;
-5. SIGTERM stops polling, finishes the batch in hand, releases what is not started.
+5. SIGTERM stops polling, finishes the batch in hand, releases what is not started,
+   and waits for the results of finished batches to be stored.
+
+A batch's results are stored and its messages deleted on their own thread, in
+batch order, while the model runs the next batch (``stages.InOrder``).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from switchyard.schemas import ErrorInfo, QueueMessage, ResultRecord
 from switchyard.signatures import check_inputs
 from switchyard.telemetry import COUNT, MILLISECONDS, PredictionLog, emit_metrics, prediction_record
 from switchyard_worker.batching import BatchAssembler, Pending
+from switchyard_worker.stages import InOrder
 from switchyard_worker.runtimes import ModelRuntime, OutputCountMismatch
 
 log = Logger(service="switchyard-worker")
@@ -78,6 +83,7 @@ class Worker:
         self._in_hand: dict[str, Received] = {}
         self._in_hand_lock = threading.Lock()
         self._writers = ThreadPoolExecutor(max_workers=8, thread_name_prefix="result-writer")
+        self._finisher = InOrder(self._finish, name="result-finisher")
         self.batches_run = 0
 
     # -- lifecycle ---------------------------------------------------------------
@@ -111,6 +117,7 @@ class Worker:
         finally:
             leftover = self._assembler.drain()
             self._release([p.received for p in leftover], 0)
+            self._finisher.close()
             self._writers.shutdown(wait=True)
             log.info(
                 "stopped",
@@ -232,8 +239,27 @@ class Worker:
                     (p, self._record(p, "done", outputs=out, timing=timing))
                     for p, (out, timing) in zip(runnable, outputs, strict=True)
                 )
-        self._store_and_delete(answered)
+        if answered:
+            self._finisher.submit(answered)
         self.batches_run += 1
+
+    def wait_for_results(self) -> None:
+        """Return once every finished batch's results are stored and its messages
+        deleted."""
+        self._finisher.flush()
+
+    def _finish(self, answered: list[tuple[Pending, ResultRecord]]) -> None:
+        """Store, log, then delete (on the finisher thread). If the store fails, the
+        messages are released at once for another try rather than held."""
+        try:
+            self._store_and_delete(answered)
+        except Exception:  # noqa: BLE001 - the messages go back; the worker goes on
+            log.exception("storing results failed; messages released", extra={"n": len(answered)})
+            try:
+                self._release([p.received for p, _ in answered], 0)
+            except Exception:  # noqa: BLE001 - they come back after their visibility timeout
+                log.exception("release failed")
+                self._forget([p.received for p, _ in answered])
 
     def _skip_answered(self, runnable: list[Pending]) -> list[Pending]:
         """A redelivered request that already has its result (answered by a fallback,

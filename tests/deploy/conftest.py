@@ -10,7 +10,6 @@ layout sits exactly at those paths, each process in its own mount namespace.
 
 from __future__ import annotations
 
-import copy
 import json
 import time
 import warnings
@@ -34,15 +33,10 @@ from switchyard_local.deployed import (
 )
 from switchyard_local.models import build_all
 from switchyard_local.supervisor import LocalPlatform, base_environment, free_port
+from tests.deploy import lambda_events
 
 ROOT = Path(__file__).resolve().parents[2]
-EVENTS = Path(__file__).with_name("events")
 MODEL = "minilm-embed"
-
-
-def event(name: str) -> dict[str, Any]:
-    """One of the event fixtures AWS sends (``events/*.json``), to fill in."""
-    return copy.deepcopy(json.loads((EVENTS / f"{name}.json").read_text()))
 
 
 @pytest.fixture(scope="session")
@@ -144,27 +138,23 @@ def rest_event(
     method: str,
     path: str,
     *,
-    tenant: str | None = "acme",
+    tenant: str = "acme",
     body: Any = None,
     query: dict[str, str] | None = None,
     key_id: str | None = None,
 ) -> dict[str, Any]:
-    """An API Gateway REST proxy event for ``method path`` from ``tenant``'s key."""
-    assert platform.provisioned is not None
-    e = event("rest_api_proxy")
-    e["httpMethod"] = e["requestContext"]["httpMethod"] = method
-    e["path"] = path
-    e["requestContext"]["path"] = f"/dev{path}"
-    e["body"] = None if body is None else json.dumps(body)
-    e["queryStringParameters"] = query
-    e["multiValueQueryStringParameters"] = {k: [v] for k, v in query.items()} if query else None
-    identity = e["requestContext"]["identity"]
-    if tenant is not None:
-        identity["apiKey"] = platform.provisioned.api_keys[tenant]
-        identity["apiKeyId"] = platform.provisioned.api_key_ids[tenant]
-    if key_id is not None:
-        identity["apiKeyId"] = key_id
-    return e
+    """An API Gateway REST proxy event for ``method path`` from ``tenant``'s key (or
+    with another verified key id)."""
+    provisioned = platform.provisioned
+    assert provisioned is not None
+    return lambda_events.rest_event(
+        method,
+        path,
+        api_key=provisioned.api_keys[tenant],
+        api_key_id=provisioned.api_key_ids[tenant] if key_id is None else key_id,
+        body=body,
+        query=query,
+    )
 
 
 def answer(response: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:

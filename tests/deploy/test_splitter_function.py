@@ -4,11 +4,11 @@ file is dropped; the workers answer the work it enqueues."""
 from __future__ import annotations
 
 import json
-from urllib.parse import quote_plus
 
 from switchyard_local.deployed import LambdaProcess, Launcher
+from tests.deploy.lambda_events import s3_event
 
-from .conftest import deployed_roots, event, wait_for
+from .conftest import deployed_roots, wait_for
 
 
 def test_the_cold_start_imports_the_platform_from_the_asset_and_layer_only(
@@ -33,14 +33,8 @@ def test_a_dropped_file_becomes_a_job_whose_lines_the_workers_answer(
     adapters.client("s3").put_object(
         Bucket=names.batch_drop_bucket, Key=key, Body="\n".join(lines).encode()
     )
-    e = event("s3_object_created")
-    record = e["Records"][0]["s3"]
-    record["bucket"]["name"] = names.batch_drop_bucket
-    record["bucket"]["arn"] = f"arn:aws:s3:::{names.batch_drop_bucket}"
-    record["object"]["key"] = quote_plus(key)
-
     # WHEN S3's event reaches the function
-    summary = splitter.invoke(e)
+    summary = splitter.invoke(s3_event(names.batch_drop_bucket, key))
 
     # THEN one job holds the valid lines, in chunks of the model's request size
     (job,) = summary["jobs"]

@@ -25,15 +25,15 @@ from .helpers import logical_id
 TOKEN = "deploy-time-value"
 
 
-def resolved(value: Any) -> str:
-    """A template value with each deploy-time reference replaced by a placeholder
+def resolved(value: Any, token: str = TOKEN) -> str:
+    """A template value with each deploy-time reference replaced by ``token``
     (``Fn::Join`` keeps its literal parts): the string the process would read."""
     if isinstance(value, str):
         return value
     if isinstance(value, dict) and "Fn::Join" in value:
         separator, parts = value["Fn::Join"]
-        return separator.join(resolved(p) for p in parts)
-    return TOKEN
+        return separator.join(resolved(p, token) for p in parts)
+    return token
 
 
 def lambda_environments(template: Template) -> dict[str, dict[str, str]]:
@@ -156,3 +156,12 @@ def test_no_role_can_read_an_api_key(stage: str, request: pytest.FixtureRequest)
         assert allowed, "the template has policies to check"
         readers = [(p, a) for p, a in allowed if a in {"*", "apigateway:*", "apigateway:get"}]
         assert readers == [], f"these may read API keys (and their values): {readers}"
+
+
+def test_every_function_environment_fits_lambdas_limit(serving_template: Template) -> None:
+    # Lambda refuses more than 4 KB of environment variables. Deploy-time values are
+    # at most a queue URL long (about 90 characters); tenant key ids are 10.
+    for name, fn in serving_template.find_resources("AWS::Lambda::Function").items():
+        variables = fn["Properties"].get("Environment", {}).get("Variables", {})
+        size = sum(len(k) + len(resolved(v, "q" * 90)) for k, v in variables.items())
+        assert size < 4096, f"{name}: about {size} bytes of environment"

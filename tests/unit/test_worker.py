@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -54,6 +55,7 @@ def run_until_idle(worker, turns=50):
     for _ in range(turns):
         worker.step()
     worker._assembler.take(force=True)
+    worker.wait_for_results()
 
 
 def drain(worker, turns=20):
@@ -62,6 +64,7 @@ def drain(worker, turns=20):
         batch = worker._assembler.take(force=True)
         if batch:
             worker._execute(batch)
+    worker.wait_for_results()
 
 
 def test_results_are_written_before_their_messages_are_deleted(parts):
@@ -221,3 +224,70 @@ def test_a_retry_of_an_answered_request_is_deleted_without_running(parts):
     assert len(runtime.calls) == calls
     assert realtime.depth == 0
     assert results.get("acme", "r1").version == "v2"
+
+
+def test_the_next_batch_runs_while_the_last_ones_results_are_stored(parts):
+    # GIVEN a results store that is slow to answer
+    worker, realtime, _, results, runtime, log = parts
+    gate = threading.Event()
+    complete = results.complete
+
+    def slow_complete(record):
+        gate.wait(5)
+        return complete(record)
+
+    results.complete = slow_complete
+    send(realtime, "r1")
+    send(realtime, "r2")
+    # WHEN the worker runs two batches, one message each
+    worker._receive()
+    batch = worker._assembler.take(force=True)
+    assert len(batch) == 2
+    worker._execute(batch[:1])
+    worker._execute(batch[1:])
+    # THEN the model has run both batches while the first store still waits
+    assert len(runtime.calls) == 2
+    assert results.items == {} and realtime.depth == 2
+    gate.set()
+    worker.wait_for_results()
+    # and the results were stored, then deleted, batch after batch
+    assert [kind for kind, _ in log if kind in ("result", "delete")] == [
+        "result",
+        "delete",
+        "result",
+        "delete",
+    ]
+    assert realtime.depth == 0
+
+
+def test_stopping_waits_for_finished_batches_to_be_stored(parts):
+    worker, realtime, _, results, _, _ = parts
+    gate = threading.Event()
+    complete = results.complete
+
+    def slow_complete(record):
+        gate.wait(5)
+        return complete(record)
+
+    results.complete = slow_complete
+    send(realtime, "r1")
+    worker._receive()
+    worker._execute(worker._assembler.take(force=True))
+    threading.Timer(0.2, gate.set).start()
+    worker.stop()
+    worker.run()  # returns only once the stored result is in
+    assert results.get("acme", "r1").status == "done"
+    assert realtime.depth == 0
+
+
+def test_when_storing_fails_the_messages_go_back_at_once(parts):
+    worker, realtime, _, results, _, _ = parts
+
+    def broken(record):
+        raise ConnectionError("the results table is unreachable")
+
+    results.complete = broken
+    send(realtime, "r1")
+    drain(worker)
+    assert realtime.depth == 1 and len(realtime.visible) == 1  # released, not held
+    assert worker._in_hand == {}
