@@ -37,8 +37,8 @@ from switchyard.schemas import ErrorInfo, QueueMessage, ResultRecord
 from switchyard.signatures import check_inputs
 from switchyard.telemetry import COUNT, MILLISECONDS, PredictionLog, emit_metrics, prediction_record
 from switchyard_worker.batching import BatchAssembler, Pending
-from switchyard_worker.stages import InOrder
 from switchyard_worker.runtimes import ModelRuntime, OutputCountMismatch
+from switchyard_worker.stages import InOrder
 
 log = Logger(service="switchyard-worker")
 
