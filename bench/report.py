@@ -434,24 +434,18 @@ def _backlog(s: dict[str, Any]) -> list[str]:
     if emu:
         rows = [
             [
-                "with the local platform's fix",
+                label,
                 fmt(r["queued"], 0),
                 f"{fmt(r['receive_delete_ms_p50'])} ms",
                 f"{fmt(r['get_queue_attributes_ms'])} ms",
                 fmt(r["send_msgs_per_s"], 0),
                 f"{fmt(r['rss_mib_before'])} → {fmt(r['rss_mib_after'])} MiB",
             ]
-            for r in emu["patched"]
-        ] + [
-            [
-                "moto 5.2.5 as it is",
-                fmt(r["queued"], 0),
-                f"{fmt(r['receive_delete_ms_p50'])} ms",
-                f"{fmt(r['get_queue_attributes_ms'])} ms",
-                fmt(r["send_msgs_per_s"], 0),
-                f"{fmt(r['rss_mib_before'])} → {fmt(r['rss_mib_after'])} MiB",
-            ]
-            for r in emu["unpatched"]
+            for label, key in (
+                ("with the local platform's fix", "patched"),
+                ("moto 5.2.5 as it is", "unpatched"),
+            )
+            for r in emu[key]
         ]
         out += [
             "## The emulator's SQS under a backlog",

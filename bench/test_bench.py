@@ -112,7 +112,7 @@ def test_summarise_counts_per_inference_and_prices_them():
         Call("worker", "sqs", "ReceiveMessage", 1, empty=True),
         Call("worker", "dynamodb", "PutItem", 1, wru=5),
         Call("worker", "sqs", "DeleteMessageBatch", 1),
-        Call("router", "apigateway", "GetApiKeys", 1),  # a cache refresh: not per inference
+        Call("router", "dynamodb", "Query", 1, rru=1),  # a cache refresh: not per inference
     ]
     out = summarise(calls * 2, inferences=2, requests=2)
     assert out["per_inference"]["router"]["dynamodb:GetItem"] == 2
@@ -121,7 +121,7 @@ def test_summarise_counts_per_inference_and_prices_them():
     assert out["sqs_empty_receives_per_inference"] == 1
     assert out["dynamodb_wru_per_inference"] == 6
     assert out["dynamodb_rru_per_inference"] == 3
-    assert out["refresh_calls_seen"] == {"apigateway:GetApiKeys": 2}
+    assert out["refresh_calls_seen"] == {"dynamodb:Query": 2}
     cost = out["usd_per_million_inferences"]
     assert cost["sqs"] == pytest.approx(4 * 0.40)
     assert cost["dynamodb_writes"] == pytest.approx(6 * 0.625)

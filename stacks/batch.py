@@ -4,22 +4,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from aws_cdk import Stack
+from aws_cdk import Duration, Stack
+from aws_cdk import aws_lambda_event_sources as lambda_events
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_notifications as s3n
 from constructs import Construct
 
-from stacks.cloud import SPLITTER_MEMORY_MB, SPLITTER_TIMEOUT, Deployment
+from stacks.cloud import SPLITTER_MEMORY_MB, Deployment
 from stacks.data import Storage, grant_items, grant_objects, grant_registry_read
 from stacks.functions import FunctionCode, PlatformFunction, settings_environment
 from stacks.nag import acknowledge
-from stacks.queues import ModelQueues
+from stacks.queues import ModelQueues, queue_with_dlq
+from switchyard.manifest import DROP_BATCH_SIZE, DROP_SUFFIX
 from switchyard.settings import SplitterSettings
 
 
 class BatchIngest(Construct):
-    """The splitter function, notified by S3 of every object created in the drop
-    bucket; it records a job and enqueues its items on the model's batch queue."""
+    """The splitter function, fed by a queue of the drop bucket's ObjectCreated
+    notifications; it records a job and enqueues its items on the model's batch
+    queue."""
 
     def __init__(
         self,
@@ -49,7 +52,7 @@ class BatchIngest(Construct):
                 jobs_table=storage.jobs_table.table_name,
             ),
             layers=[code.core_layer],
-            timeout=SPLITTER_TIMEOUT,
+            timeout=Duration.seconds(deployment.manifest.platform.splitter_timeout_seconds),
             memory_size=SPLITTER_MEMORY_MB,
         )
         role = self.splitter.role
@@ -70,8 +73,22 @@ class BatchIngest(Construct):
             "The splitter writes claim-checked item payloads under per-job keys.",
         )
 
+        # Drops reach the splitter through a queue (S3 -> SQS -> the function's event
+        # source mapping): a burst of files waits in the queue, a file whose split
+        # fails is retried alone (partial batch responses), and one that keeps
+        # failing lands in the DLQ instead of being lost.
+        self.drop_queue, self.drop_dlq = queue_with_dlq(
+            self,
+            "Drop",
+            deployment=deployment,
+            name=names.batch_drop_queue,
+            dlq_name=names.batch_drop_dlq,
+            visibility_seconds=deployment.manifest.platform.drop_queue_visibility_seconds,
+            dlq_reason="This is the dead-letter queue of the batch-drop queue: a dropped file "
+            "whose split keeps failing stops here for an operator.",
+        )
         # The drop bucket lives in the data stack; importing it here keeps the
-        # notification (and its permission) beside the function, with no cycle.
+        # notification beside the queue it feeds, with no cycle.
         drop = s3.Bucket.from_bucket_attributes(
             self,
             "DropBucket",
@@ -79,7 +96,14 @@ class BatchIngest(Construct):
             bucket_name=storage.batch_drop_bucket.bucket_name,
         )
         drop.add_event_notification(
-            s3.EventType.OBJECT_CREATED, s3n.LambdaDestination(self.splitter.function)
+            s3.EventType.OBJECT_CREATED,
+            s3n.SqsDestination(self.drop_queue),
+            s3.NotificationKeyFilter(suffix=DROP_SUFFIX),
+        )
+        self.splitter.function.add_event_source(
+            lambda_events.SqsEventSource(
+                self.drop_queue, batch_size=DROP_BATCH_SIZE, report_batch_item_failures=True
+            )
         )
         for child in Stack.of(self).node.children:
             if child.node.id.startswith("BucketNotificationsHandler"):

@@ -33,7 +33,6 @@ LAMBDA_ARCHITECTURE = lambda_.Architecture.X86_64
 API_INTEGRATION_TIMEOUT = Duration.seconds(29)
 ROUTER_TIMEOUT = Duration.seconds(28)
 ROUTER_MEMORY_MB = 1024  # CPU scales with memory: a faster cold start for every tenant
-SPLITTER_TIMEOUT = Duration.minutes(5)
 SPLITTER_MEMORY_MB = 1024
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 # The AppConfig agent extension (x86_64), per region; pinned so deploys are repeatable.

@@ -11,6 +11,45 @@ from stacks.nag import acknowledge
 from switchyard.manifest import ModelSpec
 
 
+def queue_with_dlq(
+    scope: Construct,
+    prefix: str,
+    *,
+    deployment: Deployment,
+    name: str,
+    dlq_name: str,
+    visibility_seconds: int,
+    dlq_reason: str,
+    receive_wait_seconds: int = 0,
+) -> tuple[sqs.Queue, sqs.Queue]:
+    """A work queue and its dead-letter queue, as every queue of the platform is made
+    (the local provisioner makes the same pair on the emulator)."""
+    platform = deployment.manifest.platform
+    dlq = sqs.Queue(
+        scope,
+        f"{prefix}Dlq",
+        queue_name=dlq_name,
+        encryption=sqs.QueueEncryption.SQS_MANAGED,
+        enforce_ssl=True,
+        retention_period=Duration.seconds(platform.dlq_retention_seconds),
+    )
+    acknowledge(dlq, "AwsSolutions-SQS3", dlq_reason)
+    queue = sqs.Queue(
+        scope,
+        f"{prefix}Queue",
+        queue_name=name,
+        encryption=sqs.QueueEncryption.SQS_MANAGED,
+        enforce_ssl=True,
+        visibility_timeout=Duration.seconds(visibility_seconds),
+        retention_period=Duration.seconds(platform.message_retention_seconds),
+        receive_message_wait_time=Duration.seconds(receive_wait_seconds),
+        dead_letter_queue=sqs.DeadLetterQueue(
+            queue=dlq, max_receive_count=platform.max_receive_count
+        ),
+    )
+    return queue, dlq
+
+
 class ModelQueues(Construct):
     """Standard queues, so a message's MessageGroupId (the tenant) makes them fair
     queues: SQS serves quiet tenants first when one tenant builds a backlog."""
@@ -37,33 +76,16 @@ class ModelQueues(Construct):
         self.dlqs: dict[str, sqs.Queue] = {}
         self.queues: dict[str, sqs.Queue] = {}
         for lane in ("realtime", "batch"):
-            dlq = sqs.Queue(
+            self.queues[lane], self.dlqs[lane] = queue_with_dlq(
                 self,
-                f"{lane.title()}Dlq",
-                queue_name=names.dlq(model, lane),
-                encryption=sqs.QueueEncryption.SQS_MANAGED,
-                enforce_ssl=True,
-                retention_period=Duration.seconds(platform.dlq_retention_seconds),
-            )
-            acknowledge(
-                dlq,
-                "AwsSolutions-SQS3",
-                f"This is the dead-letter queue of {model}'s {lane} queue; a poison "
+                lane.title(),
+                deployment=deployment,
+                name=names.queue(model, lane),
+                dlq_name=names.dlq(model, lane),
+                visibility_seconds=platform.visibility_timeout_seconds,
+                dlq_reason=f"This is the dead-letter queue of {model}'s {lane} queue; a poison "
                 "message stops here for an operator, alarmed on the first arrival.",
-            )
-            self.dlqs[lane] = dlq
-            self.queues[lane] = sqs.Queue(
-                self,
-                f"{lane.title()}Queue",
-                queue_name=names.queue(model, lane),
-                encryption=sqs.QueueEncryption.SQS_MANAGED,
-                enforce_ssl=True,
-                visibility_timeout=Duration.seconds(platform.visibility_timeout_seconds),
-                retention_period=Duration.seconds(platform.message_retention_seconds),
-                receive_message_wait_time=Duration.seconds(20),
-                dead_letter_queue=sqs.DeadLetterQueue(
-                    queue=dlq, max_receive_count=platform.max_receive_count
-                ),
+                receive_wait_seconds=20,
             )
 
     @property

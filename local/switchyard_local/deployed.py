@@ -196,6 +196,31 @@ class LambdaProcess:
         self._log.close()
 
 
+class LocalFunction:
+    """A function as Lambda keeps it: one warm instance (a :class:`LambdaProcess`)
+    that serves invocations one at a time, and a new cold start in its place if it
+    died."""
+
+    def __init__(self, command: Command, env: dict[str, str], log_path: Path) -> None:
+        self._command, self._env, self._log_path = command, env, log_path
+        self._instance: LambdaProcess | None = None
+        self._lock = threading.Lock()
+        self.cold_starts = 0
+
+    def invoke(self, event: dict[str, Any], timeout_s: float = 900) -> Any:
+        with self._lock:
+            if self._instance is None or self._instance.process.poll() is not None:
+                self.cold_starts += 1
+                self._instance = LambdaProcess(self._command, self._env, self._log_path)
+            return self._instance.invoke(event, timeout_s)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._instance is not None:
+                self._instance.close()
+                self._instance = None
+
+
 class LambdaInitError(RuntimeError):
     """The function failed its cold start (its module raised on import)."""
 

@@ -13,7 +13,7 @@ from typing import Any
 from switchyard import aws, tables
 from switchyard.artifacts import publish_artifact
 from switchyard.auth import TENANT_TAG
-from switchyard.manifest import Manifest, ResourceNames
+from switchyard.manifest import DROP_SUFFIX, Manifest, ResourceNames
 from switchyard.registry import ModelVersion, VersionExists
 from switchyard.routing import RoutingDocument
 from switchyard.schemas import LANES
@@ -39,6 +39,9 @@ class Provisioned:
     api_keys: dict[str, str] = field(default_factory=dict)
     api_key_ids: dict[str, str] = field(default_factory=dict)
     appconfig_application_id: str = ""
+    # The drop bucket's notifications, which the splitter consumes.
+    drop_queue: str = ""
+    drop_dlq: str = ""
 
     def settings_values(self) -> dict[str, Any]:
         """The settings every process of the local platform shares
@@ -96,8 +99,20 @@ def provision(
         out.queues[model], out.dlqs[model] = {}, {}
         for lane in LANES:
             out.dlqs[model][lane], out.queues[model][lane] = _queue_pair(
-                sqs, manifest, names, model, lane
+                sqs,
+                manifest,
+                names.queue(model, lane),
+                names.dlq(model, lane),
+                manifest.platform.visibility_timeout_seconds,
             )
+    out.drop_dlq, out.drop_queue = _queue_pair(
+        sqs,
+        manifest,
+        names.batch_drop_queue,
+        names.batch_drop_dlq,
+        manifest.platform.drop_queue_visibility_seconds,
+    )
+    _drop_notifications(clients("s3"), sqs, names, out.drop_queue)
     _prediction_logs(clients("firehose"), names)
     out.api_keys, out.api_key_ids = _api_keys(clients("apigateway"), manifest, names)
     out.appconfig_application_id = _routing(clients("appconfig"), manifest, names)
@@ -121,6 +136,24 @@ def _buckets(s3: Any, names: ResourceNames) -> None:
                 "RestrictPublicBuckets": True,
             },
         )
+
+
+def _drop_notifications(s3: Any, sqs: Any, names: ResourceNames, queue_url: str) -> None:
+    """The drop bucket tells the batch-drop queue of every ``.jsonl`` created, as the
+    CDK app's notification does."""
+    arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])
+    s3.put_bucket_notification_configuration(
+        Bucket=names.batch_drop_bucket,
+        NotificationConfiguration={
+            "QueueConfigurations": [
+                {
+                    "QueueArn": arn["Attributes"]["QueueArn"],
+                    "Events": ["s3:ObjectCreated:*"],
+                    "Filter": {"Key": {"FilterRules": [{"Name": "suffix", "Value": DROP_SUFFIX}]}},
+                }
+            ]
+        },
+    )
 
 
 def _prediction_logs(firehose: Any, names: ResourceNames) -> None:
@@ -164,20 +197,21 @@ def _tables(ddb: Any, names: ResourceNames) -> None:
 
 
 def _queue_pair(
-    sqs: Any, manifest: Manifest, names: ResourceNames, model: str, lane: str
+    sqs: Any, manifest: Manifest, name: str, dlq_name: str, visibility_seconds: int
 ) -> tuple[str, str]:
+    """A queue and its DLQ, as the CDK app makes them: (DLQ URL, queue URL)."""
     p = manifest.platform
     dlq_url = sqs.create_queue(
-        QueueName=names.dlq(model, lane),
+        QueueName=dlq_name,
         Attributes={"MessageRetentionPeriod": str(p.dlq_retention_seconds)},
     )["QueueUrl"]
     dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
         "QueueArn"
     ]
     url = sqs.create_queue(
-        QueueName=names.queue(model, lane),
+        QueueName=name,
         Attributes={
-            "VisibilityTimeout": str(p.visibility_timeout_seconds),
+            "VisibilityTimeout": str(visibility_seconds),
             "MessageRetentionPeriod": str(p.message_retention_seconds),
             "RedrivePolicy": json.dumps(
                 {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": p.max_receive_count}

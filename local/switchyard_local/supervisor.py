@@ -28,12 +28,13 @@ from typing import IO, Any
 
 from stacks.assets import MANIFEST_FILE, Layouts, build_layouts
 from switchyard import aws
-from switchyard.manifest import Manifest, load_manifest
-from switchyard.settings import RouterSettings, WorkerSettings, to_environment
+from switchyard.manifest import DROP_BATCH_SIZE, Manifest, load_manifest
+from switchyard.settings import RouterSettings, SplitterSettings, WorkerSettings, to_environment
 from switchyard_local.bridge import ExtensionStandIn, LocalTrafficStore
 from switchyard_local.controller import MetricsWindow, RollbackController
-from switchyard_local.deployed import Launcher
+from switchyard_local.deployed import Launcher, LocalFunction
 from switchyard_local.emulator import emulator_argv, wait_http
+from switchyard_local.event_source import SqsEventSource
 from switchyard_local.provision import Provisioned, provision, register_demo_models
 from switchyard_local.traffic import Change
 
@@ -121,6 +122,9 @@ class LocalPlatform:
     provisioned: Provisioned | None = None
     # The AppConfig Lambda extension's HTTP API, served from the emulator.
     extension: ExtensionStandIn | None = None
+    # The splitter function and the event source mapping of the batch-drop queue.
+    splitter: LocalFunction | None = None
+    drop_events: SqsEventSource | None = None
     children: list[Child] = field(default_factory=list)
     controller: RollbackController | None = None
     workers: list[Child] = field(default_factory=list)
@@ -176,6 +180,7 @@ class LocalPlatform:
                 self._launch(self.worker_child(model, index))
         _wait_http(f"{self.url}/healthz", 60, "the router", router)
         self._wait_workers_ready(300)
+        self._start_splitter()
         tenant, key = next(iter(provisioned.api_keys.items()))
         names = provisioned.names
         self.info = {
@@ -187,6 +192,7 @@ class LocalPlatform:
             "default_tenant": tenant,
             "queues": provisioned.queues,
             "dlqs": provisioned.dlqs,
+            "drop_queue": provisioned.drop_queue,
             # Settings every process shares; the CLI builds its adapters from them.
             "settings": provisioned.settings_values(),
             "names": {
@@ -203,6 +209,25 @@ class LocalPlatform:
         (self.run_dir / "platform.json").write_text(json.dumps(self.info, indent=2) + "\n")
         self._start_controller(appconfig, provisioned.appconfig_application_id)
         print(f"READY {self.url} api_key={key}", flush=True)
+
+    def _start_splitter(self) -> None:
+        """The splitter function from its asset, fed by the batch-drop queue as
+        Lambda's event source mapping feeds it (``event_source``)."""
+        assert self.provisioned is not None
+        command = self.launcher.lambda_handler("splitter")
+        env = {
+            **self._base_env(),
+            **to_environment(SplitterSettings, self.provisioned.splitter_values()),
+        }
+        self.splitter = LocalFunction(command, env, self.run_dir / "logs" / "splitter.log")
+        self.drop_events = SqsEventSource(
+            aws.client("sqs", LOCAL_REGION, self.emulator_url),
+            self.provisioned.drop_queue,
+            self.splitter.invoke,
+            region=LOCAL_REGION,
+            batch_size=DROP_BATCH_SIZE,
+        )
+        self.drop_events.start()
 
     def _build_layouts(self) -> Layouts:
         began = time.monotonic()
@@ -317,6 +342,10 @@ class LocalPlatform:
     def stop(self) -> None:
         if self.controller is not None:
             self.controller.stop()
+        if self.drop_events is not None:
+            self.drop_events.stop()
+        if self.splitter is not None:
+            self.splitter.close()
         for worker in self.workers:
             if worker.process and worker.process.poll() is None:
                 worker.process.send_signal(signal.SIGTERM)

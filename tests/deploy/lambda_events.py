@@ -1,6 +1,7 @@
 """The events AWS sends the platform's functions, built from the JSON fixtures in
 ``events/``: the deploy tier invokes handlers with them, and the benchmarks' cold
-start measures the router on them."""
+start measures the router on them. The splitter gets S3's notifications wrapped in
+an SQS event (S3 -> the batch-drop queue -> its event source mapping)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,19 @@ def rest_event(
     identity = e["requestContext"]["identity"]
     identity["apiKey"], identity["apiKeyId"] = api_key, api_key_id
     return e
+
+
+def sqs_event(*bodies: str) -> dict[str, Any]:
+    """An SQS event source mapping's event: one record per message body."""
+    template = event("sqs_message")["Records"][0]
+    records = []
+    for i, body in enumerate(bodies):
+        record = copy.deepcopy(template)
+        record["messageId"] = f"message-{i}"
+        record["receiptHandle"] = f"handle-{i}"
+        record["body"] = body
+        records.append(record)
+    return {"Records": records}
 
 
 def s3_event(bucket: str, key: str) -> dict[str, Any]:

@@ -1,12 +1,13 @@
-"""The batch splitter as Lambda runs it, invoked with the S3 event AWS sends when a
-file is dropped; the workers answer the work it enqueues."""
+"""The batch splitter as Lambda runs it, invoked with the event AWS sends it when a
+file is dropped (S3's notification, delivered through the batch-drop queue); the
+workers answer the work it enqueues."""
 
 from __future__ import annotations
 
 import json
 
 from switchyard_local.deployed import LambdaProcess, Launcher
-from tests.deploy.lambda_events import s3_event
+from tests.deploy.lambda_events import s3_event, sqs_event
 
 from .conftest import deployed_roots, wait_for
 
@@ -33,17 +34,23 @@ def test_a_dropped_file_becomes_a_job_whose_lines_the_workers_answer(
     adapters.client("s3").put_object(
         Bucket=names.batch_drop_bucket, Key=key, Body="\n".join(lines).encode()
     )
-    # WHEN S3's event reaches the function
-    summary = splitter.invoke(s3_event(names.batch_drop_bucket, key))
+    # WHEN S3's notification reaches the function through the queue, with one for
+    # an object that is already gone
+    notification = json.dumps(s3_event(names.batch_drop_bucket, key))
+    gone = json.dumps(s3_event(names.batch_drop_bucket, "acme/minilm-embed/gone.jsonl"))
+    response = splitter.invoke(sqs_event(notification, gone))
 
-    # THEN one job holds the valid lines, in chunks of the model's request size
-    (job,) = summary["jobs"]
-    assert job["inputs"] == 70 and job["rejected"] == 1 and job["chunks"] == 2
-    stored = adapters.client("dynamodb").get_item(
+    # THEN only the missing object's message is handed back to SQS, to try again
+    assert response == {"batchItemFailures": [{"itemIdentifier": "message-1"}]}
+    # and one job holds the valid lines, in chunks of the model's request size
+    items = adapters.client("dynamodb").query(
         TableName=names.jobs_table,
-        Key={"tenant": {"S": "acme"}, "job_id": {"S": job["job_id"]}},
-    )["Item"]
-    request_ids = json.loads(stored["doc"]["S"])["request_ids"]
+        KeyConditionExpression="tenant = :t",
+        ExpressionAttributeValues={":t": {"S": "acme"}},
+    )["Items"]
+    (job,) = [json.loads(i["doc"]["S"]) for i in items if key in i["doc"]["S"]]
+    assert job["inputs"] == 70 and job["rejected"] == 1 and job["chunks"] == 2
+    request_ids = job["request_ids"]
     assert len(request_ids) == 2
 
     # and the workers answer every chunk on the batch lane

@@ -1,4 +1,5 @@
-"""The batch drop bucket notifies the splitter of every object created."""
+"""The batch drop bucket queues a notification of every file dropped, and the
+splitter consumes the queue."""
 
 from __future__ import annotations
 
@@ -23,32 +24,57 @@ def _splitter(template: Template) -> str:
     )
 
 
-def test_object_created_in_the_drop_bucket_invokes_the_splitter(
+def test_jsonl_created_in_the_drop_bucket_is_queued_for_the_splitter(
     serving_template: Template, manifest: Manifest
 ) -> None:
-    splitter = _splitter(serving_template)
+    names = manifest.names("dev")
+    queue = logical_id(serving_template, "AWS::SQS::Queue", {"QueueName": names.batch_drop_queue})
     serving_template.has_resource_properties(
         "Custom::S3BucketNotifications",
         {
             "BucketName": Match.any_value(),
             "NotificationConfiguration": {
-                "LambdaFunctionConfigurations": [
+                "QueueConfigurations": [
                     {
                         "Events": ["s3:ObjectCreated:*"],
-                        "LambdaFunctionArn": {"Fn::GetAtt": [splitter, "Arn"]},
+                        "QueueArn": {"Fn::GetAtt": [queue, "Arn"]},
+                        "Filter": {"Key": {"FilterRules": [{"Name": "suffix", "Value": ".jsonl"}]}},
                     }
                 ]
             },
         },
     )
+
+
+def test_the_splitter_reads_the_drop_queue_and_hands_back_what_failed(
+    serving_template: Template, manifest: Manifest
+) -> None:
+    names = manifest.names("dev")
+    queue = logical_id(serving_template, "AWS::SQS::Queue", {"QueueName": names.batch_drop_queue})
+    dlq = logical_id(serving_template, "AWS::SQS::Queue", {"QueueName": names.batch_drop_dlq})
     serving_template.has_resource_properties(
-        "AWS::Lambda::Permission",
+        "AWS::Lambda::EventSourceMapping",
         {
-            "Action": "lambda:InvokeFunction",
-            "FunctionName": {"Fn::GetAtt": [splitter, "Arn"]},
-            "Principal": "s3.amazonaws.com",
+            "EventSourceArn": {"Fn::GetAtt": [queue, "Arn"]},
+            "FunctionName": {"Ref": _splitter(serving_template)},
+            "BatchSize": 10,
+            "FunctionResponseTypes": ["ReportBatchItemFailures"],
         },
     )
+    platform = manifest.platform
+    serving_template.has_resource_properties(
+        "AWS::SQS::Queue",
+        {
+            "QueueName": names.batch_drop_queue,
+            "VisibilityTimeout": 6 * platform.splitter_timeout_seconds,
+            "RedrivePolicy": {
+                "deadLetterTargetArn": {"Fn::GetAtt": [dlq, "Arn"]},
+                "maxReceiveCount": platform.max_receive_count,
+            },
+        },
+    )
+    fn = serving_template.find_resources("AWS::Lambda::Function")[_splitter(serving_template)]
+    assert fn["Properties"]["Timeout"] == platform.splitter_timeout_seconds
 
 
 def test_splitter_sends_to_every_batch_queue_and_no_realtime_queue(

@@ -4,7 +4,6 @@ and no deployed role can read a tenant's API key."""
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import pytest
@@ -17,8 +16,8 @@ from switchyard.settings import (
     SettingsError,
     SplitterSettings,
     WorkerSettings,
-    get_settings,
 )
+from tests.environment import read_settings
 
 from .helpers import logical_id
 
@@ -52,20 +51,6 @@ def worker_environments(template: Template) -> dict[str, dict[str, str]]:
     return out
 
 
-def read(kind: type[Settings], env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Settings:
-    """What a process reading ``env`` at cold start gets (or the error it stops with)."""
-    for key in list(os.environ):
-        if key.startswith("SWITCHYARD_"):
-            monkeypatch.delenv(key)
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    get_settings.cache_clear()
-    try:
-        return get_settings(kind)
-    finally:
-        get_settings.cache_clear()
-
-
 def kind_of(env: dict[str, str]) -> type[Settings]:
     return {"router": RouterSettings, "batch-splitter": SplitterSettings}[
         env["POWERTOOLS_SERVICE_NAME"]
@@ -80,7 +65,7 @@ def test_every_function_reads_a_complete_valid_environment(
     assert len(environments) == len(manifest.models) + 2
     for env in environments.values():
         # WHEN each reads its settings as its handler does at init
-        settings = read(kind_of(env), env, monkeypatch)
+        settings = read_settings(kind_of(env), env, monkeypatch)
         # THEN they parse, with the manifest's numbers
         assert settings.result_ttl_seconds == manifest.platform.result_ttl_seconds
         assert settings.visibility_timeout_seconds == manifest.platform.visibility_timeout_seconds
@@ -94,7 +79,7 @@ def test_every_worker_reads_a_complete_valid_environment(
     assert len(environments) == len(manifest.models)
     models = set()
     for env in environments.values():
-        settings = read(WorkerSettings, env, monkeypatch)
+        settings = read_settings(WorkerSettings, env, monkeypatch)
         assert isinstance(settings, WorkerSettings)
         assert set(settings.queues) == {settings.worker_model}
         assert settings.ready_file and settings.prediction_log_stream
@@ -108,7 +93,7 @@ def test_a_missing_variable_stops_the_cold_start_with_its_name(
     env = next(iter(lambda_environments(serving_template).values()))
     del env["SWITCHYARD_RESULTS_TABLE"]
     with pytest.raises(SettingsError, match="SWITCHYARD_RESULTS_TABLE"):
-        read(kind_of(env), env, monkeypatch)
+        read_settings(kind_of(env), env, monkeypatch)
 
 
 def test_routers_know_tenants_by_api_key_id(serving_template: Template, manifest: Manifest) -> None:

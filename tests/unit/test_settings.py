@@ -11,9 +11,9 @@ from switchyard.settings import (
     RouterSettings,
     SettingsError,
     WorkerSettings,
-    get_settings,
     to_environment,
 )
+from tests.environment import read_settings
 
 ROUTER = {
     "registry_table": "registry",
@@ -26,21 +26,11 @@ ROUTER = {
 }
 
 
-def read(kind, env, monkeypatch):
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    get_settings.cache_clear()
-    try:
-        return get_settings(kind)
-    finally:
-        get_settings.cache_clear()
-
-
 def test_what_is_written_is_what_is_read(monkeypatch):
     # GIVEN a router's values rendered as the CDK app and the supervisor render them
     env = to_environment(RouterSettings, ROUTER)
     # WHEN the router reads its environment at cold start
-    settings = read(RouterSettings, env, monkeypatch)
+    settings = read_settings(RouterSettings, env, monkeypatch)
     # THEN it reads the same values
     assert settings.tenant_keys == ROUTER["tenant_keys"]
     assert settings.queues["m"].batch == "https://q/b"
@@ -93,5 +83,5 @@ def test_a_bad_variable_stops_the_start_with_its_name(monkeypatch, variable, val
     else:
         env[variable] = value
     with pytest.raises(SettingsError) as caught:
-        read(WorkerSettings, env, monkeypatch)
+        read_settings(WorkerSettings, env, monkeypatch)
     assert expected in str(caught.value)

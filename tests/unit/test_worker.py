@@ -226,9 +226,8 @@ def test_a_retry_of_an_answered_request_is_deleted_without_running(parts):
     assert results.get("acme", "r1").version == "v2"
 
 
-def test_the_next_batch_runs_while_the_last_ones_results_are_stored(parts):
-    # GIVEN a results store that is slow to answer
-    worker, realtime, _, results, runtime, log = parts
+def slow_store(results) -> threading.Event:
+    """Make ``results`` wait, on every store, until the returned event is set."""
     gate = threading.Event()
     complete = results.complete
 
@@ -237,6 +236,13 @@ def test_the_next_batch_runs_while_the_last_ones_results_are_stored(parts):
         return complete(record)
 
     results.complete = slow_complete
+    return gate
+
+
+def test_the_next_batch_runs_while_the_last_ones_results_are_stored(parts):
+    # GIVEN a results store that is slow to answer
+    worker, realtime, _, results, runtime, log = parts
+    gate = slow_store(results)
     send(realtime, "r1")
     send(realtime, "r2")
     # WHEN the worker runs two batches, one message each
@@ -262,14 +268,7 @@ def test_the_next_batch_runs_while_the_last_ones_results_are_stored(parts):
 
 def test_stopping_waits_for_finished_batches_to_be_stored(parts):
     worker, realtime, _, results, _, _ = parts
-    gate = threading.Event()
-    complete = results.complete
-
-    def slow_complete(record):
-        gate.wait(5)
-        return complete(record)
-
-    results.complete = slow_complete
+    gate = slow_store(results)
     send(realtime, "r1")
     worker._receive()
     worker._execute(worker._assembler.take(force=True))

@@ -1,9 +1,11 @@
 """Batch splitter: a JSON Lines file dropped in S3 becomes work on the batch lane.
 
 Drop a file at ``s3://<batch-drop-bucket>/<tenant>/<model>/<name>.jsonl``, one input
-per line (a string for text models, a list of numbers for tensor models). The
-splitter records a job, validates every line against the model version's
-signature, and enqueues the valid lines in chunks on the model's batch queue.
+per line (a string for text models, a list of numbers for tensor models). S3's
+ObjectCreated notification goes to the batch-drop queue, whose messages invoke the
+splitter. The splitter records a job, validates every line against the model
+version's signature, and enqueues the valid lines in chunks on the model's batch
+queue.
 Request ids are derived from the job and chunk number, so a redelivered S3 event
 enqueues the same requests again and the workers' conditional writes keep one
 result per chunk.
@@ -18,6 +20,12 @@ from typing import Any
 from urllib.parse import unquote_plus
 
 from aws_lambda_powertools import Logger
+from aws_lambda_powertools.utilities.batch import (
+    BatchProcessor,
+    EventType,
+    process_partial_response,
+)
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from switchyard.payloads import PayloadStore
 from switchyard.queues import WorkQueue, encode_message
@@ -155,6 +163,24 @@ def handle_event(
     return jobs
 
 
-def summary(jobs: list[dict[str, Any]]) -> dict[str, Any]:
-    """What the function returns for an event: each job's id and counts."""
-    return {"jobs": [{k: j[k] for k in ("job_id", "inputs", "rejected", "chunks")} for j in jobs]}
+def handle_sqs_event(
+    event: dict[str, Any], context: Any, adapters: Adapters, jobs_table: str
+) -> dict[str, Any]:
+    """The function's event: a batch of SQS messages, each an S3 notification (S3's
+    test event, sent when the notification is set up, names no object). A message
+    whose files cannot be split for a passing reason is reported back as failed, so
+    SQS delivers it again (and, after the queue's maxReceiveCount, to its DLQ);
+    the rest of the batch is done."""
+    processor = BatchProcessor(event_type=EventType.SQS)
+
+    def split_message(record: SQSRecord) -> None:
+        notification = json.loads(record.body)
+        for job in handle_event(notification, adapters, jobs_table):
+            log.info("job queued", extra=summary(job))
+
+    return process_partial_response(event, split_message, processor, context)
+
+
+def summary(job: dict[str, Any]) -> dict[str, Any]:
+    """A job's id and counts, as logged."""
+    return {k: job[k] for k in ("job_id", "model", "inputs", "rejected", "chunks")}

@@ -23,6 +23,11 @@ from switchyard.registry import ModelVersion
 from switchyard.schemas import Signature
 
 Stage = Literal["dev", "prod"]
+# A drop is ``<tenant>/<model>/<name>.jsonl`` in the drop bucket; each notification
+# of one is a message of the batch-drop queue, and the splitter takes them ten at a
+# time (the same in the cloud's event source mapping and on the local platform).
+DROP_SUFFIX = ".jsonl"
+DROP_BATCH_SIZE = 10
 _MODEL_NAME = re.compile(r"[a-z][a-z0-9-]{1,39}")
 
 
@@ -41,6 +46,12 @@ class PlatformSettings(_Strict):
     max_body_bytes: int = Field(gt=0, le=6_000_000)
     message_retention_seconds: int = Field(ge=60, le=1_209_600)
     dlq_retention_seconds: int = Field(ge=60, le=1_209_600)
+    splitter_timeout_seconds: int = Field(default=300, ge=10, le=900)  # Lambda's limit
+
+    @property
+    def drop_queue_visibility_seconds(self) -> int:
+        """Lambda's advice for an event source queue: six times the function's timeout."""
+        return 6 * self.splitter_timeout_seconds
 
 
 class StageSettings(_Strict):
@@ -182,6 +193,15 @@ class ResourceNames(_Strict):
     @property
     def batch_drop_bucket(self) -> str:
         return f"{self.base}-batch-drop"
+
+    @property
+    def batch_drop_queue(self) -> str:
+        """Where the drop bucket's ObjectCreated notifications go; the splitter reads it."""
+        return f"{self.base}-batch-drop"
+
+    @property
+    def batch_drop_dlq(self) -> str:
+        return f"{self.base}-batch-drop-dlq"
 
     @property
     def prediction_logs_bucket(self) -> str:
