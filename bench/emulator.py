@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.platform_proc import free_port
-
 REGION = "us-east-1"
 STAGE = "dev"
 
@@ -46,7 +44,7 @@ def emulator() -> Iterator[Emulator]:
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
     workdir = Path(tempfile.mkdtemp(prefix="switchyard-bench-emulator-"))
-    running = start_emulator(workdir / "moto.log", free_port())
+    running = start_emulator(workdir / "moto.log")
     try:
         provisioned = provision(load_manifest(MANIFEST_FILE), STAGE, running.url, REGION)
         yield Emulator(running.url, provisioned)

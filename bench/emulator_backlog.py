@@ -7,7 +7,9 @@ SendMessageBatch (500-byte bodies, a third with a MessageGroupId, as the router
 sends), then time pairs of ReceiveMessage(10) + DeleteMessageBatch(10) and one
 GetQueueAttributes, at each size. The emulator's memory (RSS) is read before and
 after. Unpatched moto is measured at the smallest size only: a pair there already
-takes about a second.
+takes about a second. Before the backlog, each emulator passes a few thousand
+messages through a near-empty queue, to show the memory it keeps for messages that
+have come and gone (moto as it is keeps every one).
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from bench.common import median
-from bench.platform_proc import free_port
 
 BODY = "x" * 500
 COUNTS = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
@@ -37,10 +40,38 @@ def rss_mib(pid: int) -> float | None:
     return None
 
 
-def measure(url: str, pid: int, sizes: tuple[int, ...], pairs: int) -> list[dict[str, Any]]:
+def _client(url: str) -> Any:
     import boto3
 
-    sqs = boto3.session.Session().client("sqs", region_name="us-east-1", endpoint_url=url)
+    return boto3.session.Session().client("sqs", region_name="us-east-1", endpoint_url=url)
+
+
+def _send_ten(sqs: Any, queue: str, first: int) -> None:
+    sqs.send_message_batch(
+        QueueUrl=queue,
+        Entries=[
+            {"Id": str(i), "MessageBody": BODY}
+            | ({"MessageGroupId": "tenant-a"} if (first + i) % 3 == 0 else {})
+            for i in range(10)
+        ],
+    )
+
+
+def _receive_delete(sqs: Any, queue: str) -> int:
+    got = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10).get("Messages", [])
+    if got:
+        sqs.delete_message_batch(
+            QueueUrl=queue,
+            Entries=[
+                {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)
+            ],
+        )
+    return len(got)
+
+
+def measure(url: str, pid: int, sizes: tuple[int, ...], pairs: int) -> list[dict[str, Any]]:
+    """At each size (the queue filled up to it), the cost of receive + delete pairs."""
+    sqs = _client(url)
     queue = sqs.create_queue(QueueName=f"backlog-{time.time_ns()}")["QueueUrl"]
     queued, rows = 0, []
     for size in sizes:
@@ -48,27 +79,15 @@ def measure(url: str, pid: int, sizes: tuple[int, ...], pairs: int) -> list[dict
         began = time.perf_counter()
         sent = 0
         while queued < size:
-            entries = [
-                {"Id": str(i), "MessageBody": BODY}
-                | ({"MessageGroupId": "tenant-a"} if (queued + i) % 3 == 0 else {})
-                for i in range(10)
-            ]
-            sqs.send_message_batch(QueueUrl=queue, Entries=entries)
+            _send_ten(sqs, queue, queued)
             queued += 10
             sent += 10
         fill_s = time.perf_counter() - began
         costs = []
         for _ in range(pairs):
             began = time.perf_counter()
-            got = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10).get("Messages", [])
-            sqs.delete_message_batch(
-                QueueUrl=queue,
-                Entries=[
-                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)
-                ],
-            )
+            queued -= _receive_delete(sqs, queue)
             costs.append(time.perf_counter() - began)
-            queued -= len(got)
         began = time.perf_counter()
         attrs = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=COUNTS)["Attributes"]
         attributes_ms = (time.perf_counter() - began) * 1000
@@ -88,36 +107,75 @@ def measure(url: str, pid: int, sizes: tuple[int, ...], pairs: int) -> list[dict
     return rows
 
 
-def run(quick: bool) -> dict[str, Any]:
-    from switchyard_local.emulator import start_emulator, wait_http
+def churn(url: str, pid: int, messages: int) -> dict[str, Any]:
+    """The memory the emulator keeps for messages that have come and gone: batches of
+    ten sent, received and deleted through a queue that stays near empty."""
+    sqs = _client(url)
+    queue = sqs.create_queue(QueueName=f"churn-{time.time_ns()}")["QueueUrl"]
 
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
-    sizes = (1_000, 10_000) if quick else (1_000, 10_000, 100_000)
-    workdir = Path(tempfile.mkdtemp(prefix="switchyard-bench-sqs-"))
-    fixed = start_emulator(workdir / "fixed.log", free_port())
-    try:
-        patched = measure(fixed.url, fixed.pid, sizes, 10 if quick else 30)
-    finally:
-        fixed.stop()
+    def through(n: int) -> None:
+        for first in range(0, n, 10):
+            _send_ten(sqs, queue, first)
+            _receive_delete(sqs, queue)
+
+    through(1_000)  # warm-up: the first requests grow caches the rest reuse
+    before = rss_mib(pid)
+    through(messages)
+    after = rss_mib(pid)
+    kept = None if before is None or after is None else round((after - before) * 1024 / messages, 2)
+    return {
+        "messages": messages,
+        "rss_mib_before": before,
+        "rss_mib_after": after,
+        "kib_kept_per_message": kept,
+    }
+
+
+@contextmanager
+def _emulator(fixed: bool, log_path: Path) -> Iterator[tuple[str, int]]:
+    """(url, pid) of a fresh emulator: the local platform's, or moto's own server."""
+    from switchyard_local.emulator import free_port, start_emulator, wait_http
+
+    if fixed:
+        running = start_emulator(log_path)
+        try:
+            yield running.url, running.pid
+        finally:
+            running.stop()
+        return
     port = free_port()
-    with open(workdir / "plain.log", "wb") as log:
-        plain = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    argv = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    with open(log_path, "wb") as log:
+        plain = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         try:
             url = f"http://127.0.0.1:{port}"
             wait_http(f"{url}/moto-api/", 30, "moto")
-            unpatched = measure(url, plain.pid, (1_000,), 3 if quick else 5)
+            yield url, plain.pid
         finally:
             plain.terminate()
             plain.wait(10)
+
+
+def run(quick: bool) -> dict[str, Any]:
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+    sizes = (1_000, 10_000) if quick else (1_000, 10_000, 100_000)
+    processed = 3_000 if quick else 10_000
+    logs = Path(tempfile.mkdtemp(prefix="switchyard-bench-sqs-"))
+    # Each measurement on a fresh process, so one does not weigh on the next.
+    with _emulator(True, logs / "fixed.log") as (url, pid):
+        patched = measure(url, pid, sizes, 10 if quick else 30)
+    with _emulator(False, logs / "plain.log") as (url, pid):
+        unpatched = measure(url, pid, (1_000,), 3 if quick else 5)
+    kept = {}
+    for label, fixed in (("patched", True), ("unpatched", False)):
+        with _emulator(fixed, logs / f"churn-{label}.log") as (url, pid):
+            kept[label] = churn(url, pid, processed)
     first = patched[0]["receive_delete_ms_p50"]
     return {
         "patched": patched,
         "unpatched": unpatched,
         "growth_largest_vs_smallest": round(patched[-1]["receive_delete_ms_p50"] / first, 2),
         "speedup_at_1k": round(unpatched[0]["receive_delete_ms_p50"] / first, 1),
+        "memory_after_processing": kept,
     }

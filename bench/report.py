@@ -481,8 +481,10 @@ def _backlog(s: dict[str, Any]) -> list[str]:
             "",
             "A fresh local platform with `minilm-embed` alone; a burst of async predicts sent "
             "at once (64 in flight), and the drain timed from the first submission to the "
-            "last result the worker stored (`bench/backlog.py`). Beside it, the model's own "
-            f"limit at batch 32, measured in the same run: **{fmt(limit)} inputs/s**.",
+            "last result the worker stored (`bench/backlog.py`). Beside each burst, the "
+            "model's own limit at batch 32 in the bench's process, measured just before the "
+            "platform starts and just after it stops; the share is against their mean "
+            f"(median of all: {fmt(limit)} inputs/s).",
             "",
             table(
                 [
@@ -500,6 +502,7 @@ def _backlog(s: dict[str, Any]) -> list[str]:
                         f"{fmt(b['submit_seconds'])} s",
                         f"{fmt(b['drain_seconds'])} s",
                         fmt(b["inputs_per_s"]),
+                        f"{fmt(b['model_limit_before'])} / {fmt(b['model_limit_after'])}",
                         f"**{times(b['share_of_model_limit'])}**",
                         fmt(b["median_batch_size"], 0),
                         " / ".join(

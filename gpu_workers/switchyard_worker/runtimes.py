@@ -35,15 +35,19 @@ class SentenceEmbedder:
     """Sentence embeddings (sentence-transformers) from an unpacked model directory."""
 
     def __init__(self, model_dir: Path) -> None:
+        import numpy
         from sentence_transformers import SentenceTransformer
 
+        self._np = numpy
         self._model = SentenceTransformer(str(model_dir), device="cpu", local_files_only=True)
 
     def predict(self, inputs: list[Any]) -> list[Any]:
         vectors = self._model.encode(
             inputs, batch_size=max(1, len(inputs)), convert_to_numpy=True, show_progress_bar=False
         )
-        return [[round(float(x), 7) for x in row] for row in vectors]
+        # Rounded to 7 decimals (float32 reads back as the same number; see
+        # switchyard.results), in one vectorised step rather than value by value.
+        return self._np.round(vectors.astype(self._np.float64), 7).tolist()
 
 
 class TorchScriptClassifier:

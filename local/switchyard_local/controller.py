@@ -107,12 +107,15 @@ class RollbackController:
         now = now or time.time()
         self._window.poll(now)
         done = []
+        window_start = now - self._manifest.rollout.window_seconds
         for model, spec in self._manifest.models.items():
+            if not self._window.stats(model, window_start):
+                continue  # no traffic in the window: nothing to judge, nothing to read
             change = self._store.deployed(model)
             if change is None:
                 continue
             # Only what happened under the document in force counts.
-            since = max(change.at, now - self._manifest.rollout.window_seconds)
+            since = max(change.at, window_start)
             verdicts = judge(
                 change.document,
                 self._window.stats(model, since),

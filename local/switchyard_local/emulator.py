@@ -17,7 +17,9 @@ emulator's CPU per request between them):
 
 from __future__ import annotations
 
+import argparse
 import logging
+import socket
 import subprocess
 import sys
 import time
@@ -27,10 +29,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+LOOPBACK = "127.0.0.1"
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now."""
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        return int(s.getsockname()[1])
+
 
 def emulator_argv(port: int) -> list[str]:
     """The command line of an emulator listening on ``127.0.0.1:port``."""
-    return [sys.executable, "-m", "switchyard_local.emulator", "-H", "127.0.0.1", "-p", str(port)]
+    return [sys.executable, "-m", "switchyard_local.emulator", "-H", LOOPBACK, "-p", str(port)]
 
 
 def wait_http(
@@ -74,11 +85,15 @@ class RunningEmulator:
         self.log.close()
 
 
-def start_emulator(log_path: Path, port: int, timeout_s: float = 30) -> RunningEmulator:
-    """Start an emulator on ``127.0.0.1:port`` and wait until it answers."""
+def start_emulator(
+    log_path: Path, port: int | None = None, timeout_s: float = 30
+) -> RunningEmulator:
+    """Start an emulator on ``127.0.0.1:port`` (a free port if None), its output
+    into ``log_path``, and wait until it answers."""
+    port = port or free_port()
     log = open(log_path, "wb")  # noqa: SIM115 - held for the emulator's life
     process = subprocess.Popen(emulator_argv(port), stdout=log, stderr=subprocess.STDOUT)
-    emulator = RunningEmulator(f"http://127.0.0.1:{port}", process, log)
+    emulator = RunningEmulator(f"http://{LOOPBACK}:{port}", process, log)
 
     def exited() -> str | None:
         code = process.poll()
@@ -93,6 +108,7 @@ def start_emulator(log_path: Path, port: int, timeout_s: float = 30) -> RunningE
 
 
 def _remember_backend_per_host() -> None:
+    """moto's service lookup by host, remembered (its answer depends on the host only)."""
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication
 
     find = DomainDispatcherApplication.get_backend_for_host
@@ -106,11 +122,23 @@ def _remember_backend_per_host() -> None:
     DomainDispatcherApplication.get_backend_for_host = get_backend_for_host  # type: ignore[method-assign]
 
 
+def _loopback_only(argv: list[str]) -> None:
+    """The emulator takes any credentials: it must not listen beyond this machine."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("-H", "--host", default=LOOPBACK)
+    host = parser.parse_known_args(argv)[0].host
+    if host not in (LOOPBACK, "localhost", "::1"):
+        raise SystemExit(f"the local AWS emulator listens on loopback only, not on {host}")
+
+
 def main(argv: list[str] | None = None) -> None:
+    """``python -m moto.server`` with the SQS fix: the same options, loopback only."""
     from moto.server import main as serve
 
     from switchyard_local import moto_sqs
 
+    argv = sys.argv[1:] if argv is None else argv
+    _loopback_only(argv)
     moto_sqs.apply()
     _remember_backend_per_host()
     logging.getLogger("werkzeug").setLevel(logging.WARNING)

@@ -1,38 +1,60 @@
 """SQS in the local emulator, able to hold a production-size backlog.
 
-moto 5.2.5 keeps a queue's messages in one list and, on every call, walks all of it
-more than once: a receive builds the list of every visible message and then, for
-each message it hands out, rebuilds the queue's attribute dictionary twice (three
-full counts each) to read the retention period; a send rebuilds that dictionary to
-read one FIFO flag; a delete and a change of visibility scan every message for the
-receipt handle and rebuild the list; GetQueueAttributes rebuilds the dictionary
-once per name asked for. With 1,000 messages queued one receive + delete costs about
-1.5 s; with 10,000, about 16 s. And every message object stays referenced for the
-life of the process (moto's instance tracker, for its dashboard).
+What is slow in moto 5.2.5 (``moto/sqs/models.py``): a queue keeps its messages in
+one list, and every call walks all of it, some more than once.
 
-:func:`apply` changes only how those paths find things, where the local platform
-starts the emulator (``switchyard_local.emulator``):
+- ``Queue.messages`` builds a new list of every visible message on each access, and
+  ``receive_message`` walks it from the start, even to hand out one message;
+- ``Queue.attributes`` counts the whole queue three times (visible, in flight,
+  delayed) each time it is built, and it is built where nobody reads the counts: by
+  every send (for one FIFO flag), by a receive for every message it hands out (for
+  the retention period), and once plus twice per name by GetQueueAttributes;
+- ``Queue.delete_message`` and ``change_message_visibility`` scan every message for
+  the receipt handle, and a delete then copies the list without it;
+- every ``Message`` object, and every copy a receive makes of one, stays referenced
+  by moto's instance tracker (for its dashboard) for the life of the process.
 
-- a receive walks the visible messages lazily and stops once it has what was asked
-  for; the retention check reads the queue's retention period directly;
-- a send, a receive and a delete never count the whole queue (the counts they would
-  compute are never read on those paths);
-- messages are indexed by id and by every receipt handle they were given, so a
-  delete or a change of visibility finds its message at once. A handle the index
-  does not know (never issued, already deleted, a message moved to the DLQ) goes to
-  moto's own code, so errors and edge cases answer exactly as before;
-- the three approximate counts are made in one pass, once per GetQueueAttributes;
-- SQS messages are no longer tracked for moto's dashboard, so a deleted message's
-  memory is freed.
+With 1,000 messages queued, one ReceiveMessage(10) + DeleteMessageBatch(10) costs
+about 1.5 s; with 10,000, about 16 s.
 
-FIFO queues keep moto's behaviour (their deduplication scan is left as it is). The
-fix reaches into moto's internals, so it refuses any moto but the pinned one.
+What :func:`apply` changes, where the local platform starts the emulator
+(``switchyard_local.emulator``): only how moto finds things, never what it answers.
+
+- ``Queue.messages`` is a lazy view: a receive tests messages only until it has the
+  count it asked for; ``if queue.messages`` stops at the first visible message;
+- the three counts are made in one pass, and a queue's attribute dictionary is built
+  at most once per call (send, send batch, receive, GetQueueAttributes); inside a
+  send or a receive, which never read the counts, they are not made at all;
+- each queue keeps an index, receipt handle -> message, filled as messages are
+  received, so a delete or a change of visibility finds its message at once. Only a
+  handle of a message still in that queue is in it; any other handle (never issued,
+  already deleted, of a message purged or moved to the DLQ) goes to moto's own code,
+  so errors and edge cases answer exactly as before;
+- SQS messages are not tracked for moto's dashboard, so a deleted message is freed.
+
+Why this is safe: every handle in a queue's index belongs to a message that is in
+that queue, so a fast path acts on the very message moto's scan would find, and does
+to it what moto's code does; every other case runs moto's code. The server is
+threaded: a delete holds the queue's lock (moto's own, taken by every append), so two
+deletes of one message answer as they would one after the other, and a receive walks
+a copy of the list, as moto's does. ``tests/unit/test_moto_sqs.py`` runs one script
+of calls with and without the fix and compares every answer.
+
+Limits: FIFO queues go through the same paths, but their deduplication scan on send
+is moto's (unchanged). A receive still steps over in-flight messages at the front of
+the queue, and copies the list (about 0.1 ms per 100,000 messages). moto keeps the
+receipt handles of every deleted message in ``Queue.deleted_messages`` (about 250
+bytes a message), so that a second delete of a message answers as before; the fix
+keeps that. The fix reaches into moto's internals, so it refuses any moto but the
+pinned one.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 PINNED_MOTO = "5.2.5"
@@ -41,12 +63,13 @@ _COUNTS = (
     "ApproximateNumberOfMessagesNotVisible",
     "ApproximateNumberOfMessagesDelayed",
 )
-_state = threading.local()  # .quiet: inside a send/receive/delete, counts are not read
-_originals: dict[str, Any] = {}
+_MISSING = object()
+_originals: dict[str, Any] = {}  # "Class.name" -> moto's own; empty while not applied
+_state = threading.local()  # .scope: see _scope; .counts: see _attributes
 
 
 class UnsupportedMoto(RuntimeError):
-    pass
+    """The installed moto is not the one this fix was written against."""
 
 
 def apply() -> None:
@@ -61,71 +84,52 @@ def apply() -> None:
             f"switchyard_local.moto_sqs fixes moto {PINNED_MOTO}'s SQS internals; "
             f"moto {version} is installed (requirements.txt pins it)"
         )
-    from moto.sqs import models
-
-    queue, backend, message = models.Queue, models.SQSBackend, models.Message
-    _originals.update(
-        messages=queue.messages,
-        attributes=queue.attributes,
-        add_message=queue.add_message,
-        queue_delete=queue.delete_message,
-        counts=[getattr(queue, _snake(n)) for n in _COUNTS],
-        send_message=backend.send_message,
-        receive_message=backend.receive_message,
-        delete_message=backend.delete_message,
-        change_visibility=backend.change_message_visibility,
-        get_queue_attributes=backend.get_queue_attributes,
-        retention=backend.is_message_valid_based_on_retention_period,
-        purge=backend.purge_queue,
-        message_new=message.__dict__.get("__new__"),
-    )
-    queue.messages = property(_visible_messages)
-    queue.attributes = property(_attributes)
-    queue.add_message = _add_message
-    queue.delete_message = _queue_delete_message
-    for index, name in enumerate(_COUNTS):
-        setattr(queue, _snake(name), property(_count_getter(index)))
-    backend.send_message = _quiet(_originals["send_message"])
-    backend.receive_message = _receive_message
-    backend.delete_message = _quiet(_originals["delete_message"])
-    backend.change_message_visibility = _change_message_visibility
-    backend.get_queue_attributes = _get_queue_attributes
-    backend.is_message_valid_based_on_retention_period = _within_retention
-    backend.purge_queue = _purge_queue
-    message.__new__ = staticmethod(_untracked_new)  # type: ignore[method-assign]
+    for cls, name, replacement in _patches():
+        _originals[f"{cls.__name__}.{name}"] = cls.__dict__.get(name, _MISSING)
+        setattr(cls, name, replacement)
 
 
 def undo() -> None:
     """Put moto's own code back (for tests that compare the two)."""
     if not _originals:
         return
-    from moto.sqs import models
-
-    queue, backend, message = models.Queue, models.SQSBackend, models.Message
-    queue.messages = _originals["messages"]
-    queue.attributes = _originals["attributes"]
-    queue.add_message = _originals["add_message"]
-    queue.delete_message = _originals["queue_delete"]
-    for name, original in zip(_COUNTS, _originals["counts"], strict=True):
-        setattr(queue, _snake(name), original)
-    backend.send_message = _originals["send_message"]
-    backend.receive_message = _originals["receive_message"]
-    backend.delete_message = _originals["delete_message"]
-    backend.change_message_visibility = _originals["change_visibility"]
-    backend.get_queue_attributes = _originals["get_queue_attributes"]
-    backend.is_message_valid_based_on_retention_period = _originals["retention"]
-    backend.purge_queue = _originals["purge"]
-    if _originals["message_new"] is None:
-        del message.__new__
-    else:
-        message.__new__ = _originals["message_new"]
+    for cls, name, _ in _patches():
+        original = _originals[f"{cls.__name__}.{name}"]
+        if original is _MISSING:
+            delattr(cls, name)
+        else:
+            setattr(cls, name, original)
     _originals.clear()
 
 
-def _snake(name: str) -> str:
+def _patches() -> list[tuple[type, str, Any]]:
     from moto.core.utils import camelcase_to_underscores
+    from moto.sqs.models import Message, Queue, SQSBackend
 
-    return str(camelcase_to_underscores(name))
+    counts = [
+        (Queue, camelcase_to_underscores(name), property(_count_getter(i)))
+        for i, name in enumerate(_COUNTS)
+    ]
+    return [
+        (Queue, "messages", property(_visible_messages)),
+        (Queue, "attributes", property(_attributes)),
+        *counts,
+        (Queue, "add_message", _add_message),
+        (Queue, "delete_message", _queue_delete_message),
+        (Message, "mark_received", _mark_received),
+        (Message, "__new__", staticmethod(_untracked_new)),
+        (SQSBackend, "send_message", _scoped("SQSBackend.send_message", quiet=True)),
+        (SQSBackend, "send_message_batch", _scoped("SQSBackend.send_message_batch", quiet=True)),
+        (SQSBackend, "receive_message", _scoped("SQSBackend.receive_message", quiet=True)),
+        (SQSBackend, "get_queue_attributes", _scoped("SQSBackend.get_queue_attributes")),
+        (SQSBackend, "change_message_visibility", _change_message_visibility),
+        (SQSBackend, "purge_queue", _purge_queue),
+    ]
+
+
+def _moto(name: str) -> Any:
+    """moto's own implementation of ``Class.name``."""
+    return _originals[name]
 
 
 def _now_ms() -> float:
@@ -134,19 +138,21 @@ def _now_ms() -> float:
     return float(unix_time_millis())
 
 
-# -- visible messages, lazily --------------------------------------------------------
+# -- visible messages, lazily ----------------------------------------------------------
 
 
 class _VisibleMessages:
     """The queue's visible, undelayed messages in queue order, found as they are
-    walked (a receive stops after the count it wants)."""
+    walked. moto's receive loop breaks once it has its count, so it stops here too.
+    It walks a copy of the list, as moto's code does (copying pointers costs little
+    next to testing each message): a delete in another thread does not move it."""
 
     def __init__(self, messages: list[Any]) -> None:
         self._messages = messages
 
     def __iter__(self) -> Iterator[Any]:
         now = _now_ms()
-        for message in self._messages:
+        for message in list(self._messages):
             if now > message.visible_at and not now < message.delayed_until:
                 yield message
 
@@ -161,11 +167,11 @@ def _visible_messages(self: Any) -> _VisibleMessages:
     return _VisibleMessages(self._messages)
 
 
-# -- counts: one pass, and none where nobody reads them ---------------------------
+# -- counts: one pass, and none where nobody reads them ---------------------------------
 
 
 def _counts(queue: Any) -> tuple[int, int, int]:
-    """(visible, not visible, delayed), as moto defines each, in one pass."""
+    """(visible, not visible, delayed), each as moto defines it, in one pass."""
     now = _now_ms()
     visible = invisible = delayed = 0
     for message in queue._messages:
@@ -178,163 +184,169 @@ def _counts(queue: Any) -> tuple[int, int, int]:
     return visible, invisible, delayed
 
 
+@contextmanager
+def _scope(quiet: bool) -> Iterator[None]:
+    """For one call into moto, in this thread: each queue's attribute dictionary is
+    built at most once; with ``quiet``, without its counts. A nested call (a batch
+    send's sends, a receive's retention check) stays in the outer call's scope."""
+    if getattr(_state, "scope", None) is not None:
+        yield
+        return
+    _state.scope = {"quiet": quiet}
+    try:
+        yield
+    finally:
+        _state.scope = None
+
+
+def _scoped(name: str, quiet: bool = False) -> Callable[..., Any]:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with _scope(quiet):
+            return _moto(name)(*args, **kwargs)
+
+    call.__name__ = name.rsplit(".", 1)[1]
+    return call
+
+
+def _attributes(self: Any) -> dict[str, Any]:
+    """moto's attribute dictionary (its own code builds it), with the three counts
+    made in one pass, or left out inside a send or a receive (which read only the
+    queue's settings)."""
+    scope = getattr(_state, "scope", None)
+    if scope is not None and id(self) in scope:
+        return dict(scope[id(self)])
+    quiet = scope is not None and scope["quiet"]
+    _state.counts = (self, None if quiet else _counts(self))  # for the count getters
+    try:
+        result = dict(_moto("Queue.attributes").fget(self))
+    finally:
+        _state.counts = None
+    if quiet:
+        for name in _COUNTS:
+            del result[name]
+    if scope is not None:
+        scope[id(self)] = result
+    return dict(result)
+
+
 def _count_getter(index: int) -> Callable[[Any], int | None]:
     def get(self: Any) -> int | None:
-        cached = getattr(_state, "counts", None)
-        if cached is not None and cached[0] is self:
-            return cached[1][index] if cached[1] is not None else None
+        held = getattr(_state, "counts", None)
+        if held is not None and held[0] is self:
+            return None if held[1] is None else held[1][index]
         return _counts(self)[index]
 
     return get
 
 
-def _attributes(self: Any) -> dict[str, Any]:
-    """moto's attribute dictionary, its three counts made in one pass (or, inside a
-    send, receive or delete, which never read them, not made at all)."""
-    quiet = getattr(_state, "quiet", False)
-    previous = getattr(_state, "counts", None)
-    _state.counts = (self, None if quiet else _counts(self))
-    try:
-        result = dict(_originals["attributes"].fget(self))
-    finally:
-        _state.counts = previous
-    if quiet:
-        for name in _COUNTS:
-            result.pop(name, None)
-    return result
+# -- an index from receipt handle to message --------------------------------------------
 
 
-def _quiet(method: Callable[..., Any]) -> Callable[..., Any]:
-    """``method`` with the queue's counts left out of any attribute dictionary it
-    builds for its own use."""
-
-    def run(*args: Any, **kwargs: Any) -> Any:
-        previous = getattr(_state, "quiet", False)
-        _state.quiet = True
-        try:
-            return method(*args, **kwargs)
-        finally:
-            _state.quiet = previous
-
-    run.__name__ = method.__name__
-    run.__doc__ = method.__doc__
-    return run
+def _index(queue: Any) -> dict[str, Any]:
+    """``queue``'s receipt handle -> message, for the messages in it."""
+    index = queue.__dict__.get("_sy_handles")
+    if index is None:
+        with queue._messages_lock:
+            index = queue.__dict__.get("_sy_handles")
+            if index is None:  # a new queue, or one purged, or apply() came late
+                index = {}
+                for message in list(queue._messages):
+                    message._sy_queue = weakref.ref(queue)
+                    index.update((h, message) for h in message.all_receipt_handles if h)
+                queue._sy_handles = index
+    return index
 
 
-def _within_retention(self: Any, queue_name: str, message: Any) -> bool:
-    from moto.core.utils import unix_time
-
-    queue = self.get_queue(queue_name)
-    retain_until = int(queue.message_retention_period) + message.sent_timestamp / 1000
-    return bool(retain_until > unix_time())
+def _queue_of(message: Any) -> Any | None:
+    # A weak reference, which moto's deepcopy of a received message copies as is.
+    ref = message.__dict__.get("_sy_queue")
+    return None if ref is None else ref()
 
 
-def _get_queue_attributes(self: Any, queue_name: str, attribute_names: list[str]) -> Any:
-    """moto's GetQueueAttributes, with the attribute dictionary built once."""
-    from moto.sqs.exceptions import InvalidAttributeName
-
-    queue = self.get_queue(queue_name)
-    if not attribute_names:
-        return {}
-    valid = ["All", *queue.BASE_ATTRIBUTES, *queue.FIFO_ATTRIBUTES, *queue.KMS_ATTRIBUTES]
-    invalid = next((name for name in attribute_names if name not in valid), None)
-    if invalid or invalid == "":
-        raise InvalidAttributeName(invalid)
-    attributes = queue.attributes
-    if "All" in attribute_names:
-        return attributes
-    return {n: attributes[n] for n in attribute_names if attributes.get(n) is not None}
-
-
-# -- index by id and receipt handle ---------------------------------------------------
-
-
-def _index(queue: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(message id -> message, receipt handle -> message) of ``queue``."""
-    if "_sy_by_id" not in queue.__dict__:
-        queue._sy_by_id = {m.id: m for m in queue._messages}
-        queue._sy_by_handle = {h: m for m in queue._messages for h in m.all_receipt_handles}
-    return queue._sy_by_id, queue._sy_by_handle
+def _forget(queue: Any, message: Any) -> None:
+    index = _index(queue)
+    for handle in message.all_receipt_handles:
+        index.pop(handle, None)
+    message._sy_queue = None
 
 
 def _add_message(self: Any, message: Any) -> None:
-    _originals["add_message"](self, message)
-    if self._messages and self._messages[-1] is message:  # not dropped as a FIFO duplicate
-        message._sy_owner = self.queue_arn  # a string: moto deep-copies messages
-        _index(self)[0][message.id] = message
+    """moto's add_message, the message marked as this queue's beforehand (a receive
+    in another thread may hand it out as soon as it is in the list). A message moved
+    to the DLQ is forgotten by the queue it left."""
+    left = _queue_of(message)
+    if left is not None and left is not self:
+        _forget(left, message)
+    message._sy_queue = weakref.ref(self)
+    _moto("Queue.add_message")(self, message)
 
 
-def _receive_message(self: Any, queue_name: str, *args: Any, **kwargs: Any) -> list[Any]:
-    """moto's receive (with the lazy walk); each message's new receipt handle is
-    indexed. moto hands back copies, so the copy's id finds the queue's message."""
-    received = _quiet(_originals["receive_message"])(self, queue_name, *args, **kwargs)
-    queue = self.get_queue(queue_name)
-    by_id, by_handle = _index(queue)
-    for copy in received:
-        message = by_id.get(copy.id)
-        if message is not None and copy.receipt_handle:
-            by_handle[copy.receipt_handle] = message
-    return received
-
-
-def _purge_queue(self: Any, queue_name: str) -> None:
-    """moto's purge, which empties the queue's list: the index goes with it."""
-    _originals["purge"](self, queue_name)
-    queue = self.get_queue(queue_name)
-    queue.__dict__.pop("_sy_by_id", None)
-    queue.__dict__.pop("_sy_by_handle", None)
+def _mark_received(self: Any, visibility_timeout: int | None = None) -> None:
+    """moto's mark_received, which gives the message a new receipt handle: indexed."""
+    _moto("Message.mark_received")(self, visibility_timeout)
+    queue = _queue_of(self)
+    if queue is not None:
+        _index(queue)[self.receipt_handle] = self
 
 
 def _owned(queue: Any, receipt_handle: str) -> Any | None:
-    """The message of ``queue`` that was given ``receipt_handle``, if the index knows
-    it and the message is still in this queue."""
-    message = _index(queue)[1].get(receipt_handle)
-    if message is None or message.__dict__.get("_sy_owner") != queue.queue_arn:
+    """The message in ``queue`` that was given ``receipt_handle``, if indexed."""
+    message = _index(queue).get(receipt_handle)
+    if message is None or _queue_of(message) is not queue:
         return None
     return message
 
 
 def _queue_delete_message(self: Any, receipt_handle: str) -> None:
-    if receipt_handle in self.deleted_messages:
-        return  # deleting twice is fine, as in moto
-    message = _owned(self, receipt_handle)
-    if message is None:
-        _originals["queue_delete"](self, receipt_handle)  # moto's answer, errors included
-        return
-    try:
-        self._messages.remove(message)
-    except ValueError:  # no longer in the list (purged): moto's own answer
-        _originals["queue_delete"](self, receipt_handle)
-        return
-    self.pending_messages.discard(message)
-    handles = message.all_receipt_handles
-    self.deleted_messages.update(handles)
-    by_id, by_handle = _index(self)
-    by_id.pop(message.id, None)
-    for handle in handles:
-        by_handle.pop(handle, None)
-    message._sy_owner = None
+    """As moto deletes a message it finds by the handle, without the scan; any
+    handle not found goes to moto (already deleted: no error; unknown: the error)."""
+    with self._messages_lock:
+        message = _owned(self, receipt_handle)
+        if message is not None:
+            try:
+                self._messages.remove(message)
+            except ValueError:  # left the list another way: moto's answer
+                message = None
+        if message is None:
+            _moto("Queue.delete_message")(self, receipt_handle)
+            return
+        self.pending_messages.discard(message)
+        self.deleted_messages.update(message.all_receipt_handles)
+        _forget(self, message)
 
 
 def _change_message_visibility(
     self: Any, queue_name: str, receipt_handle: str, visibility_timeout: int
 ) -> None:
+    """As moto changes the visibility of the message it finds by the handle, without
+    the scan; any handle not found goes to moto (for its error)."""
     queue = self.get_queue(queue_name)
     message = _owned(queue, receipt_handle)
     if message is None:
-        _originals["change_visibility"](self, queue_name, receipt_handle, visibility_timeout)
+        _moto("SQSBackend.change_message_visibility")(
+            self, queue_name, receipt_handle, visibility_timeout
+        )
         return
     from moto.sqs.exceptions import InvalidParameterValue
 
-    if _now_ms() + int(visibility_timeout) * 1000 - message.sent_timestamp > 43200 * 1000:
+    limit_s = 43200  # SQS: at most 12 hours from when the message was sent
+    if _now_ms() + int(visibility_timeout) * 1000 - message.sent_timestamp > limit_s * 1000:
         raise InvalidParameterValue(
             f"Value {visibility_timeout} for parameter VisibilityTimeout is invalid. Reason: "
-            "Total VisibilityTimeout for the message is beyond the limit [43200 seconds]"
+            f"Total VisibilityTimeout for the message is beyond the limit [{limit_s} seconds]"
         )
     message.change_visibility(visibility_timeout)
-    if message.visible and message in queue.pending_messages:
-        queue.pending_messages.remove(message)
+    if message.visible:
+        queue.pending_messages.discard(message)
+
+
+def _purge_queue(self: Any, queue_name: str) -> None:
+    """moto's purge, which replaces the queue's list: the index goes with it."""
+    _moto("SQSBackend.purge_queue")(self, queue_name)
+    self.get_queue(queue_name).__dict__.pop("_sy_handles", None)
 
 
 def _untracked_new(cls: type, *args: Any, **kwargs: Any) -> Any:
+    """``Message`` without moto's instance tracking (which keeps every message, and
+    every copy a receive makes, referenced for the dashboard)."""
     return object.__new__(cls)

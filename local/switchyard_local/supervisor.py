@@ -18,7 +18,6 @@ import ctypes
 import json
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -33,19 +32,13 @@ from switchyard.settings import RouterSettings, SplitterSettings, WorkerSettings
 from switchyard_local.bridge import ExtensionStandIn, LocalTrafficStore
 from switchyard_local.controller import MetricsWindow, RollbackController
 from switchyard_local.deployed import Launcher, LocalFunction
-from switchyard_local.emulator import emulator_argv, wait_http
+from switchyard_local.emulator import emulator_argv, free_port, wait_http
 from switchyard_local.event_source import SqsEventSource
 from switchyard_local.provision import Provisioned, provision, register_demo_models
 from switchyard_local.traffic import Change
 
 LOCAL_STAGE = "dev"
 LOCAL_REGION = "us-east-1"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -288,10 +281,14 @@ class LocalPlatform:
                 "ready_file": str(self.run_dir / f"{name}.ready"),
             },
         )
+        # On one machine the model's threads share the cores with the emulator and
+        # the router: threads that sleep at a barrier, rather than spin, leave them
+        # the CPU (an ECS task has its cores to itself and keeps the default).
+        sharing = {"OMP_WAIT_POLICY": "PASSIVE"}
         return Child(
             name,
             command.argv,
-            {**self._base_env(), **command.env, **settings},
+            {**self._base_env(), **sharing, **command.env, **settings},
             self.run_dir / "logs" / f"{name}.log",
         )
 

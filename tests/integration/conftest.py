@@ -13,7 +13,6 @@ from switchyard import aws
 from switchyard.manifest import load_manifest
 from switchyard_local.emulator import start_emulator
 from switchyard_local.provision import provision
-from switchyard_local.supervisor import free_port
 
 REGION = "us-east-1"
 TEST_MANIFEST_OVERRIDES = {"visibility_timeout_seconds": 10, "max_receive_count": 3}
@@ -23,7 +22,7 @@ TEST_MANIFEST_OVERRIDES = {"visibility_timeout_seconds": 10, "max_receive_count"
 def emulator_url(tmp_path_factory):
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
-    emulator = start_emulator(tmp_path_factory.mktemp("emulator") / "moto.log", free_port())
+    emulator = start_emulator(tmp_path_factory.mktemp("emulator") / "moto.log")
     try:
         yield emulator.url
     finally:

@@ -4,7 +4,9 @@ the same observable answers."""
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,7 +26,8 @@ COUNTS = [
 
 def script() -> list[Any]:
     """Every observable answer of a run through sends, receives, deletes, visibility
-    changes, redrive to a DLQ, purges and bad handles (times and ids left out)."""
+    changes, redrive to a DLQ, purges, bad handles and a FIFO queue (times and
+    generated ids and handles left out)."""
     sqs = boto3.client("sqs", region_name="us-east-1")
     seen: list[Any] = []
 
@@ -54,12 +57,18 @@ def script() -> list[Any]:
         )
         return got
 
-    def error(call: Any) -> None:
+    def outcome(call: Any) -> None:
         try:
-            call()
-            note("no error", None)
+            answer = call()
         except ClientError as exc:
-            note("error", exc.response["Error"]["Code"])
+            note("error", (exc.response["Error"]["Code"], exc.response["Error"]["Message"]))
+        else:
+            note("failed entries", answer.get("Failed"))
+
+    def release(url: str, message: dict[str, Any], seconds: int = 0) -> Any:
+        return sqs.change_message_visibility(
+            QueueUrl=url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=seconds
+        )
 
     dlq = sqs.create_queue(QueueName="dlq")["QueueUrl"]
     dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"][
@@ -90,46 +99,80 @@ def script() -> list[Any]:
         ],
     )
     note("deleted", sorted(e["Id"] for e in deleted["Successful"]))
-    error(lambda: sqs.delete_message(QueueUrl=url, ReceiptHandle=first[0]["ReceiptHandle"]))
-    error(lambda: sqs.delete_message(QueueUrl=url, ReceiptHandle="bogus"))
-    error(
-        lambda: sqs.change_message_visibility(
-            QueueUrl=url, ReceiptHandle="bogus", VisibilityTimeout=0
+    # Deleting again is no error; a handle never issued is.
+    outcome(lambda: sqs.delete_message(QueueUrl=url, ReceiptHandle=first[0]["ReceiptHandle"]))
+    outcome(lambda: sqs.delete_message(QueueUrl=url, ReceiptHandle="bogus"))
+    outcome(
+        lambda: sqs.delete_message_batch(
+            QueueUrl=url, Entries=[{"Id": "x", "ReceiptHandle": "bogus"}]
+        )
+    )
+    outcome(lambda: release(url, {"ReceiptHandle": "bogus"}))
+    outcome(lambda: release(url, first[0]))  # a deleted message's handle
+    outcome(lambda: release(url, first[5], 43200))  # past 12 hours from its sending
+    outcome(
+        lambda: sqs.change_message_visibility_batch(
+            QueueUrl=url,
+            Entries=[
+                {"Id": "a", "ReceiptHandle": first[6]["ReceiptHandle"], "VisibilityTimeout": 5},
+                {"Id": "b", "ReceiptHandle": "bogus", "VisibilityTimeout": 5},
+            ],
         )
     )
     for m in first[5:]:  # released: they come back, with a second receive count
-        sqs.change_message_visibility(
-            QueueUrl=url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=0
-        )
+        release(url, m)
     note("attrs", attrs(url))
     again = recv(url, 10)
     # An old handle of a message received again still deletes it, as in moto.
     sqs.delete_message(QueueUrl=url, ReceiptHandle=first[5]["ReceiptHandle"])
     note("attrs", attrs(url))
     for m in again:
-        error(
-            lambda m=m: sqs.change_message_visibility(
-                QueueUrl=url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=0
-            )
-        )
+        outcome(lambda m=m: release(url, m))
     # The third receive of the released ones sends them to the DLQ.
     while recv(url, 10):
         pass
     note("attrs", attrs(url))
     note("dlq attrs", attrs(dlq))
     dead = recv(dlq, 10)
-    error(lambda: sqs.delete_message(QueueUrl=url, ReceiptHandle=dead[0]["ReceiptHandle"]))
+    # A handle from the source queue: no longer there, still good in the DLQ.
+    outcome(lambda: sqs.delete_message(QueueUrl=url, ReceiptHandle=again[1]["ReceiptHandle"]))
+    outcome(lambda: sqs.delete_message(QueueUrl=dlq, ReceiptHandle=again[1]["ReceiptHandle"]))
+    outcome(lambda: sqs.delete_message(QueueUrl=url, ReceiptHandle=dead[0]["ReceiptHandle"]))
     sqs.purge_queue(QueueUrl=dlq)
-    error(lambda: sqs.delete_message(QueueUrl=dlq, ReceiptHandle=dead[1]["ReceiptHandle"]))
+    outcome(lambda: sqs.delete_message(QueueUrl=dlq, ReceiptHandle=dead[2]["ReceiptHandle"]))
+    outcome(lambda: release(dlq, dead[3]))
     note("dlq attrs", attrs(dlq))
     note(
         "all", sorted(sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"])
     )
+    outcome(lambda: sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Nope"]))
+
+    fifo = sqs.create_queue(
+        QueueName="work.fifo",
+        Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"},
+    )["QueueUrl"]
+    for i in range(8):  # bodies repeat: content-based deduplication drops the repeats
+        sqs.send_message(QueueUrl=fifo, MessageBody=f"f{i % 5}", MessageGroupId=f"g{i % 2}")
+    note("fifo attrs", attrs(fifo))
+    got = recv(fifo, 2)
+    note("fifo attrs", attrs(fifo))
+    sqs.delete_message(QueueUrl=fifo, ReceiptHandle=got[0]["ReceiptHandle"])
+    release(fifo, got[1])
+    while got := recv(fifo, 3):
+        for m in got:
+            sqs.delete_message(QueueUrl=fifo, ReceiptHandle=m["ReceiptHandle"])
+    note("fifo attrs", attrs(fifo))
     return seen
 
 
 @pytest.fixture
-def patched_and_restored() -> Iterator[None]:
+def credentials(monkeypatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
+
+
+@pytest.fixture
+def patched(credentials) -> Iterator[None]:
     moto_sqs.apply()
     try:
         yield
@@ -137,49 +180,83 @@ def patched_and_restored() -> Iterator[None]:
         moto_sqs.undo()
 
 
-def run() -> list[Any]:
+def run_script() -> list[Any]:
     with mock_aws():
         return script()
 
 
-def test_the_fix_answers_as_moto_does(monkeypatch, patched_and_restored):
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
-    patched = run()
+def test_the_fix_answers_as_moto_does(credentials):
+    # GIVEN the script's answers from moto as it is
     moto_sqs.undo()
-    plain = run()
-    assert patched == plain
-    # and the script did reach every path it is meant to
+    plain = run_script()
+    # WHEN it runs again with the fix
+    moto_sqs.apply()
+    try:
+        fixed = run_script()
+    finally:
+        moto_sqs.undo()
+    # THEN every answer is the same
+    assert fixed == plain
+    # AND the script did reach the paths it is meant to: errors, the DLQ, FIFO
     labels = [label for label, _ in plain]
-    assert labels.count("error") >= 4 and ("dlq attrs", {}) not in plain
+    assert labels.count("error") >= 6 and ("dlq attrs", {}) not in plain
+    assert ("fifo attrs", dict(zip(COUNTS, ["5", "0", "0"], strict=True))) in plain
+
+
+def test_apply_is_idempotent_and_undo_puts_moto_back():
+    from moto.sqs.models import Message, Queue, SQSBackend
+
+    # GIVEN moto's own code
+    moto_sqs.undo()
+    own = (Queue.__dict__["messages"], SQSBackend.receive_message, Message.__new__)
+    # WHEN the fix is applied twice, then undone once
+    moto_sqs.apply()
+    moto_sqs.apply()
+    applied = (Queue.__dict__["messages"], SQSBackend.receive_message, Message.__new__)
+    moto_sqs.undo()
+    # THEN it was in force, and moto's code is back
+    assert all(a is not o for a, o in zip(applied, own, strict=True))
+    assert (Queue.__dict__["messages"], SQSBackend.receive_message, Message.__new__) == own
+    assert "__new__" not in Message.__dict__
 
 
 def test_the_fix_refuses_a_moto_it_was_not_written_for(monkeypatch):
     from importlib import metadata
 
+    # GIVEN another moto version installed
     monkeypatch.setattr(metadata, "version", lambda name: "9.9.9")
     moto_sqs.undo()
+    # WHEN the fix is applied THEN it refuses, naming the version
     with pytest.raises(moto_sqs.UnsupportedMoto, match="9.9.9"):
         moto_sqs.apply()
 
 
-def test_messages_are_not_kept_after_they_are_deleted(monkeypatch, patched_and_restored):
-    import gc
-    import weakref
-
+def test_messages_are_freed_once_deleted_from_their_queue_or_its_dlq(patched):
     from moto.core import DEFAULT_ACCOUNT_ID
     from moto.sqs.models import Message, sqs_backends
 
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
     with mock_aws():
+        # GIVEN a queue that moves a message to its DLQ on its second receive
         sqs = boto3.client("sqs", region_name="us-east-1")
-        url = sqs.create_queue(QueueName="q")["QueueUrl"]
-        sqs.send_message(QueueUrl=url, MessageBody="x")
-        backend_queue = sqs_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].queues["q"]
-        ref = weakref.ref(backend_queue._messages[0])
-        (m,) = sqs.receive_message(QueueUrl=url)["Messages"]
-        sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+        dlq = sqs.create_queue(QueueName="dlq")["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]
+        policy = json.dumps({"deadLetterTargetArn": arn["QueueArn"], "maxReceiveCount": 1})
+        url = sqs.create_queue(QueueName="q", Attributes={"RedrivePolicy": policy})["QueueUrl"]
+        sqs.send_message(QueueUrl=url, MessageBody="done")
+        sqs.send_message(QueueUrl=url, MessageBody="poison")
+        queue = sqs_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].queues["q"]
+        refs = [weakref.ref(m) for m in queue._messages]
+        # WHEN one is deleted, the other moves to the DLQ and is deleted there
+        done, poison = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=2)["Messages"]
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=done["ReceiptHandle"])
+        sqs.change_message_visibility(
+            QueueUrl=url, ReceiptHandle=poison["ReceiptHandle"], VisibilityTimeout=0
+        )
+        assert "Messages" not in sqs.receive_message(QueueUrl=url)
+        (dead,) = sqs.receive_message(QueueUrl=dlq)["Messages"]
+        sqs.delete_message(QueueUrl=dlq, ReceiptHandle=dead["ReceiptHandle"])
         gc.collect()
-        assert ref() is None, "the deleted message is still referenced"
+        # THEN neither message, nor any copy of one, is still held
+        assert dead["Body"] == "poison"
+        assert [ref() for ref in refs] == [None, None]
         assert Message.instances_tracked == []

@@ -175,3 +175,20 @@ def test_the_controller_ignores_samples_from_before_the_current_document(tmp_pat
     log.write_text("\n".join(emf(980 + i * 0.01, "v2", 20, True) for i in range(30)) + "\n")
     store = MemoryStore(RoutingDocument(weights={"v1": 90, "v2": 10}), at=990.0)
     assert RollbackController(store, MetricsWindow(log, 60), manifest).check_once(1000.0) == []
+
+
+def test_an_idle_platform_costs_the_controller_no_reads(tmp_path, manifest):
+    # GIVEN no request in the window (an idle platform)
+    store = MemoryStore(RoutingDocument(weights={"v1": 90, "v2": 10}), at=990.0)
+    reads = []
+    deployed = store.deployed
+    store.deployed = lambda model: reads.append(model) or deployed(model)
+    controller = RollbackController(store, MetricsWindow(tmp_path / "router.log", 60), manifest)
+    # WHEN it checks
+    assert controller.check_once(1000.0) == []
+    # THEN it asked the store for no document
+    assert reads == []
+    # but once a model has traffic, its document is read
+    (tmp_path / "router.log").write_text(emf(999.0, "v1", 20, False) + "\n")
+    controller.check_once(1000.0)
+    assert reads == ["digits-cnn"]
