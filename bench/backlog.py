@@ -71,15 +71,19 @@ async def submit(platform: RunningPlatform, bodies: list[list[str]]) -> tuple[li
     return ids, started
 
 
-def drain(platform: RunningPlatform, ids: list[str], limit_s: float) -> list[Any]:
-    """Waits for every result (the workers write a result before deleting its
-    message, so an empty queue means every result is stored) and reads them."""
+def adapters_of(platform: RunningPlatform) -> Any:
+    """The bench's own view of the platform's stores (not the platform's clients)."""
     from switchyard.settings import Settings
     from switchyard.wiring import build_adapters
 
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
-    adapters = build_adapters(Settings(**platform.info["settings"]))
+    return build_adapters(Settings(**platform.info["settings"]))
+
+
+def drain(adapters: Any, limit_s: float) -> None:
+    """Waits until the model's queues are empty: the workers write a result before
+    they delete its message, so then every result is stored."""
     lanes = adapters.queues[TEXT_MODEL]
     sqs = adapters.client("sqs")
     names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
@@ -95,8 +99,6 @@ def drain(platform: RunningPlatform, ids: list[str], limit_s: float) -> list[Any
         if not queued:
             break
         time.sleep(1.0)  # the drain is timed by the results' own stamps, not by this
-    tenant = platform.info["default_tenant"]
-    return [adapters.results.get(tenant, request_id) for request_id in ids]
 
 
 def burst(platform: RunningPlatform, requests: int, per_request: int) -> dict:
@@ -109,8 +111,11 @@ def burst(platform: RunningPlatform, requests: int, per_request: int) -> dict:
     meter.start()
     ids, started = asyncio.run(submit(platform, bodies))
     submitted = time.time()
-    records = drain(platform, ids, limit_s=600)
-    cpu, others = meter.stop()
+    adapters = adapters_of(platform)
+    drain(adapters, limit_s=600)
+    cpu, others = meter.stop()  # before the results are read back for the figures
+    tenant = platform.info["default_tenant"]
+    records = [adapters.results.get(tenant, request_id) for request_id in ids]
     done = [r for r in records if r is not None and r.status == "done"]
     finished = max((r.completed_at or 0.0) for r in done) if done else time.time()
     inputs = sum(len(r.outputs or []) for r in done)

@@ -207,12 +207,20 @@ class LocalFunction:
         self._lock = threading.Lock()
         self.cold_starts = 0
 
+    def warm(self) -> LambdaProcess:
+        """The warm instance, cold-started first if there is none (or it died)."""
+        with self._lock:
+            return self._warm()
+
     def invoke(self, event: dict[str, Any], timeout_s: float = 900) -> Any:
         with self._lock:
-            if self._instance is None or self._instance.process.poll() is not None:
-                self.cold_starts += 1
-                self._instance = LambdaProcess(self._command, self._env, self._log_path)
-            return self._instance.invoke(event, timeout_s)
+            return self._warm().invoke(event, timeout_s)
+
+    def _warm(self) -> LambdaProcess:
+        if self._instance is None or self._instance.process.poll() is not None:
+            self.cold_starts += 1
+            self._instance = LambdaProcess(self._command, self._env, self._log_path)
+        return self._instance
 
     def close(self) -> None:
         with self._lock:

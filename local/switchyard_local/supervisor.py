@@ -213,6 +213,7 @@ class LocalPlatform:
             **to_environment(SplitterSettings, self.provisioned.splitter_values()),
         }
         self.splitter = LocalFunction(command, env, self.run_dir / "logs" / "splitter.log")
+        self.splitter.warm()  # its cold start now, not under the first drop's load
         self.drop_events = SqsEventSource(
             aws.client("sqs", LOCAL_REGION, self.emulator_url),
             self.provisioned.drop_queue,
