@@ -37,7 +37,9 @@ def log(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def run(quick: bool, out_dir: Path, only: set[str], quiet_wait_s: float) -> int:
+def run(
+    quick: bool, out_dir: Path, only: set[str], quiet_wait_s: float, merge: bool = False
+) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -141,11 +143,38 @@ def run(quick: bool, out_dir: Path, only: set[str], quiet_wait_s: float) -> int:
     results["sections"] = {k: v for k, v in results["sections"].items() if v is not None}
     results["wall_seconds"] = round(time.perf_counter() - started, 1)
     results["failed_sections"] = failed
+    if merge:
+        results = merged(out_dir / "benchmarks.json", results)
     written = report.write(results, out_dir)
     log(f"wrote {', '.join(str(p) for p in written)} in {results['wall_seconds']} s")
     if failed:
         log(f"failed sections: {', '.join(failed)}")
     return 1 if failed else 0
+
+
+def merged(previous_path: Path, fresh: dict[str, Any]) -> dict[str, Any]:
+    """The report at ``previous_path`` with the sections just run put in place of
+    its own (``--merge``): one section rerun without rerunning the rest. The report
+    lists which sections were rerun, and when."""
+    import json
+
+    if not previous_path.exists():
+        return fresh
+    report = json.loads(previous_path.read_text())
+    report["sections"].update(fresh["sections"])
+    report["timing"].update(fresh["timing"])
+    report.setdefault("reruns", []).append(
+        {
+            "sections": sorted(fresh["timing"]),
+            "at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "machine": fresh["machine"],
+        }
+    )
+    report["failed_sections"] = sorted(
+        set(report.get("failed_sections", [])) - set(fresh["timing"])
+        | set(fresh["failed_sections"])
+    )
+    return report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,12 +192,17 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="wait up to this many seconds for the load average to fall below 1 first",
     )
+    go.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the report already in --out and replace only the sections run",
+    )
     args = parser.parse_args(argv)
     only = {s.strip() for s in args.only.split(",") if s.strip()}
     unknown = only - set(SECTIONS)
     if unknown:
         parser.error(f"unknown sections: {', '.join(sorted(unknown))}")
-    return run(args.quick, Path(args.out), only, args.wait_quiet)
+    return run(args.quick, Path(args.out), only, args.wait_quiet, args.merge)
 
 
 if __name__ == "__main__":

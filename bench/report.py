@@ -222,6 +222,10 @@ def markdown(results: dict[str, Any], images: list[str]) -> str:
         "with a peer, measured side by side in one run of the suite (`bench/`). "
         f"This page was written by `python -m bench run{' --quick' if results['quick'] else ''}`"
         f" ({'quick' if results['quick'] else 'full'} mode, {fmt(results['wall_seconds'], 0)} s).",
+        *[
+            f"Sections rerun later with `--merge`: {', '.join(r['sections'])} on {r['at']}."
+            for r in results.get("reruns", [])
+        ],
         "",
         "## Machine and versions",
         "",
@@ -481,38 +485,53 @@ def _backlog(s: dict[str, Any]) -> list[str]:
             "",
             "A fresh local platform with `minilm-embed` alone; a burst of async predicts sent "
             "at once (64 in flight), and the drain timed from the first submission to the "
-            "last result the worker stored (`bench/backlog.py`). Beside each burst, the "
+            "last result the worker stored (`bench/backlog.py`). Beside each run, the "
             "model's own limit at batch 32 in the bench's process, measured just before the "
             "platform starts and just after it stops; the share is against their mean "
-            f"(median of all: {fmt(limit)} inputs/s).",
+            f"(median of all: {fmt(limit)} inputs/s). Each burst runs "
+            f"{bursts.get('repeats', 1)} time(s); the median share is in bold.",
             "",
             table(
                 [
                     "burst",
+                    "run",
                     "submitting took",
                     "first submission → last result",
                     "inputs/s",
+                    "model's limit before / after",
                     "share of the model's limit",
+                    "not done / submissions failed",
                     "median batch",
                     "CPU-s: worker / emulator / router / load generator",
                 ],
                 [
                     [
                         f"{b['requests']:,} × {b['inputs_per_request']} sentence(s)",
-                        f"{fmt(b['submit_seconds'])} s",
-                        f"{fmt(b['drain_seconds'])} s",
-                        fmt(b["inputs_per_s"]),
-                        f"{fmt(b['model_limit_before'])} / {fmt(b['model_limit_after'])}",
-                        f"**{times(b['share_of_model_limit'])}**",
-                        fmt(b["median_batch_size"], 0),
+                        str(i + 1),
+                        f"{fmt(r['submit_seconds'])} s",
+                        f"{fmt(r['drain_seconds'])} s",
+                        fmt(r["inputs_per_s"]),
+                        f"{fmt(r['model_limit_before'])} / {fmt(r['model_limit_after'])}",
+                        times(r["share_of_model_limit"]),
+                        f"{r['not_done']} / {r.get('submissions_failed', 0)}",
+                        fmt(r["median_batch_size"], 0),
                         " / ".join(
-                            fmt(b["cpu_seconds"].get(k))
+                            fmt(r["cpu_seconds"].get(k))
                             for k in ("worker minilm-embed", "emulator", "router", "load generator")
                         ),
                     ]
                     for b in bursts["bursts"]
+                    for i, r in enumerate(b["runs"])
                 ],
             ),
+            "",
+            "Median share of the model's limit: "
+            + "; ".join(
+                f"{b['requests']:,} × {b['inputs_per_request']}: "
+                f"**{times(b['median_share_of_model_limit'])}**"
+                for b in bursts["bursts"]
+            )
+            + ".",
             "",
         ]
     return out

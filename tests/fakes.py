@@ -11,7 +11,7 @@ from typing import Any
 from switchyard.auth import KeyIdDirectory
 from switchyard.queues import Received
 from switchyard.registry import ModelVersion, VersionExists
-from switchyard.schemas import Lane, ResultRecord
+from switchyard.schemas import ErrorInfo, Lane, ResultRecord
 from switchyard_local.gateway import ApiGatewayStandIn, ApiKey
 
 _ids = itertools.count(1)
@@ -111,6 +111,34 @@ class FakeResults:
                 update={"failures": current.failures + 1, "last_failure": f"{version}: {reason}"}
             )
         self.log.append(("failure", request_id))
+
+    def statuses(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
+        self.log.append(("statuses", len(keys)))
+        return {k: self.items[k].status for k in keys if k in self.items}
+
+    def cancel(self, tenant: str, request_id: str, at: float) -> ResultRecord | None:
+        current = self.items.get((tenant, request_id))
+        if current is None or current.status != "queued":
+            return current
+        self.items[(tenant, request_id)] = current.model_copy(
+            update={"status": "cancelled", "completed_at": at}
+        )
+        return self.items[(tenant, request_id)]
+
+    def expire(self, record: ResultRecord, at: float) -> ResultRecord:
+        current = self.items.get((record.tenant, record.request_id))
+        if current is not None and current.status == "queued":
+            self.items[(record.tenant, record.request_id)] = current.model_copy(
+                update={
+                    "status": "expired",
+                    "completed_at": at,
+                    "error": ErrorInfo(code="expired", message="the request expired"),
+                }
+            )
+        return self.items.get((record.tenant, record.request_id), record)
+
+    def reopen(self, tenant: str, request_id: str) -> bool:
+        return False
 
 
 class FakePayloads:

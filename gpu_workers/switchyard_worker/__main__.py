@@ -45,6 +45,8 @@ def main() -> None:
         visibility_timeout=settings.visibility_timeout_seconds,
         poll_wait_seconds=settings.poll_wait_seconds,
         prediction_log=adapters.prediction_log(settings.prediction_log_stream),
+        max_receive_count=settings.max_receive_count,
+        result_ttl_seconds=settings.result_ttl_seconds,
     )
     worker.install_signal_handlers()
     # `kill -USR1` prints every thread's stack to the log: how to see what a worker

@@ -4,11 +4,15 @@ Delivery is at-least-once, so the order of effects is what keeps it exact:
 1. a result is written (conditionally: only over ``queued``) before its message is
    deleted, so a crash between the two only causes a redelivery that writes nothing;
 2. per-item problems (malformed message, inputs that fail the signature, a missing
-   claim check, an unknown version, work past its expiry) become error results and
-   are not retried;
+   claim check, an unknown version) become error results, and work past its expiry
+   an ``expired`` one, without running or retrying; a request that already has its
+   final result (cancelled, or answered by a fallback or before a crash) is deleted
+   without running: one read of the results table per batch tells;
 3. an exception for the whole batch (the model raised, or returned the wrong number
-   of outputs) releases its messages for retry; after ``maxReceiveCount`` receives
-   SQS moves a poison message to the DLQ, and retried messages run alone;
+   of outputs) releases its messages for retry, and retried messages run alone. On
+   a message's last allowed receive (``maxReceiveCount``) the worker first writes
+   the request's final error (``retries_exhausted``), then releases it, and SQS
+   moves it to the DLQ, from where ``switchyard dlq redrive`` can bring it back;
 4. messages in hand have their visibility extended while they wait or run;
 5. SIGTERM stops polling, finishes the batch in hand, releases what is not started,
    and waits for the results of finished batches to be stored.
@@ -33,7 +37,7 @@ from switchyard.payloads import PayloadMissing, PayloadStore
 from switchyard.queues import Received, WorkQueue, load_inputs
 from switchyard.registry import ModelVersion, Registry
 from switchyard.results import ResultStore
-from switchyard.schemas import ErrorInfo, QueueMessage, ResultRecord
+from switchyard.schemas import RETRIES_EXHAUSTED, ErrorInfo, QueueMessage, ResultRecord
 from switchyard.signatures import check_inputs
 from switchyard.telemetry import COUNT, MILLISECONDS, PredictionLog, emit_metrics, prediction_record
 from switchyard_worker.batching import BatchAssembler, Pending
@@ -45,6 +49,10 @@ log = Logger(service="switchyard-worker")
 RuntimeLoader = Callable[[ModelVersion], ModelRuntime]
 _RECEIVE_MAX = 10
 _PAUSE_SLICE_S = 0.02  # how soon a pause notices a stop
+
+
+class BatchFailed(Exception):
+    """The model failed a whole batch; every message in it goes back for retry."""
 
 
 class Worker:
@@ -63,6 +71,8 @@ class Worker:
         poll_wait_seconds: int = 1,
         prediction_log: PredictionLog | None = None,
         emit: bool = True,
+        max_receive_count: int = 5,
+        result_ttl_seconds: int = 86_400,
     ) -> None:
         self.model = model
         self.worker_id = worker_id
@@ -75,6 +85,8 @@ class Worker:
         self._poll_wait = poll_wait_seconds
         self._prediction_log = prediction_log
         self._emit_enabled = emit
+        self._max_receives = max_receive_count
+        self._result_ttl = result_ttl_seconds
         self._versions: dict[str, ModelVersion | None] = {}
         self._runtimes: dict[str, ModelRuntime] = {}
         self._assembler = BatchAssembler(self._limits)
@@ -215,25 +227,20 @@ class Worker:
         now = time.time()
         answered: list[tuple[Pending, ResultRecord]] = []
         runnable: list[Pending] = []
-        for p in batch:
-            if p.message is None:
-                continue
+        for p in self._skip_answered([p for p in batch if p.message is not None]):
+            assert p.message is not None
             if p.error is None and now > p.message.expires_at:
-                p.error = ErrorInfo(code="expired", message="the request expired before it ran")
-            if p.error is not None:
+                error = ErrorInfo(code="expired", message="the request expired before it ran")
+                answered.append((p, self._record(p, "expired", error=error)))
+            elif p.error is not None:
                 answered.append((p, self._record(p, "error", error=p.error)))
             else:
                 runnable.append(p)
-        runnable = self._skip_answered(runnable)
         if runnable:
-            outputs = self._run(runnable)
-            if outputs is None:
-                for p in runnable:
-                    assert p.message is not None
-                    self._results.mark_failed(
-                        p.message.tenant, p.message.request_id, p.version, "batch failed"
-                    )
-                self._release([p.received for p in runnable], self._backoff(runnable))
+            try:
+                outputs = self._run(runnable)
+            except BatchFailed as failed:
+                self._failed(runnable, str(failed))
             else:
                 answered.extend(
                     (p, self._record(p, "done", outputs=out, timing=timing))
@@ -242,6 +249,32 @@ class Worker:
         if answered:
             self._finisher.submit(answered)
         self.batches_run += 1
+
+    def _failed(self, runnable: list[Pending], reason: str) -> None:
+        """A failed batch: each request's attempt is counted and its message released
+        for retry; on its last allowed receive the request's final error is written
+        first (its message goes to the DLQ on the next receive)."""
+        last = [p for p in runnable if p.received.receive_count >= self._max_receives]
+        for p in runnable:
+            m = p.message
+            assert m is not None
+            if p in last:
+                error = ErrorInfo(
+                    code=RETRIES_EXHAUSTED,
+                    message=f"failed after {p.received.receive_count} attempts: {reason}",
+                )
+                self._results.complete(self._record(p, "error", error=error))
+                log.warning(
+                    "retries exhausted; the message goes to the DLQ",
+                    extra={"request_id": m.request_id, "attempts": p.received.receive_count},
+                )
+            else:
+                self._results.mark_failed(m.tenant, m.request_id, p.version, reason)
+        retry = [p for p in runnable if p not in last]
+        if retry:
+            self._release([p.received for p in retry], self._backoff(retry))
+        if last:
+            self._release([p.received for p in last], 0)
 
     def wait_for_results(self) -> None:
         """Return once every finished batch's results are stored and its messages
@@ -261,29 +294,35 @@ class Worker:
                 log.exception("release failed")
                 self._forget([p.received for p, _ in answered])
 
-    def _skip_answered(self, runnable: list[Pending]) -> list[Pending]:
-        """A redelivered request that already has its result (answered by a fallback,
-        or stored just before a crash) is deleted without running it again."""
+    def _skip_answered(self, batch: list[Pending]) -> list[Pending]:
+        """Requests that already have their final result (cancelled by the caller,
+        answered by a fallback, or stored just before a crash) are deleted without
+        running; the rest are returned. One read of the results table per batch."""
+        keys = [(p.message.tenant, p.message.request_id) for p in batch if p.message]
+        statuses = self._results.statuses(keys) if keys else {}
         answered = []
-        for p in runnable:
-            if p.is_retry and p.message is not None:
-                existing = self._results.get(p.message.tenant, p.message.request_id)
-                if existing is not None and existing.status != "queued":
-                    answered.append(p)
-        for p in answered:
-            log.info(
-                "duplicate suppressed",
-                extra={
-                    "request_id": p.message.request_id if p.message else None,
-                    "worker": self.worker_id,
-                    "receive_count": p.received.receive_count,
-                },
-            )
-        self._delete([p.received for p in answered])
-        return [p for p in runnable if p not in answered]
+        for p in batch:
+            assert p.message is not None
+            status = statuses.get((p.message.tenant, p.message.request_id), "queued")
+            if status != "queued":
+                answered.append(p)
+                log.info(
+                    "cancelled; deleted without running"
+                    if status == "cancelled"
+                    else "duplicate suppressed",
+                    extra={
+                        "request_id": p.message.request_id,
+                        "status": status,
+                        "worker": self.worker_id,
+                        "receive_count": p.received.receive_count,
+                    },
+                )
+        if answered:
+            self._delete([p.received for p in answered])
+        return [p for p in batch if p not in answered]
 
-    def _run(self, runnable: list[Pending]) -> list[tuple[list[Any], dict[str, float]]] | None:
-        """Outputs per message, or None if the batch failed as a whole."""
+    def _run(self, runnable: list[Pending]) -> list[tuple[list[Any], dict[str, float]]]:
+        """Outputs per message; raises BatchFailed if the batch failed as a whole."""
         version = runnable[0].version
         record = self._version(version)
         assert record is not None
@@ -304,7 +343,7 @@ class Worker:
                 extra={"version": version, "messages": len(runnable), "error": repr(exc)},
             )
             self._emit(version, item_errors=len(runnable))
-            return None
+            raise BatchFailed(f"{type(exc).__name__}: {exc}"[:300]) from None
         compute_ms = (time.time() - started) * 1000
         per_message = []
         offset = 0
@@ -372,14 +411,15 @@ class Worker:
             tenant=m.tenant,
             model=m.model,
             version=m.version,
-            status="done" if status == "done" else "error",
+            status="done" if status == "done" else "expired" if status == "expired" else "error",
             lane=m.lane,
             outputs=outputs,
             error=error,
             timings={**(timing or {"received_at": p.received_at}), "completed_at": completed},
             created_at=m.enqueued_at,
             completed_at=completed,
-            expires_at=int(m.expires_at),
+            expires_at=int(completed + self._result_ttl),
+            work_expires_at=m.expires_at,
             worker=self.worker_id,
             shadow_of=m.shadow_of,
         )

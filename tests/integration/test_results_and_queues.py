@@ -36,6 +36,65 @@ def test_a_result_is_written_once(manifest, provisioned, clients):
     assert results.get("acme", "r1").outputs == [1]
 
 
+def test_statuses_of_a_batch_come_in_one_read(manifest, provisioned, clients):
+    results = store(manifest, clients)
+    results.put_queued(record())
+    results.complete(record("done", tenant="globex", outputs=[1]))
+    keys = [("acme", "r1"), ("globex", "r1"), ("initech", "r1"), ("acme", "r1")]
+    assert results.statuses(keys) == {("acme", "r1"): "queued", ("globex", "r1"): "done"}
+    many = [("acme", f"x{i}") for i in range(150)]  # over BatchGetItem's 100 keys
+    for _, rid in many[::50]:
+        results.put_queued(record().model_copy(update={"request_id": rid}))
+    assert set(results.statuses(many)) == {("acme", "x0"), ("acme", "x50"), ("acme", "x100")}
+
+
+def test_only_a_queued_request_is_cancelled(manifest, provisioned, clients):
+    results = store(manifest, clients)
+    results.put_queued(record())
+    cancelled = results.cancel("acme", "r1", time.time())
+    assert cancelled.status == "cancelled"
+    assert results.get("acme", "r1").status == "cancelled"
+    assert results.complete(record("done", outputs=[1])) is False  # a worker cannot answer it
+    assert results.get("acme", "r1").status == "cancelled"
+    results.complete(record("done", tenant="globex", outputs=[1]))
+    assert results.cancel("globex", "r1", time.time()).status == "done"  # keeps its result
+    assert results.get("globex", "r1").outputs == [1]
+    assert results.cancel("initech", "r1", time.time()) is None
+
+
+def test_expiring_a_queued_request_never_overwrites_a_result(manifest, provisioned, clients):
+    results = store(manifest, clients)
+    results.put_queued(record())
+    expired = results.expire(results.get("acme", "r1"), time.time())
+    assert expired.status == "expired" and expired.error.code == "expired"
+    assert results.get("acme", "r1").status == "expired"
+    results.complete(record("done", tenant="globex", outputs=[1]))
+    late = results.expire(record(tenant="globex"), time.time())
+    assert late.status == "done" and late.outputs == [1]
+
+
+def test_only_an_exhausted_request_is_reopened(manifest, provisioned, clients):
+    from switchyard.schemas import ErrorInfo
+
+    results = store(manifest, clients)
+    exhausted = record("error").model_copy(
+        update={"error": ErrorInfo(code="retries_exhausted", message="failed after 3 attempts")}
+    )
+    results.complete(exhausted)
+    assert results.reopen("acme", "r1") is True
+    reopened = results.get("acme", "r1")
+    assert reopened.status == "queued" and reopened.error is None
+    assert results.complete(record("done", outputs=[7])) is True  # a worker answers it now
+    assert results.reopen("acme", "r1") is False  # done stays done
+    invalid = record("error", tenant="globex").model_copy(
+        update={"error": ErrorInfo(code="invalid_input", message="bad")}
+    )
+    results.complete(invalid)
+    assert results.reopen("globex", "r1") is False
+    assert results.get("globex", "r1").status == "error"
+    assert results.reopen("initech", "r1") is False
+
+
 def test_no_tenant_reads_another_tenants_result(manifest, provisioned, clients):
     results = store(manifest, clients)
     results.complete(record("done", outputs=[1]))

@@ -50,6 +50,7 @@ def setup(manifest, provisioned, clients):
             load_runtime=lambda record: FaultyRuntime(EchoRuntime(), record.faults),
             visibility_timeout=manifest.platform.visibility_timeout_seconds,
             poll_wait_seconds=0,
+            max_receive_count=manifest.platform.max_receive_count,
         )
 
     def send(rid: str, version: str = "v1") -> None:
@@ -87,7 +88,14 @@ def test_a_message_whose_batch_always_fails_ends_in_the_dlq(setup):
     thread.join(timeout=15)
     assert dlq_depth(sqs, dlq) == 1
     assert w.batches_run >= 3  # it was tried three times before it was moved
-    assert results.get("acme", "poison") is None
+    # Its last allowed attempt wrote the request's final error: it does not stay
+    # "queued" while its message sits in the DLQ.
+    record = results.get("acme", "poison")
+    assert record is not None and record.status == "error"
+    assert record.error.code == "retries_exhausted"
+    assert record.error.message.startswith(
+        "failed after 3 attempts: RuntimeError: injected fault"  # maxReceiveCount 3
+    )
 
 
 def test_long_batches_keep_their_messages_invisible(setup):

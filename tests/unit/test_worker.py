@@ -30,6 +30,7 @@ def parts(digits_v1):
         load_runtime=lambda record: runtime,
         visibility_timeout=60,
         poll_wait_seconds=0,
+        max_receive_count=realtime.max_receive_count,
     )
     worker.preload()
     return worker, realtime, batch, results, runtime, log
@@ -104,14 +105,22 @@ def test_outputs_map_back_to_their_requests(parts):
 
 
 def test_a_failing_batch_goes_back_for_retry_and_a_poison_message_reaches_the_dlq(parts):
-    worker, realtime, _, results, runtime, _ = parts
+    worker, realtime, _, results, runtime, log = parts
     runtime.fail = True
     send(realtime, "r1")
+    drain(worker, turns=3)
+    assert results.get("acme", "r1") is None  # a failed attempt is no result
     for _ in range(10):
         drain(worker)
-    assert results.get("acme", "r1") is None  # never a result for a failed batch
     assert len(realtime.dead) == 1  # after maxReceiveCount receives
     assert len(runtime.calls) == realtime.max_receive_count
+    # The last allowed attempt wrote the request's final error before the message
+    # went to the DLQ: the request ends, it does not stay queued.
+    record = results.get("acme", "r1")
+    assert record.status == "error" and record.error.code == "retries_exhausted"
+    assert f"failed after {realtime.max_receive_count} attempts" in record.error.message
+    assert "injected" in record.error.message or "Error" in record.error.message
+    assert [k for k, rid in log if rid == "r1" and k == "result"] == ["result"]
 
 
 def test_a_model_returning_too_few_outputs_fails_the_batch(parts):
@@ -148,8 +157,40 @@ def test_expired_work_is_refused_not_run(parts):
     worker, realtime, _, results, runtime, _ = parts
     send(realtime, "old", expires_at=time.time() - 1)
     drain(worker)
-    assert results.get("acme", "old").error.code == "expired"
+    record = results.get("acme", "old")
+    assert record.status == "expired" and record.error.code == "expired"
     assert runtime.calls == []
+    # The result's own TTL is the platform's, not the work's expiry.
+    assert record.expires_at > time.time() + 3600
+
+
+def queued(results, rid, tenant="acme"):
+    results.put_queued(
+        ResultRecord(
+            request_id=rid,
+            tenant=tenant,
+            model="digits-cnn",
+            version="v1",
+            status="queued",
+            created_at=time.time(),
+            expires_at=int(time.time()) + 60,
+        )
+    )
+
+
+def test_a_cancelled_request_is_deleted_without_running(parts):
+    worker, realtime, _, results, runtime, log = parts
+    queued(results, "keep")
+    queued(results, "drop")
+    results.cancel("acme", "drop", time.time())
+    send(realtime, "keep")
+    send(realtime, "drop")
+    drain(worker)
+    assert realtime.depth == 0
+    assert results.get("acme", "drop").status == "cancelled"
+    assert results.get("acme", "keep").status == "done"
+    assert len(runtime.calls) == 1 and len(runtime.calls[0]) == 1  # "keep" alone ran
+    assert ("statuses", 2) in log  # one read for the batch, not one per message
 
 
 def test_an_unknown_version_gets_an_error_result(parts):

@@ -53,6 +53,7 @@ def split_file(
     payloads: PayloadStore,
     claim_check_bytes: int,
     result_ttl_seconds: int,
+    max_age_seconds: int = 86_400,
 ) -> dict[str, Any]:
     """Validate and enqueue one dropped file; returns the job record."""
     parts = key.split("/")
@@ -92,7 +93,7 @@ def split_file(
             inputs=chunk,
             n_inputs=len(chunk),
             enqueued_at=time.time(),
-            expires_at=now + result_ttl_seconds,
+            expires_at=now + max_age_seconds,  # the batch lane's maximum age
         )
         queues[model].send(encode_message(message, payloads, claim_check_bytes), tenant)
     return {
@@ -154,6 +155,7 @@ def handle_event(
                 payloads=adapters.payloads,
                 claim_check_bytes=settings.claim_check_bytes,
                 result_ttl_seconds=settings.result_ttl_seconds,
+                max_age_seconds=settings.max_age_seconds["batch"],
             )
         except JobRejected as exc:
             log.warning("job rejected", extra={"key": key, "error": str(exc)})

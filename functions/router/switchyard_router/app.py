@@ -34,17 +34,32 @@ _PREDICT_BODY = {
             "schema": {
                 "type": "object",
                 "required": ["inputs"],
+                "additionalProperties": False,
                 "properties": {
                     "inputs": {
                         "type": "array",
                         "description": "Strings for text models; lists of numbers for tensor "
                         "models (digits-cnn: 64 numbers 0-16, an 8x8 image).",
                         "items": {},
-                    }
+                    },
+                    "params": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {
+                            "version": {
+                                "type": "string",
+                                "minLength": 1,
+                                "maxLength": 64,
+                                "description": "Pin the request to this version (as the "
+                                "x-model-version header does)",
+                            }
+                        },
+                    },
                 },
             },
             "examples": {
                 "minilm-embed": {"value": {"inputs": ["a sentence to embed"]}},
+                "pinned": {"value": {"inputs": ["a sentence"], "params": {"version": "v1"}}},
                 "digits-cnn": {"value": {"inputs": [[0] * 64]}},
             },
         }
@@ -115,7 +130,7 @@ def create_app(deps: RouterDeps) -> FastAPI:
             202: {"description": "Queued; poll the Location"},
             400: {"description": "Malformed or oversized body"},
             403: {"description": "Missing or unknown API key"},
-            404: {"description": "Unknown model"},
+            404: {"description": "Unknown model, or a pinned version that is not active"},
             422: {"description": "Inputs do not match the model's signature"},
         },
     )
@@ -134,9 +149,26 @@ def create_app(deps: RouterDeps) -> FastAPI:
                 description="The default sticky key: the same value keeps its version",
             ),
         ] = None,
+        pinned: Annotated[
+            str | None,
+            Header(
+                alias="x-model-version",
+                min_length=1,
+                max_length=64,
+                description="Pin the request to this version: no canary assignment, "
+                "shadow or fallback",
+            ),
+        ] = None,
     ) -> JSONResponse:
         tenant = tenant_of(request)
-        inputs = _parse_inputs(await _read_body(request, deps.max_body_bytes))
+        inputs, version = _parse_body(await _read_body(request, deps.max_body_bytes))
+        if pinned and version and pinned != version:
+            raise RequestRejected(
+                422,
+                "invalid_input",
+                f"x-model-version {pinned!r} and params.version {version!r} differ",
+                [FieldError("params.version", "differs from the x-model-version header")],
+            )
         return await run_in_threadpool(
             _predict_sync,
             deps.service,
@@ -147,6 +179,7 @@ def create_app(deps: RouterDeps) -> FastAPI:
             deadline_ms,
             is_async,
             _base_path(request),
+            pinned or version,
         )
 
     @app.get("/v1/requests/{request_id}", tags=["predict"])
@@ -155,6 +188,25 @@ def create_app(deps: RouterDeps) -> FastAPI:
         record = deps.service.status(tenant, request_id)
         if record is None:
             raise RequestRejected(404, "unknown_request", f"request {request_id} does not exist")
+        return _status_body(record)
+
+    @app.delete("/v1/requests/{request_id}", tags=["predict"])
+    def cancel_request(request: Request, request_id: Annotated[str, Path(max_length=64)]) -> Any:
+        """Cancel a request that has not run yet. A finished one keeps its result
+        (409, with its status)."""
+        tenant = tenant_of(request)
+        record = deps.service.cancel(tenant, request_id)
+        if record is None:
+            raise RequestRejected(404, "unknown_request", f"request {request_id} does not exist")
+        if record.status != "cancelled":
+            return JSONResponse(
+                {
+                    **_status_body(record),
+                    "code": "already_finished",
+                    "message": f"request {request_id} already ended: {record.status}",
+                },
+                status_code=409,
+            )
         return _status_body(record)
 
     return app
@@ -176,6 +228,7 @@ def _predict_sync(
     deadline_ms: int | None,
     is_async: bool,
     base_path: str = "",
+    pinned: str | None = None,
 ) -> JSONResponse:
     admitted = service.submit(
         model=model,
@@ -183,6 +236,8 @@ def _predict_sync(
         inputs=inputs,
         sticky_headers=headers_in,
         deadline_ms=deadline_ms,
+        is_async=is_async,
+        pinned=pinned,
     )
     location = f"{base_path}/v1/requests/{admitted.request_id}"
     accepted = {
@@ -202,11 +257,13 @@ def _predict_sync(
     body = _status_body(record, admitted.timings)
     body["fallback"] = record.version != admitted.version
     headers["x-model-version"] = record.version
-    if record.status == "error":
-        assert record.error is not None
-        status = {"invalid_input": 422, "expired": 504}.get(record.error.code, 500)
+    if record.status in ("error", "expired", "cancelled"):
+        assert record.error is not None or record.status == "cancelled"
+        code = record.error.code if record.error else record.status
+        status = {"invalid_input": 422, "expired": 504, "cancelled": 409}.get(code, 500)
+        message = record.error.message if record.error else "the request was cancelled"
         _emit_request(admitted, error=status >= 500 or admitted.fell_back == "failure")
-        return JSONResponse({**body, "message": record.error.message}, status, headers=headers)
+        return JSONResponse({**body, "message": message}, status, headers=headers)
     _emit_request(admitted, error=admitted.fell_back == "failure")
     return JSONResponse(body, status_code=200, headers=headers)
 
@@ -215,14 +272,17 @@ def _emit_request(admitted: Admitted, *, error: bool) -> None:
     """Requests, Latency, Errors and Fallbacks of the version the request was
     routed to (a failure answered by the fallback still counts against the chosen
     version: that is what canary alarms and rollback watch), per model, and per
-    role (canary or stable), which the cloud's canary alarms compare."""
+    role (canary or stable), which the cloud's canary alarms compare. Pinned
+    requests are counted per model and under the role "pinned" only: the caller
+    chose the version, so they are no sample of a rollout."""
     values = {
         "Requests": (COUNT, 1.0),
         "Latency": (MILLISECONDS, (time.time() - admitted.timings["received_at"]) * 1000),
         "Errors": (COUNT, 1.0 if error else 0.0),
         "Fallbacks": (COUNT, 1.0 if admitted.fell_back else 0.0),
     }
-    emit_metrics(values, model=admitted.model, version=admitted.version)
+    if admitted.role != "pinned":  # a caller's choice says nothing of a rollout
+        emit_metrics(values, model=admitted.model, version=admitted.version)
     emit_metrics(values, model=admitted.model)
     emit_metrics(values, model=admitted.model, role=admitted.role)
 
@@ -248,7 +308,8 @@ def _too_large(size: int, limit: int) -> RequestRejected:
     )
 
 
-def _parse_inputs(body: bytes) -> Any:
+def _parse_body(body: bytes) -> tuple[Any, str | None]:
+    """The inputs, and the version ``params`` pins (if any)."""
     try:
         document = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -269,7 +330,7 @@ def _parse_inputs(body: bytes) -> Any:
         raise RequestRejected(
             422, "invalid_input", "the body has no inputs", [FieldError("inputs", "is required")]
         )
-    unknown = sorted(set(document) - {"inputs"})
+    unknown = sorted(set(document) - {"inputs", "params"})
     if unknown:
         raise RequestRejected(
             422,
@@ -277,7 +338,38 @@ def _parse_inputs(body: bytes) -> Any:
             f"unknown field {unknown[0]!r}",
             [FieldError(name, "is not a known field") for name in unknown],
         )
-    return document["inputs"]
+    return document["inputs"], _pinned_version(document.get("params"))
+
+
+def _pinned_version(params: Any) -> str | None:
+    if params is None:
+        return None
+    if not isinstance(params, dict):
+        raise RequestRejected(
+            422,
+            "invalid_input",
+            "params must be an object",
+            [FieldError("params", "not an object")],
+        )
+    unknown = sorted(set(params) - {"version"})
+    if unknown:
+        raise RequestRejected(
+            422,
+            "invalid_input",
+            f"unknown field params.{unknown[0]}",
+            [FieldError(f"params.{name}", "is not a known field") for name in unknown],
+        )
+    version = params.get("version")
+    if version is None:
+        return None
+    if not isinstance(version, str) or not 1 <= len(version) <= 64:
+        raise RequestRejected(
+            422,
+            "invalid_input",
+            "params.version must be a string of 1 to 64 characters",
+            [FieldError("params.version", "not a string of 1 to 64 characters")],
+        )
+    return version
 
 
 def _status_body(

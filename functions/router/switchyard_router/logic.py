@@ -12,7 +12,6 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,7 +71,9 @@ class Admitted:
     fallback: str | None = None  # the version that answers if this one cannot
     fell_back: str | None = None  # why the fallback was asked: "failure" or "deadline"
     shadow: str | None = None
-    role: str = "stable"  # "canary" when the routing document would roll it back
+    # "canary" when the routing document would roll it back; "pinned" when the
+    # caller chose the version (kept out of the canary's judgement).
+    role: str = "stable"
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -104,6 +105,8 @@ class PredictService:
         routing: RoutingSource | None,
         result_ttl_seconds: int,
         claim_check_bytes: int,
+        max_age_seconds: Mapping[str, int] | None = None,
+        sync_grace_seconds: int = 60,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -114,12 +117,12 @@ class PredictService:
         self._routing = routing
         self._ttl = result_ttl_seconds
         self._claim_check_bytes = claim_check_bytes
+        self._max_age = dict(max_age_seconds or {"realtime": 3_600, "batch": 86_400})
+        self._sync_grace = sync_grace_seconds
         self._clock = clock
         self._sleep = sleep
         # Per model, how long recent requests took to be answered (an EWMA).
         self._expected_s: dict[str, float] = {}
-        # Shadow copies are sent off the caller's path.
-        self._background = ThreadPoolExecutor(max_workers=4, thread_name_prefix="shadow")
 
     @property
     def models(self) -> list[str]:
@@ -131,6 +134,24 @@ class PredictService:
     def active_version(self, model: str, version: str | None) -> ModelVersion | None:
         record = self._versions.versions(model).get(version) if version else None
         return record if record is not None and record.status == "active" else None
+
+    def pinned_version(self, model: str, version: str) -> ModelVersion:
+        """The version a caller asked for by name; 404 unless it is active."""
+        record = self.active_version(model, version)
+        if record is None:
+            active = sorted(
+                v.version for v in self._versions.versions(model).values() if v.status == "active"
+            )
+            known = self._versions.versions(model).get(version)
+            why = "is not active" if known is not None else "does not exist"
+            raise RequestRejected(
+                404,
+                "unknown_version",
+                f"version {version!r} of {model!r} {why}; active versions: "
+                f"{', '.join(active) or 'none'}",
+                [FieldError("version", why)],
+            )
+        return record
 
     def choose_version(
         self, model: str, sticky_value: str, document: RoutingDocument | None = None
@@ -157,16 +178,26 @@ class PredictService:
         sticky_headers: Mapping[str, str],
         deadline_ms: int | None,
         lane: str = "realtime",
+        is_async: bool = False,
+        pinned: str | None = None,
     ) -> Admitted:
         """Validate, record as queued, enqueue. Raises RequestRejected on bad input.
-        The sticky key is the header the routing document names, else the tenant."""
+        The sticky key is the header the routing document names, else the tenant.
+        A ``pinned`` version answers alone: no canary assignment, shadow or fallback.
+
+        The work expires at a sync caller's deadline plus the hand-off's grace (the
+        caller answered 202 at its deadline may still collect it), or after the
+        lane's maximum age for async work; the result's TTL is separate."""
         started = self._clock()
         if model not in self._endpoints:
             raise RequestRejected(404, "unknown_model", f"model {model!r} does not exist")
-        document = self.routing_document(model)
+        document = None if pinned else self.routing_document(model)
         sticky_header = (document.sticky_key if document else "x-user-id").lower()
         sticky_value = sticky_headers.get(sticky_header) or tenant
-        version = self.choose_version(model, sticky_value, document)
+        if pinned:
+            version = self.pinned_version(model, pinned)
+        else:
+            version = self.choose_version(model, sticky_value, document)
         errors = check_inputs(inputs, version.signature, version.max_inputs_per_request)
         if errors:
             raise RequestRejected(
@@ -176,6 +207,12 @@ class PredictService:
         now = self._clock()
         request_id = uuid.uuid4().hex
         expires_at = int(now + self._ttl)
+        lane_name = "batch" if lane == "batch" else "realtime"
+        work_expires_at = (
+            now + self._max_age[lane_name]
+            if is_async or lane_name == "batch"
+            else now + budget_ms / 1000 + self._sync_grace
+        )
         self._results.put_queued(
             ResultRecord(
                 request_id=request_id,
@@ -183,9 +220,10 @@ class PredictService:
                 model=model,
                 version=version.version,
                 status="queued",
-                lane="batch" if lane == "batch" else "realtime",
+                lane=lane_name,
                 created_at=now,
                 expires_at=expires_at,
+                work_expires_at=work_expires_at,
             )
         )
         message = QueueMessage(
@@ -197,7 +235,7 @@ class PredictService:
             inputs=inputs,
             n_inputs=len(inputs),
             enqueued_at=self._clock(),
-            expires_at=float(expires_at),
+            expires_at=work_expires_at,
         )
         endpoint = self._endpoints[model]
         queue = endpoint.batch if lane == "batch" else endpoint.realtime
@@ -220,8 +258,12 @@ class PredictService:
             )
             raise
         enqueued = self._clock()
-        fallback = self.active_version(
-            model, (document.fallback if document else None) or version.fallback
+        fallback = (
+            None
+            if pinned
+            else self.active_version(
+                model, (document.fallback if document else None) or version.fallback
+            )
         )
         admitted = Admitted(
             request_id=request_id,
@@ -231,9 +273,9 @@ class PredictService:
             deadline=time.monotonic() + budget_ms / 1000,
             budget_s=budget_ms / 1000,
             inputs=inputs,
-            expires_at=float(expires_at),
+            expires_at=work_expires_at,
             fallback=fallback.version if fallback and fallback.version != version.version else None,
-            role=role_of(document, version.version),
+            role="pinned" if pinned else role_of(document, version.version),
             timings={
                 "received_at": started,
                 "enqueued_at": message.enqueued_at,
@@ -243,8 +285,10 @@ class PredictService:
         )
         shadow = shadow_version(document, request_id, version.version) if document else None
         if shadow and self.active_version(model, shadow):
+            # Sent before the caller is answered: in Lambda nothing may run after the
+            # handler returns (the environment is frozen). It costs one enqueue.
             admitted.shadow = shadow
-            self._background.submit(self._send_copy, admitted, shadow, "shadow")
+            self._send_copy(admitted, shadow, "shadow")
         log.info(
             json.dumps(
                 {
@@ -257,6 +301,7 @@ class PredictService:
                     "weights": document.weights if document else None,
                     "shadow": admitted.shadow,
                     "fallback": admitted.fallback,
+                    "pinned": bool(pinned),
                 }
             )
         )
@@ -320,7 +365,26 @@ class PredictService:
             interval = min(interval * 1.5, _MAX_POLL_S)
 
     def status(self, tenant: str, request_id: str) -> ResultRecord | None:
-        return self._results.get(tenant, request_id)
+        """The request's record. One still queued after its work expired is answered
+        ``expired`` (and stored so: no worker will run it now)."""
+        record = self._results.get(tenant, request_id)
+        if (
+            record is not None
+            and record.status == "queued"
+            and record.work_expires_at is not None
+            and self._clock() > record.work_expires_at
+        ):
+            return self._results.expire(record, self._clock())
+        return record
+
+    def cancel(self, tenant: str, request_id: str) -> ResultRecord | None:
+        """Cancel a request that has not run; a worker that receives it deletes it
+        without running. The record as it stands after (a finished request keeps its
+        result); None for a request this tenant does not have."""
+        record = self.status(tenant, request_id)
+        if record is None or record.status != "queued":
+            return record
+        return self._results.cancel(tenant, request_id, self._clock())
 
     def catalog(self) -> list[dict[str, Any]]:
         return [

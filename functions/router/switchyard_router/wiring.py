@@ -29,6 +29,8 @@ def build_deps(settings: RouterSettings) -> RouterDeps:
         routing=routing,
         result_ttl_seconds=settings.result_ttl_seconds,
         claim_check_bytes=settings.claim_check_bytes,
+        max_age_seconds=settings.max_age_seconds,
+        sync_grace_seconds=settings.sync_grace_seconds,
     )
     return RouterDeps(
         service=service,

@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from switchyard.registry import ModelVersion
-from switchyard.schemas import Signature
+from switchyard.schemas import LANES, Lane, Signature
 
 Stage = Literal["dev", "prod"]
 # A drop is ``<tenant>/<model>/<name>.jsonl`` in the drop bucket; each notification
@@ -47,6 +47,33 @@ class PlatformSettings(_Strict):
     message_retention_seconds: int = Field(ge=60, le=1_209_600)
     dlq_retention_seconds: int = Field(ge=60, le=1_209_600)
     splitter_timeout_seconds: int = Field(default=300, ge=10, le=900)  # Lambda's limit
+    # How long work may wait before it runs, per lane, for async and batch work; a
+    # sync request's work expires at its deadline plus ``sync_grace_seconds`` (the
+    # caller who got 202 at the deadline may still collect it). Work past its
+    # expiry is answered "expired" without running.
+    max_age_seconds: dict[Lane, int] = Field(
+        default_factory=lambda: {"realtime": 3_600, "batch": 86_400}
+    )
+    sync_grace_seconds: int = Field(default=60, ge=0, le=3_600)
+
+    @model_validator(mode="after")
+    def _ages_fit(self) -> PlatformSettings:
+        for lane in LANES:
+            age = self.max_age_seconds.get(lane)
+            if age is None:
+                raise ValueError(f"max_age_seconds.{lane}: missing")
+            if not 60 <= age <= self.message_retention_seconds:
+                raise ValueError(
+                    f"max_age_seconds.{lane}: {age} is not between 60 and "
+                    f"message_retention_seconds ({self.message_retention_seconds}): "
+                    "SQS would drop the work before it expires"
+                )
+            if age > self.result_ttl_seconds:
+                raise ValueError(
+                    f"max_age_seconds.{lane}: {age} is over result_ttl_seconds "
+                    f"({self.result_ttl_seconds}): the request's record would be gone first"
+                )
+        return self
 
     @property
     def drop_queue_visibility_seconds(self) -> int:
@@ -153,6 +180,9 @@ class Manifest(_Strict):
             "claim_check_bytes": p.claim_check_bytes,
             "result_inline_bytes": p.result_inline_bytes,
             "visibility_timeout_seconds": p.visibility_timeout_seconds,
+            "max_receive_count": p.max_receive_count,
+            "max_age_seconds": dict(p.max_age_seconds),
+            "sync_grace_seconds": p.sync_grace_seconds,
         }
 
     def router_settings_values(self) -> dict[str, Any]:

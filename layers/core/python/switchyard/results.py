@@ -16,8 +16,10 @@ from array import array
 from typing import Any, Protocol
 
 from switchyard.payloads import PayloadStore
-from switchyard.schemas import ResultRecord
+from switchyard.schemas import RETRIES_EXHAUSTED, ErrorInfo, ResultRecord
 from switchyard.tables import RESULTS
+
+_BATCH_GET_LIMIT = 100  # keys per BatchGetItem
 
 
 class ResultStore(Protocol):
@@ -31,6 +33,25 @@ class ResultStore(Protocol):
 
     def mark_failed(self, tenant: str, request_id: str, version: str, reason: str) -> None:
         """Count a failed attempt on a request that has no result yet."""
+        ...
+
+    def statuses(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
+        """The status of each (tenant, request id) that has a record, in one read."""
+        ...
+
+    def cancel(self, tenant: str, request_id: str, at: float) -> ResultRecord | None:
+        """Cancel a request that is still queued. The record as it stands after:
+        cancelled, or the final result it already had; None if there is none."""
+        ...
+
+    def expire(self, record: ResultRecord, at: float) -> ResultRecord:
+        """Answer a queued request whose work expired; the record as it stands after
+        (a result stored first stays)."""
+        ...
+
+    def reopen(self, tenant: str, request_id: str) -> bool:
+        """Back to queued, for a request that ended with ``retries_exhausted`` and
+        whose message is redriven from its DLQ; False for any other record."""
         ...
 
 
@@ -83,6 +104,83 @@ class DynamoDBResultStore:
                 },
             )
 
+    def statuses(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
+        out: dict[tuple[str, str], str] = {}
+        unique = list(dict.fromkeys(keys))
+        for i in range(0, len(unique), _BATCH_GET_LIMIT):
+            request: dict[str, Any] = {
+                self._table: {
+                    "Keys": [
+                        {RESULTS.partition: {"S": t}, RESULTS.sort: {"S": r}}
+                        for t, r in unique[i : i + _BATCH_GET_LIMIT]
+                    ],
+                    "ProjectionExpression": "#pk, #sk, #st",
+                    "ExpressionAttributeNames": {
+                        "#pk": RESULTS.partition,
+                        "#sk": RESULTS.sort,
+                        "#st": "status",
+                    },
+                    "ConsistentRead": True,
+                }
+            }
+            while request:
+                response = self._ddb.batch_get_item(RequestItems=request)
+                for item in response.get("Responses", {}).get(self._table, []):
+                    key = (item[RESULTS.partition]["S"], item[RESULTS.sort]["S"])
+                    out[key] = item["status"]["S"]
+                request = response.get("UnprocessedKeys") or {}
+        return out
+
+    def cancel(self, tenant: str, request_id: str, at: float) -> ResultRecord | None:
+        record = self.get(tenant, request_id)
+        if record is None or record.status != "queued":
+            return record
+        cancelled = record.model_copy(
+            update={"status": "cancelled", "completed_at": at, "failures": 0, "last_failure": None}
+        )
+        return cancelled if self.complete(cancelled) else self.get(tenant, request_id)
+
+    def expire(self, record: ResultRecord, at: float) -> ResultRecord:
+        expired = record.model_copy(
+            update={
+                "status": "expired",
+                "error": ErrorInfo(code="expired", message="the request expired before it ran"),
+                "completed_at": at,
+            }
+        )
+        if self.complete(expired):
+            return expired
+        return self.get(record.tenant, record.request_id) or expired
+
+    def reopen(self, tenant: str, request_id: str) -> bool:
+        record = self.get(tenant, request_id)
+        if record is None or record.error is None or record.error.code != RETRIES_EXHAUSTED:
+            return False
+        queued = record.model_copy(
+            update={
+                "status": "queued",
+                "error": None,
+                "completed_at": None,
+                "worker": None,
+                "failures": 0,
+                "last_failure": None,
+            }
+        )
+        try:
+            self._ddb.put_item(
+                TableName=self._table,
+                Item=self._to_item(queued),
+                ConditionExpression="#st = :error AND #code = :exhausted",
+                ExpressionAttributeNames={"#st": "status", "#code": "error_code"},
+                ExpressionAttributeValues={
+                    ":error": {"S": "error"},
+                    ":exhausted": {"S": RETRIES_EXHAUSTED},
+                },
+            )
+        except self._ddb.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
     def get(self, tenant: str, request_id: str) -> ResultRecord | None:
         item = self._ddb.get_item(
             TableName=self._table,
@@ -113,6 +211,8 @@ class DynamoDBResultStore:
             RESULTS.ttl_attribute or "expires_at": {"N": str(record.expires_at)},
             "doc": {"S": record.model_dump_json(exclude={"outputs", "failures", "last_failure"})},
         }
+        if record.error is not None:
+            item["error_code"] = {"S": record.error.code}
         if record.outputs is not None:
             packed = pack_rows(record.outputs)
             outputs = (

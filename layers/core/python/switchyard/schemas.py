@@ -17,7 +17,12 @@ from switchyard import SCHEMA_VERSION
 
 Lane = Literal["realtime", "batch"]
 LANES: tuple[Lane, ...] = ("realtime", "batch")
-Status = Literal["queued", "done", "error"]
+# Every request ends in one of the final statuses; "queued" is the only other one.
+Status = Literal["queued", "done", "error", "expired", "cancelled"]
+FINAL_STATUSES: frozenset[str] = frozenset({"done", "error", "expired", "cancelled"})
+# The error code of a request whose every allowed attempt failed (its message goes
+# to the DLQ next); a redrive from the DLQ reopens exactly these.
+RETRIES_EXHAUSTED = "retries_exhausted"
 
 
 class TextSignature(BaseModel):
@@ -58,7 +63,10 @@ class QueueMessage(BaseModel):
     inputs_ref: str | None = None  # s3://bucket/key of a JSON list, for large payloads
     n_inputs: int = Field(ge=1)
     enqueued_at: float  # epoch seconds, set by the router just before sending
-    expires_at: float  # epoch seconds; work not started by then is refused
+    # Epoch seconds; work not started by then is answered "expired" without running.
+    # The work's own expiry (a sync caller's deadline plus the hand-off's grace, or
+    # the lane's maximum age), not the result's TTL.
+    expires_at: float
     # Set on shadow copies: the primary request they mirror.
     shadow_of: str | None = None
     # Set when the router re-sent the request to the model's fallback version
@@ -95,7 +103,10 @@ class ResultRecord(BaseModel):
     timings: dict[str, float] = Field(default_factory=dict)
     created_at: float
     completed_at: float | None = None
-    expires_at: int
+    expires_at: int  # the result's TTL (epoch seconds): the table forgets it then
+    # Until when the work may still run (the message's ``expires_at``): a request
+    # still queued after that is answered "expired".
+    work_expires_at: float | None = None
     worker: str | None = None
     shadow_of: str | None = None
     # Attempts that failed as a whole batch (the router's cue to fall back).

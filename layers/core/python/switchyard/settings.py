@@ -20,6 +20,8 @@ from pydantic import BaseModel, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from pydantic_settings import SettingsError as EnvironmentParseError
 
+from switchyard.schemas import Lane
+
 ENV_PREFIX = "SWITCHYARD_"
 
 
@@ -55,6 +57,14 @@ class Settings(BaseSettings):
     result_inline_bytes: int = Field(default=8_192, gt=0, le=350_000)
     # The queues' visibility timeout; workers extend held messages before it ends.
     visibility_timeout_seconds: int = Field(default=60, ge=10)
+    # Receives before SQS moves a message to its DLQ: a worker writes the final
+    # error of a request on its last one.
+    max_receive_count: int = Field(default=5, ge=1)
+    # How long work may wait to run (see the manifest's [platform]).
+    max_age_seconds: dict[Lane, int] = Field(
+        default_factory=lambda: {"realtime": 3_600, "batch": 86_400}
+    )
+    sync_grace_seconds: int = Field(default=60, ge=0)
 
 
 class RouterSettings(Settings):
