@@ -181,7 +181,17 @@ class Api(Construct):
                         type=apigw.JsonSchemaType.ARRAY,
                         min_items=1,
                         max_items=spec.max_inputs_per_request,
-                    )
+                    ),
+                    # Pins the request to a version (as the x-model-version header does).
+                    "params": apigw.JsonSchema(
+                        type=apigw.JsonSchemaType.OBJECT,
+                        additional_properties=False,
+                        properties={
+                            "version": apigw.JsonSchema(
+                                type=apigw.JsonSchemaType.STRING, min_length=1, max_length=64
+                            )
+                        },
+                    ),
                 },
             ),
         )
@@ -193,12 +203,14 @@ class Api(Construct):
         )
 
     def add_platform_routes(self, function: lambda_.IFunction) -> None:
-        """GET /v1/models and GET /v1/requests/{request_id}: not tied to one model."""
+        """GET /v1/models, and GET and DELETE (cancel) /v1/requests/{request_id}: not
+        tied to one model."""
         integration = self._integration(function)
         self._models.add_method("GET", integration)
-        self._request.add_method(
-            "GET",
-            integration,
-            request_validator=self.validator,
-            request_parameters={"method.request.path.request_id": True},
-        )
+        for method in ("GET", "DELETE"):
+            self._request.add_method(
+                method,
+                integration,
+                request_validator=self.validator,
+                request_parameters={"method.request.path.request_id": True},
+            )

@@ -78,7 +78,19 @@ def test_predict_bodies_are_validated_against_the_model_limits(
                                 "type": "array",
                                 "minItems": 1,
                                 "maxItems": spec.max_inputs_per_request,
-                            }
+                            },
+                            # A version pin, which the router accepts too.
+                            "params": {
+                                "type": "object",
+                                "additionalProperties": False,
+                                "properties": {
+                                    "version": {
+                                        "type": "string",
+                                        "minLength": 1,
+                                        "maxLength": 64,
+                                    }
+                                },
+                            },
                         },
                     }
                 ),
@@ -92,6 +104,18 @@ def test_predict_bodies_are_validated_against_the_model_limits(
             "RequestModels": {"application/json": Match.any_value()},
         },
     )
+
+
+def test_a_request_can_be_read_and_cancelled(serving_template: Template) -> None:
+    methods = serving_template.find_resources("AWS::ApiGateway::Method")
+    resources = serving_template.find_resources("AWS::ApiGateway::Resource")
+    by_path = {name: r["Properties"]["PathPart"] for name, r in resources.items()}
+    on_request = sorted(
+        m["Properties"]["HttpMethod"]
+        for m in methods.values()
+        if by_path.get(m["Properties"].get("ResourceId", {}).get("Ref")) == "{request_id}"
+    )
+    assert on_request == ["DELETE", "GET"]
 
 
 def test_stage_writes_access_logs_and_metrics(serving_template: Template) -> None:
