@@ -61,11 +61,11 @@ class ModelAlarms(Construct):
 
     The canary alarms apply the local rollback controller's rule (see
     ``switchyard_local.traffic.judge``) to the router's per-role metrics over the
-    rollout window: a canary with at least ``min_requests`` requests is bad when its
-    error rate is over the absolute limit or over the stable version's by more than
-    the allowed margin, or when its p99 is over the SLO or over a multiple of the
-    stable version's p99. The model-wide error rate is watched too, so that a
-    document that moves all traffic at once is also rolled back.
+    rollout window: a canary is judged against the stable version, so an absolute
+    limit (error rate, SLO) counts only where the canary is also worse than stable
+    by the margin; against itself alone only when stable has too few requests to
+    compare with. The model-wide error rate is watched too, so that a document that
+    moves all traffic at once is also rolled back.
     """
 
     def __init__(
@@ -153,6 +153,10 @@ class ModelAlarms(Construct):
     def _canary_alarms(
         self, prefix: str, model: str, spec: ModelSpec, limits: RolloutLimits
     ) -> list[cloudwatch.Alarm]:
+        """``judge``'s rule, one alarm per limit and per case: a canary judged alone
+        (stable has too few requests) or against stable. Each alarm's value is the
+        canary's error rate (%) or p99 (ms) where the rest of its case holds, else 0,
+        so that its threshold is the absolute limit."""
         window = Duration.seconds(limits.window_seconds)
         metrics = {
             f"{role[0]}{short}": model_metric(model, name, statistic, window, role=role)
@@ -163,37 +167,53 @@ class ModelAlarms(Construct):
                 ("p", "Latency", "p99"),
             )
         }
-        judged = f"FILL(cr, 0) >= {limits.min_requests}"
+        n = limits.min_requests
+        judged = f"FILL(cr, 0) >= {n}"
+        alone = f"{judged} AND FILL(sr, 0) < {n}"
+        compared = f"{judged} AND FILL(sr, 0) >= {n}"
+        rate = "FILL(ce, 0) / FILL(cr, 1)"
+        excess = f"({rate} - FILL(se, 0) / FILL(sr, 1) - {limits.max_error_rate_over_stable:g})"
+        pooled = "((FILL(ce, 0) + FILL(se, 0)) / (FILL(cr, 1) + FILL(sr, 0)))"
+        noise = (
+            f"{limits.noise_z**2:g} * ({pooled} * (1 - {pooled}) "
+            "* (1 / FILL(cr, 1) + 1 / FILL(sr, 1)))"
+        )
+        p99 = "FILL(cp, 0)"
+        error_limit = f"{limits.max_error_rate:.0%} of its requests"
         rules = [
             (
                 "CanaryErrorRate",
                 "error-rate",
-                f"IF({judged}, 100 * FILL(ce, 0) / FILL(cr, 1), 0)",
+                f"IF({alone}, 100 * {rate}, 0)",
                 100 * limits.max_error_rate,
-                f"A canary of {model} failed more than {limits.max_error_rate:.0%} of its requests",
+                f"A canary of {model} failed more than {error_limit}, and the stable "
+                "version had too few requests to compare with",
             ),
             (
                 "CanaryErrorRateOverStable",
                 "error-rate-over-stable",
-                f"IF({judged}, 100 * (FILL(ce, 0) / FILL(cr, 1) - FILL(se, 0) / FILL(sr, 1)), 0)",
-                100 * limits.max_error_rate_over_stable,
-                f"A canary of {model} failed {limits.max_error_rate_over_stable:.0%} "
-                "more of its requests than the stable version",
+                f"IF({compared} AND {excess} > 0 AND {excess} * {excess} > {noise}, "
+                f"100 * {rate}, 0)",
+                100 * limits.max_error_rate,
+                f"A canary of {model} failed more than {error_limit}, and more than "
+                f"{limits.max_error_rate_over_stable:.0%} above the stable version's "
+                "error rate beyond noise",
             ),
             (
                 "CanaryLatencyP99",
                 "latency-p99",
-                f"IF({judged}, FILL(cp, 0), 0)",
+                f"IF({alone}, {p99}, 0)",
                 spec.slo_p99_ms,
-                f"A canary of {model} has a p99 latency over the {spec.slo_p99_ms} ms SLO",
+                f"A canary of {model} has a p99 latency over the {spec.slo_p99_ms} ms SLO, "
+                "and the stable version had too few requests to compare with",
             ),
             (
                 "CanaryLatencyOverStable",
                 "latency-over-stable",
-                f"IF({judged} AND FILL(sp, 0) > 0, FILL(cp, 0) / FILL(sp, 1), 0)",
-                limits.max_p99_ratio,
-                f"A canary of {model} has a p99 latency over {limits.max_p99_ratio:g} "
-                "times the stable version's",
+                f"IF({compared} AND {p99} > {limits.max_p99_ratio:g} * FILL(sp, 0), {p99}, 0)",
+                spec.slo_p99_ms,
+                f"A canary of {model} has a p99 latency over the {spec.slo_p99_ms} ms SLO, "
+                f"and over {limits.max_p99_ratio:g} times the stable version's",
             ),
         ]
         return [

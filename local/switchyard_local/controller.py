@@ -52,9 +52,7 @@ class MetricsWindow:
             lines = (self._partial + data).split(b"\n")
             self._partial = lines.pop()
             for line in lines:
-                sample = _parse(line)
-                if sample is not None:
-                    self._samples.append(sample)
+                self._samples.extend(_parse(line))
         horizon = (now or time.time()) - self._window
         while self._samples and self._samples[0].at < horizon:
             self._samples.popleft()
@@ -71,13 +69,36 @@ class MetricsWindow:
         return out
 
 
-def _parse(line: bytes) -> Sample | None:
-    if not line.startswith(b'{"_aws"'):
+_EMF = '{"_aws"'
+_DECODER = json.JSONDecoder()
+
+
+def _parse(line: bytes) -> list[Sample]:
+    """The request samples on one log line. The router's threads print EMF documents
+    concurrently, and ``print`` writes a document and its newline separately, so
+    one line may hold two documents (and the next none)."""
+    text = line.decode(errors="replace")
+    samples = []
+    at = text.find(_EMF)
+    while at != -1:
+        try:
+            doc, end = _DECODER.raw_decode(text, at)
+        except ValueError:
+            end = at + len(_EMF)
+        else:
+            sample = _sample(doc)
+            if sample is not None:
+                samples.append(sample)
+        at = text.find(_EMF, end)
+    return samples
+
+
+def _sample(doc: object) -> Sample | None:
+    """A request's sample from an EMF document of the router's (model, version)
+    metrics; None for any other document."""
+    if not isinstance(doc, dict) or "version" not in doc or "Latency" not in doc:
         return None
     try:
-        doc = json.loads(line)
-        if "version" not in doc or "Latency" not in doc:
-            return None
         return Sample(
             at=doc["_aws"]["Timestamp"] / 1000,
             model=doc["model"],

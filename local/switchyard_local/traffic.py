@@ -283,33 +283,83 @@ def judge(
     limits: RolloutLimits,
     slo_p99_ms: float,
 ) -> dict[str, str]:
-    """Canaries to roll back, each with the reason. The same rule as the cloud
-    alarms: an absolute limit, or a limit relative to the stable version."""
+    """Canaries to roll back, each with the reason: a canary is judged against the
+    stable version over the same window, so that a model overloaded as a whole
+    (both versions slow, both failing) keeps its canary.
+
+    With ``n`` requests, ``e`` errors (``r = e / n``) and p99 latency ``p`` of the
+    canary (``c``) and of the stable version (``s``) in the window, ``N`` =
+    ``min_requests``, ``L`` = ``max_error_rate``, ``m`` = ``max_error_rate_over_stable``,
+    ``k`` = ``max_p99_ratio``, ``z`` = ``noise_z`` and ``S`` = the model's SLO:
+
+    - a canary with ``n_c < N`` is not judged;
+    - the stable version is a baseline when ``n_s >= N``; without one (the sticky
+      key sent nearly all traffic to the canary) the canary is judged alone:
+      rolled back when ``r_c > L`` or ``p_c > S``;
+    - with a baseline, an absolute limit counts only where the canary is worse
+      than stable by the margin, never where stable is as bad:
+
+      - errors: ``r_c > L`` and ``x = r_c - r_s - m > 0`` and
+        ``x * x > z * z * q * (1 - q) * (1 / n_c + 1 / n_s)``, with the pooled rate
+        ``q = (e_c + e_s) / (n_c + n_s)``: the excess also clears ``z`` standard
+        errors of the difference, so that two identical versions never part by
+        the luck of a small sample;
+      - latency: ``p_c > S`` and ``p_c > k * p_s``.
+
+    The cloud's canary alarms (``stacks/observability.py``) are this rule in
+    CloudWatch metric math over the router's per-role metrics; an infra test
+    evaluates both on the same cases.
+    """
     stable = stats.get(stable_version(document), VersionStats())
+    baseline = stable if stable.requests >= limits.min_requests else None
     verdicts: dict[str, str] = {}
     for version in canaries(document):
         s = stats.get(version, VersionStats())
         if s.requests < limits.min_requests:
             continue
-        if s.error_rate > limits.max_error_rate:
-            verdicts[version] = (
-                f"error rate {s.error_rate:.0%} over {s.requests} requests "
-                f"> limit {limits.max_error_rate:.0%}"
-            )
-        elif s.error_rate > stable.error_rate + limits.max_error_rate_over_stable:
-            verdicts[version] = (
-                f"error rate {s.error_rate:.1%} > stable {stable.error_rate:.1%} "
-                f"+ {limits.max_error_rate_over_stable:.0%}"
-            )
-        elif (p99 := s.p99_ms) is not None:
-            stable_p99 = stable.p99_ms
-            if p99 > slo_p99_ms:
-                verdicts[version] = f"p99 {p99:.0f} ms > SLO {slo_p99_ms:.0f} ms"
-            elif stable_p99 and p99 > limits.max_p99_ratio * stable_p99:
-                verdicts[version] = (
-                    f"p99 {p99:.0f} ms > {limits.max_p99_ratio:g} x stable {stable_p99:.0f} ms"
-                )
+        reason = _error_verdict(s, baseline, limits) or _latency_verdict(
+            s, baseline, limits, slo_p99_ms
+        )
+        if reason:
+            verdicts[version] = reason
     return verdicts
+
+
+def _error_verdict(
+    canary: VersionStats, stable: VersionStats | None, limits: RolloutLimits
+) -> str | None:
+    rate = canary.error_rate
+    if rate <= limits.max_error_rate:
+        return None
+    over = (
+        f"error rate {rate:.1%} over {canary.requests} requests > limit {limits.max_error_rate:.0%}"
+    )
+    if stable is None:
+        return f"{over}; stable has too few requests to compare"
+    excess = rate - stable.error_rate - limits.max_error_rate_over_stable
+    pooled = (canary.errors + stable.errors) / (canary.requests + stable.requests)
+    variance = pooled * (1 - pooled) * (1 / canary.requests + 1 / stable.requests)
+    if excess <= 0 or excess * excess <= limits.noise_z**2 * variance:
+        return None
+    return (
+        f"{over} and stable's {stable.error_rate:.1%} "
+        f"+ {limits.max_error_rate_over_stable:.0%} beyond noise"
+    )
+
+
+def _latency_verdict(
+    canary: VersionStats, stable: VersionStats | None, limits: RolloutLimits, slo_p99_ms: float
+) -> str | None:
+    p99 = canary.p99_ms
+    if p99 is None or p99 <= slo_p99_ms:
+        return None
+    over = f"p99 {p99:.0f} ms > SLO {slo_p99_ms:.0f} ms"
+    if stable is None:
+        return f"{over}; stable has too few requests to compare"
+    stable_p99 = stable.p99_ms or 0.0
+    if p99 <= limits.max_p99_ratio * stable_p99:
+        return None
+    return f"{over} and > {limits.max_p99_ratio:g} x stable's {stable_p99:.0f} ms"
 
 
 def describe(by: str, why: str, at: float | None = None) -> str:

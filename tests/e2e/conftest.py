@@ -99,11 +99,11 @@ def platform(tmp_path_factory):
     manifest = run_dir / "manifest.toml"
     text = (ROOT / "manifest.toml").read_text()
     # A short visibility timeout, so that recovery after a killed worker is quick,
+    # a short rollout window, so that a rollout test watches a whole one quickly,
     # and a tenant on a tier small enough to run into its limits within a test.
-    manifest.write_text(
-        re.sub(r"visibility_timeout_seconds = \d+", "visibility_timeout_seconds = 10", text)
-        + TRIAL_TENANT
-    )
+    text = re.sub(r"visibility_timeout_seconds = \d+", "visibility_timeout_seconds = 10", text)
+    text = re.sub(r"(?m)^window_seconds = \d+", "window_seconds = 20", text)
+    manifest.write_text(text + TRIAL_TENANT)
     port = free_port()
     # Exactly what a person runs; a new session stands in for the terminal's
     # foreground process group, so the stop test can press Ctrl-C on all of it.

@@ -6,17 +6,22 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 
+from switchyard.manifest import load_manifest
+from switchyard_local.controller import MetricsWindow
 from tests.e2e.test_api import DIGIT_ZERO, PATIENT_MS
 from tests.e2e.test_stop import descendants
 
 ROUTING_PICKUP_S = 6  # the router caches a routing document for 5 s
 FAULTY = Path(__file__).resolve().parents[2] / "build/models/digits-cnn/faulty/model.pt"
+STABLE = FAULTY.parents[1] / "v1" / "model.pt"
+SATURATING_CALLERS = 16  # more than digits-cnn's worker keeps under its 500 ms SLO here
 
 
 def cli(platform, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
@@ -186,6 +191,7 @@ def test_a_faulty_canary_rolls_itself_back_and_callers_see_no_errors(platform):
     show = cli(platform, "traffic", "show", "digits-cnn").stdout
     assert "v1=100 v3=0" in show.splitlines()[0]
     assert "by rollback-controller" in show and "v3: error rate" in show
+    assert "stable's" in show  # judged against v1 over the same window
     errors = sum(s != 200 for s in statuses)
     assert errors <= 0.10 * len(statuses)  # no more than the canary's share
     assert fallbacks > 0  # the canary was hit, and its callers were answered by v1
@@ -193,6 +199,62 @@ def test_a_faulty_canary_rolls_itself_back_and_callers_see_no_errors(platform):
     time.sleep(ROUTING_PICKUP_S)
     after = versions_for(platform, [f"drill-{i}" for i in range(200)], is_async=False)
     assert set(after.values()) == {"v1"}
+
+
+def test_an_identical_canary_stays_when_the_whole_model_is_saturated(platform):
+    # GIVEN v1's own artifact registered again as v4, and canaried at 10 %
+    rollout = load_manifest(platform.run_dir / "manifest.toml").rollout
+    cli(platform, "models", "register", "digits-cnn", "v4", "--artifact", str(STABLE))
+    set_traffic(platform, "v1=90", "v4=10")
+    document = cli(platform, "traffic", "show", "digits-cnn").stdout.splitlines()[0]
+    assert "v1=90 v4=10" in document
+    seen = len(platform.output)
+    window = MetricsWindow(platform.run_dir / "logs" / "router.log", rollout.window_seconds)
+    headers = {"x-api-key": platform.api_key, "x-deadline-ms": PATIENT_MS}
+    stop = threading.Event()
+
+    def caller(n: int) -> None:
+        i = 0
+        with httpx.Client(base_url=platform.url, timeout=60) as client:
+            while not stop.is_set():
+                r = client.post(
+                    "/v1/models/digits-cnn/predict",
+                    json={"inputs": [DIGIT_ZERO]},
+                    headers={**headers, "x-user-id": f"crowd-{n}-{i}"},
+                )
+                assert r.status_code in (200, 202), r.text
+                i += 1
+
+    # WHEN more callers than the model can serve within its SLO keep it saturated
+    # for a whole rollout window with enough requests for both versions in it
+    began = time.time()
+    deadline = time.monotonic() + 4 * rollout.window_seconds
+    with ThreadPoolExecutor(max_workers=SATURATING_CALLERS) as pool:
+        callers = [pool.submit(caller, n) for n in range(SATURATING_CALLERS)]
+        while True:
+            time.sleep(2)
+            window.poll()
+            now = time.time()
+            stats = window.stats("digits-cnn", since=now - rollout.window_seconds)
+            counts = {v: stats[v].requests if v in stats else 0 for v in ("v1", "v4")}
+            full = now - began >= rollout.window_seconds
+            if full and min(counts.values()) >= rollout.min_requests:
+                break
+            if any(c.done() for c in callers) or time.monotonic() > deadline:
+                break
+        stop.set()
+    for c in callers:
+        c.result()  # a caller's failed request fails the test
+    time.sleep(2)  # the controller judges once a second
+
+    # THEN the canary keeps its share: the model was slow, not the canary
+    rollbacks = [line for line in platform.output[seen:] if line.startswith("ROLLBACK digits-cnn")]
+    p99s = {v: s.p99_ms for v, s in stats.items()}
+    assert rollbacks == [], f"p99 ms in the last window: {p99s}"
+    assert cli(platform, "traffic", "show", "digits-cnn").stdout.splitlines()[0] == document
+    assert min(counts.values()) >= rollout.min_requests, counts  # and it was judged
+    set_traffic(platform, "v1=100")
+    platform.wait_until_idle("digits-cnn")
 
 
 def test_the_fallback_answers_when_the_chosen_version_fails(platform, http):

@@ -119,6 +119,8 @@ def evaluate(alarm: dict[str, Any], values: dict[tuple[str, str], float | None])
         stat = m["MetricStat"]
         role = {d["Name"]: d["Value"] for d in stat["Metric"]["Dimensions"]}["role"]
         series[m["Id"]] = values[(role, stat["Metric"]["MetricName"])]
+    # Only what CloudWatch's metric math has: arithmetic, comparisons, AND, IF, FILL.
+    assert set(re.findall(r"[A-Z]+(?=\()|\b[A-Z]{2,}\b", expression)) <= {"IF", "FILL", "AND"}
     python = re.sub(r"\bAND\b", "and", expression).replace("IF(", "_if(").replace("FILL(", "_fill(")
     value = eval(  # noqa: S307 - the expression comes from our own template
         python,
@@ -133,17 +135,29 @@ def evaluate(alarm: dict[str, Any], values: dict[tuple[str, str], float | None])
 
 
 # (canary requests, errors, p99 ms), (stable requests, errors, p99 ms), rolled back?
+# digits-cnn: SLO 500 ms; [rollout]: 20 requests, 5 %, 2 points, twice the p99, z = 4.
 SCENARIOS = [
     ((100, 0, 80), (900, 0, 75), False),  # healthy
-    ((100, 10, 80), (900, 9, 75), True),  # 10 % errors: over the absolute limit
-    ((100, 4, 80), (900, 9, 75), True),  # 4 % against 1 %: over the stable version by 3 points
-    ((100, 4, 80), (900, 27, 75), False),  # 4 % against 3 %: within both limits
+    # errors
+    ((100, 10, 80), (900, 9, 75), True),  # 10 % against 1 %: the canary fails
+    ((100, 10, 80), (900, 90, 75), False),  # identical: 10 % on both, the model fails
+    ((100, 10, 80), (900, 180, 75), False),  # stable fails more
+    ((100, 4, 80), (900, 0, 75), False),  # worse than stable, but within the 5 % limit
+    ((30, 3, 80), (270, 6, 75), False),  # 10 % against 2 %: within a small sample's noise
+    ((300, 30, 80), (2700, 54, 75), True),  # the same rates, ten times the requests
     ((10, 10, 80), (900, 0, 75), False),  # every request failed, but too few to judge
-    ((100, 0, 9000), (900, 0, 75), True),  # p99 over the SLO
-    ((100, 0, 300), (900, 0, 100), True),  # p99 three times the stable version's
-    ((100, 0, 150), (900, 0, 100), False),  # p99 1.5 times: within the ratio
-    ((100, 0, 300), (0, 0, None), False),  # no stable traffic: no ratio to judge by
-    ((100, 3, 300), (0, 0, None), True),  # 3 % against nothing: over the stable margin
+    # p99
+    ((100, 0, 9000), (900, 0, 75), True),  # over the SLO, stable far under it
+    ((100, 0, 1404), (900, 0, 1380), False),  # saturated both: over the SLO alike
+    ((30, 2, 1500), (270, 15, 1450), False),  # identical at saturation, errors and all
+    ((100, 0, 900), (900, 0, 600), False),  # both over the SLO, within twice stable's
+    ((100, 0, 1300), (900, 0, 600), True),  # over the SLO and over twice stable's
+    ((100, 0, 300), (900, 0, 100), False),  # three times stable's, but within the SLO
+    # too few stable requests to compare with: the canary is judged alone
+    ((100, 0, 900), (10, 0, 80), True),  # over the SLO
+    ((100, 0, 300), (0, 0, None), False),  # within the SLO
+    ((100, 10, 80), (5, 0, 75), True),  # over the error limit
+    ((100, 3, 300), (0, 0, None), False),  # within it
 ]
 
 
@@ -177,6 +191,11 @@ def test_canary_alarms_apply_the_local_controllers_rule(
     document = RoutingDocument.model_validate({"weights": {"v1": 90, "v2": 10}})
     local = bool(judge(document, stats, manifest.rollout, spec.slo_p99_ms))
     assert cloud == local == rolled_back
+    for alarm in alarms:
+        (expression,) = [
+            m["Expression"] for m in alarm["Properties"]["Metrics"] if "Expression" in m
+        ]
+        assert len(expression) <= 1024  # CloudWatch's limit on one expression
     for alarm in alarms:
         period = {
             m["MetricStat"]["Period"] for m in alarm["Properties"]["Metrics"] if "MetricStat" in m

@@ -89,14 +89,17 @@ class StageSettings(_Strict):
 
 
 class RolloutLimits(_Strict):
-    """When a canary is rolled back: absolute limits and limits relative to the
-    stable version over the same window."""
+    """When a canary is rolled back: over an absolute limit, and worse than the
+    stable version over the same window by a margin (``traffic.judge`` has the
+    exact rule)."""
 
     window_seconds: int = Field(ge=10, le=3600)
     min_requests: int = Field(ge=1)
     max_error_rate: float = Field(gt=0, le=1)
     max_error_rate_over_stable: float = Field(ge=0, le=1)
     max_p99_ratio: float = Field(gt=1)
+    # Standard errors of sampling noise an error-rate excess must also clear.
+    noise_z: float = Field(default=4.0, ge=0, le=10)
 
 
 class Tier(_Strict):
@@ -121,7 +124,7 @@ class ModelSpec(_Strict):
     max_batch_size: int = Field(gt=0, le=1024)
     max_wait_ms: int = Field(ge=0, le=10_000)
     default_deadline_ms: int = Field(gt=0, le=29_000)
-    slo_p99_ms: int = Field(gt=0, le=29_000)  # a canary's p99 above this is rolled back
+    slo_p99_ms: int = Field(gt=0, le=29_000)  # a canary over it and over stable's is rolled back
     backlog_per_task: int = Field(gt=0)
     min_tasks_prod: int = Field(ge=0)
     max_tasks: int = Field(gt=0)
