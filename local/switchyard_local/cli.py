@@ -25,10 +25,11 @@ from switchyard.artifacts import publish_artifact
 from switchyard.manifest import Manifest, load_manifest
 from switchyard.registry import DynamoDBRegistry, VersionExists
 from switchyard.routing import canaries, rolled_back
-from switchyard.schemas import LANES
+from switchyard.schemas import LANES, Lane
 from switchyard.settings import Settings
 from switchyard.tables import RESULTS
 from switchyard.wiring import Adapters, build_adapters
+from switchyard_local.dead_letters import DeadLetterError, Listed, list_dead_letters, redrive
 from switchyard_local.traffic import (
     AppConfigTrafficStore,
     TrafficError,
@@ -330,6 +331,67 @@ def _is_classifier(target: Target, model: str) -> bool:
     return target.manifest.models[model].runtime.endswith("classifier")
 
 
+# -- dlq -------------------------------------------------------------------------
+
+
+def _dlq_list(args: argparse.Namespace) -> int:
+    target = _target(args)
+    _known_model(target, args.model)
+    pair = target.adapters.settings.queues[args.model]
+    listed: list[Listed] = []
+    for lane in _lanes(args):
+        listed += list_dead_letters(
+            target.client("sqs"), target.adapters.results, getattr(pair, lane), lane
+        )
+    listed.sort(key=lambda row: (row.letter.lane, row.enqueued_at or 0.0))
+    if args.json:
+        print(json.dumps([row.as_dict() for row in listed], indent=2))
+        return 0
+    where = f"{args.model} {args.lane}" if args.lane else args.model
+    if not listed:
+        print(f"{where}: the DLQ is empty" if args.lane else f"{where}: the DLQs are empty")
+        return 0
+    print(
+        f"{'lane':<8} {'request id':<36} {'tenant':<12} {'version':<10} {'receives':>8} "
+        f"{'first enqueued':<19} {'status':<9} last error"
+    )
+    for row in listed:
+        letter = row.letter
+        print(
+            f"{letter.lane:<8} {letter.request_id or '?':<36} {letter.tenant or '?':<12} "
+            f"{letter.version or '?':<10} {letter.receives:>8} "
+            f"{_stamp(row.enqueued_at or 0.0):<19} {row.status or '?':<9} {row.last_error}"
+        )
+    print(f"{where}: {len(listed)} message(s) in the DLQ; receives exclude this listing's own")
+    return 0
+
+
+def _dlq_redrive(args: argparse.Namespace) -> int:
+    target = _target(args)
+    _known_model(target, args.model)
+    pair = target.adapters.settings.queues[args.model]
+    done = [
+        redrive(target.client("sqs"), target.adapters.results, getattr(pair, lane), lane)
+        for lane in _lanes(args)
+    ]
+    if args.json:
+        print(json.dumps({d.lane: vars(d) for d in done}, indent=2))
+        return 0
+    for d in done:
+        line = (
+            f"{args.model} {d.lane}: moved {d.moved} message(s) back to the work queue, "
+            f"{d.reopened} request(s) reopened"
+        )
+        if d.came_back:
+            line += f"; {d.came_back} failed again during the redrive and stay in the DLQ"
+        print(line)
+    return 0
+
+
+def _lanes(args: argparse.Namespace) -> tuple[Lane, ...]:
+    return tuple(lane for lane in LANES if args.lane in (None, lane))
+
+
 # -- up --------------------------------------------------------------------------
 
 
@@ -412,6 +474,30 @@ def build_parser() -> argparse.ArgumentParser:
     report = shadow.add_parser("report", help="agreement and latency per shadow version")
     report.add_argument("model")
     report.set_defaults(func=_shadow_report)
+
+    dlq = commands.add_parser(
+        "dlq", help="messages whose every attempt failed (the models' dead-letter queues)"
+    ).add_subparsers(dest="sub", required=True)
+    about = (
+        "what sits in a model's DLQs: per message its lane, request, tenant, version, "
+        "receives (the work queue's, plus one per earlier listing), first enqueued "
+        "and the request's last error; read without moving anything"
+    )
+    dlq_list = dlq.add_parser("list", help=about, description=about)
+    dlq_list.add_argument("model")
+    dlq_list.add_argument("--lane", choices=LANES, help="one lane only (default: both)")
+    dlq_list.add_argument("--json", action="store_true", help="JSON, for machines")
+    dlq_list.set_defaults(func=_dlq_list)
+    about = (
+        "move a model's DLQ messages back to their work queues and reopen their "
+        "requests (retries_exhausted -> queued), so that a worker answers them again; "
+        "a request whose work has expired since is answered expired, without running"
+    )
+    dlq_redrive = dlq.add_parser("redrive", help=about, description=about)
+    dlq_redrive.add_argument("model")
+    dlq_redrive.add_argument("--lane", choices=LANES, help="one lane only (default: both)")
+    dlq_redrive.add_argument("--json", action="store_true", help="JSON, for machines")
+    dlq_redrive.set_defaults(func=_dlq_redrive)
     return parser
 
 
@@ -422,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
     try:
         return int(args.func(args))
-    except TrafficError as exc:
+    except (TrafficError, DeadLetterError) as exc:
         print(f"switchyard: {exc}", file=sys.stderr)
         return 2
 
