@@ -14,7 +14,7 @@ from stacks.cloud import API_INTEGRATION_TIMEOUT, LOG_RETENTION, Deployment
 from stacks.nag import acknowledge
 from switchyard.auth import TENANT_TAG
 from switchyard.manifest import ModelSpec
-from switchyard.schemas import FORBIDDEN, QUOTA_EXCEEDED, THROTTLED
+from switchyard.schemas import FORBIDDEN, PAYLOAD_TOO_LARGE, QUOTA_EXCEEDED, THROTTLED
 
 # One access-log line per request, with the key (tenant) that made it.
 _ACCESS_LOG = {
@@ -152,6 +152,7 @@ class Api(Construct):
             ("BadKey", apigw.ResponseType.INVALID_API_KEY, FORBIDDEN),
             ("Throttled", apigw.ResponseType.THROTTLED, THROTTLED),
             ("Quota", apigw.ResponseType.QUOTA_EXCEEDED, QUOTA_EXCEEDED),
+            ("TooLarge", apigw.ResponseType.REQUEST_TOO_LARGE, PAYLOAD_TOO_LARGE),
         ):
             respond(name, kind, str(answer.status), answer.message, answer.code)
 

@@ -146,3 +146,18 @@ def test_invalid_bodies_are_answered_like_the_router(serving_template: Template)
             },
         },
     )
+
+
+def test_a_body_over_the_payload_limit_is_answered_with_the_documented_error(
+    serving_template: Template,
+) -> None:
+    serving_template.has_resource_properties(
+        "AWS::ApiGateway::GatewayResponse",
+        {
+            "ResponseType": "REQUEST_TOO_LARGE",
+            "StatusCode": "413",
+            "ResponseTemplates": {
+                "application/json": Match.string_like_regexp('"code": "payload_too_large"')
+            },
+        },
+    )

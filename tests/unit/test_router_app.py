@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 
+import jsonschema
 import pytest
 from fastapi.testclient import TestClient
 
@@ -207,3 +208,114 @@ def test_openapi_documents_the_predict_body(world):
     body = spec["paths"]["/v1/models/{model}/predict"]["post"]["requestBody"]
     assert body["content"]["application/json"]["schema"]["required"] == ["inputs"]
     assert client.get("/docs").status_code == 200
+
+
+@pytest.mark.parametrize("method", ["TRACE", "PATCH", "PUT", "HEAD"])
+@pytest.mark.parametrize(
+    ("path", "allowed"),
+    [
+        ("/healthz", {"GET"}),
+        ("/v1/models", {"GET"}),
+        ("/v1/models/digits-cnn/predict", {"POST"}),
+        ("/v1/requests/abc", {"GET", "DELETE"}),
+    ],
+)
+def test_a_method_the_path_does_not_take_is_405_with_allow(world, method, path, allowed):
+    client, queue, _, _ = world
+    # WHEN a path gets a method none of its routes takes, through the gateway
+    response = client.request(method, path, headers={"x-api-key": "k-acme"})
+    # THEN it is 405, Allow names every method of every route on the path, and the
+    # body (where there is one) is the platform's error
+    assert response.status_code == 405
+    assert set(response.headers["allow"].split(", ")) == allowed
+    assert method == "HEAD" or response.json()["code"] == "http_error"
+    assert queue.visible == []
+
+
+EXPECTED_STATUSES = {
+    ("get", "/healthz"): {"200"},
+    ("get", "/v1/models"): {"200"},
+    ("post", "/v1/models/{model}/predict"): {
+        "200",
+        "202",
+        "400",
+        "404",
+        "409",
+        "413",
+        "422",
+        "504",
+    },
+    ("get", "/v1/requests/{request_id}"): {"200", "404", "422"},
+    ("delete", "/v1/requests/{request_id}"): {"200", "404", "409", "422"},
+}
+
+
+def test_the_document_lists_every_status_of_every_route(world):
+    client, _, _, _ = world
+    paths = client.get("/openapi.json").json()["paths"]
+    operations = {(m, p): op for p, methods in paths.items() for m, op in methods.items()}
+    assert set(operations) == set(EXPECTED_STATUSES)
+    for key, operation in operations.items():
+        # THEN each route lists its own answers, the gateway's and the platform's
+        common = {"403", "405", "429", "500"}
+        assert set(operation["responses"]) == EXPECTED_STATUSES[key] | common, key
+        allow = operation["responses"]["405"]["headers"]["Allow"]
+        assert allow["required"] is True
+        if key[1].startswith("/v1/"):
+            assert operation["security"] == [{"apiKey": []}]
+        # AND no header or query parameter is documented as JSON null
+        for parameter in operation.get("parameters", []):
+            assert "anyOf" not in parameter["schema"], (key, parameter["name"])
+
+
+def _conforms(spec: dict, method: str, path: str, response) -> None:
+    """The answer's status is documented for the route and its body matches."""
+    documented = spec["paths"][path][method]["responses"]
+    assert str(response.status_code) in documented, (path, response.status_code)
+    schema = documented[str(response.status_code)]["content"]["application/json"]["schema"]
+    jsonschema.validate(response.json(), {**schema, "components": spec["components"]})
+
+
+def test_answers_match_their_documented_schemas(world):
+    client, queue, _, _ = world
+    spec = client.get("/openapi.json").json()
+    key = {"x-api-key": "k-acme"}
+    status, predict = "/v1/requests/{request_id}", "/v1/models/{model}/predict"
+    done = post(client, {"inputs": [IMAGE]})
+    _conforms(spec, "post", predict, done)
+    location = done.headers["x-request-id"]
+    for method, path, response in [
+        ("get", status, client.get(f"/v1/requests/{location}", headers=key)),
+        ("delete", status, client.delete(f"/v1/requests/{location}", headers=key)),
+        ("get", status, client.get("/v1/requests/nope", headers=key)),
+        ("get", status, client.get(f"/v1/requests/{'x' * 65}", headers=key)),
+        ("get", "/v1/models", client.get("/v1/models", headers=key)),
+        ("get", "/v1/models", client.get("/v1/models")),
+        ("get", "/healthz", client.get("/healthz")),
+        ("post", predict, post(client, "{not json")),
+        ("post", predict, post(client, {"inputs": [[0] * 63]})),
+        ("post", predict, post(client, {"inputs": [IMAGE]}, model="nope")),
+        ("post", predict, post(client, {"inputs": [IMAGE], "params": {"version": "v9"}})),
+    ]:
+        _conforms(spec, method, path, response)
+    queue.answer = False
+    queued = post(client, {"inputs": [IMAGE]}, **{"x-deadline-ms": "1"})
+    _conforms(spec, "post", predict, queued)
+    cancelled = client.delete(queued.headers["location"], headers=key)
+    assert cancelled.json()["status"] == "cancelled"
+    _conforms(spec, "delete", status, cancelled)
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"inputs": [IMAGE], "params": None}, "params"),
+        ({"inputs": [IMAGE], "params": {"version": None}}, "params.version"),
+    ],
+)
+def test_a_null_where_the_body_schema_wants_a_value_is_refused(world, body, field):
+    client, queue, _, _ = world
+    response = post(client, body)
+    assert response.status_code == 422, response.text
+    assert [e["field"] for e in response.json()["errors"]] == [field]
+    assert queue.visible == []

@@ -18,11 +18,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
+from starlette.types import Scope
 
 from switchyard.auth import TenantDirectory, verified_key_id
 from switchyard.schemas import FORBIDDEN, ResultRecord
 from switchyard.signatures import FieldError
 from switchyard.telemetry import COUNT, MILLISECONDS, emit_metrics
+from switchyard_router import api_document
 from switchyard_router.logic import MAX_DEADLINE_MS, Admitted, PredictService, RequestRejected
 
 log = logging.getLogger("switchyard.router")
@@ -38,6 +41,7 @@ _PREDICT_BODY = {
                 "properties": {
                     "inputs": {
                         "type": "array",
+                        "minItems": 1,
                         "description": "Strings for text models; lists of numbers for tensor "
                         "models (digits-cnn: 64 numbers 0-16, an 8x8 image).",
                         "items": {},
@@ -104,19 +108,23 @@ def create_app(deps: RouterDeps) -> FastAPI:
         return _error(422, "invalid_request", "the request is not valid", errors)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return _error(exc.status_code, "http_error", str(exc.detail))
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        response = _error(exc.status_code, "http_error", str(exc.detail))
+        response.headers.update(exc.headers or {})
+        if exc.status_code == 405:
+            response.headers["Allow"] = _allowed_methods(app, request.scope)
+        return response
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error")
         return _error(500, "internal_error", "the platform failed to handle the request")
 
-    @app.get("/healthz", tags=["platform"])
+    @app.get("/healthz", tags=["platform"], response_model=None, responses=api_document.HEALTH)
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/v1/models", tags=["models"])
+    @app.get("/v1/models", tags=["models"], response_model=None, responses=api_document.MODELS)
     def list_models(request: Request) -> dict[str, Any]:
         tenant_of(request)
         return {"models": deps.service.catalog()}
@@ -125,18 +133,11 @@ def create_app(deps: RouterDeps) -> FastAPI:
         "/v1/models/{model}/predict",
         tags=["predict"],
         openapi_extra={"requestBody": _PREDICT_BODY},
-        responses={
-            200: {"description": "The result, within the deadline"},
-            202: {"description": "Queued; poll the Location"},
-            400: {"description": "Malformed or oversized body"},
-            403: {"description": "Missing or unknown API key"},
-            404: {"description": "Unknown model, or a pinned version that is not active"},
-            422: {"description": "Inputs do not match the model's signature"},
-        },
+        responses=api_document.PREDICT,
     )
     async def predict(
         request: Request,
-        model: Annotated[str, Path(max_length=64)],
+        model: Annotated[str, Path(max_length=64, examples=["digits-cnn", "minilm-embed"])],
         is_async: Annotated[bool, Query(alias="async")] = False,
         deadline_ms: Annotated[
             int | None, Header(alias="x-deadline-ms", ge=1, le=MAX_DEADLINE_MS)
@@ -182,7 +183,12 @@ def create_app(deps: RouterDeps) -> FastAPI:
             pinned or version,
         )
 
-    @app.get("/v1/requests/{request_id}", tags=["predict"])
+    @app.get(
+        "/v1/requests/{request_id}",
+        tags=["predict"],
+        response_model=None,
+        responses=api_document.REQUEST_STATUS,
+    )
     def get_request(request: Request, request_id: Annotated[str, Path(max_length=64)]) -> Any:
         tenant = tenant_of(request)
         record = deps.service.status(tenant, request_id)
@@ -190,7 +196,12 @@ def create_app(deps: RouterDeps) -> FastAPI:
             raise RequestRejected(404, "unknown_request", f"request {request_id} does not exist")
         return _status_body(record)
 
-    @app.delete("/v1/requests/{request_id}", tags=["predict"])
+    @app.delete(
+        "/v1/requests/{request_id}",
+        tags=["predict"],
+        response_model=None,
+        responses=api_document.CANCEL,
+    )
     def cancel_request(request: Request, request_id: Annotated[str, Path(max_length=64)]) -> Any:
         """Cancel a request that has not run yet. A finished one keeps its result
         (409, with its status)."""
@@ -209,7 +220,19 @@ def create_app(deps: RouterDeps) -> FastAPI:
             )
         return _status_body(record)
 
+    api_document.finish(app)
     return app
+
+
+def _allowed_methods(app: FastAPI, scope: Scope) -> str:
+    """Every method the request's path takes, over all the routes that share it
+    (a route alone knows only its own)."""
+    methods: set[str] = set()
+    for route in app.router.routes:
+        match, _ = route.matches(scope)
+        if match is not Match.NONE:
+            methods |= getattr(route, "methods", None) or set()
+    return ", ".join(sorted(methods))
 
 
 def _base_path(request: Request) -> str:
@@ -338,12 +361,14 @@ def _parse_body(body: bytes) -> tuple[Any, str | None]:
             f"unknown field {unknown[0]!r}",
             [FieldError(name, "is not a known field") for name in unknown],
         )
-    return document["inputs"], _pinned_version(document.get("params"))
+    if "params" not in document:
+        return document["inputs"], None
+    return document["inputs"], _pinned_version(document["params"])
 
 
 def _pinned_version(params: Any) -> str | None:
-    if params is None:
-        return None
+    """The version ``params`` names; like API Gateway's body model, a ``null`` for
+    ``params`` or its version is refused, not read as absent."""
     if not isinstance(params, dict):
         raise RequestRejected(
             422,
@@ -359,9 +384,9 @@ def _pinned_version(params: Any) -> str | None:
             f"unknown field params.{unknown[0]}",
             [FieldError(f"params.{name}", "is not a known field") for name in unknown],
         )
-    version = params.get("version")
-    if version is None:
+    if "version" not in params:
         return None
+    version = params["version"]
     if not isinstance(version, str) or not 1 <= len(version) <= 64:
         raise RequestRejected(
             422,

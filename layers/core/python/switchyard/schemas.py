@@ -130,3 +130,6 @@ class GatewayAnswer:
 FORBIDDEN = GatewayAnswer(403, "forbidden", "Forbidden: a valid x-api-key is required")
 THROTTLED = GatewayAnswer(429, "throttled", "Too many requests for this API key's usage plan")
 QUOTA_EXCEEDED = GatewayAnswer(429, "quota_exceeded", "This API key's daily quota is spent")
+PAYLOAD_TOO_LARGE = GatewayAnswer(
+    413, "payload_too_large", "The request body is over API Gateway's 10 MB payload limit"
+)

@@ -1,0 +1,229 @@
+"""What the router's OpenAPI document says each route answers.
+
+Every status a route can give is listed with its body's schema, the gateway's own
+answers (403, 429) included, so that a client generated from the document, and the
+OpenAPI fuzz the e2e tier runs, meet no undocumented answer. The bodies
+are typed dicts: they describe what the routes build, and nothing validates them
+on the way out.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NotRequired
+
+from fastapi import FastAPI
+from typing_extensions import TypedDict  # pydantic reads typing's only from Python 3.12
+
+from switchyard.registry import VersionStatus
+from switchyard.schemas import (
+    FORBIDDEN,
+    PAYLOAD_TOO_LARGE,
+    QUOTA_EXCEEDED,
+    THROTTLED,
+    ErrorInfo,
+    GatewayAnswer,
+    Status,
+)
+
+API_KEY_SCHEME = "apiKey"
+
+
+class FieldProblem(TypedDict):
+    """One part of the request at fault, named by its path (``inputs[3][12]``)."""
+
+    field: str
+    message: str
+
+
+class ErrorBody(TypedDict):
+    """Every refusal: what went wrong, a stable code, and the fields at fault."""
+
+    message: str
+    code: str
+    errors: NotRequired[list[FieldProblem]]
+
+
+class RequestStatus(TypedDict):
+    """A request as it stands: queued, or ended in one of the final statuses."""
+
+    request_id: str
+    model: str
+    version: str
+    status: Status
+    outputs: NotRequired[list[Any]]
+    error: NotRequired[ErrorInfo]
+    timings: dict[str, float]  # milliseconds per stage, and the batch's size
+
+
+class Prediction(RequestStatus):
+    """A request answered within its deadline; ``fallback`` when the model's
+    fallback version answered it."""
+
+    fallback: bool
+
+
+class FailedPrediction(Prediction):
+    """A request that ended within its deadline without outputs (error, expired or
+    cancelled), with a message saying why."""
+
+    message: str
+
+
+class AlreadyFinished(RequestStatus):
+    """A cancel that came too late: the request had ended; its result stands."""
+
+    message: str
+    code: Literal["already_finished"]
+
+
+class Accepted(TypedDict):
+    """A request that is queued; poll ``location`` for its result."""
+
+    request_id: str
+    model: str
+    version: str
+    status: Literal["queued"]
+    location: str
+
+
+class VersionEntry(TypedDict):
+    version: str
+    status: VersionStatus
+    runtime: str
+    created_at: float
+    max_batch_size: int
+    max_wait_ms: int
+    default_deadline_ms: int
+
+
+class ModelEntry(TypedDict):
+    model: str
+    versions: list[VersionEntry]
+
+
+class Catalog(TypedDict):
+    """The models this router serves and their versions, from the registry."""
+
+    models: list[ModelEntry]
+
+
+class Health(TypedDict):
+    """The router is up and serving."""
+
+    status: Literal["ok"]
+
+
+def _header(description: str) -> dict[str, Any]:
+    return {"description": description, "required": True, "schema": {"type": "string"}}
+
+
+def _gateway(description: str, *answers: GatewayAnswer) -> dict[str, Any]:
+    examples = {answer.code: {"value": answer.body()} for answer in answers}
+    return {
+        "model": ErrorBody,
+        "description": description,
+        "content": {"application/json": {"examples": examples}},
+    }
+
+
+_ROUTED = {
+    "x-model-version": _header("The version that answered"),
+    "x-request-id": _header("The request's id"),
+}
+
+# What every route may answer: the gateway's refusals, a method the path does not
+# take, and the platform's own failure.
+COMMON: dict[int | str, dict[str, Any]] = {
+    403: _gateway("No API key, or one the gateway does not know", FORBIDDEN),
+    405: {
+        "model": ErrorBody,
+        "description": "The path does not take this method; Allow lists those it takes",
+        "headers": {"Allow": _header("The methods the path takes")},
+    },
+    429: _gateway("Over the key's usage plan: its rate or its quota", THROTTLED, QUOTA_EXCEEDED),
+    500: {"model": ErrorBody, "description": "The platform failed to handle the request"},
+}
+
+HEALTH = {200: {"model": Health, "description": "The router is up"}, **COMMON}
+
+MODELS = {200: {"model": Catalog, "description": "The models and their versions"}, **COMMON}
+
+PREDICT: dict[int | str, dict[str, Any]] = {
+    **COMMON,
+    200: {
+        "model": Prediction,
+        "description": "The outputs, within the deadline",
+        "headers": _ROUTED,
+    },
+    202: {
+        "model": Accepted,
+        "description": "Queued (async, or the deadline passed first); poll the Location",
+        "headers": {"Location": _header("Where the result will be"), **_ROUTED},
+    },
+    400: {"model": ErrorBody, "description": "A body that is not JSON, or over the size limit"},
+    404: {
+        "model": ErrorBody,
+        "description": "Unknown model, a model with no active version, or a pinned version "
+        "that is not active",
+    },
+    409: {"model": FailedPrediction, "description": "The request was cancelled while it waited"},
+    413: _gateway("A body over API Gateway's payload limit", PAYLOAD_TOO_LARGE),
+    422: {
+        "model": ErrorBody | FailedPrediction,
+        "description": "Inputs or headers that do not match the model's signature or the "
+        "request's schema (the fields at fault are named)",
+    },
+    500: {
+        "model": ErrorBody | FailedPrediction,
+        "description": "The model failed on these inputs, or the platform failed",
+    },
+    504: {"model": FailedPrediction, "description": "The work expired before it could run"},
+}
+
+_UNKNOWN_REQUEST = {"model": ErrorBody, "description": "No such request for this API key"}
+_BAD_ID = {"model": ErrorBody, "description": "A request id over 64 characters"}
+
+REQUEST_STATUS = {
+    200: {"model": RequestStatus, "description": "The request's status, and its result"},
+    404: _UNKNOWN_REQUEST,
+    422: _BAD_ID,
+    **COMMON,
+}
+
+CANCEL = {
+    200: {"model": RequestStatus, "description": "Cancelled: it will not run"},
+    404: _UNKNOWN_REQUEST,
+    409: {"model": AlreadyFinished, "description": "The request had already ended"},
+    422: _BAD_ID,
+    **COMMON,
+}
+
+
+def finish(app: FastAPI) -> None:
+    """Complete the document FastAPI builds: the ``x-api-key`` header on every
+    ``/v1/`` operation (API Gateway checks it before the router runs, so no route
+    reads it), and parameters without the ``null`` an optional one gets (a header
+    or a query value is absent or a string, never JSON's null)."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            document = build()
+            schemes = document.setdefault("components", {}).setdefault("securitySchemes", {})
+            schemes[API_KEY_SCHEME] = {"type": "apiKey", "in": "header", "name": "x-api-key"}
+            for path, operations in document["paths"].items():
+                for operation in operations.values():
+                    if path.startswith("/v1/"):
+                        operation["security"] = [{API_KEY_SCHEME: []}]
+                    for parameter in operation.get("parameters", []):
+                        _drop_null(parameter["schema"])
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _drop_null(schema: dict[str, Any]) -> None:
+    options = [o for o in schema.get("anyOf", []) if o != {"type": "null"}]
+    if len(options) == 1:
+        del schema["anyOf"]
+        schema.update(options[0])
