@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: up test test-unit test-integration test-e2e test-infra test-deploy models synth lint clean bench bench-quick
+.PHONY: up test test-unit test-integration test-e2e test-infra test-deploy models synth lint clean bench bench-quick soak
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -64,6 +64,14 @@ bench: build/models/.built $(VENV)/.bench-installed
 bench-quick: build/models/.built $(VENV)/.bench-installed
 	$(PY) -m pytest -q -p no:cacheprovider bench/test_bench.py
 	$(PY) -m bench run --quick --out build/bench-quick
+
+# Mixed load on the local platform for SOAK_MINUTES (30 by default), with canary
+# changes and killed workers; writes docs/soak.md and .json, fails if a request was
+# lost, answered twice or got a 5xx. `make soak SOAK_MINUTES=3` for a short run.
+SOAK_MINUTES ?= 30
+soak: build/models/.built
+	$(PY) -m pytest -q -p no:cacheprovider bench/test_bench.py
+	$(PY) -m bench soak --minutes $(SOAK_MINUTES) --out docs
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

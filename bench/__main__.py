@@ -1,5 +1,6 @@
 """``python -m bench run [--quick] [--out docs]``: every section in one process run,
 then the report (``benchmarks.md``, ``benchmarks.json``, ``img/*.png``).
+``python -m bench soak [--minutes 30]``: the soak (``bench/soak.py``).
 
 Sections run one after another, never side by side, so that each has the machine
 to itself: model limit, worker efficiency, AWS calls and router cold start (on a
@@ -177,7 +178,21 @@ def merged(previous_path: Path, fresh: dict[str, Any]) -> dict[str, Any]:
     return report
 
 
+def run_soak(minutes: float, rate: float, seed: int, out_dir: Path) -> int:
+    """The soak; non-zero if a request was lost, answered twice or got a 5xx."""
+    from bench import soak
+
+    results = soak.run(minutes, rate, log, seed)
+    written = soak.write(results, out_dir)
+    accounting = results["accounting"]
+    log(f"wrote {', '.join(str(p) for p in written)} in {results['wall_seconds']} s")
+    log(f"{'passed' if accounting['passed'] else 'FAILED'}: {accounting['problems']}")
+    return 0 if accounting["passed"] else 1
+
+
 def main(argv: list[str] | None = None) -> int:
+    from bench.soak import DEFAULT_MINUTES, DEFAULT_RATE
+
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     go = commands.add_parser("run", help="run the suite and write the report")
@@ -197,7 +212,20 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="keep the report already in --out and replace only the sections run",
     )
+    soak = commands.add_parser(
+        "soak", help="mixed load on the local platform for a long time; writes soak.md/.json"
+    )
+    soak.add_argument(
+        "--minutes", type=float, default=DEFAULT_MINUTES, help="how long the load runs"
+    )
+    soak.add_argument("--rate", type=float, default=DEFAULT_RATE, help="predicts per second")
+    soak.add_argument("--seed", type=int, default=1, help="the mix and arrival times")
+    soak.add_argument("--out", default=str(ROOT / "docs"), help="folder for soak.md and .json")
     args = parser.parse_args(argv)
+    if args.command == "soak":
+        if args.minutes <= 0 or args.rate <= 0:
+            parser.error("--minutes and --rate must be above 0")
+        return run_soak(args.minutes, args.rate, args.seed, Path(args.out))
     only = {s.strip() for s in args.only.split(",") if s.strip()}
     unknown = only - set(SECTIONS)
     if unknown:

@@ -4,16 +4,31 @@ from __future__ import annotations
 
 import math
 import tomllib
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from bench.aws_calls import Call, item_size, read_units, summarise, write_units
-from bench.common import ROOT, percentile, ratio, sentences
+from bench.common import ROOT, digit_images, percentile, ratio, sentences
 from bench.end_to_end import breakdown
 from bench.loadgen import check_loopback, is_sustained, poisson_schedule, sustainable_rate
 from bench.platform_proc import edit_manifest
 from bench.report import clean, compare_peer, markdown
+from bench.soak import (
+    BAD_INPUTS,
+    Planned,
+    WorkerLog,
+    account,
+    canary_shares,
+    latency_summary,
+    memory_summary,
+    plan,
+    read_worker_log,
+    request_body,
+    slope_per_hour,
+    timeline,
+)
 
 
 def test_percentile_interpolates_between_ranks():
@@ -234,3 +249,211 @@ def test_markdown_renders_a_partial_run(tmp_path: Path):
     assert "## 1. Model limit" in text
     assert "| 1 | 10.0 |" in text
     assert clean({"x": float("nan"), "y": [1.0, float("nan")]}) == {"x": None, "y": [1.0, None]}
+
+
+# -- the soak's analysis ---------------------------------------------------------------
+
+
+def _sent(index: int, kind: str = "async", **fields) -> dict:
+    record = {
+        "index": index,
+        "label": "bad input" if kind == "bad" else f"{kind} minilm-embed",
+        "kind": kind,
+        "model": "minilm-embed",
+        "pinned_version": None,
+        "sent_at": 0.0,
+        "http": [202],
+        "request_id": f"r{index}",
+        "version": "v1",
+        "answers": ["done"],
+        "cancel": None,
+        "latency_ms": 10.0,
+        "swept": "done",
+        "error": None,
+    }
+    return {**record, **fields}
+
+
+def test_rss_slope_is_least_squares_in_mib_per_hour():
+    # 1 MiB per minute, with noise that cancels out: 60 MiB/h.
+    points = [(t * 60.0, 100.0 + t + (0.5 if t % 2 else -0.5)) for t in range(10)]
+    assert slope_per_hour(points) == pytest.approx(60.0, abs=2.0)
+    assert slope_per_hour([(0, 5.0), (10, 5.0), (20, 5.0)]) == 0.0
+    assert slope_per_hour([(0, 1.0), (10, 2.0)]) is None
+    assert slope_per_hour([(5, 1.0), (5, 2.0), (5, 3.0)]) is None
+
+
+def test_memory_summary_skips_each_process_warm_up_and_judges_growth():
+    flat = [[t, 300.0 + (5.0 if t < 60 else 0.0)] for t in range(0, 600, 10)]
+    growing = [[t, 100.0 + t / 10] for t in range(0, 600, 10)]  # 360 MiB/h
+    restarted = [[t, 250.0] for t in range(400, 600, 10)]
+    rows = memory_summary(
+        [
+            {"process": "router", "pid": 1, "samples": flat},
+            {"process": "emulator", "pid": 2, "samples": growing},
+            {"process": "worker digits-cnn", "pid": 3, "samples": restarted},
+        ],
+        warmup_s=120,
+        load_end_s=590,
+        predicts_per_hour=3600,
+    )
+    by_pid = {r["pid"]: r for r in rows}
+    assert by_pid[1]["verdict"] == "flat" and by_pid[1]["slope_mib_per_hour"] == 0.0
+    assert by_pid[1]["start_mib"] == 305.0 and by_pid[1]["peak_mib"] == 305.0
+    assert by_pid[2]["verdict"] == "grows"
+    assert by_pid[2]["slope_mib_per_hour"] == pytest.approx(360.0)
+    assert by_pid[2]["kib_per_request"] == pytest.approx(102.4)
+    # fitted from 120 s after its own first sample (400 s): 520-590 s.
+    assert by_pid[3]["fitted_samples"] == 8 and by_pid[3]["verdict"] == "flat"
+    short = memory_summary([{"process": "router", "pid": 4, "samples": flat[:5]}], 120, 590, 3600)
+    assert short[0]["verdict"] == "too short to fit"
+
+
+def test_worker_log_reads_the_delivery_events():
+    lines = [
+        '{"message": "result stored", "request_id": "a", "status": "done"}',
+        '{"message": "duplicate suppressed", "request_id": "a", "status": "done"}',
+        '{"message": "result stored", "request_id": "b", "status": "expired"}',
+        '{"message": "result stored", "request_id": "b", "status": "done"}',
+        '{"message": "polling"}',
+        '{"_aws": {}, "BatchSize": [1.0]}',
+        "Traceback (most recent call last):",
+        "{not json",
+    ]
+    log = read_worker_log(lines)
+    assert log.stored == {"a": ["done"], "b": ["expired", "done"]}
+    assert log.suppressed == {"a": 1}
+    assert log.events == {"result stored": 3, "duplicate suppressed": 1}
+
+
+def test_every_request_answered_once_passes():
+    records = [
+        _sent(0, "sync", http=[200]),
+        _sent(1, "sync", http=[202], answers=["done"]),  # past its deadline, then polled
+        _sent(2, cancel=200, http=[202, 200], answers=["cancelled"], swept="cancelled"),
+        _sent(3, cancel=409, http=[202, 409], answers=["done"]),
+        _sent(4, answers=[], swept="expired"),  # read as expired only at the end
+        _sent(5, "bad", http=[422], request_id=None, answers=[], swept=None, version=None),
+        _sent(6, pinned_version="v2", version="v2"),
+    ]
+    stored = {"r0": ["done"], "r1": ["done"], "r3": ["done"], "r6": ["done"]}
+    # r2 was cancelled while it ran, r3 redelivered after its result was stored.
+    out = account(records, WorkerLog(stored, {"r2": 1, "r3": 2}, {}))
+    assert out["passed"], out
+    assert out["problems"] == {"lost": 0, "answered_twice": 0, "http_5xx": 0, "unexpected": 0}
+    assert out["results_stored"] == 4 and out["stored_for_unknown_ids"] == 0
+    assert out["suppressed_by_final_status"] == {"cancelled": 1, "done": 2}
+    assert out["by_kind"]["sync minilm-embed"] == {"done": 1, "done after 202": 1}
+    assert out["by_kind"]["async minilm-embed"] == {
+        "cancelled (DELETE 200)": 1,
+        "done": 1,
+        "done (DELETE 409)": 1,
+        "expired": 1,
+    }
+    assert out["by_kind"]["bad input"] == {"refused 422": 1}
+
+
+@pytest.mark.parametrize(
+    ("record", "stored", "problem"),
+    [
+        (_sent(0, answers=[], swept="queued"), {}, "lost"),
+        (
+            _sent(0, http=[], request_id=None, answers=[], swept=None, error="ReadTimeout"),
+            {},
+            "lost",
+        ),
+        (
+            _sent(0, answers=["cancelled"], swept="done", cancel=200),
+            {"r0": ["done"]},
+            "answered_twice",
+        ),
+        (_sent(0), {"r0": ["done", "done"]}, "answered_twice"),
+        (_sent(0, answers=["cancelled"], swept="cancelled"), {"r0": ["done"]}, "answered_twice"),
+        (_sent(0, "sync", http=[500], answers=["error"], swept="error"), {}, "http_5xx"),
+        (_sent(0, "sync", http=[202, 502]), {"r0": ["done"]}, "http_5xx"),
+        (_sent(0, "bad", http=[202], answers=[], swept=None), {}, "unexpected"),
+        (_sent(0, "sync", http=[404], answers=[], swept=None, request_id=None), {}, "lost"),
+        (_sent(0, pinned_version="v1", version="v2"), {"r0": ["done"]}, "unexpected"),
+        (_sent(0, http=[202, 404]), {"r0": ["done"]}, "unexpected"),
+    ],
+)
+def test_each_way_a_request_can_go_wrong_fails_the_soak(record, stored, problem):
+    out = account([record], WorkerLog(stored, {}, {}))
+    assert not out["passed"]
+    assert out["problems"][problem] == 1
+    assert out["examples"][problem][0]["index"] == 0
+
+
+def test_soak_plan_is_reproducible_and_follows_the_mix():
+    planned = plan(4000, seed=3)
+    assert planned == plan(4000, seed=3)
+    kinds = Counter(p.kind for p in planned)
+    assert kinds["bad"] / 4000 == pytest.approx(0.05, abs=0.015)
+    assert kinds["sync"] / 4000 == pytest.approx(0.57, abs=0.03)
+    pinned = [p for p in planned if p.pin]
+    assert {(p.pin, p.model, p.version) for p in pinned} == {
+        ("header", "minilm-embed", "v1"),
+        ("header", "digits-cnn", "v1"),
+        ("body", "minilm-embed", "v1"),
+        ("body", "digits-cnn", "v2"),
+    }
+    cancelled = [p for p in planned if p.cancel_after_s is not None]
+    assert cancelled and all(p.kind == "async" for p in cancelled)
+    assert {p.bad for p in planned if p.kind == "bad"} == set(BAD_INPUTS)
+
+
+def test_soak_bodies_pin_by_body_and_break_bad_inputs():
+    texts, images = sentences(4), digit_images(4)
+    pinned = Planned("async", "digits-cnn", pin="body", version="v2", inputs=2)
+    body = request_body(pinned, 1, texts, images)
+    assert body == {"inputs": [images[1], images[2]], "params": {"version": "v2"}}
+    header = Planned("sync", "minilm-embed", pin="header", version="v1")
+    assert "params" not in request_body(header, 0, texts, images)
+    short = request_body(Planned("bad", "digits-cnn", bad="image_too_short"), 0, texts, images)
+    assert len(short["inputs"][0]) == 63
+    high = request_body(Planned("bad", "digits-cnn", bad="pixel_out_of_range"), 0, texts, images)
+    assert high["inputs"][0][0] == 17.0
+
+
+def test_soak_timeline_cycles_the_canary_and_alternates_kills():
+    events = timeline(1800, 300, 257)
+    canary = [(at, w) for at, what, w in events if what == "canary"]
+    kills = [(at, m) for at, what, m in events if what == "kill"]
+    assert canary[:3] == [(300, "v1=50 v2=50"), (600, "v1=100 v2=0"), (900, "v1=90 v2=10")]
+    assert len(canary) == 5 and len(kills) == 7
+    assert [m for _, m in kills[:2]] == ["minilm-embed", "digits-cnn"]
+    assert [at for at, _, _ in events] == sorted(at for at, _, _ in events)
+    assert all(at < 1800 for at, _, _ in events)
+
+
+def test_canary_shares_count_unpinned_requests_after_each_change_settles():
+    records = [
+        _sent(0, model="digits-cnn", sent_at=2.0, version="v2"),  # before the change settled
+        _sent(1, model="digits-cnn", sent_at=10.0, version="v1"),
+        _sent(2, model="digits-cnn", sent_at=11.0, version="v2"),
+        _sent(3, model="digits-cnn", sent_at=12.0, version="v2", pinned_version="v2"),
+        _sent(4, model="minilm-embed", sent_at=12.0, version="v1"),
+        _sent(5, model="digits-cnn", sent_at=40.0, version="v1"),
+    ]
+    out = canary_shares(records, [(0.0, "v1=50 v2=50"), (30.0, "v1=100 v2=0")], 60.0)
+    assert out[0]["requests"] == 2 and out[0]["shares"] == {"v1": 0.5, "v2": 0.5}
+    assert out[1]["requests"] == 1 and out[1]["shares"] == {"v1": 1.0}
+
+
+def test_soak_latency_groups_sync_answers_and_async_ends():
+    records = [
+        _sent(0, "sync", http=[200], latency_ms=10.0),
+        _sent(1, "sync", http=[200], latency_ms=30.0),
+        _sent(2, "sync", http=[202], latency_ms=6000.0),
+        _sent(3, latency_ms=700.0),
+        _sent(4, cancel=200, latency_ms=50.0),  # a cancel's answer is no latency of the model
+        _sent(5, "bad", http=[422], latency_ms=5.0),
+    ]
+    rows = {r["requests"]: r for r in latency_summary(records)}
+    assert set(rows) == {
+        "sync minilm-embed (200)",
+        "sync minilm-embed (202, then polled)",
+        "async minilm-embed (polled to its end)",
+    }
+    assert rows["sync minilm-embed (200)"]["n"] == 2
+    assert rows["sync minilm-embed (200)"]["p50_ms"] == 20.0
