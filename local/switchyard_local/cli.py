@@ -15,7 +15,9 @@ import os
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +48,13 @@ class Target:
     manifest: Manifest
     adapters: Adapters
     artifacts_bucket: str
-    traffic: TrafficStore
+    # Made when a command first needs it: finding the routing application is a call
+    # of its own, which commands that never route (dlq, models) do not make.
+    open_traffic: Callable[[], TrafficStore]
+
+    @cached_property
+    def traffic(self) -> TrafficStore:
+        return self.open_traffic()
 
     def client(self, service: str) -> Any:
         return self.adapters.client(service)
@@ -73,7 +81,7 @@ def _target(args: argparse.Namespace) -> Target:
         manifest=manifest,
         adapters=adapters,
         artifacts_bucket=info["names"]["artifacts_bucket"],
-        traffic=LocalTrafficStore(
+        open_traffic=lambda: LocalTrafficStore(
             adapters.client("appconfig"), info["names"]["appconfig_application_id"]
         ),
     )
@@ -105,7 +113,7 @@ def _aws_target(args: argparse.Namespace, manifest: Manifest) -> Target:
         manifest=manifest,
         adapters=build_adapters(settings),
         artifacts_bucket=names.cloud_bucket(names.artifacts_bucket, account, region),
-        traffic=AppConfigTrafficStore(
+        open_traffic=lambda: AppConfigTrafficStore(
             aws.client("appconfig", region),
             names.appconfig_application,
             names.deployment_strategy(stage.config_deployment),

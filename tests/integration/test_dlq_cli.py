@@ -243,3 +243,38 @@ def test_an_unknown_model_is_refused_with_exit_code_2(cli, provisioned):
         code, _, err = cli("dlq", command, "no-such-model")
         assert code == 2
         assert "unknown model 'no-such-model'" in err and MODEL in err
+
+
+def test_with_aws_the_commands_find_the_deployed_stacks_queues_by_name(
+    cli, results, clients, provisioned, emulator_url, monkeypatch
+):
+    # GIVEN a dead letter in the dev stage's realtime DLQ, and "AWS" reached through
+    # boto3's own endpoint setting (the emulator answers as AWS would): no
+    # platform.json is read, the queue URLs are built from the stack's names
+    sqs = clients("sqs")
+    admit(results, "exhausted")
+    exhaust(results, "exhausted", reason="RuntimeError: injected fault")
+    dead_letter(sqs, provisioned, [(message("exhausted"), "acme")])
+    monkeypatch.setenv("AWS_ENDPOINT_URL", emulator_url)
+
+    # WHEN an operator lists and redrives the model's DLQs of the deployed stage
+    code, out, _ = cli(
+        "--aws", "--stage", "dev", "--region", "us-east-1", "dlq", "list", MODEL, "--json"
+    )
+    assert code == 0
+    rows = json.loads(out)
+    code, out, _ = cli(
+        "--aws", "--stage", "dev", "--region", "us-east-1", "dlq", "redrive", MODEL, "--json"
+    )
+
+    # THEN the listing shows the request and its last error, and the redrive moved
+    # it back and reopened it
+    assert [(r["request_id"], r["tenant"], r["lane"]) for r in rows] == [
+        ("exhausted", "acme", "realtime")
+    ]
+    assert rows[0]["last_error"] == "failed after 3 attempts: RuntimeError: injected fault"
+    assert code == 0 and json.loads(out)["realtime"]["moved"] == 1
+    assert depth(sqs, provisioned.dlqs[MODEL]["realtime"]) == 0
+    back = drain(sqs, provisioned.queues[MODEL]["realtime"])
+    assert [json.loads(body)["request_id"] for body, _ in back] == ["exhausted"]
+    assert results.get("acme", "exhausted").status == "queued"
