@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,8 @@ WORKER_DOCKERFILE = "gpu_workers/Dockerfile"  # relative to REPO_ROOT, the build
 BUILD_DIR = REPO_ROOT / "build"
 DEPS_CACHE = BUILD_DIR / "lambda-deps"
 LAYOUTS_DIR = BUILD_DIR / "layouts"
+# An older build of a layout or asset is removed once nobody has asked for it this long.
+KEEP_UNUSED_BUILDS_SECONDS = 86_400
 
 # Never part of an asset: caches, pins (already installed) and tests.
 _SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", "requirements*.txt", "tests")
@@ -294,13 +297,23 @@ def _built(root: Path, name: str, inputs: list[Path | None], target: PipTarget, 
             digest.update(str(file.relative_to(REPO_ROOT)).encode() + b"\0")
             digest.update(file.read_bytes())
     built = root / f"{name}-{digest.hexdigest()[:12]}"
-    if (built / ".complete").exists():
-        return built
-    _build_once(built, make)
+    if not (built / ".complete").exists():
+        _build_once(built, make)
+    # ``.complete``'s time is when a build was last asked for. A platform started
+    # from an older tree may still be running from its build (it restarts workers
+    # from it), so only builds nobody asked for in a day are removed.
+    (built / ".complete").touch()
     for stale in root.glob(f"{name}-*"):
-        if stale != built:
+        if stale != built and _unused_for(stale, KEEP_UNUSED_BUILDS_SECONDS):
             shutil.rmtree(stale, ignore_errors=True)
     return built
+
+
+def _unused_for(build: Path, seconds: float) -> bool:
+    try:
+        return time.time() - (build / ".complete").stat().st_mtime > seconds
+    except FileNotFoundError:  # never completed: a crashed build's leftovers
+        return True
 
 
 def _files(path: Path | None) -> Iterator[Path]:
