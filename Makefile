@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: up test test-unit test-integration test-e2e test-infra test-deploy models synth lint clean bench bench-quick soak
+.PHONY: up test test-unit test-integration test-e2e test-infra test-deploy models synth lint clean bench bench-quick soak browser
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,10 +25,20 @@ build/models/.built: $(VENV)/.installed local/switchyard_local/models.py
 
 models: build/models/.built
 
+# Debian's Chromium, headless, for the local dashboard's browser test
+# (tests/e2e/test_dashboard.py); installed once, quietly, only where it is missing.
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing Debian's chromium for the dashboard's browser test"; \
+	  $(SUDO) apt-get update -qq >/dev/null && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    chromium >/dev/null; }
+
 up: build/models/.built
 	PORT=$(PORT) $(VENV)/bin/switchyard up
 
-test: build/models/.built
+test: build/models/.built browser
 	$(PY) -m pytest
 
 test-unit: $(VENV)/.installed
@@ -37,7 +47,7 @@ test-unit: $(VENV)/.installed
 test-integration: $(VENV)/.installed
 	$(PY) -m pytest tests/integration
 
-test-e2e: build/models/.built
+test-e2e: build/models/.built browser
 	$(PY) -m pytest tests/e2e
 
 test-infra: $(VENV)/.installed

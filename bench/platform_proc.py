@@ -95,6 +95,9 @@ def local_platform(
         "PORT": str(free_port()),
         "SWITCHYARD_RUN_DIR": str(run_dir),
         "SWITCHYARD_MANIFEST": str(manifest),
+        # Measured with a worker per model loaded from the start, as before the
+        # platform scaled from zero (dev's minimum).
+        "SWITCHYARD_MIN_WORKERS": os.environ.get("SWITCHYARD_MIN_WORKERS", "1"),
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "AWS_ACCESS_KEY_ID": "local",

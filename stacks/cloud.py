@@ -16,7 +16,8 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from stacks.assets import CORE_LAYER_DIR
-from switchyard.manifest import Manifest, ModelSpec, ResourceNames, Stage, StageSettings
+from switchyard.manifest import Manifest, ResourceNames, Stage, StageSettings
+from switchyard.scaling import ScalingPolicy
 
 # One schema for the router, the local platform and AppConfig's validator.
 ROUTING_SCHEMA_FILE = CORE_LAYER_DIR / "python" / "switchyard" / "routing_schema.json"
@@ -75,11 +76,9 @@ WORKER_READY_FILE = "/tmp/switchyard-worker.ready"
 WORKER_START_PERIOD = Duration.minutes(5)  # model download and load before health counts
 
 # --- Scaling on queue depth -------------------------------------------------------
+# The numbers are the manifest's (Manifest.scaling_policy); the cloud only adds the
+# period its alarms read SQS and Container Insights metrics at, their finest.
 SCALING_PERIOD = Duration.minutes(1)
-SCALE_OUT_EVALUATION_PERIODS = 2
-# Backlog per task as a multiple of the model's backlog_per_task -> tasks to add.
-SCALE_OUT_STEPS: tuple[tuple[float, int], ...] = ((1.0, 1), (2.0, 2), (4.0, 4))
-SCALE_OUT_COOLDOWN = Duration.minutes(2)
 
 # --- Alarms -----------------------------------------------------------------------
 ALARM_PERIOD = Duration.minutes(1)
@@ -127,14 +126,15 @@ class Deployment:
         """Prod keeps tables and buckets when a stack goes; dev cleans up."""
         return RemovalPolicy.RETAIN if self.is_prod else RemovalPolicy.DESTROY
 
+    def scaling_policy(self, model: str) -> ScalingPolicy:
+        return self.manifest.scaling_policy(model, self.stage)
+
     @property
     def nat_gateways(self) -> int:
-        """A stage that scales to zero pays nothing for NAT while idle: its workers
-        sit in public subnets with no inbound rule. Prod keeps them private."""
-        return 0 if self.settings.scale_to_zero else 2
-
-    def min_tasks(self, spec: ModelSpec) -> int:
-        return 0 if self.settings.scale_to_zero else spec.min_tasks_prod
+        """A stage whose workers need not be private (dev, which scales to zero)
+        pays nothing for NAT while idle: its workers sit in public subnets with no
+        inbound rule. Prod keeps them private."""
+        return 2 if self.settings.private_workers else 0
 
     def appconfig_extension_arn(self, scope: Construct) -> str:
         override = scope.node.try_get_context("appconfig_extension_arn")

@@ -3,9 +3,11 @@ instances, and per model a worker service scaled by its queues."""
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Mapping
 
-from aws_cdk import Duration, IgnoreMode, Stack
+from aws_cdk import Duration, IgnoreMode, Stack, Tags
 from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -21,9 +23,6 @@ from stacks.assets import REPO_ROOT, WORKER_DOCKERFILE
 from stacks.cloud import (
     LOG_RETENTION,
     ROOT_VOLUME_GIB,
-    SCALE_OUT_COOLDOWN,
-    SCALE_OUT_EVALUATION_PERIODS,
-    SCALE_OUT_STEPS,
     SCALING_PERIOD,
     TASK_SIZE,
     WORKER_READY_FILE,
@@ -34,7 +33,8 @@ from stacks.cloud import (
 from stacks.nag import acknowledge
 from stacks.observability import model_metric, service_metric
 from stacks.queues import ModelQueues
-from switchyard.manifest import ModelSpec
+from switchyard.manifest import MODEL_TAG, ModelSpec
+from switchyard.scaling import ScalingPolicy
 
 # The build context is the repository root; only what the image needs is sent.
 _IMAGE_CONTEXT_EXCLUDES = [
@@ -108,7 +108,13 @@ class Compute(Construct):
         for compute in ("gpu", "cpu"):
             specs = [spec for spec in models.values() if spec.compute == compute]
             if specs:
-                self.capacity[compute] = self._capacity_provider(compute, specs)
+                # One task per instance: the hosts follow the sum of the models' maximums.
+                max_hosts = sum(
+                    deployment.scaling_policy(model).max_tasks
+                    for model, spec in models.items()
+                    if spec.compute == compute
+                )
+                self.capacity[compute] = self._capacity_provider(compute, specs, max_hosts)
         self.worker_image = ecs.ContainerImage.from_docker_image_asset(
             ecr_assets.DockerImageAsset(
                 self,
@@ -121,7 +127,9 @@ class Compute(Construct):
             )
         )
 
-    def _capacity_provider(self, compute: str, specs: list[ModelSpec]) -> ecs.AsgCapacityProvider:
+    def _capacity_provider(
+        self, compute: str, specs: list[ModelSpec], max_hosts: int
+    ) -> ecs.AsgCapacityProvider:
         hardware = ecs.AmiHardwareType.GPU if compute == "gpu" else ecs.AmiHardwareType.STANDARD
         instance_types = list(dict.fromkeys(t for spec in specs for t in spec.instance_types))
         user_data = ec2.UserData.for_linux()
@@ -172,7 +180,7 @@ class Compute(Construct):
             ),
             min_capacity=0,
             # One GPU task per GPU instance; CPU tasks are sized to one per host too.
-            max_capacity=sum(spec.max_tasks for spec in specs),
+            max_capacity=max_hosts,
         )
         acknowledge(
             group,
@@ -213,13 +221,9 @@ class Compute(Construct):
 
 
 class WorkerService(Construct):
-    """One model's workers: an ECS service whose desired count follows its queues.
-
-    Scaling, on one-minute queue metrics with hysteresis:
-    any backlog (or request) with no task → 1; backlog per task above the model's
-    ``backlog_per_task`` → add tasks in steps; nothing queued or in flight for the
-    stage's idle period → the minimum (0 in dev, ``min_tasks_prod`` in prod).
-    """
+    """One model's workers: an ECS service whose desired count follows its queues,
+    by the rule of ``switchyard.scaling.decide`` with the numbers of
+    ``Manifest.scaling_policy(model, stage)`` (see :meth:`_scale_on_queues`)."""
 
     def __init__(
         self,
@@ -255,7 +259,8 @@ class WorkerService(Construct):
                 retries=3,
             ),
         )
-        min_tasks = deployment.min_tasks(spec)
+        policy = deployment.scaling_policy(model)
+        min_tasks = policy.min_tasks
         provider = compute.capacity[spec.compute]
         self.service = ecs.Ec2Service(
             self,
@@ -275,6 +280,7 @@ class WorkerService(Construct):
             propagate_tags=ecs.PropagatedTagSource.SERVICE,
         )
         self.service.node.add_dependency(compute.cluster)
+        Tags.of(self.service).add(MODEL_TAG, model)
         acknowledge(
             self.task_definition,
             "AwsSolutions-ECS2",
@@ -287,16 +293,40 @@ class WorkerService(Construct):
             "The execution role's ecr:GetAuthorizationToken takes no resource ARN; "
             "image pulls themselves are limited to the asset repository.",
         )
-        self._scale_on_queues(deployment, model, spec, queues, min_tasks)
+        self._scale_on_queues(deployment, model, policy, queues)
 
     def _scale_on_queues(
         self,
         deployment: Deployment,
         model: str,
-        spec: ModelSpec,
+        policy: ScalingPolicy,
         queues: ModelQueues,
-        min_tasks: int,
     ) -> None:
+        """Render :func:`switchyard.scaling.decide` as alarms whose step policies set
+        the service's desired count, between the policy's minimum and maximum (the
+        scalable target's bounds: the rule's "bounds" step):
+
+        - **scale-from-zero** (wake): work and no task → the tasks the backlog asks
+          for, at least one, at once (no cool-down);
+        - **scale-out**: tasks, and a backlog that asks for more → that many;
+        - **scale-out-on-age**: the oldest message over the target age, though every
+          task has run throughout the last ``target_age_seconds`` → one more;
+        - **idle**: nothing visible or in flight for the idle time → the minimum.
+
+        Each alarm's expression evaluates to the count ``decide`` lands on (0 where
+        its rule does not apply), and each step policy sets exactly that count, one
+        step per count, so the two cannot drift apart by rounding. The scale-out
+        alarms share one policy, hence one cool-down.
+
+        Where the cloud necessarily differs: it decides on one-minute metric
+        periods and counts the idle time and the settled time in whole one-minute
+        evaluation periods, where the supervisor ticks every few seconds; "workers"
+        is ECS's desired count and "running" the fewest tasks running during the
+        minute (a task runs once its container does, before its models are
+        loaded); the router's request count also wakes the service, because SQS
+        stops publishing metrics for a queue idle for hours. The infra tests check
+        the decisions on the same scenarios, not the timings.
+        """
         prefix = f"{deployment.names.base}-{model}"
         stack = Stack.of(self)
         target = appscaling.ScalableTarget(
@@ -305,8 +335,8 @@ class WorkerService(Construct):
             service_namespace=appscaling.ServiceNamespace.ECS,
             resource_id=f"service/{self.service.cluster.cluster_name}/{self.service.service_name}",
             scalable_dimension="ecs:service:DesiredCount",
-            min_capacity=min_tasks,
-            max_capacity=spec.max_tasks,
+            min_capacity=policy.min_tasks,
+            max_capacity=policy.max_tasks,
             role=iam.Role.from_role_arn(
                 self,
                 "ScalingRole",
@@ -322,101 +352,134 @@ class WorkerService(Construct):
         def queue_metric(lane: str, name: str) -> cloudwatch.Metric:
             return queues.queues[lane].metric(name, statistic="Maximum", period=SCALING_PERIOD)
 
-        metrics = {
+        metrics: dict[str, cloudwatch.IMetric] = {
             "rt": queue_metric("realtime", "ApproximateNumberOfMessagesVisible"),
             "bt": queue_metric("batch", "ApproximateNumberOfMessagesVisible"),
             "rtflight": queue_metric("realtime", "ApproximateNumberOfMessagesNotVisible"),
             "btflight": queue_metric("batch", "ApproximateNumberOfMessagesNotVisible"),
+            "rtage": queue_metric("realtime", "ApproximateAgeOfOldestMessage"),
+            "btage": queue_metric("batch", "ApproximateAgeOfOldestMessage"),
             "requests": model_metric(model, "Requests", "Sum", SCALING_PERIOD),
-            "desired": service_metric(self.service, "DesiredTaskCount"),
+            "tasks": service_metric(self.service, "DesiredTaskCount"),
+            # The fewest tasks running at any time in the period: all of them ran throughout.
+            "running": service_metric(self.service, "RunningTaskCount").with_(statistic="Minimum"),
         }
-        backlog = "(FILL(rt, 0) + FILL(bt, 0))"
-        desired = "FILL(desired, 0)"
 
-        def expression(text: str, label: str, *ids: str) -> cloudwatch.MathExpression:
-            return cloudwatch.MathExpression(
-                expression=text,
-                using_metrics={i: metrics[i] for i in ids},
-                label=label,
-                period=SCALING_PERIOD,
+        def expression(name: str, text: str, label: str) -> cloudwatch.MathExpression:
+            """A named step of the rule; ``text`` may use the metrics and earlier steps."""
+            used = {i: m for i, m in metrics.items() if re.search(rf"\b{i}\b", text)}
+            step = cloudwatch.MathExpression(
+                expression=text, using_metrics=used, label=label, period=SCALING_PERIOD
             )
+            metrics[name] = step
+            return step
 
-        def step_action(
+        cap, per_task = policy.max_tasks, policy.backlog_per_task
+        target_age = f"{policy.target_age_seconds:g}"
+        expression("backlog", "FILL(rt, 0) + FILL(bt, 0)", "Visible messages")
+        work = expression(
+            "work", "backlog + FILL(rtflight, 0) + FILL(btflight, 0)", "Visible and in flight"
+        )
+        expression("workers", "FILL(tasks, 0)", "Tasks wanted (running and starting)")
+        expression("age", "FILL(MAX([rtage, btage]), 0)", "Age of the oldest message")
+        expression(
+            "forbacklog",
+            f"IF(CEIL(backlog / {per_task}) > {cap}, {cap}, CEIL(backlog / {per_task}))",
+            "Tasks the backlog asks for",
+        )
+        wake = expression(
+            "wake",
+            "IF((workers == 0) AND (work + FILL(requests, 0) > 0), "
+            "IF(forbacklog > 1, forbacklog, 1), 0)",
+            "Tasks to start from zero",
+        )
+        for_backlog = expression(
+            "scaleout",
+            "IF((workers > 0) AND (forbacklog > workers), forbacklog, 0)",
+            "Tasks the backlog asks for, above those wanted",
+        )
+        for_age = expression(
+            "scaleoutage",
+            f"IF((workers > 0) AND (workers < {cap}) AND (backlog > 0) AND (age > {target_age}) "
+            "AND (FILL(running, 0) >= workers) AND (forbacklog <= workers), workers + 1, 0)",
+            "One more task: the oldest message is over the target age with every task running",
+        )
+
+        def exactly(
             construct_id: str,
-            kind: appscaling.AdjustmentType,
-            steps: list[tuple[float, float | None, int]],
-        ) -> cw_actions.ApplicationScalingAction:
+            cooldown_seconds: float,
+            steps: list[tuple[float | None, float | None, int]],
+        ) -> appscaling.StepScalingAction:
             action = appscaling.StepScalingAction(
                 self,
                 construct_id,
                 scaling_target=target,
-                adjustment_type=kind,
-                cooldown=SCALE_OUT_COOLDOWN,
+                adjustment_type=appscaling.AdjustmentType.EXACT_CAPACITY,
+                cooldown=Duration.seconds(cooldown_seconds),
                 metric_aggregation_type=appscaling.MetricAggregationType.MAXIMUM,
             )
-            for lower, upper, change in steps:
-                action.add_adjustment(adjustment=change, lower_bound=lower, upper_bound=upper)
-            return cw_actions.ApplicationScalingAction(action)
+            for lower, upper, count in steps:
+                action.add_adjustment(adjustment=count, lower_bound=lower, upper_bound=upper)
+            return action
 
-        # 0 → 1: work (or a request the router just took) and no task wanted.
-        self.wake_alarm = expression(
-            f"IF({desired} == 0 AND ({backlog} + FILL(requests, 0)) > 0, 1, 0)",
-            "Work waiting and no worker",
-            "rt",
-            "bt",
-            "requests",
-            "desired",
-        ).create_alarm(
-            self,
-            "WakeAlarm",
-            alarm_name=f"{prefix}-scale-from-zero",
-            alarm_description=f"{model} has queued work and no worker task",
-            threshold=1,
-            evaluation_periods=1,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-        )
-        self.wake_alarm.add_alarm_action(
-            step_action("WakeUp", appscaling.AdjustmentType.EXACT_CAPACITY, [(0, None, 1)])
-        )
-
-        # Backlog per task above target → add tasks, more the further above.
-        per_task = spec.backlog_per_task
-        bounds = [multiple * per_task for multiple, _ in SCALE_OUT_STEPS]
-        steps: list[tuple[float, float | None, int]] = [
-            (bounds[i] - per_task, bounds[i + 1] - per_task if i + 1 < len(bounds) else None, add)
-            for i, (_, add) in enumerate(SCALE_OUT_STEPS)
+        # An expression whose value is the desired count n (>= 1) breaches a threshold
+        # of 1 by n - 1: one step per count, the last open-ended at the maximum.
+        to_value: list[tuple[float | None, float | None, int]] = [
+            (float(n - 1), float(n) if n < cap else None, n) for n in range(1, cap + 1)
         ]
-        self.backlog_alarm = expression(
-            f"{backlog} / IF({desired} > 0, {desired}, 1)",
-            "Backlog per task",
-            "rt",
-            "bt",
-            "desired",
-        ).create_alarm(
-            self,
-            "BacklogAlarm",
-            alarm_name=f"{prefix}-backlog-per-task",
-            alarm_description=f"{model} has more than {per_task} queued messages per task",
-            threshold=per_task,
-            evaluation_periods=SCALE_OUT_EVALUATION_PERIODS,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-        )
-        self.backlog_alarm.add_alarm_action(
-            step_action("ScaleOut", appscaling.AdjustmentType.CHANGE_IN_CAPACITY, steps)
+
+        def alarm(
+            construct_id: str,
+            metric: cloudwatch.MathExpression,
+            name: str,
+            description: str,
+            action: appscaling.StepScalingAction,
+            evaluation_periods: int = 1,
+        ) -> cloudwatch.Alarm:
+            created = metric.create_alarm(
+                self,
+                construct_id,
+                alarm_name=f"{prefix}-{name}",
+                alarm_description=description,
+                threshold=1,
+                evaluation_periods=evaluation_periods,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            )
+            created.add_alarm_action(cw_actions.ApplicationScalingAction(action))
+            return created
+
+        # 1. Wake: no cool-down, a request at zero waits for this task.
+        self.wake_alarm = alarm(
+            "WakeAlarm",
+            wake,
+            "scale-from-zero",
+            f"{model} has work waiting and no worker task",
+            exactly("WakeUp", 0, to_value),
         )
 
-        # Nothing queued or in flight for the idle period → the stage's minimum.
-        idle_minutes = deployment.settings.idle_minutes_before_scale_in
-        self.idle_alarm = expression(
-            f"{backlog} + FILL(rtflight, 0) + FILL(btflight, 0)",
-            "Queued and in-flight messages",
-            "rt",
-            "bt",
-            "rtflight",
-            "btflight",
-        ).create_alarm(
+        # 3. Scale out, at most once per cool-down: on the backlog at once; on the age
+        # of the oldest message once every task has run for the target age.
+        scale_out = exactly("ScaleOut", policy.scale_out_cooldown_seconds, to_value)
+        self.scale_out_alarm = alarm(
+            "ScaleOutAlarm",
+            for_backlog,
+            "scale-out",
+            f"{model}'s backlog asks for more tasks ({per_task} messages per task)",
+            scale_out,
+        )
+        self.age_alarm = alarm(
+            "AgeAlarm",
+            for_age,
+            "scale-out-on-age",
+            f"{model}'s oldest message is over {target_age} s with every task running",
+            scale_out,
+            evaluation_periods=math.ceil(policy.target_age_seconds / SCALING_PERIOD.to_seconds()),
+        )
+
+        # 4. Scale in: nothing queued or in flight for the idle time → the minimum.
+        idle_minutes = math.ceil(policy.idle_seconds / SCALING_PERIOD.to_seconds())
+        self.idle_alarm = work.create_alarm(
             self,
             "IdleAlarm",
             alarm_name=f"{prefix}-idle",
@@ -428,5 +491,9 @@ class WorkerService(Construct):
             treat_missing_data=cloudwatch.TreatMissingData.BREACHING,
         )
         self.idle_alarm.add_alarm_action(
-            step_action("ScaleIn", appscaling.AdjustmentType.EXACT_CAPACITY, [(None, 0, min_tasks)])  # type: ignore[list-item]
+            cw_actions.ApplicationScalingAction(
+                exactly(
+                    "ScaleIn", policy.scale_in_cooldown_seconds, [(None, 0.0, policy.min_tasks)]
+                )
+            )
         )

@@ -87,10 +87,16 @@ def _target(args: argparse.Namespace) -> Target:
     )
 
 
-def _aws_target(args: argparse.Namespace, manifest: Manifest) -> Target:
+def _aws_region(args: argparse.Namespace, manifest: Manifest) -> str:
+    """The deployed stage's region (``--region``, ``AWS_REGION``, the manifest's),
+    with ``--profile`` in force for the clients made after."""
     if args.profile:
         os.environ["AWS_PROFILE"] = args.profile
-    region = args.region or os.environ.get("AWS_REGION") or manifest.platform.region
+    return str(args.region or os.environ.get("AWS_REGION") or manifest.platform.region)
+
+
+def _aws_target(args: argparse.Namespace, manifest: Manifest) -> Target:
+    region = _aws_region(args, manifest)
     names = manifest.names(args.stage)
     account = aws.client("sts", region).get_caller_identity()["Account"]
     stage = manifest.stages[args.stage]
@@ -400,27 +406,132 @@ def _lanes(args: argparse.Namespace) -> tuple[Lane, ...]:
     return tuple(lane for lane in LANES if args.lane in (None, lane))
 
 
+# -- status ----------------------------------------------------------------------
+
+
+def _status(args: argparse.Namespace) -> int:
+    from switchyard_local.status import format_status
+
+    read = _status_reader(args)
+    try:
+        while True:
+            status = read()
+            if args.json:
+                print(json.dumps(status.as_dict(), indent=None if args.watch else 2), flush=True)
+            else:
+                if args.watch:
+                    print("\033[H\033[2J", end="")  # home and clear: a redraw in place
+                print(format_status(status), flush=True)
+            if not args.watch:
+                return 0
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _status_reader(args: argparse.Namespace) -> Callable[[], Any]:
+    """The status's source: the local platform's run folder, or with ``--aws`` the
+    deployed stage's CloudWatch metrics, ECS services and scaling activities."""
+    from switchyard_local.status import AwsStatusReader, LocalStatusReader
+
+    if args.aws:
+        manifest = load_manifest(args.manifest)
+        region = _aws_region(args, manifest)
+        return AwsStatusReader(
+            manifest.names(args.stage),
+            manifest.models,
+            cloudwatch=aws.client("cloudwatch", region),
+            ecs=aws.client("ecs", region),
+            autoscaling=aws.client("application-autoscaling", region),
+        ).read
+    run_dir = Path(args.run_dir)
+    if not (run_dir / "platform.json").exists():
+        raise SystemExit(
+            f"no local platform found ({run_dir / 'platform.json'} is missing): "
+            "run `make up`, or pass --aws"
+        )
+    return LocalStatusReader.for_run_dir(run_dir).read
+
+
 # -- up --------------------------------------------------------------------------
 
 
 def _up(args: argparse.Namespace) -> int:
+    from switchyard_local.autoscaler import WarmFloorTooHigh
     from switchyard_local.supervisor import LocalPlatform
 
-    platform = LocalPlatform(
-        manifest_path=Path(args.manifest),
-        port=args.port,
-        run_dir=Path(args.run_dir),
-        models_dir=Path(args.models_dir),
-        workers_per_model=args.workers,
-    )
+    try:
+        platform = LocalPlatform(
+            manifest_path=Path(args.manifest),
+            port=args.port,
+            run_dir=Path(args.run_dir),
+            models_dir=Path(args.models_dir),
+            min_workers=args.min_workers,
+            idle_seconds=args.idle_seconds,
+        )
+    except WarmFloorTooHigh as exc:
+        raise SystemExit(f"switchyard up: --min-workers: {exc}") from None
+    dashboard = None
     try:
         platform.start()
+        dashboard = _start_dashboard(platform.run_dir, args)
         platform.supervise()
     except KeyboardInterrupt:
         pass
     finally:
+        if dashboard is not None:
+            dashboard.stop()
         platform.stop()
     return 0
+
+
+def _start_dashboard(run_dir: Path, args: argparse.Namespace) -> Any:
+    """The local dashboard (``switchyard_local.dashboard``) on loopback; the
+    platform runs on without it if it cannot start."""
+    from switchyard_local.dashboard import start_local_dashboard
+
+    port = args.port + 1 if args.dashboard_port is None else args.dashboard_port
+    try:
+        dashboard = start_local_dashboard(run_dir, port)
+    except Exception as exc:  # noqa: BLE001 - a page is no reason to stop the platform
+        print(f"the dashboard did not start: {exc!r}", flush=True)
+        return None
+    print(f"DASHBOARD {dashboard.url}", flush=True)
+    return dashboard
+
+
+def _count(variable: str) -> Any:
+    """An argparse type for a whole number >= 0 that may come from ``variable``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = -1
+        if value < 0:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a whole number >= 0 (the option, or {variable})"
+            )
+        return value
+
+    return parse
+
+
+def _seconds(variable: str) -> Any:
+    """An argparse type for seconds >= 0 that may come from ``variable``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if not 0 <= value < float("inf"):
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a number of seconds >= 0 (the option, or {variable})"
+            )
+        return value
+
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -442,8 +553,42 @@ def build_parser() -> argparse.ArgumentParser:
     up = commands.add_parser("up", help="run the local platform until Ctrl-C")
     up.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8080")))
     up.add_argument("--models-dir", default="build/models")
-    up.add_argument("--workers", type=int, default=1, help="worker processes per model")
+    up.add_argument(
+        "--min-workers",
+        type=_count("SWITCHYARD_MIN_WORKERS"),
+        default=os.environ.get("SWITCHYARD_MIN_WORKERS", "0"),
+        help="keep at least this many workers per model loaded, and start with them "
+        "(default: the stage's minimum, 0 in dev: workers start with the first request)",
+    )
+    up.add_argument(
+        "--idle-seconds",
+        type=_seconds("SWITCHYARD_IDLE_SECONDS"),
+        default=os.environ.get("SWITCHYARD_IDLE_SECONDS"),
+        help="seconds without work before a model scales in (default: the stage's)",
+    )
+    up.add_argument(
+        "--dashboard-port",
+        type=int,
+        default=os.environ.get("SWITCHYARD_DASHBOARD_PORT"),
+        help="the local dashboard's port on 127.0.0.1 (default: --port + 1; 0: any free "
+        "port; a taken port falls back to a free one); its URL is printed at start",
+    )
     up.set_defaults(func=_up)
+
+    about = (
+        "per model: workers running, starting and desired; per lane the messages "
+        "visible and in flight and the age of the oldest; requests per second, p50 "
+        "and p99 over the last minute; the last scaling decision and why"
+    )
+    status = commands.add_parser("status", help=about, description=about)
+    status.add_argument("--watch", action="store_true", help="redraw until Ctrl-C")
+    status.add_argument(
+        "--interval", type=float, default=2.0, help="seconds between redraws, with --watch"
+    )
+    status.add_argument(
+        "--json", action="store_true", help="JSON, for machines (one line per read with --watch)"
+    )
+    status.set_defaults(func=_status)
 
     models = commands.add_parser("models", help="the model registry").add_subparsers(
         dest="sub", required=True

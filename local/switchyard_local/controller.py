@@ -34,11 +34,26 @@ class Sample:
 
 
 class MetricsWindow:
-    """Per-version request samples from EMF lines in a log file, kept for a window."""
+    """Request samples from the router's EMF lines in a log file, kept for a window.
 
-    def __init__(self, log_path: Path, window_seconds: float) -> None:
+    By default one sample per request and version (the documents the rollback rule
+    reads; pinned requests are not among them). With ``totals``, one per request of
+    the model, whatever its version or role: what throughput and latency figures
+    read. ``tail_bytes`` starts a reader near the end of a long log instead of at
+    its beginning (a window only needs the recent lines)."""
+
+    def __init__(
+        self,
+        log_path: Path,
+        window_seconds: float,
+        *,
+        totals: bool = False,
+        tail_bytes: int | None = None,
+    ) -> None:
         self._path = log_path
         self._window = window_seconds
+        self._totals = totals
+        self._tail_bytes = tail_bytes
         self._offset = 0
         self._partial = b""
         self._samples: deque[Sample] = deque()
@@ -46,13 +61,20 @@ class MetricsWindow:
     def poll(self, now: float | None = None) -> None:
         if self._path.exists():
             with open(self._path, "rb") as fh:
+                if self._tail_bytes is not None:
+                    size = fh.seek(0, 2)
+                    if size > self._tail_bytes:
+                        # Into the middle of a line: what precedes the first newline
+                        # is a fragment, dropped below as an unparseable line.
+                        self._offset = size - self._tail_bytes
+                    self._tail_bytes = None
                 fh.seek(self._offset)
                 data = fh.read()
                 self._offset += len(data)
             lines = (self._partial + data).split(b"\n")
             self._partial = lines.pop()
             for line in lines:
-                self._samples.extend(_parse(line))
+                self._samples.extend(_parse(line, self._totals))
         horizon = (now or time.time()) - self._window
         while self._samples and self._samples[0].at < horizon:
             self._samples.popleft()
@@ -68,12 +90,23 @@ class MetricsWindow:
                 v.latencies.append(s.latency_ms)
         return out
 
+    def overall(self, model: str, since: float) -> VersionStats:
+        """Every sample of ``model`` since ``since``, versions together."""
+        total = VersionStats(latencies=[])
+        assert total.latencies is not None
+        for s in self._samples:
+            if s.model == model and s.at >= since:
+                total.requests += 1
+                total.errors += int(s.error)
+                total.latencies.append(s.latency_ms)
+        return total
+
 
 _EMF = '{"_aws"'
 _DECODER = json.JSONDecoder()
 
 
-def _parse(line: bytes) -> list[Sample]:
+def _parse(line: bytes, totals: bool = False) -> list[Sample]:
     """The request samples on one log line. The router's threads print EMF documents
     concurrently, and ``print`` writes a document and its newline separately, so
     one line may hold two documents (and the next none)."""
@@ -86,23 +119,28 @@ def _parse(line: bytes) -> list[Sample]:
         except ValueError:
             end = at + len(_EMF)
         else:
-            sample = _sample(doc)
+            sample = _sample(doc, totals)
             if sample is not None:
                 samples.append(sample)
         at = text.find(_EMF, end)
     return samples
 
 
-def _sample(doc: object) -> Sample | None:
+def _sample(doc: object, totals: bool = False) -> Sample | None:
     """A request's sample from an EMF document of the router's (model, version)
-    metrics; None for any other document."""
-    if not isinstance(doc, dict) or "version" not in doc or "Latency" not in doc:
+    metrics, or with ``totals`` of its per-model ones (no version, no role); None
+    for any other document."""
+    if not isinstance(doc, dict) or "Latency" not in doc:
+        return None
+    if totals and ("version" in doc or "role" in doc):
+        return None
+    if not totals and "version" not in doc:
         return None
     try:
         return Sample(
             at=doc["_aws"]["Timestamp"] / 1000,
             model=doc["model"],
-            version=doc["version"],
+            version=doc.get("version", "*"),
             latency_ms=float(doc["Latency"][0]),
             error=float(doc.get("Errors", [0])[0]) > 0,
         )

@@ -1,8 +1,10 @@
 """The local AWS emulator, started in one place.
 
 moto in server mode, on loopback only, with the fix that lets its SQS hold a
-production-size backlog (``moto_sqs``), and DynamoDB's conditional writes made one
-step each, as in DynamoDB (``moto_dynamodb``), applied in the server's process. The local
+production-size backlog (``moto_sqs``) and SQS's CloudWatch metrics answered live
+(``sqs_metrics``: the age of a queue's oldest message, which the scaling policy
+reads) applied in the server's process, and DynamoDB's conditional writes made
+one step each, as in DynamoDB (``moto_dynamodb``). The local
 platform's supervisor, the integration tier and the benchmarks all start it from
 here: ``python -m switchyard_local.emulator -H 127.0.0.1 -p PORT`` takes moto's own
 server options.
@@ -133,14 +135,15 @@ def _loopback_only(argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m moto.server`` with the SQS fix: the same options, loopback only."""
+    """``python -m moto.server`` with the SQS fixes: the same options, loopback only."""
     from moto.server import main as serve
 
-    from switchyard_local import moto_dynamodb, moto_sqs
+    from switchyard_local import moto_dynamodb, moto_sqs, sqs_metrics
 
     argv = sys.argv[1:] if argv is None else argv
     _loopback_only(argv)
     moto_sqs.apply()
+    sqs_metrics.apply()
     moto_dynamodb.apply()
     _remember_backend_per_host()
     logging.getLogger("werkzeug").setLevel(logging.WARNING)

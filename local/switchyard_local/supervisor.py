@@ -6,9 +6,18 @@ by content), starts the emulator (moto in server mode, loopback only), provision
 from the manifest, serves the router app from its built layout with uvicorn (where
 the cloud runs it in Lambda through Mangum) behind a stand-in for API Gateway
 (``gateway``), and runs worker processes from the image's layout (where the cloud
-runs ECS tasks), replacing a worker that dies as ECS replaces a stopped task. It
-never runs deployed code from the source tree (``deployed``). Ctrl-C or SIGTERM stops
+runs ECS tasks): as many as the scaling policy wants (``autoscaler``: the same
+``switchyard.scaling.decide`` the cloud's alarms render, applied every second from
+the queues), replacing a worker that dies as ECS replaces a stopped task. It never
+runs deployed code from the source tree (``deployed``). Ctrl-C or SIGTERM stops
 every process it started: workers first, so they can drain.
+
+Start-up: the platform is ready (its READY line, ``platform.json``) once the router
+answers and the policy's minimum of workers per model is loaded. In dev that
+minimum is zero, so no worker starts until a request arrives; ``min_workers``
+(``switchyard up --min-workers N``, or ``SWITCHYARD_MIN_WORKERS``) raises it locally
+for runs that want warm workers. ``idle_seconds`` (``SWITCHYARD_IDLE_SECONDS``)
+shortens the idle time before a scale-in.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -28,7 +38,16 @@ from typing import IO, Any
 from stacks.assets import MANIFEST_FILE, Layouts, build_layouts
 from switchyard import aws
 from switchyard.manifest import DROP_BATCH_SIZE, Manifest, load_manifest
+from switchyard.scaling import ScalingPolicy
 from switchyard.settings import RouterSettings, SplitterSettings, WorkerSettings, to_environment
+from switchyard_local.autoscaler import (
+    TICK_SECONDS,
+    Autoscaler,
+    SqsQueueSignals,
+    WarmFloorTooHigh,
+    WorkerCounts,
+    local_policy,
+)
 from switchyard_local.bridge import ExtensionStandIn, LocalTrafficStore
 from switchyard_local.controller import MetricsWindow, RollbackController
 from switchyard_local.deployed import Launcher, LocalFunction
@@ -39,6 +58,9 @@ from switchyard_local.traffic import Change
 
 LOCAL_STAGE = "dev"
 LOCAL_REGION = "us-east-1"
+# ECS's longest stopTimeout: a worker asked to stop that has not exited by then is
+# killed (its messages come back to the queue when their visibility runs out).
+DRAIN_TIMEOUT_SECONDS = 120.0
 
 
 @dataclass
@@ -99,6 +121,142 @@ class Child:
             self.log.close()
 
 
+class WorkerPool:
+    """Every model's worker processes: the local stand-in for each model's ECS
+    service, driven by the autoscaler (:class:`switchyard_local.autoscaler.Workers`).
+
+    Names are ``worker-<model>-<n>``, ``n`` counting up per model and never reused
+    by a new worker; a worker that dies unasked is restarted under its own name (its
+    log goes on), as ECS replaces a stopped task, so a death is not a scale-in. A
+    worker is running once its ready file (``<run_dir>/<name>.ready``, written
+    after its models are loaded) exists. A stopped worker drains (SIGTERM) and
+    leaves the pool when it exits; one still draining after
+    :data:`DRAIN_TIMEOUT_SECONDS` is killed, as ECS kills a task past its stop timeout.
+    """
+
+    def __init__(
+        self,
+        make_worker: Callable[[str, str], Child],
+        run_dir: Path,
+        announce: Callable[[str], None] = print,
+        note: Callable[..., None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._make_worker = make_worker
+        self._run_dir = run_dir
+        self._announce = announce
+        self._note = note or (lambda *_, **__: None)
+        self._clock = clock
+        self._by_model: dict[str, list[Child]] = {}
+        self._next: dict[str, int] = {}
+        self._draining: dict[str, float] = {}  # name -> when it was asked to stop
+        # The autoscaler's thread starts and stops workers; the supervisor's loop
+        # reaps them.
+        self._lock = threading.RLock()
+
+    @property
+    def workers(self) -> list[Child]:
+        """Every worker process, running, starting or draining."""
+        with self._lock:
+            return [child for children in self._by_model.values() for child in children]
+
+    def set_note(self, note: Callable[..., None]) -> None:
+        self._note = note
+
+    def ready_file(self, child: Child) -> Path:
+        return self._run_dir / f"{child.name}.ready"
+
+    def counts(self, model: str) -> WorkerCounts:
+        with self._lock:
+            return self._counts(model)
+
+    def _counts(self, model: str) -> WorkerCounts:
+        running = starting = draining = 0
+        last_ready_at: float | None = None
+        for child in self._by_model.get(model, []):
+            if child.name in self._draining:
+                draining += 1
+                continue
+            try:  # the worker writes it once its models are loaded
+                ready_at = self.ready_file(child).stat().st_mtime
+            except FileNotFoundError:
+                starting += 1
+                continue
+            running += 1
+            last_ready_at = ready_at if last_ready_at is None else max(last_ready_at, ready_at)
+        return WorkerCounts(running, starting, draining, last_ready_at)
+
+    def start(self, model: str, count: int) -> list[str]:
+        with self._lock:
+            return [self._start(model) for _ in range(count)]
+
+    def _start(self, model: str) -> str:
+        index = self._next.get(model, 0)
+        self._next[model] = index + 1
+        child = self._make_worker(model, f"worker-{model}-{index}")
+        self.ready_file(child).unlink(missing_ok=True)
+        child.start()
+        self._by_model.setdefault(model, []).append(child)
+        return child.name
+
+    def stop(self, model: str, count: int) -> list[str]:
+        """SIGTERM ``count`` workers: those still starting first (they hold no
+        messages), then the newest running ones."""
+        with self._lock:
+            return self._stop(model, count)
+
+    def _stop(self, model: str, count: int) -> list[str]:
+        candidates = [c for c in self._by_model.get(model, []) if c.name not in self._draining]
+        starting = [c for c in candidates if not self.ready_file(c).exists()]
+        running = [c for c in candidates if self.ready_file(c).exists()]
+        chosen = (starting[::-1] + running[::-1])[:count]
+        for child in chosen:
+            self._draining[child.name] = self._clock()
+            if child.process is not None and child.process.poll() is None:
+                child.process.send_signal(signal.SIGTERM)
+        return [child.name for child in chosen]
+
+    def reap(self) -> None:
+        """Workers that exited: gone if they were asked to stop, else restarted; and
+        any worker draining past its time, killed."""
+        with self._lock:
+            self._reap()
+
+    def _reap(self) -> None:
+        for model, children in self._by_model.items():
+            for child in list(children):
+                asked = self._draining.get(child.name)
+                if child.alive():
+                    if asked is not None and self._clock() - asked > DRAIN_TIMEOUT_SECONDS:
+                        self._announce(f"{child.name} still draining; killing it")
+                        self._note(model, "worker killed", worker=child.name)
+                        assert child.process is not None
+                        child.process.kill()
+                    continue
+                if child.process is None:
+                    continue
+                code = child.process.returncode
+                self.ready_file(child).unlink(missing_ok=True)
+                if asked is not None:
+                    del self._draining[child.name]
+                    children.remove(child)
+                    child.stop(timeout=0)  # exited: closes its log
+                    self._announce(f"{child.name} stopped (exit code {code})")
+                    self._note(model, "worker stopped", worker=child.name, exit_code=code)
+                else:
+                    self._announce(f"{child.name} exited with {code}; starting a new one")
+                    self._note(model, "worker replaced", worker=child.name, exit_code=code)
+                    child.restart()
+
+    def stop_all(self, timeout: float) -> None:
+        """SIGTERM every worker at once, then wait for each (they drain in parallel)."""
+        for child in self.workers:
+            if child.process and child.process.poll() is None:
+                child.process.send_signal(signal.SIGTERM)
+        for child in self.workers:
+            child.stop(timeout=timeout)
+
+
 @dataclass
 class LocalPlatform:
     manifest_path: Path = MANIFEST_FILE
@@ -106,7 +264,10 @@ class LocalPlatform:
     emulator_port: int | None = None
     run_dir: Path = Path(".run")
     models_dir: Path = Path("build/models")
-    workers_per_model: int = 1
+    # Local floor of warm workers per model, over the stage's min_tasks (0 in dev).
+    min_workers: int = 0
+    # Idle time before a scale-in, in place of the stage's (SWITCHYARD_IDLE_SECONDS).
+    idle_seconds: float | None = None
     # Run deployed code exactly at /opt/python, /var/task and /app (a mount namespace
     # per process; Linux, as root), as the deploy test tier does.
     exact_paths: bool = False
@@ -120,16 +281,37 @@ class LocalPlatform:
     drop_events: SqsEventSource | None = None
     children: list[Child] = field(default_factory=list)
     controller: RollbackController | None = None
-    workers: list[Child] = field(default_factory=list)
+    pool: WorkerPool = field(init=False)
+    autoscaler: Autoscaler | None = None
+    policies: dict[str, ScalingPolicy] = field(init=False)
     info: dict[str, Any] = field(default_factory=dict)
+    _autoscaler_log: IO[str] | None = None
+    _autoscaler_stop: threading.Event = field(default_factory=threading.Event)
+    _autoscaler_thread: threading.Thread | None = None
 
     def __post_init__(self) -> None:
         self.manifest = load_manifest(self.manifest_path)
+        self.policies = {}
+        for model in self.manifest.models:
+            try:
+                self.policies[model] = local_policy(
+                    self.manifest.scaling_policy(model, LOCAL_STAGE),
+                    self.min_workers,
+                    self.idle_seconds,
+                )
+            except WarmFloorTooHigh as exc:
+                raise WarmFloorTooHigh(f"{model}: {exc}") from None
         self.emulator_port = self.emulator_port or free_port()
         self.run_dir = self.run_dir.resolve()
         (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
         for stale in self.run_dir.glob("*.ready"):
             stale.unlink()
+        self.pool = WorkerPool(self.worker_child, self.run_dir, announce=_say)
+
+    @property
+    def workers(self) -> list[Child]:
+        """Every worker process now (running, starting or draining)."""
+        return self.pool.workers
 
     @property
     def emulator_url(self) -> str:
@@ -168,9 +350,8 @@ class LocalPlatform:
         self.extension = ExtensionStandIn(appconfig, provisioned.appconfig_application_id)
         router = self.router_child()
         self._launch(router)
-        for model in self.manifest.models:
-            for index in range(self.workers_per_model):
-                self._launch(self.worker_child(model, index))
+        # The first decision now: the policy's minimum of workers (none in dev).
+        self._start_autoscaler()
         _wait_http(f"{self.url}/healthz", 60, "the router", router)
         self._wait_workers_ready(300)
         self._start_splitter()
@@ -197,11 +378,42 @@ class LocalPlatform:
             },
             "layouts": {k: str(v) for k, v in vars(self.layouts).items()},
             "exact_paths": self.exact_paths,
+            # Until READY: the router answers and each model's minimum is loaded.
             "startup_seconds": round(time.monotonic() - started, 2),
+            "scaling": {
+                "min_workers": self.min_workers,
+                "idle_seconds": self.idle_seconds,
+                "tick_seconds": TICK_SECONDS,
+                "state_file": str(self.run_dir / "scaling.json"),
+                "log": str(self.run_dir / "logs" / "autoscaler.log"),
+                "policies": {m: vars(p) for m, p in self.policies.items()},
+            },
         }
         (self.run_dir / "platform.json").write_text(json.dumps(self.info, indent=2) + "\n")
         self._start_controller(appconfig, provisioned.appconfig_application_id)
         print(f"READY {self.url} api_key={key}", flush=True)
+
+    def _start_autoscaler(self) -> None:
+        """The autoscaler over the pool, and its first round."""
+        assert self.provisioned is not None
+        self._autoscaler_log = open(  # noqa: SIM115 - held for the platform's life
+            self.run_dir / "logs" / "autoscaler.log", "a", encoding="utf-8"
+        )
+        signals = SqsQueueSignals(
+            aws.client("sqs", LOCAL_REGION, self.emulator_url),
+            aws.client("cloudwatch", LOCAL_REGION, self.emulator_url),
+            self.provisioned.queues,
+        )
+        self.autoscaler = Autoscaler(
+            self.policies,
+            signals,
+            self.pool,
+            self._autoscaler_log,
+            state_path=self.run_dir / "scaling.json",
+            announce=_say,
+        )
+        self.pool.set_note(self.autoscaler.note)
+        self.autoscaler.tick()
 
     def _start_splitter(self) -> None:
         """The splitter function from its asset, fed by the batch-drop queue as
@@ -269,10 +481,9 @@ class LocalPlatform:
             self.run_dir / "logs" / "router.log",
         )
 
-    def worker_child(self, model: str, index: int) -> Child:
+    def worker_child(self, model: str, name: str) -> Child:
         """A worker of ``model`` from the image's layout, as an ECS task runs it."""
         assert self.provisioned is not None
-        name = f"worker-{model}-{index}"
         command = self.launcher.worker()
         settings = to_environment(
             WorkerSettings,
@@ -296,14 +507,13 @@ class LocalPlatform:
     def _launch(self, child: Child) -> None:
         child.start()
         self.children.append(child)
-        if child.name.startswith("worker-"):
-            self.workers.append(child)
 
     def _wait_workers_ready(self, timeout: float) -> None:
+        """Until every worker started so far has loaded its models; a worker that
+        exits first fails the start, with its log's end."""
         deadline = time.monotonic() + timeout
-        for worker in self.workers:
-            ready = self.run_dir / f"{worker.name}.ready"
-            while not ready.exists():
+        for worker in self.pool.workers:
+            while not self.pool.ready_file(worker).exists():
                 if not worker.alive():
                     raise RuntimeError(f"{worker.name} exited:\n{worker.log_tail()}")
                 if time.monotonic() > deadline:
@@ -311,7 +521,8 @@ class LocalPlatform:
                 time.sleep(0.1)
 
     def supervise(self) -> None:
-        """Replace dead workers until asked to stop (as ECS replaces stopped tasks)."""
+        """Scale the workers (the autoscaler's thread), and replace dead ones (as ECS
+        replaces stopped tasks), until asked to stop."""
         stop = {"now": False}
 
         def on_signal(*_: Any) -> None:
@@ -319,13 +530,17 @@ class LocalPlatform:
 
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
+        if self.autoscaler is not None:
+            # Its own thread: a slow read of the queues never delays a replacement.
+            self._autoscaler_thread = threading.Thread(
+                target=self.autoscaler.run,
+                args=(self._autoscaler_stop,),
+                name="autoscaler",
+                daemon=True,
+            )
+            self._autoscaler_thread.start()
         while not stop["now"]:
-            for worker in self.workers:
-                if not worker.alive() and worker.process is not None:
-                    code = worker.process.returncode
-                    print(f"{worker.name} exited with {code}; starting a new one", flush=True)
-                    (self.run_dir / f"{worker.name}.ready").unlink(missing_ok=True)
-                    worker.restart()
+            self.pool.reap()
             for child in self.children:
                 if child.name == "router" and not child.alive() and child.process is not None:
                     # A new router process, as Lambda starts a new instance.
@@ -344,16 +559,16 @@ class LocalPlatform:
             self.drop_events.stop()
         if self.splitter is not None:
             self.splitter.close()
-        for worker in self.workers:
-            if worker.process and worker.process.poll() is None:
-                worker.process.send_signal(signal.SIGTERM)
-        for worker in self.workers:
-            worker.stop(timeout=60)
+        self._autoscaler_stop.set()  # no worker started or stopped from here on
+        if self._autoscaler_thread is not None:
+            self._autoscaler_thread.join(timeout=60)
+        self.pool.stop_all(timeout=60)
         for child in reversed(self.children):
-            if child not in self.workers:
-                child.stop(timeout=10)
+            child.stop(timeout=10)
         if self.extension is not None:
             self.extension.close()
+        if self._autoscaler_log is not None:
+            self._autoscaler_log.close()
 
 
 def base_environment() -> dict[str, str]:
@@ -376,6 +591,10 @@ def base_environment() -> dict[str, str]:
         PYTHONUNBUFFERED="1",
     )
     return env
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
 
 
 def _terminate_with_parent() -> None:

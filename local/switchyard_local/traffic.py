@@ -269,12 +269,20 @@ class VersionStats:
     def error_rate(self) -> float:
         return self.errors / self.requests if self.requests else 0.0
 
-    @property
-    def p99_ms(self) -> float | None:
+    def percentile_ms(self, q: float) -> float | None:
+        """The nearest-rank ``q`` quantile (0 < q <= 1) of the latencies; None without any."""
         values = sorted(self.latencies or [])
         if not values:
             return None
-        return values[min(len(values) - 1, math.ceil(0.99 * len(values)) - 1)]
+        return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))]
+
+    @property
+    def p50_ms(self) -> float | None:
+        return self.percentile_ms(0.5)
+
+    @property
+    def p99_ms(self) -> float | None:
+        return self.percentile_ms(0.99)
 
 
 def judge(

@@ -66,6 +66,7 @@ def platform(
         port=free_port(),
         run_dir=tmp_path_factory.mktemp("deploy-platform"),
         models_dir=models,
+        min_workers=1,
         exact_paths=launcher.exact_paths,
     )
     try:

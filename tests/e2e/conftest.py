@@ -90,20 +90,25 @@ tier = "trial"
 """
 
 
-@pytest.fixture(scope="session")
-def platform(tmp_path_factory):
+def e2e_manifest(extra: str = "") -> str:
+    """The manifest as the e2e platforms run it. A short visibility timeout, so that
+    recovery after a killed worker is quick, a short rollout window, so that a
+    rollout test watches a whole one quickly, and a tenant on a tier small enough to
+    run into its limits within a test."""
+    text = (ROOT / "manifest.toml").read_text()
+    text = re.sub(r"visibility_timeout_seconds = \d+", "visibility_timeout_seconds = 10", text)
+    text = re.sub(r"(?m)^window_seconds = \d+", "window_seconds = 20", text)
+    return text + TRIAL_TENANT + extra
+
+
+def start_platform(run_dir: Path, manifest_text: str, env: dict[str, str]) -> Platform:
+    """`make up` with ``manifest_text`` and ``env`` (``SWITCHYARD_*`` settings of
+    `switchyard up`), in ``run_dir``; returns once it has printed its READY line."""
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
     build_all(ROOT / "build" / "models")
-    run_dir = tmp_path_factory.mktemp("platform")
     manifest = run_dir / "manifest.toml"
-    text = (ROOT / "manifest.toml").read_text()
-    # A short visibility timeout, so that recovery after a killed worker is quick,
-    # a short rollout window, so that a rollout test watches a whole one quickly,
-    # and a tenant on a tier small enough to run into its limits within a test.
-    text = re.sub(r"visibility_timeout_seconds = \d+", "visibility_timeout_seconds = 10", text)
-    text = re.sub(r"(?m)^window_seconds = \d+", "window_seconds = 20", text)
-    manifest.write_text(text + TRIAL_TENANT)
+    manifest.write_text(manifest_text)
     port = free_port()
     # Exactly what a person runs; a new session stands in for the terminal's
     # foreground process group, so the stop test can press Ctrl-C on all of it.
@@ -118,6 +123,7 @@ def platform(tmp_path_factory):
             "PORT": str(port),
             "SWITCHYARD_MANIFEST": str(manifest),
             "SWITCHYARD_RUN_DIR": str(run_dir),
+            **env,
         },
         start_new_session=True,
     )
@@ -141,9 +147,22 @@ def platform(tmp_path_factory):
     match = READY.match(ready[0])
     assert match is not None and int(match.group(2)) == port
     info = json.loads((run_dir / "platform.json").read_text())
-    yield Platform(process, match.group(1), match.group(3), ready[0], run_dir, info, output)
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGKILL)
+    return Platform(process, match.group(1), match.group(3), ready[0], run_dir, info, output)
+
+
+def kill_platform(platform: Platform) -> None:
+    if platform.process.poll() is None:
+        os.killpg(platform.process.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="session")
+def platform(tmp_path_factory):
+    """The platform most e2e tests share, with one warm worker per model (the
+    scaling test starts its own, from zero)."""
+    run_dir = tmp_path_factory.mktemp("platform")
+    started = start_platform(run_dir, e2e_manifest(), {"SWITCHYARD_MIN_WORKERS": "1"})
+    yield started
+    kill_platform(started)
 
 
 @pytest.fixture

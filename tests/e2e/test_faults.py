@@ -4,71 +4,42 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
-from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 
-import httpx
-
-SENTENCES = [f"sentence number {i} about trains, yards and switches" for i in range(16)]
-
-
-def submit_async(platform, count: int) -> list[str]:
-    headers = {"x-api-key": platform.api_key}
-
-    def one(i: int) -> str:
-        with httpx.Client(base_url=platform.url, timeout=30) as client:
-            response = client.post(
-                "/v1/models/minilm-embed/predict?async=true",
-                json={"inputs": SENTENCES[: 4 + i % 8]},
-                headers=headers,
-            )
-            assert response.status_code == 202, response.text
-            return response.json()["request_id"]
-
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        return list(pool.map(one, range(count)))
-
-
-def wait_all_done(platform, ids: list[str], timeout: float) -> dict[str, dict]:
-    headers = {"x-api-key": platform.api_key}
-    deadline = time.monotonic() + timeout
-    done: dict[str, dict] = {}
-    with httpx.Client(base_url=platform.url, timeout=30) as client:
-        while len(done) < len(ids):
-            assert time.monotonic() < deadline, f"{len(ids) - len(done)} requests never finished"
-            for rid in ids:
-                if rid not in done:
-                    body = client.get(f"/v1/requests/{rid}", headers=headers).json()
-                    if body["status"] != "queued":
-                        done[rid] = body
-            time.sleep(0.2)
-    return done
-
-
-def stored_per_request(platform) -> Counter:
-    return Counter(
-        e["request_id"] for e in platform.worker_log_events() if e.get("message") == "result stored"
-    )
+from tests.e2e.accounting import stored_per_request, submit_async, wait_all_done
 
 
 def signal_worker_under_load(platform, requests: int, after: int, sig: int) -> tuple[list, int]:
     """Submit ``requests``; once ``after`` results are stored, signal the worker while
-    it holds the rest. Returns the request ids and the signalled worker's pid."""
-    ids = submit_until_stored(platform, requests, after)
+    the rest still arrive. Returns the request ids and the signalled worker's pid."""
+    submitted = submit_until_stored(platform, requests, after)
     victim = platform.worker_pid("minilm-embed")
     os.kill(victim, sig)
-    return ids, victim
+    return submitted(), victim
 
 
-def submit_until_stored(platform, requests: int, after: int) -> list[str]:
-    """Submit ``requests`` and return their ids once ``after`` results are stored."""
-    ids = submit_async(platform, requests)
+def submit_until_stored(platform, requests: int, after: int) -> Callable[[], list[str]]:
+    """Submit ``requests`` on a thread and return once ``after`` results more are
+    stored, while they still arrive (a worker faster than the senders would otherwise
+    have answered them all by then), with a function that waits for the rest to be
+    sent and gives their ids."""
+    before = sum(stored_per_request(platform).values())
+    ids: list[str] = []
+    sender = threading.Thread(target=lambda: ids.extend(submit_async(platform, requests)))
+    sender.start()
     deadline = time.monotonic() + 60
-    while sum(stored_per_request(platform)[rid] for rid in ids) < after:
-        assert time.monotonic() < deadline
+    while sum(stored_per_request(platform).values()) - before < after:
+        assert time.monotonic() < deadline, f"fewer than {after} results stored in 60 s"
         time.sleep(0.05)
-    return ids
+
+    def submitted() -> list[str]:
+        sender.join(120)
+        assert len(ids) == requests, "not every request was accepted"
+        return ids
+
+    return submitted
 
 
 def in_flight(platform, model: str) -> int:
@@ -83,14 +54,14 @@ def kill_worker_holding_messages(platform, requests: int, after: int) -> tuple[l
     """Submit ``requests``; once ``after`` results are stored, freeze the worker, and
     kill it only if it holds received, undeleted messages (otherwise let it run on
     and look again), so the kill always lands on work in flight."""
-    ids = submit_until_stored(platform, requests, after)
+    submitted = submit_until_stored(platform, requests, after)
     victim = platform.worker_pid("minilm-embed")
     deadline = time.monotonic() + 60
     while True:
         os.kill(victim, signal.SIGSTOP)
         if in_flight(platform, "minilm-embed") > 0:
             os.kill(victim, signal.SIGKILL)
-            return ids, victim
+            return submitted(), victim
         os.kill(victim, signal.SIGCONT)
         assert time.monotonic() < deadline, "the worker never held a message to kill it with"
         time.sleep(0.02)
@@ -132,13 +103,18 @@ def test_sigterm_drains_the_worker_and_releases_what_it_has_not_started(platform
     results = wait_all_done(platform, ids, timeout=120)
 
     assert all(r["status"] == "done" for r in results.values())
+    # (The worker may log its stop, and end, a moment after the last result is stored.)
+    replaced = "worker-minilm-embed-0 exited with 0; starting a new one"
+    deadline = time.monotonic() + 60
+    while replaced not in platform.output:
+        assert time.monotonic() < deadline, "the drained worker was not replaced"
+        time.sleep(0.1)
     stopped = [
         e
         for e in platform.worker_log_events()
         if e.get("message") == "stopped" and e.get("worker", "").endswith(f"-{victim}")
     ]
     assert len(stopped) == 1, "the worker did not log a clean stop"
-    assert "worker-minilm-embed-0 exited with 0; starting a new one" in platform.output
     stored = stored_per_request(platform)
     assert {rid: stored[rid] for rid in ids} == {rid: 1 for rid in ids}
     assert platform.queue_depth("minilm-embed", dlq=True) == 0

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import math
+import operator
+import re
+from collections.abc import Callable
 from typing import Any
 
 from aws_cdk.assertions import Template
@@ -35,3 +39,81 @@ def actions_of(statements_: list[dict[str, Any]]) -> set[str]:
         value = statement["Action"]
         actions.update([value] if isinstance(value, str) else value)
     return actions
+
+
+# What CloudWatch metric math the alarms use, as Python: arithmetic, comparisons,
+# AND, IF, FILL, CEIL and MAX([...]) (a missing point is None; MAX skips it).
+_METRIC_MATH: dict[str, Callable[..., Any]] = {
+    "IF": lambda condition, yes, no: yes if condition else no,
+    "FILL": lambda value, default: default if value is None else value,
+    "CEIL": math.ceil,
+    "MAX": lambda values: max((v for v in values if v is not None), default=None),
+}
+_COMPARISONS: dict[str, Callable[[float, float], bool]] = {
+    "GreaterThanThreshold": operator.gt,
+    "GreaterThanOrEqualToThreshold": operator.ge,
+    "LessThanThreshold": operator.lt,
+    "LessThanOrEqualToThreshold": operator.le,
+}
+
+MetricValues = Callable[[dict[str, Any]], float | None]
+
+
+class _Ids(dict[str, Any]):
+    """The alarm's metric and expression ids, each evaluated when first named."""
+
+    def __init__(self, entries: dict[str, dict[str, Any]], metric_value: MetricValues) -> None:
+        super().__init__()
+        self.entries, self.metric_value = entries, metric_value
+
+    def __missing__(self, name: str) -> Any:
+        if name in _METRIC_MATH:
+            return _METRIC_MATH[name]
+        entry = self.entries[name]
+        if "MetricStat" in entry:
+            self[name] = self.metric_value(entry["MetricStat"])
+        else:
+            self[name] = _evaluate(entry["Expression"], self)
+        return self[name]
+
+
+def _evaluate(expression: str, ids: _Ids) -> Any:
+    functions = set(re.findall(r"\b[A-Z][A-Z0-9]*\b", expression))
+    assert functions <= {*_METRIC_MATH, "AND"}, f"not modelled here: {functions - {*_METRIC_MATH}}"
+    python = re.sub(r"\bAND\b", " and ", expression)
+    return eval(python, {"__builtins__": {}}, ids)  # noqa: S307 - our own template's text
+
+
+def alarm_value(alarm: dict[str, Any], metric_value: MetricValues) -> Any:
+    """The value of a metric-math alarm's expression in one period in which each of
+    its metrics had ``metric_value(MetricStat)`` (None: no data point)."""
+    metrics = alarm["Properties"]["Metrics"]
+    (returned,) = [m for m in metrics if m.get("ReturnData", True)]
+    ids = _Ids({m["Id"]: m for m in metrics}, metric_value)
+    return ids[returned["Id"]]
+
+
+def breaches(alarm: dict[str, Any], value: float | None) -> bool:
+    """Whether ``value`` breaches the alarm's threshold (missing data as the alarm treats it)."""
+    props = alarm["Properties"]
+    if value is None:
+        return props.get("TreatMissingData", "missing") == "breaching"
+    return _COMPARISONS[props["ComparisonOperator"]](value, props["Threshold"])
+
+
+def evaluate(alarm: dict[str, Any], metric_value: MetricValues) -> bool:
+    """Whether a metric-math alarm breaches for one period of ``metric_value``."""
+    return breaches(alarm, alarm_value(alarm, metric_value))
+
+
+def step_adjustment(policy: dict[str, Any], alarm: dict[str, Any], value: float) -> int:
+    """The adjustment a step scaling policy makes for an alarm that reads ``value``."""
+    config = policy["Properties"]["StepScalingPolicyConfiguration"]
+    above = value - alarm["Properties"]["Threshold"]
+    for step in config["StepAdjustments"]:
+        lower = step.get("MetricIntervalLowerBound", -math.inf)
+        upper = step.get("MetricIntervalUpperBound", math.inf)
+        # Above the threshold an interval includes its lower bound, below it its upper.
+        if (lower <= above < upper) if above >= 0 else (lower < above <= upper):
+            return int(step["ScalingAdjustment"])
+    raise AssertionError(f"no step for {value} in {config['StepAdjustments']}")

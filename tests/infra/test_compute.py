@@ -1,5 +1,5 @@
 """ECS: a cluster with GPU and CPU capacity that starts at zero, and per model a
-worker service that drains on stop and follows its queues' depth."""
+worker service that drains on stop (its scaling: ``test_scaling.py``)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 from aws_cdk.assertions import Match, Template
 
 from stacks.cloud import TASK_SIZE, WORKER_STOP_TIMEOUT
-from switchyard.manifest import Manifest
+from switchyard.manifest import MODEL_TAG, Manifest
 
-from .helpers import actions_of, logical_id, only, statements
+from .helpers import actions_of, logical_id, statements
 
 GPU_AMI = "/aws/service/ecs/optimized-ami/amazon-linux-2023/gpu/recommended/image_id"
 CPU_AMI = "/aws/service/ecs/optimized-ami/amazon-linux-2023/recommended/image_id"
@@ -149,65 +149,6 @@ def test_worker_environment_names_its_model_and_log_stream(
         assert "AWS_ENDPOINT_URL" not in env
 
 
-def _alarm(template: Template, name: str) -> dict[str, Any]:
-    return only(template, "AWS::CloudWatch::Alarm", {"AlarmName": name})
-
-
-def _policy(template: Template, alarm: dict[str, Any]) -> dict[str, Any]:
-    (action,) = alarm["Properties"]["AlarmActions"]
-    return template.find_resources("AWS::ApplicationAutoScaling::ScalingPolicy")[action["Ref"]]
-
-
-def test_any_backlog_with_no_task_starts_one(
-    serving_template: Template, manifest: Manifest
-) -> None:
-    base = manifest.names("dev").base
-    for model in manifest.models:
-        alarm = _alarm(serving_template, f"{base}-{model}-scale-from-zero")
-        expression = json.dumps(alarm["Properties"]["Metrics"])
-        assert "FILL(desired, 0) == 0" in expression and "DesiredTaskCount" in expression
-        assert "ApproximateNumberOfMessagesVisible" in expression
-        config = _policy(serving_template, alarm)["Properties"]["StepScalingPolicyConfiguration"]
-        assert config["AdjustmentType"] == "ExactCapacity"
-        assert config["StepAdjustments"] == [
-            {"MetricIntervalLowerBound": 0, "ScalingAdjustment": 1}
-        ]
-
-
-def test_backlog_per_task_above_target_scales_out_in_steps(
-    serving_template: Template, manifest: Manifest
-) -> None:
-    base = manifest.names("dev").base
-    for model, spec in manifest.models.items():
-        alarm = _alarm(serving_template, f"{base}-{model}-backlog-per-task")
-        assert alarm["Properties"]["Threshold"] == spec.backlog_per_task
-        assert alarm["Properties"]["ComparisonOperator"] == "GreaterThanThreshold"
-        config = _policy(serving_template, alarm)["Properties"]["StepScalingPolicyConfiguration"]
-        assert config["AdjustmentType"] == "ChangeInCapacity"
-        adds = [step["ScalingAdjustment"] for step in config["StepAdjustments"]]
-        assert len(adds) > 1 and adds == sorted(adds) and adds[0] == 1
-
-
-def test_idle_for_the_stage_period_scales_in_to_zero_in_dev(
-    serving_template: Template, manifest: Manifest
-) -> None:
-    base = manifest.names("dev").base
-    idle = manifest.stages["dev"].idle_minutes_before_scale_in
-    for model in manifest.models:
-        alarm = _alarm(serving_template, f"{base}-{model}-idle")
-        assert alarm["Properties"]["EvaluationPeriods"] == idle
-        assert alarm["Properties"]["TreatMissingData"] == "breaching"
-        config = _policy(serving_template, alarm)["Properties"]["StepScalingPolicyConfiguration"]
-        assert config["AdjustmentType"] == "ExactCapacity"
-        assert config["StepAdjustments"] == [
-            {"MetricIntervalUpperBound": 0, "ScalingAdjustment": 0}
-        ]
-    serving_template.all_resources_properties(
-        "AWS::ApplicationAutoScaling::ScalableTarget",
-        {"MinCapacity": 0, "ScalableDimension": "ecs:service:DesiredCount"},
-    )
-
-
 def test_worker_role_reaches_its_queues_tables_buckets_and_log_stream(
     serving_template: Template, manifest: Manifest
 ) -> None:
@@ -237,3 +178,16 @@ def test_worker_role_reaches_its_queues_tables_buckets_and_log_stream(
                 serving_template, "AWS::SQS::Queue", {"QueueName": names.queue(other, "realtime")}
             )
             assert other_queue not in consumed, f"{model}'s worker may read {other}'s queue"
+
+
+def test_each_worker_service_is_tagged_with_its_model(
+    serving_template: Template, manifest: Manifest
+) -> None:
+    services = serving_template.find_resources("AWS::ECS::Service")
+    tagged = sorted(
+        tag["Value"]
+        for service in services.values()
+        for tag in service["Properties"].get("Tags", [])
+        if tag["Key"] == MODEL_TAG
+    )
+    assert tagged == sorted(manifest.models)

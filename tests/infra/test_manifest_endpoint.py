@@ -23,9 +23,7 @@ max_batch_size = 16
 max_wait_ms = 5
 default_deadline_ms = 2000
 slo_p99_ms = 1000
-backlog_per_task = 100
-min_tasks_prod = 0
-max_tasks = 2
+scaling = { backlog_per_task = 100, max_tasks = 2 }
 demo_versions = ["v1"]
 """
 

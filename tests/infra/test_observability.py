@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import pytest
@@ -13,7 +12,7 @@ from switchyard.manifest import Manifest
 from switchyard.routing import RoutingDocument
 from switchyard_local.traffic import VersionStats, judge
 
-from .helpers import only
+from .helpers import evaluate, only
 
 
 def test_each_model_has_a_dashboard_of_its_signals(
@@ -106,34 +105,6 @@ CANARY_ALARMS = (
 )
 
 
-def evaluate(alarm: dict[str, Any], values: dict[tuple[str, str], float | None]) -> bool:
-    """Whether a metric-math alarm breaches for one period in which the router's
-    (model, role) metrics had ``values`` (None: no data point)."""
-    props = alarm["Properties"]
-    series: dict[str, float | None] = {}
-    expression = ""
-    for m in props["Metrics"]:
-        if "Expression" in m:
-            expression = m["Expression"]
-            continue
-        stat = m["MetricStat"]
-        role = {d["Name"]: d["Value"] for d in stat["Metric"]["Dimensions"]}["role"]
-        series[m["Id"]] = values[(role, stat["Metric"]["MetricName"])]
-    # Only what CloudWatch's metric math has: arithmetic, comparisons, AND, IF, FILL.
-    assert set(re.findall(r"[A-Z]+(?=\()|\b[A-Z]{2,}\b", expression)) <= {"IF", "FILL", "AND"}
-    python = re.sub(r"\bAND\b", "and", expression).replace("IF(", "_if(").replace("FILL(", "_fill(")
-    value = eval(  # noqa: S307 - the expression comes from our own template
-        python,
-        {
-            "_if": lambda cond, yes, no: yes if cond else no,
-            "_fill": lambda v, default: default if v is None else v,
-        },
-        dict(series),
-    )
-    assert props["ComparisonOperator"] == "GreaterThanThreshold"
-    return value > props["Threshold"]
-
-
 # (canary requests, errors, p99 ms), (stable requests, errors, p99 ms), rolled back?
 # digits-cnn: SLO 500 ms; [rollout]: 20 requests, 5 %, 2 points, twice the p99, z = 4.
 SCENARIOS = [
@@ -187,7 +158,15 @@ def test_canary_alarms_apply_the_local_controllers_rule(
         only(serving_template, "AWS::CloudWatch::Alarm", {"AlarmName": f"{base}-{model}-{name}"})
         for name in CANARY_ALARMS
     ]
-    cloud = any(evaluate(alarm, values) for alarm in alarms)
+
+    def metric_value(stat: dict[str, Any]) -> float | None:
+        role = {d["Name"]: d["Value"] for d in stat["Metric"]["Dimensions"]}["role"]
+        return values[(role, stat["Metric"]["MetricName"])]
+
+    assert {alarm["Properties"]["ComparisonOperator"] for alarm in alarms} == {
+        "GreaterThanThreshold"
+    }
+    cloud = any(evaluate(alarm, metric_value) for alarm in alarms)
     document = RoutingDocument.model_validate({"weights": {"v1": 90, "v2": 10}})
     local = bool(judge(document, stats, manifest.rollout, spec.slo_p99_ms))
     assert cloud == local == rolled_back

@@ -21,17 +21,21 @@ def test_dev_scales_every_model_to_zero(serving_template: Template) -> None:
 def test_prod_keeps_the_minimum_tasks_of_hot_models(
     prod_serving_template: Template, manifest: Manifest
 ) -> None:
-    expected = sorted(spec.min_tasks_prod for spec in manifest.models.values())
+    expected = sorted(manifest.scaling_policy(m, "prod").min_tasks for m in manifest.models)
     assert _min_capacity(prod_serving_template) == expected
-    assert any(spec.hot and spec.min_tasks_prod > 0 for spec in manifest.models.values())
+    assert manifest.scaling_policy("minilm-embed", "prod").min_tasks > 0
 
 
 def test_prod_waits_longer_before_scaling_in(
     prod_serving_template: Template, manifest: Manifest
 ) -> None:
-    idle = manifest.stages["prod"].idle_minutes_before_scale_in
+    idle = {
+        stage: manifest.scaling_policy("minilm-embed", stage).idle_seconds
+        for stage in manifest.stages
+    }
+    assert idle["prod"] > idle["dev"]
     alarms = prod_serving_template.find_resources(
-        "AWS::CloudWatch::Alarm", {"Properties": {"EvaluationPeriods": idle}}
+        "AWS::CloudWatch::Alarm", {"Properties": {"EvaluationPeriods": idle["prod"] // 60}}
     )
     assert len(alarms) == len(manifest.models)
 

@@ -15,11 +15,12 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from switchyard.registry import ModelVersion
+from switchyard.scaling import ScalingPolicy
 from switchyard.schemas import LANES, Lane, Signature
 
 Stage = Literal["dev", "prod"]
@@ -27,8 +28,14 @@ Stage = Literal["dev", "prod"]
 # of one is a message of the batch-drop queue, and the splitter takes them ten at a
 # time (the same in the cloud's event source mapping and on the local platform).
 DROP_SUFFIX = ".jsonl"
+# The tag on each model's worker service (ECS names services itself): how an
+# operator's tools find a model's service in a deployed stack.
+MODEL_TAG = "switchyard:model"
 DROP_BATCH_SIZE = 10
 _MODEL_NAME = re.compile(r"[a-z][a-z0-9-]{1,39}")
+# The cloud renders one step adjustment per task count: this bound keeps each step
+# policy short.
+_MAX_TASKS = 20
 
 
 class _Strict(BaseModel):
@@ -81,11 +88,63 @@ class PlatformSettings(_Strict):
         return 6 * self.splitter_timeout_seconds
 
 
+class ScalingSettings(_Strict):
+    """Scaling numbers, as :class:`switchyard.scaling.ScalingPolicy` takes them.
+
+    Under ``[stages.<stage>.scaling]`` every field is required: the stage's values
+    for every model. Under ``[models.<model>.scaling]`` any of them overrides the
+    stage's, in every stage or, under ``.dev`` / ``.prod``, in one.
+    """
+
+    min_tasks: int | None = Field(default=None, ge=0)
+    max_tasks: int | None = Field(default=None, ge=1, le=_MAX_TASKS)
+    backlog_per_task: int | None = Field(default=None, ge=1)
+    target_age_seconds: int | None = Field(default=None, ge=1)
+    scale_out_cooldown_seconds: int | None = Field(default=None, ge=0, le=3_600)
+    scale_in_cooldown_seconds: int | None = Field(default=None, ge=0, le=3_600)
+    # The cloud counts idleness in one-minute periods: whole minutes only.
+    idle_seconds: int | None = Field(default=None, ge=60, le=86_400, multiple_of=60)
+
+    def given(self) -> dict[str, int]:
+        """The fields set here (a model's overrides are partial)."""
+        return {
+            name: value
+            for name in ScalingSettings.model_fields
+            if (value := getattr(self, name)) is not None
+        }
+
+
+class ModelScaling(ScalingSettings):
+    """A model's overrides of its stages' scaling values: for every stage, and per
+    stage (``prod = { min_tasks = 1 }`` keeps a hot model's worker warm in prod)."""
+
+    dev: ScalingSettings = ScalingSettings()
+    prod: ScalingSettings = ScalingSettings()
+
+    def for_stage(self, stage: Stage) -> dict[str, int]:
+        """This model's values in ``stage``: its own for ``stage`` over its shared ones."""
+        only_here: ScalingSettings = getattr(self, stage)
+        return {**self.given(), **only_here.given()}
+
+
 class StageSettings(_Strict):
-    scale_to_zero: bool
     config_deployment: Literal["AllAtOnce", "Linear"]
     config_bake_minutes: int = 0
-    idle_minutes_before_scale_in: int = Field(gt=0)
+    # Cloud workers in private subnets behind NAT gateways (paid for while idle),
+    # or in public subnets with no inbound rule.
+    private_workers: bool
+    scaling: ScalingSettings
+
+    @model_validator(mode="after")
+    def _scaling_complete(self) -> StageSettings:
+        missing = [
+            name for name in ScalingSettings.model_fields if name not in self.scaling.given()
+        ]
+        if missing:
+            raise ValueError(
+                f"scaling: missing {', '.join(missing)} (a stage gives every model's default)"
+            )
+        return self
 
 
 class RolloutLimits(_Strict):
@@ -125,10 +184,7 @@ class ModelSpec(_Strict):
     max_wait_ms: int = Field(ge=0, le=10_000)
     default_deadline_ms: int = Field(gt=0, le=29_000)
     slo_p99_ms: int = Field(gt=0, le=29_000)  # a canary over it and over stable's is rolled back
-    backlog_per_task: int = Field(gt=0)
-    min_tasks_prod: int = Field(ge=0)
-    max_tasks: int = Field(gt=0)
-    hot: bool = False
+    scaling: ModelScaling = ModelScaling()
     demo_versions: tuple[str, ...] = ()
 
     def version_record(
@@ -167,7 +223,26 @@ class Manifest(_Strict):
         for name in self.models:
             if not _MODEL_NAME.fullmatch(name):
                 raise ValueError(f"models.{name}: a model name is 2-40 of a-z, 0-9 and '-'")
+            for stage in self.stages:
+                try:
+                    self.scaling_policy(name, stage)
+                except ValueError as error:
+                    raise ValueError(f"models.{name}.scaling, in {stage}: {error}") from None
         return self
+
+    def scaling_policy(self, model: str, stage: str) -> ScalingPolicy:
+        """``model``'s scaling in ``stage``: the stage's values, overridden by the
+        model's for every stage, overridden by the model's for this stage."""
+        if stage not in self.stages:
+            raise ValueError(f"unknown stage {stage!r}: the manifest defines {sorted(self.stages)}")
+        if model not in self.models:
+            raise ValueError(f"unknown model {model!r}: the manifest defines {sorted(self.models)}")
+        known = cast(Stage, stage)
+        values = {
+            **self.stages[known].scaling.given(),
+            **self.models[model].scaling.for_stage(known),
+        }
+        return ScalingPolicy(**values)
 
     def names(self, stage: str) -> ResourceNames:
         return ResourceNames(prefix=self.platform.prefix, stage=stage)

@@ -21,7 +21,21 @@ MILLISECONDS = MetricUnit.Milliseconds
 
 
 def emit_metrics(values: dict[str, tuple[MetricUnit, float]], **dimensions: str) -> None:
-    """One EMF document with ``values`` under ``dimensions``."""
+    """One EMF document with ``values`` under ``dimensions``, on stdout."""
+    _metric_set(values, dimensions).flush_metrics()
+
+
+def metrics_document(
+    values: dict[str, tuple[MetricUnit, float]], **dimensions: str
+) -> dict[str, Any]:
+    """The EMF document :func:`emit_metrics` prints, for a process that writes its
+    metrics into a log file of its own (the local supervisor's autoscaler)."""
+    return dict(_metric_set(values, dimensions).serialize_metric_set())
+
+
+def _metric_set(
+    values: dict[str, tuple[MetricUnit, float]], dimensions: dict[str, str]
+) -> EphemeralMetrics:
     # service="" keeps POWERTOOLS_SERVICE_NAME out of the dimensions: the dashboards
     # and alarms read exactly (model), (model, version) and (model, role).
     metrics = EphemeralMetrics(namespace=NAMESPACE, service="")
@@ -29,7 +43,7 @@ def emit_metrics(values: dict[str, tuple[MetricUnit, float]], **dimensions: str)
         metrics.add_dimension(name=name, value=value)
     for name, (unit, value) in values.items():
         metrics.add_metric(name=name, unit=unit, value=value)
-    metrics.flush_metrics()
+    return metrics
 
 
 class PredictionLog(Protocol):

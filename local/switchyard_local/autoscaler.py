@@ -1,0 +1,410 @@
+"""The local autoscaler: what ECS service scaling does in the cloud, played by the
+supervisor with the same rule.
+
+In the cloud, alarms on the queues' metrics drive each worker service's scaling
+(``stacks/compute.py``). Locally the supervisor applies the rule itself,
+:func:`switchyard.scaling.decide`: every :data:`TICK_SECONDS`, per model, it reads
+the model's two queues, counts its workers, decides and acts.
+
+- Signals (:class:`SqsQueueSignals`): visible and in-flight messages from each
+  queue's attributes (GetQueueAttributes), and the age of its oldest message from
+  CloudWatch (``AWS/SQS ApproximateAgeOfOldestMessage``), as in AWS: SQS has no
+  attribute for it. The local emulator answers that metric live from its SQS
+  backend (``switchyard_local.sqs_metrics``).
+- Workers (:class:`Workers`, the supervisor's ``WorkerPool``): a worker is
+  ``running`` (capacity) once it has written its ready file, which it does after
+  its models are loaded, and ``starting`` before; nothing stops a worker for
+  being slow to start. Surplus workers get SIGTERM: they finish the batch in hand,
+  release what they have not started, and exit (``draining``, counted as neither).
+  A worker that dies unasked is replaced by the pool, as ECS replaces a stopped
+  task: that is not a scale-in, and the count the policy sees does not drop.
+- Bookkeeping: when a lane last had work (the idle time), when the count last went
+  up and down (the cool-downs), when the newest running worker became ready.
+
+Each decision that changes the count is a JSON line in the autoscaler's log with
+its inputs and reason (holds too, every :data:`HOLD_LOG_SECONDS`); the worker counts
+are EMF documents in the same log (``DesiredWorkers``, ``RunningWorkers``,
+``StartingWorkers``, dimension ``model``) whenever they change and every
+:data:`METRICS_SECONDS`; and every tick writes each model's current state to a JSON
+file (``scaling.json`` in the run folder, replaced atomically) for whoever watches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import math
+import os
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+from switchyard.scaling import Decision, LaneSignals, ScalingPolicy, ScalingSignals, decide
+from switchyard.telemetry import COUNT, metrics_document
+
+TICK_SECONDS = 1.0  # how often the autoscaler reads the queues and decides
+HOLD_LOG_SECONDS = 30.0  # a model's holds are logged at most this often
+METRICS_SECONDS = 10.0  # worker counts are emitted at least this often
+_COUNTS = ("ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible")
+_AGE_METRIC = "ApproximateAgeOfOldestMessage"
+_QUERIES_PER_CALL = 500  # GetMetricData's limit
+
+
+class QueueSignals(Protocol):
+    """Each model's lanes, as its queues report them: model -> lane -> signals."""
+
+    def read(self) -> dict[str, dict[str, LaneSignals]]: ...
+
+
+@dataclass(frozen=True)
+class WorkerCounts:
+    """One model's workers: ``running`` have loaded their models, ``starting`` have
+    not yet, ``draining`` were asked to stop and have not exited. ``last_ready_at``
+    (wall-clock seconds) is when the newest running one became capacity."""
+
+    running: int = 0
+    starting: int = 0
+    draining: int = 0
+    last_ready_at: float | None = None
+
+
+class Workers(Protocol):
+    """A model's worker processes, as the autoscaler drives them (ECS's tasks)."""
+
+    def counts(self, model: str) -> WorkerCounts: ...
+
+    def start(self, model: str, count: int) -> list[str]:
+        """Start ``count`` new workers; their names."""
+        ...
+
+    def stop(self, model: str, count: int) -> list[str]:
+        """Ask ``count`` workers to drain and exit (SIGTERM); their names."""
+        ...
+
+
+class SqsQueueSignals:
+    """Queue signals from SQS and CloudWatch: counts from GetQueueAttributes, the
+    age of the oldest message from CloudWatch's ``AWS/SQS`` metric (in AWS a minute
+    or so behind; the local emulator answers it live)."""
+
+    def __init__(self, sqs: Any, cloudwatch: Any, queues: Mapping[str, Mapping[str, str]]) -> None:
+        self._sqs = sqs
+        self._cloudwatch = cloudwatch
+        self._queues = {model: dict(lanes) for model, lanes in queues.items()}
+
+    def read(self) -> dict[str, dict[str, LaneSignals]]:
+        ages = self.oldest_ages()
+        out: dict[str, dict[str, LaneSignals]] = {}
+        for model, lanes in self._queues.items():
+            out[model] = {}
+            for lane, url in lanes.items():
+                attributes = self._sqs.get_queue_attributes(QueueUrl=url, AttributeNames=_COUNTS)[
+                    "Attributes"
+                ]
+                out[model][lane] = LaneSignals(
+                    visible=int(attributes[_COUNTS[0]]),
+                    in_flight=int(attributes[_COUNTS[1]]),
+                    oldest_age_seconds=ages.get(queue_name(url), 0.0),
+                )
+        return out
+
+    def oldest_ages(self) -> dict[str, float]:
+        """Queue name -> seconds since its oldest message was sent (the newest
+        datapoint of the last five minutes; 0 where there is none)."""
+        names = [queue_name(url) for lanes in self._queues.values() for url in lanes.values()]
+        end = dt.datetime.now(dt.UTC)
+        ages: dict[str, float] = {}
+        for first in range(0, len(names), _QUERIES_PER_CALL):
+            chunk = names[first : first + _QUERIES_PER_CALL]
+            queries = [
+                {
+                    "Id": f"q{i}",
+                    "MetricStat": {
+                        "Metric": {
+                            "Namespace": "AWS/SQS",
+                            "MetricName": _AGE_METRIC,
+                            "Dimensions": [{"Name": "QueueName", "Value": name}],
+                        },
+                        "Period": 60,
+                        "Stat": "Maximum",
+                    },
+                }
+                for i, name in enumerate(chunk)
+            ]
+            answer = self._cloudwatch.get_metric_data(
+                MetricDataQueries=queries,
+                StartTime=end - dt.timedelta(minutes=5),
+                EndTime=end,
+                ScanBy="TimestampDescending",
+            )
+            for result in answer.get("MetricDataResults", []):
+                values = result.get("Values") or []
+                if values:
+                    ages[chunk[int(result["Id"][1:])]] = float(values[0])
+        return ages
+
+
+def queue_name(url: str) -> str:
+    """An SQS queue URL's queue name (its last path segment)."""
+    return url.rstrip("/").rsplit("/", 1)[-1]
+
+
+class WarmFloorTooHigh(ValueError):
+    """More warm workers asked for than a model's maximum allows."""
+
+
+def local_policy(
+    policy: ScalingPolicy, min_workers: int = 0, idle_seconds: float | None = None
+) -> ScalingPolicy:
+    """A model's policy as the local platform runs it: at least ``min_workers``
+    warm (``switchyard up --min-workers``) and, if given, a shorter idle time
+    (``SWITCHYARD_IDLE_SECONDS``). Raises WarmFloorTooHigh if the floor is above
+    the model's maximum."""
+    changes: dict[str, Any] = {}
+    if min_workers > policy.min_tasks:
+        if min_workers > policy.max_tasks:
+            raise WarmFloorTooHigh(
+                f"{min_workers} warm workers asked for, above the maximum of {policy.max_tasks}"
+            )
+        changes["min_tasks"] = min_workers
+    if idle_seconds is not None:
+        changes["idle_seconds"] = idle_seconds
+    return dataclasses.replace(policy, **changes)
+
+
+@dataclass
+class _Model:
+    """What the autoscaler remembers of one model between ticks."""
+
+    policy: ScalingPolicy
+    last_work: float  # monotonic: when a lane last had a visible or in-flight message
+    last_scale_out: float = -math.inf
+    last_scale_in: float = -math.inf
+    last_logged: float = -math.inf
+    last_emitted: float = -math.inf
+    emitted: tuple[int, int, int] | None = None
+    desired: int = 0
+    lanes: dict[str, LaneSignals] = field(default_factory=dict)
+    counts: WorkerCounts = WorkerCounts()
+    idle_seconds: float = 0.0
+    last_decision: dict[str, Any] | None = None
+    last_change: dict[str, Any] | None = None
+
+
+class Autoscaler:
+    """Reads the queues, applies :func:`decide` per model, starts and stops workers,
+    and records why. :meth:`tick` is one round; :meth:`run` a round every
+    :data:`TICK_SECONDS`, on the supervisor's autoscaler thread."""
+
+    def __init__(
+        self,
+        policies: Mapping[str, ScalingPolicy],
+        signals: QueueSignals,
+        workers: Workers,
+        log: IO[str],
+        state_path: Path | None = None,
+        announce: Callable[[str], None] = print,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._signals = signals
+        self._workers = workers
+        self._log = log
+        self._state_path = state_path
+        self._announce = announce
+        self._clock = clock
+        self._wall = wall_clock
+        now = clock()
+        self._models = {model: _Model(policy, last_work=now) for model, policy in policies.items()}
+        self._read_failing = False
+        self._log_lock = threading.Lock()  # notes come from the supervisor's thread
+
+    def tick(self) -> dict[str, Decision]:
+        """One round for every model: read, decide, act, record. A failed read of the
+        queues (the emulator busy or gone) skips the round: nothing is decided blind."""
+        try:
+            lanes_by_model = self._signals.read()
+        except Exception as exc:  # noqa: BLE001 - logged; the next tick tries again
+            if not self._read_failing:
+                self._write({"message": "queue signals unavailable", "error": repr(exc)})
+            self._read_failing = True
+            return {}
+        if self._read_failing:
+            self._write({"message": "queue signals available again"})
+            self._read_failing = False
+        decisions = {
+            model: self._decide_and_act(model, state, lanes_by_model.get(model, {}))
+            for model, state in self._models.items()
+        }
+        self._write_state()
+        return decisions
+
+    def run(self, stop: threading.Event) -> None:
+        """A round every :data:`TICK_SECONDS` until ``stop`` is set (the supervisor's
+        autoscaler thread). A round that fails is logged and the next one runs."""
+        while not stop.wait(TICK_SECONDS):
+            try:
+                self.tick()
+            except Exception as exc:  # noqa: BLE001 - scaling must outlive one bad round
+                self._write(
+                    {
+                        "message": "scaling round failed",
+                        "error": repr(exc),
+                        "traceback": traceback.format_exc(),
+                    }
+                )
+
+    def note(self, model: str, message: str, **fields: Any) -> None:
+        """A worker event worth keeping beside the decisions (replaced, stopped)."""
+        self._write({"message": message, "model": model, **fields})
+
+    def state(self) -> dict[str, Any]:
+        """Every model's current figures and last decisions (``scaling.json``)."""
+        return {
+            "updated_at": round(self._wall(), 3),
+            "tick_seconds": TICK_SECONDS,
+            "models": {model: self._model_state(state) for model, state in self._models.items()},
+        }
+
+    # -- one model ---------------------------------------------------------------
+
+    def _decide_and_act(
+        self, model: str, state: _Model, lanes: Mapping[str, LaneSignals]
+    ) -> Decision:
+        now = self._clock()
+        state.lanes = dict(lanes)
+        if any(lane.visible or lane.in_flight for lane in lanes.values()):
+            state.last_work = now
+        state.idle_seconds = now - state.last_work
+        counts = self._workers.counts(model)
+        signals = ScalingSignals(
+            lanes=state.lanes,
+            running=counts.running,
+            starting=counts.starting,
+            idle_seconds=state.idle_seconds,
+            since_scale_out_seconds=now - state.last_scale_out,
+            since_scale_in_seconds=now - state.last_scale_in,
+            since_ready_seconds=(
+                math.inf
+                if counts.last_ready_at is None
+                else max(0.0, self._wall() - counts.last_ready_at)
+            ),
+        )
+        decision = decide(state.policy, signals)
+        current = signals.workers
+        started: list[str] = []
+        stopped: list[str] = []
+        if decision.desired > current:
+            started = self._workers.start(model, decision.desired - current)
+            state.last_scale_out = now
+        elif decision.desired < current:
+            stopped = self._workers.stop(model, current - decision.desired)
+            state.last_scale_in = now
+        state.desired = decision.desired
+        state.counts = counts
+        record = {
+            "at": round(self._wall(), 3),
+            "model": model,
+            "action": decision.action,
+            "workers": current,
+            "desired": decision.desired,
+            "reason": decision.reason,
+            "inputs": _inputs(signals, counts),
+        }
+        state.last_decision = record
+        if decision.desired != current:
+            record = {**record, "started": started, "stopped": stopped}
+            state.last_change = record
+            self._announce(
+                f"SCALE {model} {current} -> {decision.desired} ({decision.action}): "
+                f"{decision.reason}"
+            )
+        if decision.desired != current or now - state.last_logged >= HOLD_LOG_SECONDS:
+            self._write({"message": "scaling decision", **record, "policy": _policy(state.policy)})
+            state.last_logged = now
+        self._emit(model, state, now, decision.desired, counts)
+        return decision
+
+    def _emit(
+        self, model: str, state: _Model, now: float, desired: int, counts: WorkerCounts
+    ) -> None:
+        figures = (desired, counts.running, counts.starting)
+        if figures == state.emitted and now - state.last_emitted < METRICS_SECONDS:
+            return
+        document = metrics_document(
+            {
+                "DesiredWorkers": (COUNT, desired),
+                "RunningWorkers": (COUNT, counts.running),
+                "StartingWorkers": (COUNT, counts.starting),
+            },
+            model=model,
+        )
+        with self._log_lock:
+            self._log.write(json.dumps(document, separators=(",", ":")) + "\n")
+            self._log.flush()
+        state.emitted, state.last_emitted = figures, now
+
+    # -- records -----------------------------------------------------------------
+
+    def _model_state(self, state: _Model) -> dict[str, Any]:
+        return {
+            "workers": {
+                "running": state.counts.running,
+                "starting": state.counts.starting,
+                "desired": state.desired,
+                "draining": state.counts.draining,
+            },
+            "lanes": {lane: _lane(signals) for lane, signals in state.lanes.items()},
+            "idle_seconds": round(state.idle_seconds, 1),
+            "policy": _policy(state.policy),
+            "last_decision": state.last_decision,
+            "last_change": state.last_change,
+        }
+
+    def _write(self, fields: dict[str, Any]) -> None:
+        stamp = dt.datetime.fromtimestamp(self._wall(), dt.UTC).isoformat(timespec="milliseconds")
+        with self._log_lock:
+            self._log.write(json.dumps({"timestamp": stamp, **fields}) + "\n")
+            self._log.flush()
+
+    def _write_state(self) -> None:
+        if self._state_path is None:
+            return
+        staged = self._state_path.with_name(f".{self._state_path.name}.tmp")
+        staged.write_text(json.dumps(self.state(), indent=2) + "\n")
+        os.replace(staged, self._state_path)  # readers see the old file or the new one
+
+
+def _seconds(value: float) -> float | None:
+    """Seconds for JSON: rounded; None for an event that never happened."""
+    return None if math.isinf(value) else round(value, 1)
+
+
+def _lane(signals: LaneSignals) -> dict[str, Any]:
+    return {
+        "visible": signals.visible,
+        "in_flight": signals.in_flight,
+        "oldest_age_seconds": round(signals.oldest_age_seconds, 1),
+    }
+
+
+def _inputs(signals: ScalingSignals, counts: WorkerCounts) -> dict[str, Any]:
+    return {
+        "running": signals.running,
+        "starting": signals.starting,
+        "draining": counts.draining,
+        "lanes": {lane: _lane(lane_signals) for lane, lane_signals in signals.lanes.items()},
+        "idle_seconds": _seconds(signals.idle_seconds),
+        "since_scale_out_seconds": _seconds(signals.since_scale_out_seconds),
+        "since_scale_in_seconds": _seconds(signals.since_scale_in_seconds),
+        "since_ready_seconds": _seconds(signals.since_ready_seconds),
+    }
+
+
+def _policy(policy: ScalingPolicy) -> dict[str, Any]:
+    return dataclasses.asdict(policy)

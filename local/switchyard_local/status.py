@@ -1,0 +1,800 @@
+"""What ``switchyard status`` and the local dashboard show, read from either substrate.
+
+Per model: its workers (running, starting, desired), each lane's queue (visible, in
+flight, age of the oldest message), its recent requests (rate, errors, p50 and p99
+latency) and the last scaling decision with its reason. Both readers fill the same
+:class:`Status`, so the command, its ``--json`` and the dashboard say the same thing
+whichever substrate they look at.
+
+- :class:`LocalStatusReader`, the local platform: workers, queues and the last
+  decision are what the supervisor's autoscaler decided on, from the file it writes
+  every tick (``scaling.json`` in the run folder). While that file is missing or
+  stale (the supervisor stopped), the reader looks for itself: queue figures from
+  CloudWatch's SQS metrics, which the emulator answers live (``sqs_metrics``), and
+  worker counts from the workers' ready files and live processes (no desired count
+  then). Request figures come from the router's EMF lines (``logs/router.log``), read
+  with the rollback controller's :class:`~switchyard_local.controller.MetricsWindow`.
+- :class:`AwsStatusReader`, a deployed stage: queue figures from the same CloudWatch
+  SQS metrics, request figures from the router's EMF metrics (namespace
+  ``Switchyard``, dimension ``model``), workers from ECS (the worker service's
+  running, pending and desired counts) and the last decision from Application Auto
+  Scaling's newest scaling activity on that service.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from switchyard.manifest import MODEL_TAG, ResourceNames
+from switchyard.schemas import LANES
+from switchyard.settings import ENV_PREFIX
+from switchyard.telemetry import NAMESPACE as METRICS_NAMESPACE
+from switchyard_local.controller import MetricsWindow
+from switchyard_local.traffic import VersionStats
+
+SCALING_FILE = "scaling.json"
+# The supervisor rewrites the scaling file every second or two; older than this, it
+# has stopped and the figures in the file are history, not status.
+STALE_AFTER_SECONDS = 15.0
+# Requests are counted over this much of the recent past.
+REQUEST_WINDOW_SECONDS = 60.0
+# Where a reader starts in a long router log: enough for a window at a few hundred
+# requests a second (three EMF documents of ~400 bytes per request).
+ROUTER_LOG_TAIL_BYTES = 16 * 1024 * 1024
+SQS_NAMESPACE = "AWS/SQS"
+# The worker setting that names its ready file (WorkerSettings.ready_file).
+READY_FILE_VARIABLE = f"{ENV_PREFIX}READY_FILE"
+
+
+@dataclass
+class WorkerFigures:
+    """Workers of one model: capacity (models loaded), on the way, and wanted."""
+
+    running: int | None = None
+    starting: int | None = None
+    desired: int | None = None
+    draining: int | None = None  # asked to stop, finishing what they hold
+
+
+@dataclass
+class LaneFigures:
+    """One lane's queue, as SQS reports it."""
+
+    visible: int | None = None
+    in_flight: int | None = None
+    oldest_age_seconds: float | None = None
+
+    @property
+    def depth(self) -> int | None:
+        if self.visible is None and self.in_flight is None:
+            return None
+        return (self.visible or 0) + (self.in_flight or 0)
+
+
+@dataclass
+class RequestFigures:
+    """The requests the router answered over the recent window, whatever their
+    version or role (pinned ones too): answers given while the caller waited, as the
+    router's ``Requests`` and ``Latency`` metrics count them. An async submission is
+    queue work until a worker answers it, and is not among them."""
+
+    window_seconds: float = REQUEST_WINDOW_SECONDS
+    count: int | None = None
+    errors: int | None = None
+    per_second: float | None = None
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+
+    @classmethod
+    def from_stats(cls, stats: VersionStats, window_seconds: float) -> RequestFigures:
+        return cls(
+            window_seconds=window_seconds,
+            count=stats.requests,
+            errors=stats.errors,
+            per_second=round(stats.requests / window_seconds, 3),
+            p50_ms=_round(stats.p50_ms),
+            p99_ms=_round(stats.p99_ms),
+        )
+
+
+@dataclass
+class ModelStatus:
+    """One model's figures; None wherever the source could not say."""
+
+    workers: WorkerFigures = field(default_factory=WorkerFigures)
+    lanes: dict[str, LaneFigures] = field(
+        default_factory=lambda: {lane: LaneFigures() for lane in LANES}
+    )
+    requests: RequestFigures = field(default_factory=RequestFigures)
+    # at, action, desired, reason, inputs (as the deciding side recorded them); None
+    # before the first decision. ``last_change`` is the last one that changed the
+    # count (``last_decision`` is most often a hold).
+    last_decision: dict[str, Any] | None = None
+    last_change: dict[str, Any] | None = None
+    # Seconds since a lane last had work (what scale-in waits on), where known.
+    idle_seconds: float | None = None
+    # Where the worker and queue figures came from (see the module's docstring).
+    source: str = ""
+
+
+@dataclass
+class Status:
+    """The platform's status at ``at`` (epoch seconds)."""
+
+    at: float
+    substrate: str  # "local" or "aws"
+    models: dict[str, ModelStatus]
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        for model, status in self.models.items():
+            for lane, figures in status.lanes.items():
+                out["models"][model]["lanes"][lane]["depth"] = figures.depth
+        return out
+
+
+# -- the supervisor's scaling file -------------------------------------------------
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return None if value is None else float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _round(value: float | None, digits: int = 1) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+@dataclass
+class ScalingEntry:
+    """One model's part of the scaling file, in this module's terms."""
+
+    workers: WorkerFigures
+    lanes: dict[str, LaneFigures]
+    last_decision: dict[str, Any] | None
+    last_change: dict[str, Any] | None
+    idle_seconds: float | None
+
+
+def parse_scaling_file(doc: Any) -> dict[str, ScalingEntry]:
+    """The models in the scaling file (``switchyard_local.autoscaler``'s
+    ``Autoscaler.state``), read leniently: a missing or malformed field is None
+    rather than an error, so that a reader and a supervisor of different versions
+    still show what they share."""
+    models = doc.get("models") if isinstance(doc, dict) else None
+    if not isinstance(models, dict):
+        return {}
+    out = {}
+    for model, entry in models.items():
+        if not isinstance(entry, dict):
+            continue
+        workers = _mapping(entry.get("workers"))
+        lanes = _mapping(entry.get("lanes"))
+        decision, change = entry.get("last_decision"), entry.get("last_change")
+        out[str(model)] = ScalingEntry(
+            workers=WorkerFigures(
+                running=_int(workers.get("running")),
+                starting=_int(workers.get("starting")),
+                desired=_int(workers.get("desired")),
+                draining=_int(workers.get("draining")),
+            ),
+            lanes={lane: _lane_figures(_mapping(lanes.get(lane))) for lane in LANES},
+            last_decision=normalise_decision(decision) if isinstance(decision, dict) else None,
+            last_change=normalise_decision(change) if isinstance(change, dict) else None,
+            idle_seconds=_round(_float(entry.get("idle_seconds"))),
+        )
+    return out
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _lane_figures(lane: Mapping[str, Any]) -> LaneFigures:
+    return LaneFigures(
+        visible=_int(lane.get("visible")),
+        in_flight=_int(lane.get("in_flight")),
+        oldest_age_seconds=_round(_float(lane.get("oldest_age_seconds"))),
+    )
+
+
+def normalise_decision(decision: Mapping[str, Any]) -> dict[str, Any]:
+    """A decision with at least ``at``, ``action``, ``desired``, ``reason`` and
+    ``inputs`` (None where the decider did not say); its other fields are kept."""
+    return {
+        **decision,
+        "at": _float(decision.get("at")),
+        "action": decision.get("action"),
+        "desired": _int(decision.get("desired")),
+        "reason": decision.get("reason"),
+        "inputs": decision.get("inputs"),
+    }
+
+
+def read_scaling_file(
+    path: Path, now: float, stale_after: float = STALE_AFTER_SECONDS
+) -> tuple[dict[str, ScalingEntry], bool]:
+    """The scaling file's models and whether it is fresh (written within
+    ``stale_after`` seconds: its ``updated_at``, else the file's time); ({}, False)
+    without one. The supervisor replaces the file whole (rename), so a read sees
+    one version of it; a half-written file from any other writer reads as missing."""
+    try:
+        stat = path.stat()
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}, False
+    models = parse_scaling_file(doc)
+    written = _float(doc.get("updated_at")) if isinstance(doc, dict) else None
+    return models, bool(models) and now - (written or stat.st_mtime) <= stale_after
+
+
+# -- local observations ------------------------------------------------------------
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _ready_file_of(pid: str) -> str | None:
+    """The ready file a process was told to write (from its environment), if any."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    prefix = READY_FILE_VARIABLE.encode() + b"="
+    for entry in raw.split(b"\0"):
+        if entry.startswith(prefix):
+            return entry[len(prefix) :].decode(errors="replace")
+    return None
+
+
+def observe_workers(
+    run_dir: Path, models: Iterable[str], ready_files_of: Callable[[], dict[int, str]] | None = None
+) -> dict[str, WorkerFigures]:
+    """Worker counts from what the workers leave behind: a worker is *running* once
+    its ready file (``worker-<model>-<n>.ready``, holding ``<host>-<pid>``) names a
+    live process, and *starting* while a live process was told to write a ready
+    file that does not name it yet. The desired count is the supervisor's to know.
+    """
+    models = list(models)
+    processes = (ready_files_of or _processes_with_ready_files)()
+    out = {}
+    for model in models:
+        pattern = re.compile(rf"^worker-{re.escape(model)}-\d+\.ready$")
+        running: set[int] = set()
+        for ready in run_dir.glob(f"worker-{model}-*.ready"):
+            if not pattern.match(ready.name):
+                continue
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                pid = int(ready.read_text().rsplit("-", 1)[1])
+                if _alive(pid):
+                    running.add(pid)
+        starting = {
+            pid
+            for pid, path in processes.items()
+            if Path(path).parent == run_dir and pattern.match(Path(path).name)
+        } - running
+        out[model] = WorkerFigures(running=len(running), starting=len(starting))
+    return out
+
+
+def _processes_with_ready_files() -> dict[int, str]:
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            ready = _ready_file_of(entry.name)
+            if ready:
+                out[int(entry.name)] = ready
+    return out
+
+
+# -- CloudWatch --------------------------------------------------------------------
+
+_QUEUE_METRICS = {
+    "visible": "ApproximateNumberOfMessagesVisible",
+    "in_flight": "ApproximateNumberOfMessagesNotVisible",
+    "oldest_age_seconds": "ApproximateAgeOfOldestMessage",
+}
+
+
+def _metric_data(
+    cloudwatch: Any, queries: list[dict[str, Any]], start: dt.datetime, end: dt.datetime
+) -> dict[str, list[tuple[dt.datetime, float]]]:
+    """Query id -> [(timestamp, value)], newest first, over every page."""
+    out: dict[str, list[tuple[dt.datetime, float]]] = {}
+    for i in range(0, len(queries), 500):  # GetMetricData's limit per call
+        kwargs: dict[str, Any] = {
+            "MetricDataQueries": queries[i : i + 500],
+            "StartTime": start,
+            "EndTime": end,
+            "ScanBy": "TimestampDescending",
+        }
+        while True:
+            page = cloudwatch.get_metric_data(**kwargs)
+            for result in page.get("MetricDataResults", []):
+                points = out.setdefault(result["Id"], [])
+                points.extend(
+                    (ts, float(v))
+                    for ts, v in zip(
+                        result.get("Timestamps", []), result.get("Values", []), strict=False
+                    )
+                    if v is not None
+                )
+            token = page.get("NextToken")
+            if not token:
+                break
+            kwargs["NextToken"] = token
+    for points in out.values():
+        points.sort(key=lambda p: p[0], reverse=True)
+    return out
+
+
+def queue_figures(
+    cloudwatch: Any, queues: Mapping[str, Mapping[str, str]], now: float, lookback: float = 600
+) -> dict[str, dict[str, LaneFigures]]:
+    """Each queue's newest SQS metrics (``queues``: model -> lane -> queue name).
+
+    The emulator answers them live; AWS publishes them once a minute, so there they
+    are a minute or two old, and a queue idle for hours may have none (None then)."""
+    queries, keys = [], {}
+    for model, lanes in queues.items():
+        for lane, name in lanes.items():
+            for figure, metric in _QUEUE_METRICS.items():
+                query_id = f"q{len(queries)}"
+                keys[query_id] = (model, lane, figure)
+                queries.append(
+                    {
+                        "Id": query_id,
+                        "MetricStat": {
+                            "Metric": {
+                                "Namespace": SQS_NAMESPACE,
+                                "MetricName": metric,
+                                "Dimensions": [{"Name": "QueueName", "Value": name}],
+                            },
+                            "Period": 60,
+                            "Stat": "Maximum",
+                        },
+                    }
+                )
+    out = {model: {lane: LaneFigures() for lane in lanes} for model, lanes in queues.items()}
+    if not queries:
+        return out
+    points = _metric_data(
+        cloudwatch,
+        queries,
+        dt.datetime.fromtimestamp(now - lookback, dt.UTC),
+        dt.datetime.fromtimestamp(now + 60, dt.UTC),
+    )
+    for query_id, (model, lane, figure) in keys.items():
+        found = points.get(query_id)
+        if found:
+            value = found[0][1]
+            lane_figures = out[model][lane]
+            if figure == "oldest_age_seconds":
+                lane_figures.oldest_age_seconds = round(value, 1)
+            else:
+                setattr(lane_figures, figure, int(value))
+    return out
+
+
+def request_figures(
+    cloudwatch: Any, models: Iterable[str], now: float, window: float = 300
+) -> dict[str, RequestFigures]:
+    """The router's EMF metrics per model over the last ``window`` seconds: one
+    period the length of the window, so that its percentiles are the window's.
+    Percentiles are asked for on their own, so that a CloudWatch that cannot compute
+    them (the emulator's) still gives the counts."""
+    models = list(models)
+    period = max(60, int(window) // 60 * 60)
+    out = {model: RequestFigures(window_seconds=period) for model in models}
+    start = dt.datetime.fromtimestamp(now - period, dt.UTC)
+    end = dt.datetime.fromtimestamp(now, dt.UTC)
+    counts = {"count": ("Requests", "Sum"), "errors": ("Errors", "Sum")}
+    percentiles = {"p50_ms": ("Latency", "p50"), "p99_ms": ("Latency", "p99")}
+    for stats in (counts, percentiles):
+        queries, keys = [], {}
+        for model in models:
+            for figure, (metric, stat) in stats.items():
+                query_id = f"r{len(queries)}"
+                keys[query_id] = (model, figure)
+                queries.append(
+                    {
+                        "Id": query_id,
+                        "MetricStat": {
+                            "Metric": {
+                                "Namespace": METRICS_NAMESPACE,
+                                "MetricName": metric,
+                                "Dimensions": [{"Name": "model", "Value": model}],
+                            },
+                            "Period": period,
+                            "Stat": stat,
+                        },
+                    }
+                )
+        if not queries:
+            continue
+        try:
+            points = _metric_data(cloudwatch, queries, start, end)
+        except Exception:  # noqa: BLE001 - percentiles unsupported: the counts still stand
+            if stats is counts:
+                raise
+            continue
+        for query_id, (model, figure) in keys.items():
+            found = points.get(query_id, [])
+            if stats is counts:
+                setattr(out[model], figure, int(sum(v for _, v in found)))
+            elif found:  # the oldest period: the whole window, not its ragged end
+                setattr(out[model], figure, round(found[-1][1], 1))
+    for figures in out.values():
+        if figures.count is not None:
+            figures.per_second = round(figures.count / period, 3)
+    return out
+
+
+# -- the local platform ------------------------------------------------------------
+
+
+class LocalStatusReader:
+    """The local platform's status, from its run folder and its emulator.
+
+    Keep one for repeated reads (the dashboard, ``--watch``): it reads the router's
+    log on from where it stopped."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        info: Mapping[str, Any],
+        *,
+        cloudwatch: Any,
+        sqs: Any = None,
+        request_window: float = REQUEST_WINDOW_SECONDS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._run_dir = run_dir
+        self._queue_urls: dict[str, dict[str, str]] = {
+            model: dict(lanes) for model, lanes in info["queues"].items()
+        }
+        self._cloudwatch = cloudwatch
+        self._sqs = sqs
+        self._window_seconds = request_window
+        self._clock = clock
+        self._requests = MetricsWindow(
+            run_dir / "logs" / "router.log",
+            request_window,
+            totals=True,
+            tail_bytes=ROUTER_LOG_TAIL_BYTES,
+        )
+
+    @classmethod
+    def for_run_dir(cls, run_dir: Path, **kwargs: Any) -> LocalStatusReader:
+        from switchyard import aws
+
+        info = json.loads((run_dir / "platform.json").read_text())
+        region, url = info["region"], info["emulator_url"]
+        return cls(
+            run_dir,
+            info,
+            cloudwatch=aws.client("cloudwatch", region, url),
+            sqs=aws.client("sqs", region, url),
+            **kwargs,
+        )
+
+    @property
+    def models(self) -> list[str]:
+        return list(self._queue_urls)
+
+    def read(self) -> Status:
+        now = self._clock()
+        scaling, fresh = read_scaling_file(self._run_dir / SCALING_FILE, now)
+        models = {model: ModelStatus() for model in self._queue_urls}
+        observe = [m for m in models if not (fresh and m in scaling)]
+        if observe:
+            self._observe(models, observe, now)
+        for model, status in models.items():
+            entry = scaling.get(model)
+            if entry is None:
+                continue
+            status.last_decision, status.last_change = entry.last_decision, entry.last_change
+            if fresh:
+                status.workers, status.lanes = entry.workers, entry.lanes
+                status.idle_seconds, status.source = entry.idle_seconds, "supervisor"
+        self._requests.poll(now)
+        since = now - self._window_seconds
+        for model, status in models.items():
+            status.requests = RequestFigures.from_stats(
+                self._requests.overall(model, since), self._window_seconds
+            )
+        return Status(at=now, substrate="local", models=models)
+
+    def _observe(self, models: dict[str, ModelStatus], observe: list[str], now: float) -> None:
+        names = {
+            m: {lane: url.rsplit("/", 1)[-1] for lane, url in self._queue_urls[m].items()}
+            for m in observe
+        }
+        try:
+            lanes = queue_figures(self._cloudwatch, names, now)
+        except Exception:  # noqa: BLE001 - an emulator without live SQS metrics
+            lanes = {m: {lane: LaneFigures() for lane in names[m]} for m in observe}
+        workers = observe_workers(self._run_dir, observe)
+        for model in observe:
+            for lane, figures in lanes[model].items():
+                if figures.visible is None and self._sqs is not None:
+                    self._queue_attributes(self._queue_urls[model][lane], figures)
+            models[model].lanes = lanes[model]
+            models[model].workers = workers[model]
+            models[model].source = "observed"
+
+    def _queue_attributes(self, url: str, figures: LaneFigures) -> None:
+        with contextlib.suppress(Exception):
+            attrs = self._sqs.get_queue_attributes(
+                QueueUrl=url,
+                AttributeNames=[
+                    "ApproximateNumberOfMessages",
+                    "ApproximateNumberOfMessagesNotVisible",
+                ],
+            )["Attributes"]
+            figures.visible = int(attrs["ApproximateNumberOfMessages"])
+            figures.in_flight = int(attrs["ApproximateNumberOfMessagesNotVisible"])
+
+
+# -- a deployed stage --------------------------------------------------------------
+
+# The tag that names a worker service's model, where the stack sets one.
+
+
+def _logical_id(*path: str) -> str:
+    """The readable part of the logical id the CDK gives a construct path: its
+    components' letters and digits, consecutive duplicates dropped ("Service" in
+    ``Worker/Service/Service``), as CDK's ``makeUniqueId`` does."""
+    parts: list[str] = []
+    for component in path:
+        if not parts or parts[-1] != component:
+            parts.append(component)
+    return "".join(re.sub(r"[^A-Za-z0-9]", "", p) for p in parts)
+
+
+def serving_stack(names: ResourceNames) -> str:
+    """The serving stack's name (``stacks.app.add_platform``)."""
+    return f"{names.base}-serving"
+
+
+def cluster_name_prefix(names: ResourceNames) -> str:
+    """What CloudFormation's generated name of the worker cluster starts with
+    (``<stack>-<logical id><hash>-<suffix>``; ``Compute/Cluster`` in the stack)."""
+    return f"{serving_stack(names)}-{_logical_id('Compute', 'Cluster')}"
+
+
+def service_name_marker(model: str) -> str:
+    """What CloudFormation's generated name of a model's worker service contains
+    (``Model-<model>/Worker/Service`` in the stack: ``stacks.endpoint``)."""
+    return f"-{_logical_id(f'Model-{model}', 'Worker', 'Service')}"
+
+
+@dataclass(frozen=True)
+class WorkerService:
+    cluster: str  # name
+    service: str  # name
+
+
+def find_worker_services(
+    ecs: Any, names: ResourceNames, models: Iterable[str]
+) -> dict[str, WorkerService]:
+    """Each model's ECS worker service in the stage.
+
+    The CDK app leaves the cluster's and the services' names to CloudFormation, so
+    they are found the way CloudFormation names them: the cluster by its generated
+    name's prefix (stack name and logical id), a service inside it by a
+    ``switchyard:model`` tag when it has one, else by the logical id in its name.
+    A service renamed by hand, or a stack deployed under another name, is not found.
+    """
+    models = list(models)
+    prefix = cluster_name_prefix(names)
+    clusters = [
+        arn
+        for page in ecs.get_paginator("list_clusters").paginate()
+        for arn in page.get("clusterArns", [])
+        if arn.rsplit("/", 1)[-1].startswith(prefix)
+    ]
+    found: dict[str, WorkerService] = {}
+    for cluster in clusters:
+        arns = [
+            arn
+            for page in ecs.get_paginator("list_services").paginate(cluster=cluster)
+            for arn in page.get("serviceArns", [])
+        ]
+        for i in range(0, len(arns), 10):  # DescribeServices takes ten at a time
+            described = ecs.describe_services(
+                cluster=cluster, services=arns[i : i + 10], include=["TAGS"]
+            )["services"]
+            for service in described:
+                if service.get("status") == "INACTIVE":  # deleted; described for a while
+                    continue
+                tags = {t.get("key"): t.get("value") for t in service.get("tags") or []}
+                name = service["serviceName"]
+                for model in models:
+                    if tags.get(MODEL_TAG) == model or (
+                        MODEL_TAG not in tags and service_name_marker(model) in name
+                    ):
+                        found.setdefault(model, WorkerService(cluster.rsplit("/", 1)[-1], name))
+    return found
+
+
+def scaling_activity_decision(activity: Mapping[str, Any]) -> dict[str, Any]:
+    """A scaling activity of Application Auto Scaling as a decision: its
+    description says the count it set ("Setting desired count to 2."), its cause
+    the alarm and policy that asked."""
+    description = activity.get("Description", "")
+    match = re.search(r"desired count to (\d+)", description)
+    started = activity.get("StartTime")
+    return normalise_decision(
+        {
+            "at": started.timestamp() if isinstance(started, dt.datetime) else started,
+            "action": activity.get("StatusCode"),
+            "desired": int(match.group(1)) if match else None,
+            "reason": activity.get("Cause") or description,
+            "description": description,
+        }
+    )
+
+
+class AwsStatusReader:
+    """A deployed stage's status, from CloudWatch, ECS and Application Auto Scaling."""
+
+    def __init__(
+        self,
+        names: ResourceNames,
+        models: Iterable[str],
+        *,
+        cloudwatch: Any,
+        ecs: Any,
+        autoscaling: Any,
+        request_window: float = 300,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._names = names
+        self._models = list(models)
+        self._cloudwatch = cloudwatch
+        self._ecs = ecs
+        self._autoscaling = autoscaling
+        self._window = request_window
+        self._clock = clock
+        self._services: dict[str, WorkerService] | None = None
+
+    def read(self) -> Status:
+        now = self._clock()
+        queues = {m: {lane: self._names.queue(m, lane) for lane in LANES} for m in self._models}
+        lanes = queue_figures(self._cloudwatch, queues, now)
+        requests = request_figures(self._cloudwatch, self._models, now, self._window)
+        if self._services is None:
+            self._services = find_worker_services(self._ecs, self._names, self._models)
+        models = {}
+        for model in self._models:
+            status = ModelStatus(lanes=lanes[model], requests=requests[model], source="aws")
+            service = self._services.get(model)
+            if service is not None:
+                status.workers = self._workers(service)
+                status.last_decision = self._last_decision(service)
+            else:
+                status.source = "aws (no worker service found)"
+            models[model] = status
+        return Status(at=now, substrate="aws", models=models)
+
+    def _workers(self, service: WorkerService) -> WorkerFigures:
+        found = self._ecs.describe_services(cluster=service.cluster, services=[service.service])
+        for item in found.get("services", []):
+            return WorkerFigures(
+                running=_int(item.get("runningCount")),
+                starting=_int(item.get("pendingCount")),
+                desired=_int(item.get("desiredCount")),
+            )
+        return WorkerFigures()
+
+    def _last_decision(self, service: WorkerService) -> dict[str, Any] | None:
+        try:
+            activities = self._autoscaling.describe_scaling_activities(
+                ServiceNamespace="ecs",
+                ResourceId=f"service/{service.cluster}/{service.service}",
+                MaxResults=1,
+            ).get("ScalingActivities", [])
+        except Exception:  # noqa: BLE001 - no activity to show is not a failure of status
+            return None
+        return scaling_activity_decision(activities[0]) if activities else None
+
+
+# -- text ----------------------------------------------------------------------------
+
+
+def _cell(value: Any, suffix: str = "") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.1f}{suffix}" if value < 100 else f"{value:.0f}{suffix}"
+    return f"{value}{suffix}"
+
+
+def _clock_time(at: float | None) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(at)) if at else "?"
+
+
+def format_decision(decision: Mapping[str, Any] | None) -> str:
+    """``21:14:03 scale_out → 3: <reason>``."""
+    if decision is None:
+        return "none yet"
+    desired = f" → {decision['desired']}" if decision.get("desired") is not None else ""
+    return (
+        f"{_clock_time(decision.get('at'))} {decision.get('action') or '?'}{desired}: "
+        f"{decision.get('reason') or ''}"
+    )
+
+
+def format_status(status: Status) -> str:
+    """The status as a table, one row per model, then each model's last decision."""
+    name_width = max([len("MODEL"), *(len(m) for m in status.models)])
+    window = next(iter(status.models.values())).requests.window_seconds if status.models else 60
+    head = (
+        f"{'':<{name_width}}  {'workers':^17}  {'realtime queue':^23}  {'batch queue':^23}  "
+        f"{f'requests, last {window:.0f} s':^30}"
+    )
+    sub = (
+        f"{'MODEL':<{name_width}}  {'run':>5}{'start':>6}{'want':>6}  "
+        + f"{'visible':>8}{'flight':>7}{'oldest':>8}  " * 2
+        + f"{'per s':>7}{'p50 ms':>8}{'p99 ms':>8}{'errors':>7}"
+    )
+    lines = [head.rstrip(), sub]
+    for model, s in status.models.items():
+        row = (
+            f"{model:<{name_width}}  {_cell(s.workers.running):>5}{_cell(s.workers.starting):>6}"
+            f"{_cell(s.workers.desired):>6}  "
+        )
+        for lane in LANES:
+            f = s.lanes.get(lane, LaneFigures())
+            row += (
+                f"{_cell(f.visible):>8}{_cell(f.in_flight):>7}"
+                f"{_cell(f.oldest_age_seconds, ' s'):>8}  "
+            )
+        r = s.requests
+        row += (
+            f"{_cell(r.per_second):>7}{_cell(r.p50_ms):>8}{_cell(r.p99_ms):>8}{_cell(r.errors):>7}"
+        )
+        lines.append(row)
+    lines.append("")
+    lines.append("last scaling decision (and the last that changed the count):")
+    for model, s in status.models.items():
+        if s.last_decision is None and s.last_change is None:
+            lines.append(f"  {model:<{name_width}}  none yet")
+            continue
+        lines.append(f"  {model:<{name_width}}  {format_decision(s.last_decision)}")
+        if s.last_change is not None and s.last_change != s.last_decision:
+            lines.append(f"  {'':<{name_width}}  {format_decision(s.last_change)}")
+    observed = [m for m, s in status.models.items() if s.source == "observed"]
+    if observed:
+        lines.append("")
+        lines.append(
+            "the supervisor's scaling file is missing or stale: queues and workers of "
+            f"{', '.join(observed)} as observed now (no desired count)"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,203 @@
+"""Workers follow the queue: from zero to more than one and back to zero, with every
+request held at zero and answered exactly once.
+
+Its own platform (not the shared one, which keeps a warm worker per model): dev's
+minimum of zero, a short idle time (``SWITCHYARD_IDLE_SECONDS``), and a small
+backlog per worker with no cool-downs in its manifest, so that a modest burst
+scales ``minilm-embed`` past one worker.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.accounting import SENTENCES, stored_per_request, submit_async, wait_all_done
+from tests.e2e.conftest import Platform, e2e_manifest, kill_platform, start_platform
+
+MODEL = "minilm-embed"
+IDLE_SECONDS = 5
+BURST = 300
+# Per model and stage in the manifest; the same values for all in this test's copy.
+SCALING = {
+    "backlog_per_task": 25,
+    "max_tasks": 2,
+    "scale_out_cooldown_seconds": 0,
+    "scale_in_cooldown_seconds": 0,
+}
+
+
+@pytest.fixture(scope="module")
+def scaling_platform(tmp_path_factory):
+    text = e2e_manifest()
+    for key, value in SCALING.items():
+        text, found = re.subn(rf"(?m)^{key}\s*=\s*\d+", f"{key} = {value}", text)
+        assert found, f"the manifest has no {key} to set"
+    started = start_platform(
+        tmp_path_factory.mktemp("scaling-platform"),
+        text,
+        {"SWITCHYARD_MIN_WORKERS": "0", "SWITCHYARD_IDLE_SECONDS": str(IDLE_SECONDS)},
+    )
+    yield started
+    os.killpg(started.process.pid, signal.SIGINT)  # Ctrl-C: the workers drain
+    try:
+        started.process.wait(timeout=90)
+    except subprocess.TimeoutExpired:
+        kill_platform(started)
+
+
+def scaling_state(platform: Platform) -> dict[str, Any]:
+    return json.loads((platform.run_dir / "scaling.json").read_text())
+
+
+def workers(platform: Platform, model: str = MODEL) -> dict[str, int]:
+    return scaling_state(platform)["models"][model]["workers"]
+
+
+def at_zero(platform: Platform) -> bool:
+    w = workers(platform)
+    return w["running"] == w["starting"] == w["draining"] == w["desired"] == 0
+
+
+def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"{what} not within {timeout:.0f} s"
+        time.sleep(0.2)
+
+
+def autoscaler_records(platform: Platform, message: str) -> list[dict[str, Any]]:
+    path = platform.run_dir / "logs" / "autoscaler.log"
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in lines if r.get("message") == message and r.get("model") == MODEL]
+
+
+class WorkerWatch:
+    """The most workers (running + starting) ``scaling.json`` showed while it ran."""
+
+    def __init__(self, platform: Platform) -> None:
+        self.most = 0
+        self._platform = platform
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> WorkerWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            w = workers(self._platform)
+            self.most = max(self.most, w["running"] + w["starting"])
+            time.sleep(0.1)
+
+
+def _logged_at(event: dict[str, Any]) -> float:
+    """A worker log line's time (Powertools: ``2026-01-01 12:00:00,123+0000``)."""
+    return dt.datetime.strptime(event["timestamp"], "%Y-%m-%d %H:%M:%S,%f%z").timestamp()
+
+
+def test_from_zero_to_a_burst_and_back_every_request_answered_once(scaling_platform):
+    platform = scaling_platform
+    headers = {"x-api-key": platform.api_key}
+
+    # GIVEN a platform at dev's minimum: no worker started, none wanted
+    assert at_zero(platform), workers(platform)
+    assert list(platform.run_dir.glob(f"worker-{MODEL}-*.ready")) == []
+
+    # WHEN a sync request arrives at zero
+    sent_at = time.time()
+    with httpx.Client(base_url=platform.url, timeout=60) as client:
+        response = client.post(
+            f"/v1/models/{MODEL}/predict", json={"inputs": SENTENCES[:3]}, headers=headers
+        )
+        # THEN it is held, never refused: answered within its deadline, or 202 with
+        # where to find the answer, which the first worker then gives
+        assert response.status_code in (200, 202), response.text
+        first = response.json()["request_id"]
+        if response.status_code == 202:
+            assert response.headers["Location"].endswith(f"/v1/requests/{first}")
+    answer = wait_all_done(platform, [first], timeout=120)[first]
+    assert answer["status"] == "done" and len(answer["outputs"]) == 3
+    wakes = autoscaler_records(platform, "scaling decision")
+    wake = next(r for r in wakes if r["action"] == "wake")
+    assert wake["workers"] == 0 and wake["desired"] == 1
+    stored = next(
+        e
+        for e in platform.worker_log_events()
+        if e.get("message") == "result stored" and e.get("request_id") == first
+    )
+    print(
+        f"\nfirst request at zero: HTTP {response.status_code}; decided after "
+        f"{wake['at'] - sent_at:.2f} s, result stored after {_logged_at(stored) - sent_at:.2f} s"
+    )
+
+    # WHEN the model has had no work for the idle time, THEN it is back at zero
+    wait_for(lambda: at_zero(platform), IDLE_SECONDS + 30, "back to zero after the first request")
+    assert autoscaler_records(platform, "worker stopped"), "the worker was not stopped"
+
+    # WHEN a burst of async requests arrives at zero
+    with WorkerWatch(platform) as watch:
+        began = time.monotonic()
+        ids = submit_async(platform, BURST)  # each answered 202 at once
+        accepted_s = time.monotonic() - began
+        results = wait_all_done(platform, ids, timeout=150)
+
+    # THEN the model scaled past one worker and every request was answered exactly once
+    assert watch.most >= 2, f"at most {watch.most} worker(s) for {BURST} requests"
+    assert max(r["desired"] for r in autoscaler_records(platform, "scaling decision")) >= 2
+    assert all(r["status"] == "done" for r in results.values())
+    stored_counts = stored_per_request(platform)
+    assert {rid: stored_counts[rid] for rid in [first, *ids]} == {rid: 1 for rid in [first, *ids]}
+    assert platform.queue_depth(MODEL, "realtime", dlq=True) == 0
+    print(f"burst of {BURST}: accepted in {accepted_s:.1f} s; at most {watch.most} workers")
+
+    # AND after the idle time it is back at zero, the workers drained and gone
+    wait_for(lambda: at_zero(platform), IDLE_SECONDS + 60, "back to zero after the burst")
+    scale_ins = [
+        r for r in autoscaler_records(platform, "scaling decision") if r["action"] == "scale_in"
+    ]
+    assert scale_ins[-1]["desired"] == 0 and scale_ins[-1]["workers"] >= 1
+    assert list(platform.run_dir.glob(f"worker-{MODEL}-*.ready")) == []
+
+
+def test_the_scaling_state_and_metrics_are_written(scaling_platform):
+    # GIVEN a running platform, WHEN its scaling state file and log are read
+    state = scaling_state(scaling_platform)
+    emf = [
+        json.loads(line)
+        for line in (scaling_platform.run_dir / "logs" / "autoscaler.log").read_text().splitlines()
+        if line.startswith('{"_aws"')
+    ]
+
+    # THEN every model has its workers, lanes and last decision with its reason
+    assert set(state["models"]) == set(scaling_platform.info["queues"])
+    for figures in state["models"].values():
+        assert set(figures["workers"]) >= {"running", "starting", "desired"}
+        assert set(figures["lanes"]) == {"realtime", "batch"}
+        assert set(figures["lanes"]["realtime"]) == {"visible", "in_flight", "oldest_age_seconds"}
+        assert figures["last_decision"]["reason"]
+    # AND the worker counts go out as EMF metrics, per model
+    assert {d.get("model") for d in emf} == set(state["models"])
+    metrics = emf[0]["_aws"]["CloudWatchMetrics"][0]
+    assert metrics["Dimensions"] == [["model"]]
+    assert {m["Name"] for m in metrics["Metrics"]} == {
+        "DesiredWorkers",
+        "RunningWorkers",
+        "StartingWorkers",
+    }

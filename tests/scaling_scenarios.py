@@ -1,0 +1,163 @@
+"""Scaling scenarios that both the pure policy (``tests/unit/test_scaling.py``) and
+the synthesized cloud alarms (``tests/infra/test_scaling.py``) are checked on.
+
+Each scenario builds its signals from a policy (a backlog is a multiple of that
+policy's ``backlog_per_task``, an age a multiple of its target), so the same table
+runs on a fixed test policy and on every model and stage of the manifest. Cool-downs
+have long passed in every scenario: the cloud's cool-downs are Application Auto
+Scaling's, checked as settings, not replayed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from switchyard.scaling import Action, LaneSignals, ScalingPolicy, ScalingSignals
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    signals: Callable[[ScalingPolicy], ScalingSignals]
+    # What decide does, given the policy: (desired count, action).
+    expected: Callable[[ScalingPolicy], tuple[int, Action]]
+
+
+def signals(
+    *,
+    visible: int = 0,
+    in_flight: int = 0,
+    age: float = 0.0,
+    batch_visible: int = 0,
+    running: int = 0,
+    starting: int = 0,
+    idle: float = 0.0,
+    ready: float = math.inf,
+) -> ScalingSignals:
+    lanes = {
+        "realtime": LaneSignals(visible, in_flight, age if visible or in_flight else 0.0),
+        "batch": LaneSignals(batch_visible, 0, 0.0),
+    }
+    if visible + in_flight + batch_visible == 0 and idle == 0.0:
+        idle = math.inf
+    return ScalingSignals(
+        lanes=lanes,
+        running=running,
+        starting=starting,
+        idle_seconds=idle,
+        since_ready_seconds=ready,
+    )
+
+
+def fits(policy: ScalingPolicy) -> bool:
+    """The scenarios' expectations hold for a policy with min_tasks <= 1 and
+    max_tasks >= 3 (every model and stage of the manifest has that)."""
+    return policy.min_tasks <= 1 and policy.max_tasks >= 3
+
+
+def _idle_at_zero(p: ScalingPolicy) -> tuple[int, Action]:
+    return (0, "hold") if p.min_tasks == 0 else (p.min_tasks, "raise_to_minimum")
+
+
+SCENARIOS = [
+    Scenario("idle at zero", lambda p: signals(), _idle_at_zero),
+    Scenario("a request at zero", lambda p: signals(visible=1), lambda p: (1, "wake")),
+    Scenario("a batch chunk at zero", lambda p: signals(batch_visible=1), lambda p: (1, "wake")),
+    Scenario(
+        "work in flight and no worker (one died holding it)",
+        lambda p: signals(in_flight=3),
+        lambda p: (1, "wake"),
+    ),
+    Scenario(
+        "a burst of 2.5 times the backlog per task at zero",
+        lambda p: signals(visible=p.backlog_per_task * 5 // 2),
+        lambda p: (3, "wake"),
+    ),
+    Scenario(
+        "a burst of 10 times at zero",
+        lambda p: signals(visible=p.backlog_per_task * 10),
+        lambda p: (p.max_tasks, "wake"),
+    ),
+    Scenario(
+        "backlog at 1 times, one worker",
+        lambda p: signals(visible=p.backlog_per_task, age=1.0, running=1),
+        lambda p: (1, "hold"),
+    ),
+    Scenario(
+        "backlog at 2.5 times, one worker",
+        lambda p: signals(visible=p.backlog_per_task * 5 // 2, age=1.0, running=1),
+        lambda p: (3, "scale_out"),
+    ),
+    Scenario(
+        "backlog at 2.5 times in the batch lane, one worker",
+        lambda p: signals(batch_visible=p.backlog_per_task * 5 // 2, running=1),
+        lambda p: (3, "scale_out"),
+    ),
+    Scenario(
+        "backlog at 10 times, one worker: up to the maximum",
+        lambda p: signals(visible=p.backlog_per_task * 10, age=1.0, running=1),
+        lambda p: (p.max_tasks, "scale_out"),
+    ),
+    Scenario(
+        "backlog at 2.5 times, one worker running and two starting: wait for them",
+        lambda p: signals(visible=p.backlog_per_task * 5 // 2, age=1.0, running=1, starting=2),
+        lambda p: (3, "hold"),
+    ),
+    Scenario(
+        "a slow start: one worker loading for ten times the target age, its backlog aging",
+        lambda p: signals(visible=p.backlog_per_task, age=10 * p.target_age_seconds, starting=1),
+        lambda p: (1, "hold"),
+    ),
+    Scenario(
+        "aged queue: one message, at twice the target age, one worker",
+        lambda p: signals(visible=1, age=2 * p.target_age_seconds, running=1),
+        lambda p: (2, "scale_out"),
+    ),
+    Scenario(
+        "aged queue, a second worker still starting: wait for it",
+        lambda p: signals(visible=1, age=2 * p.target_age_seconds, running=1, starting=1),
+        lambda p: (2, "hold"),
+    ),
+    Scenario(
+        "aged queue, the second worker ready only just now: give it time",
+        lambda p: signals(visible=1, age=2 * p.target_age_seconds, running=2, ready=0.0),
+        lambda p: (2, "hold"),
+    ),
+    Scenario(
+        "oldest message under the target age",
+        lambda p: signals(visible=1, age=p.target_age_seconds / 2, running=1),
+        lambda p: (1, "hold"),
+    ),
+    Scenario(
+        "aged queue at the maximum",
+        lambda p: signals(visible=1, age=2 * p.target_age_seconds, running=p.max_tasks),
+        lambda p: (p.max_tasks, "hold"),
+    ),
+    Scenario(
+        "backlog at 10 times at the maximum",
+        lambda p: signals(visible=p.backlog_per_task * 10, age=1.0, running=p.max_tasks),
+        lambda p: (p.max_tasks, "hold"),
+    ),
+    Scenario(
+        "above the maximum",
+        lambda p: signals(visible=1, running=p.max_tasks + 1),
+        lambda p: (p.max_tasks, "lower_to_maximum"),
+    ),
+    Scenario(
+        "only in flight, three workers: no scale-in under load",
+        lambda p: signals(in_flight=5, running=3),
+        lambda p: (3, "hold"),
+    ),
+    Scenario(
+        "idle after a burst, for half the idle time",
+        lambda p: signals(running=2, idle=p.idle_seconds / 2),
+        lambda p: (2, "hold"),
+    ),
+    Scenario(
+        "idle after a burst, for the idle time",
+        lambda p: signals(running=2, idle=p.idle_seconds),
+        lambda p: (p.min_tasks, "scale_in"),
+    ),
+]
