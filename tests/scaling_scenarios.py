@@ -25,6 +25,19 @@ class Scenario:
     expected: Callable[[ScalingPolicy], tuple[int, Action]]
 
 
+# A dev-like policy with a small backlog per worker, for tests of what reads or
+# acts on decisions (the autoscaler, status) rather than of the rule itself.
+SAMPLE_POLICY = ScalingPolicy(
+    min_tasks=0,
+    max_tasks=4,
+    backlog_per_task=10,
+    target_age_seconds=60,
+    scale_out_cooldown_seconds=60,
+    scale_in_cooldown_seconds=300,
+    idle_seconds=900,
+)
+
+
 def signals(
     *,
     visible: int = 0,

@@ -9,6 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
+from tests.e2e.test_api import DIGIT_ZERO
+
 SENTENCES = [f"sentence number {i} about trains, yards and switches" for i in range(16)]
 
 
@@ -27,6 +29,25 @@ def submit_async(platform, count: int) -> list[str]:
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         return list(pool.map(one, range(count)))
+
+
+def submit_pinned(platform, http: httpx.Client, version: str) -> dict:
+    """An async predict of ``digits-cnn`` pinned to ``version`` (just registered: the
+    router caches version records for a few seconds, so it is retried until taken);
+    the 202's body."""
+    headers = {"x-api-key": platform.api_key, "x-model-version": version}
+    deadline = time.monotonic() + 30
+    while True:
+        response = http.post(
+            "/v1/models/digits-cnn/predict?async=true",
+            json={"inputs": [DIGIT_ZERO]},
+            headers=headers,
+        )
+        if response.status_code == 202 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert response.status_code == 202, response.text
+    return response.json()
 
 
 def wait_all_done(platform, ids: list[str], timeout: float) -> dict[str, dict]:

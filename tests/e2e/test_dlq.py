@@ -6,28 +6,11 @@ from __future__ import annotations
 import json
 import time
 
-from tests.e2e.test_api import DIGIT_ZERO
+from tests.e2e.accounting import submit_pinned
 from tests.e2e.test_faults import wait_all_done
 from tests.e2e.test_rollouts import FAULTY, cli
 
 EXHAUSTED_LOG = "retries exhausted; the message goes to the DLQ"
-
-
-def submit_pinned(platform, http, version: str) -> str:
-    headers = {"x-api-key": platform.api_key, "x-model-version": version}
-    # The router caches version records for a few seconds.
-    deadline = time.monotonic() + 30
-    while True:
-        response = http.post(
-            "/v1/models/digits-cnn/predict?async=true",
-            json={"inputs": [DIGIT_ZERO]},
-            headers=headers,
-        )
-        if response.status_code == 202 or time.monotonic() > deadline:
-            break
-        time.sleep(1)
-    assert response.status_code == 202, response.text
-    return response.json()["request_id"]
 
 
 def listed(platform, request_id: str, timeout: float = 60) -> dict:
@@ -55,7 +38,7 @@ def exhausted_events(platform, request_id: str) -> int:
 def test_a_request_that_always_fails_is_listed_in_the_dlq_and_redriven(platform, http):
     # GIVEN a version that fails on every call, and a request pinned to it
     cli(platform, "models", "register", "digits-cnn", "dlq-faulty", "--artifact", str(FAULTY))
-    request_id = submit_pinned(platform, http, "dlq-faulty")
+    request_id = submit_pinned(platform, http, "dlq-faulty")["request_id"]
     max_receives = platform.info["settings"]["max_receive_count"]
 
     # WHEN every allowed attempt has failed

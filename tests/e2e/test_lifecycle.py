@@ -3,10 +3,9 @@ errors after the last retry, and cancellation, on the running platform."""
 
 from __future__ import annotations
 
-import time
-
 import httpx
 
+from tests.e2e.accounting import submit_pinned
 from tests.e2e.test_api import DIGIT_ZERO
 from tests.e2e.test_faults import submit_async, wait_all_done
 from tests.e2e.test_rollouts import FAULTY, cli
@@ -36,21 +35,9 @@ def test_a_pinned_request_goes_to_its_version_and_a_bad_pin_is_refused(platform,
 
 def test_a_request_pinned_to_a_version_that_always_fails_ends_as_error(platform, http):
     cli(platform, "models", "register", "digits-cnn", "pinned-faulty", "--artifact", str(FAULTY))
-    headers = {"x-api-key": platform.api_key, "x-model-version": "pinned-faulty"}
-    # The router caches version records for a few seconds.
-    deadline = time.monotonic() + 30
-    while True:
-        response = http.post(
-            "/v1/models/digits-cnn/predict?async=true",
-            json={"inputs": [DIGIT_ZERO]},
-            headers=headers,
-        )
-        if response.status_code == 202 or time.monotonic() > deadline:
-            break
-        time.sleep(1)
-    assert response.status_code == 202, response.text
-    assert response.json()["version"] == "pinned-faulty"
-    request_id = response.json()["request_id"]
+    accepted = submit_pinned(platform, http, "pinned-faulty")
+    assert accepted["version"] == "pinned-faulty"
+    request_id = accepted["request_id"]
     # Five receives with backoffs between them; the last one writes the final error.
     final = wait_final(platform, request_id, timeout=120)
     assert final["status"] == "error", final

@@ -25,17 +25,10 @@ from switchyard_local.autoscaler import (
     queue_name,
 )
 from switchyard_local.supervisor import DRAIN_TIMEOUT_SECONDS, WorkerPool
+from tests.scaling_scenarios import SAMPLE_POLICY
 
 MODEL = "minilm-embed"
-POLICY = ScalingPolicy(
-    min_tasks=0,
-    max_tasks=4,
-    backlog_per_task=10,
-    target_age_seconds=60,
-    scale_out_cooldown_seconds=60,
-    scale_in_cooldown_seconds=300,
-    idle_seconds=900,
-)
+POLICY = SAMPLE_POLICY
 
 
 class Clock:

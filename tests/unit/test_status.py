@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from switchyard.routing import RoutingDocument
-from switchyard.scaling import LaneSignals, ScalingPolicy
+from switchyard.scaling import LaneSignals
 from switchyard.telemetry import COUNT, MILLISECONDS, metrics_document
 from switchyard_local.autoscaler import Autoscaler, WorkerCounts
 from switchyard_local.controller import CONTROLLER, MetricsWindow
@@ -45,17 +45,10 @@ from switchyard_local.status import (
     service_name_marker,
 )
 from switchyard_local.traffic import Change
+from tests.scaling_scenarios import SAMPLE_POLICY
 
 MODEL = "minilm-embed"
-POLICY = ScalingPolicy(
-    min_tasks=0,
-    max_tasks=4,
-    backlog_per_task=10,
-    target_age_seconds=60,
-    scale_out_cooldown_seconds=60,
-    scale_in_cooldown_seconds=300,
-    idle_seconds=900,
-)
+POLICY = SAMPLE_POLICY
 
 
 class Queues:
