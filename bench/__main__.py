@@ -31,6 +31,7 @@ SECTIONS = (
     "backlog",
     "end_to_end",
     "peer_litserve",
+    "scaling",
 )
 
 
@@ -135,6 +136,10 @@ def run(
         results["sections"]["peer_litserve"] = section(
             "peer_litserve", lambda: peer_litserve.run(quick, log)
         )
+    if "scaling" in only:
+        from bench import scaling
+
+        results["sections"]["scaling"] = section("scaling", lambda: scaling.run(quick, log))
     from bench import report
 
     e2e = results["sections"].get("end_to_end") or {}

@@ -1,7 +1,8 @@
 """Backlog: async work submitted all at once drains at the workers' speed.
 
 A queue-driven platform exists for backlogs (bursts, scale from zero, batch files).
-On a freshly started local platform with ``minilm-embed`` alone, a burst of async
+On a freshly started local platform with ``minilm-embed`` alone and one worker
+(``ONE_WORKER``), a burst of async
 predicts is sent as fast as the router takes them; the drain ends when the last
 result is stored (the latest ``completed_at`` the workers wrote). The rate, in
 inputs per second from the first submission to the last result, is set beside the
@@ -37,6 +38,9 @@ BATCH_SIZE = 32  # minilm-embed's max_batch_size in the manifest
 BURSTS = {"full": ((200, 16), (1000, 1)), "quick": ((60, 16), (300, 1))}
 REPEATS = {"full": 3, "quick": 1}
 IN_FLIGHT = 64  # concurrent submissions: the router takes them as fast as it can
+# One worker, as the model's limit is one model on every core: the autoscaler would
+# otherwise start more for a large backlog, which on one machine share the cores.
+ONE_WORKER = {"max_tasks": 1}
 
 
 def model_limit(model: LoadedModel, quick: bool) -> float:
@@ -154,7 +158,7 @@ def burst(platform: RunningPlatform, requests: int, per_request: int) -> dict:
 def bracketed(model: LoadedModel, quick: bool, requests: int, per_request: int) -> dict:
     """One burst on a fresh platform, beside the model's limit just before and after."""
     before = model_limit(model, quick)
-    with local_platform(keep_models={TEXT_MODEL}) as platform:
+    with local_platform(keep_models={TEXT_MODEL}, stage_scaling=ONE_WORKER) as platform:
         result = burst(platform, requests, per_request)
     after = model_limit(model, quick)
     limit = (before + after) / 2

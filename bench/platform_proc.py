@@ -47,7 +47,8 @@ def edit_manifest(
         header = _HEADER.match(line)
         if header:
             section = header.group(1).strip()
-        model = section.split(".", 1)[1] if section.startswith("models.") else None
+        # A model's own table and its sub-tables ([models.<model>.scaling]).
+        model = section.split(".")[1] if section.startswith("models.") else None
         if model is not None and keep_models is not None and model not in keep_models:
             continue
         if model is not None and not header:
@@ -85,11 +86,19 @@ def local_platform(
     keep_models: set[str] | None = None,
     settings: dict[str, dict[str, Any]] | None = None,
     ready_timeout: float = 300,
+    stage_scaling: dict[str, int] | None = None,
 ) -> Iterator[RunningPlatform]:
-    """A running local platform; stopped (and its run folder removed) on exit."""
+    """A running local platform; stopped (and its run folder removed) on exit.
+    ``stage_scaling`` replaces settings of every stage's ``[stages.<stage>.scaling]``."""
     run_dir = Path(tempfile.mkdtemp(prefix="switchyard-bench-"))
     manifest = run_dir / "manifest.toml"
-    manifest.write_text(edit_manifest((ROOT / "manifest.toml").read_text(), keep_models, settings))
+    text = edit_manifest((ROOT / "manifest.toml").read_text(), keep_models, settings)
+    for key, value in (stage_scaling or {}).items():
+        text, found = re.subn(rf"(?m)^{re.escape(key)}\s*=\s*\d+", f"{key} = {value}", text)
+        if not found:
+            raise ValueError(f"the manifest has no scaling setting {key!r}")
+    tomllib.loads(text)
+    manifest.write_text(text)
     env = {
         **os.environ,
         "PORT": str(free_port()),
@@ -98,6 +107,9 @@ def local_platform(
         # Measured with a worker per model loaded from the start, as before the
         # platform scaled from zero (dev's minimum).
         "SWITCHYARD_MIN_WORKERS": os.environ.get("SWITCHYARD_MIN_WORKERS", "1"),
+        # No standby importing beside the measured workers (bench/scaling.py asks
+        # for one: it measures starts).
+        "SWITCHYARD_STANDBY_WORKERS": os.environ.get("SWITCHYARD_STANDBY_WORKERS", "0"),
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "AWS_ACCESS_KEY_ID": "local",

@@ -206,6 +206,71 @@ def plots(results: dict[str, Any], out_dir: Path) -> list[str]:
         fig.savefig(img / "aws_cost.png", dpi=110)
         plt.close(fig)
         made.append("aws_cost.png")
+    made += _scaling_plots(s.get("scaling"), img, plt)
+    return made
+
+
+PHASES = {
+    "decision": "decision",
+    "process_start": "process start",
+    "model_load": "model load",
+    "first_batch": "first batch and answer",
+}
+
+
+def _scaling_plots(sc: dict[str, Any] | None, img: Path, plt: Any) -> list[str]:
+    if not sc:
+        return []
+    made = []
+    zero = sc.get("first_request_at_zero") or {}
+    if zero:
+        modes = [m for m in ("standby", "cold") if m in zero]
+        fig, ax = plt.subplots(figsize=(8, 2.6))
+        left = [0.0] * len(modes)
+        for key, label in PHASES.items():
+            vals = [zero[m]["median_phases"][key] for m in modes]
+            ax.barh(modes, vals, left=left, label=label)
+            left = [a + b for a, b in zip(left, vals, strict=True)]
+        ax.axvline(5.0, color="k", ls=":", lw=1, label="goal: 5 s")
+        ax.set_xlabel("seconds from the request to its answer (median)")
+        ax.set_title("minilm-embed: the first request at zero workers")
+        ax.legend(fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.35))
+        fig.tight_layout()
+        fig.savefig(img / "scaling_from_zero.png", dpi=110)
+        plt.close(fig)
+        made.append("scaling_from_zero.png")
+    b = sc.get("burst")
+    if b and b.get("live"):
+        offset = b["started_at_offset"]
+        live = [dict(p, t=p["t"] - offset) for p in b["live"] if p["t"] >= offset - 2]
+        sim = b["replay"]["timeline"]
+        fig, axes = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
+        rows = (
+            ("workers (running)", "running"),
+            ("queue depth (visible)", "visible"),
+            ("age of the oldest message (s)", "oldest_age_seconds"),
+        )
+        for ax, (label, key) in zip(axes, rows, strict=True):
+            ax.plot([p["t"] for p in live], [p[key] for p in live], "-", label="live")
+            ax.plot([p["t"] for p in sim], [p[key] for p in sim], "--", label="replay (decide)")
+            if key == "running":
+                ax.plot(
+                    [p["t"] for p in live],
+                    [p["running"] + p["starting"] for p in live],
+                    ":",
+                    label="live, running + starting",
+                )
+            ax.set_ylabel(label)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+        axes[-1].set_xlabel("seconds since the first submission")
+        axes[0].set_title(
+            f"A burst of {b['requests']:,} async predicts to minilm-embed at zero workers"
+        )
+        fig.tight_layout()
+        fig.savefig(img / "scaling_burst.png", dpi=110)
+        plt.close(fig)
+        made.append("scaling_burst.png")
     return made
 
 
@@ -255,6 +320,7 @@ def markdown(results: dict[str, Any], images: list[str]) -> str:
     lines += _model_limit(s)
     lines += _worker(s)
     lines += _backlog(s)
+    lines += _scaling(s)
     lines += _end_to_end(s, results)
     lines += _breakdown(s)
     lines += _aws(s)
@@ -483,7 +549,8 @@ def _backlog(s: dict[str, Any]) -> list[str]:
         out += [
             "## A backlog drains at the workers' speed",
             "",
-            "A fresh local platform with `minilm-embed` alone; a burst of async predicts sent "
+            "A fresh local platform with `minilm-embed` alone and one worker (`max_tasks` 1: "
+            "the model's limit is one model on every core); a burst of async predicts sent "
             "at once (64 in flight), and the drain timed from the first submission to the "
             "last result the worker stored (`bench/backlog.py`). Beside each run, the "
             "model's own limit at batch 32 in the bench's process, measured just before the "
@@ -532,6 +599,119 @@ def _backlog(s: dict[str, Any]) -> list[str]:
                 for b in bursts["bursts"]
             )
             + ".",
+            "",
+        ]
+    return out
+
+
+def _scaling(s: dict[str, Any]) -> list[str]:
+    sc = s.get("scaling")
+    if not sc:
+        return []
+    out = [
+        "## Scaling from zero",
+        "",
+        "A fresh local platform with `minilm-embed` alone at zero workers (dev's minimum) "
+        "and a short idle time (`bench/scaling.py`).",
+        "",
+    ]
+    zero = sc.get("first_request_at_zero") or {}
+    if zero:
+        out += [
+            "**The first request at zero**: one sync predict of one sentence, its time to "
+            "the answer split with the platform's own stamps: the autoscaler's `wake` "
+            "(decision), the worker's `worker starting` (process start), `worker ready` "
+            "(model load: the runtime's libraries, the artifact's check, the weights), and "
+            "the answer at the caller (first batch: receive, batch, result write, the "
+            "router's pick-up). *standby*: the platform's default, a worker taking over an "
+            "interpreter that has the imports done; *cold*: `--standby-workers 0`, a new "
+            "interpreter.",
+            "",
+            table(
+                [
+                    "start",
+                    "run",
+                    "total",
+                    *PHASES.values(),
+                    "of the load: import / artifact / weights",
+                ],
+                [
+                    [
+                        mode,
+                        str(i + 1),
+                        f"**{fmt(r['total_seconds'], 2)} s**",
+                        *[f"{fmt(r['phases'][k], 2)} s" for k in PHASES],
+                        " / ".join(
+                            f"{fmt(r['model_load_parts'].get(k), 2)} s"
+                            for k in ("import", "artifact", "load")
+                        ),
+                    ]
+                    for mode, m in zero.items()
+                    for i, r in enumerate(m["runs"])
+                ],
+            ),
+            "",
+            "Median to the answer: "
+            + "; ".join(
+                f"{mode} **{fmt(m['median_total_seconds'], 2)} s**" for mode, m in zero.items()
+            )
+            + " (goal: 5 s).",
+            "",
+            f"![the first request at zero]({IMG}/scaling_from_zero.png)",
+            "",
+        ]
+    b = sc.get("burst")
+    if b:
+        r = b["replay"]
+        out += [
+            f"**A burst from zero**: {b['requests']:,} async predicts of one sentence sent at "
+            f"once; idle time {b['idle_seconds']} s and no cool-down between scale-ins; the "
+            f"manifest's policy otherwise (`backlog_per_task` "
+            f"{b['policy']['backlog_per_task']}, `max_tasks` {b['policy']['max_tasks']}, "
+            f"`scale_out_cooldown_seconds` {b['policy']['scale_out_cooldown_seconds']}).",
+            "",
+            table(
+                ["what", "live", "replay through `decide`"],
+                [
+                    ["requests answered", f"{b['done']:,} of {b['accepted']:,} accepted", "–"],
+                    ["submitting took", f"{fmt(b['submit_seconds'])} s", "same arrivals"],
+                    [
+                        "first submission → last result",
+                        f"{fmt(b['drain_seconds'])} s ({fmt(b['inputs_per_s'])} inputs/s)",
+                        f"{fmt(r['drained_after_seconds'], 0)} s",
+                    ],
+                    [
+                        "most workers running",
+                        str(b["most_workers_running"]),
+                        str(r["most_workers"]),
+                    ],
+                    [
+                        "workers started (from the standby)",
+                        f"{b['workers_started']} ({b['workers_from_standby']})",
+                        f"{r['changes']} change(s) of the desired count",
+                    ],
+                    [
+                        "workers ready after (s from the first submission)",
+                        ", ".join(fmt(v) for v in b["workers_ready_after_seconds"]),
+                        f"standby {fmt(r['standby_start_seconds'])}, "
+                        f"cold {fmt(r['cold_start_seconds'])} (from the live run)",
+                    ],
+                    [
+                        "scaled in to zero after",
+                        f"{fmt(b.get('scaled_in_after_seconds'))} s (every worker exited: "
+                        f"{fmt(b['back_at_zero_after_seconds'])} s)",
+                        f"{fmt(r['back_at_zero_after_seconds'], 0)} s",
+                    ],
+                ],
+            ),
+            "",
+            f"The replay feeds the same arrivals, second by second, through `decide` in the "
+            f"tests' simulator (`tests.scaling_scenarios.Simulator`), with the live run's "
+            f"start times and {fmt(r['per_worker_inputs_per_s'])} inputs/s per worker (the "
+            "live run's answers over its worker-seconds of running workers): what the policy "
+            "alone does, beside what the platform did.",
+            "",
+            f"![a burst from zero]({IMG}/scaling_burst.png)",
             "",
         ]
     return out

@@ -98,6 +98,9 @@ def test_edit_manifest_sets_batch_size_and_drops_models():
     )
     assert set(edited["models"]) == {"minilm-embed"}
     assert edited["models"]["minilm-embed"]["max_batch_size"] == 1
+    # a kept model keeps its sub-tables (its own scaling)
+    original_model = tomllib.loads(text)["models"]["minilm-embed"]
+    assert edited["models"]["minilm-embed"]["scaling"] == original_model["scaling"]
     original = tomllib.loads(text)
     assert edited["platform"] == original["platform"]
     assert edited["tenants"] == original["tenants"]

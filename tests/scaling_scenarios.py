@@ -1,5 +1,7 @@
 """Scaling scenarios that both the pure policy (``tests/unit/test_scaling.py``) and
-the synthesized cloud alarms (``tests/infra/test_scaling.py``) are checked on.
+the synthesized cloud alarms (``tests/infra/test_scaling.py``) are checked on, and
+the simulator that replays traces through the policy (the unit tests' bursty traces,
+and the scaling benchmark's live burst, ``bench/scaling.py``).
 
 Each scenario builds its signals from a policy (a backlog is a multiple of that
 policy's ``backlog_per_task``, an age a multiple of its target), so the same table
@@ -10,11 +12,21 @@ Scaling's, checked as settings, not replayed.
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
-from switchyard.scaling import Action, LaneSignals, ScalingPolicy, ScalingSignals
+from switchyard.scaling import (
+    Action,
+    Decision,
+    LaneSignals,
+    ScalingPolicy,
+    ScalingSignals,
+    decide,
+)
 
 
 @dataclass(frozen=True)
@@ -174,3 +186,101 @@ SCENARIOS = [
         lambda p: (p.min_tasks, "scale_in"),
     ),
 ]
+
+
+@dataclass
+class Simulator:
+    """A model's queue and workers, ticked: the decision is fed back as workers
+    started (capacity after ``start_ticks``; with ``standby_ticks``, the first worker
+    of a wake from zero after that many, as the local platform's standby) or stopped,
+    and each running worker takes ``per_worker`` messages a tick, which stay in
+    flight for that tick. ``timeline`` has every tick's figures."""
+
+    policy: ScalingPolicy
+    tick_seconds: float = 5.0
+    start_ticks: int = 4
+    per_worker: float = 50
+    standby_ticks: int | None = None
+    queue: deque[float] = field(default_factory=deque)  # arrival times
+    in_flight: int = 0
+    running: int = 0
+    starting: list[float] = field(default_factory=list)  # when each becomes running
+    last_work: float = -math.inf
+    last_ready: float = -math.inf
+    last_up: float = -math.inf
+    last_down: float = -math.inf
+    desired: list[int] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+    visible_seen: list[int] = field(default_factory=list)
+    timeline: list[dict[str, Any]] = field(default_factory=list)
+    started: int = 0
+
+    def run(self, arrivals: list[int]) -> Simulator:
+        for tick, count in enumerate(arrivals):
+            now = tick * self.tick_seconds
+            self.queue.extend([now] * count)
+            ready = [t for t in self.starting if t <= now]
+            if ready:
+                self.running += len(ready)
+                self.starting = [t for t in self.starting if t > now]
+                self.last_ready = now
+            if self.queue or self.in_flight:
+                self.last_work = now
+            oldest = now - self.queue[0] if self.queue else 0.0
+            lane = LaneSignals(len(self.queue), self.in_flight, oldest)
+            decision = decide(
+                self.policy,
+                ScalingSignals(
+                    lanes={"realtime": lane, "batch": LaneSignals()},
+                    running=self.running,
+                    starting=len(self.starting),
+                    idle_seconds=now - self.last_work,
+                    since_scale_out_seconds=now - self.last_up,
+                    since_scale_in_seconds=now - self.last_down,
+                    since_ready_seconds=now - self.last_ready,
+                ),
+            )
+            self.visible_seen.append(len(self.queue))
+            self._apply(decision, now)
+            self.timeline.append(
+                {
+                    "t": now,
+                    "visible": len(self.queue),
+                    "in_flight": self.in_flight,
+                    "oldest_age_seconds": oldest,
+                    "running": self.running,
+                    "starting": len(self.starting),
+                    "desired": decision.desired,
+                }
+            )
+            self.in_flight = min(len(self.queue), int(self.running * self.per_worker))
+            for _ in range(self.in_flight):
+                self.queue.popleft()
+        return self
+
+    def _apply(self, decision: Decision, now: float) -> None:
+        workers = self.running + len(self.starting)
+        if decision.desired > workers:
+            new = decision.desired - workers
+            at = [now + self.start_ticks * self.tick_seconds] * new
+            if workers == 0 and self.standby_ticks is not None:
+                at[0] = now + self.standby_ticks * self.tick_seconds
+            self.starting += at
+            self.started += new
+            self.last_up = now
+        elif decision.desired < workers:
+            stop = workers - decision.desired
+            unstarted = min(stop, len(self.starting))
+            self.starting = self.starting[unstarted:]
+            self.running -= stop - unstarted
+            self.last_down = now
+        self.desired.append(decision.desired)
+        self.decisions.append(decision)
+
+    @property
+    def changes(self) -> int:
+        return sum(1 for a, b in itertools.pairwise([0, *self.desired]) if a != b)
+
+    @property
+    def scale_ins(self) -> int:
+        return sum(1 for a, b in itertools.pairwise([0, *self.desired]) if b < a)

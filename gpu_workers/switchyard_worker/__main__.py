@@ -1,22 +1,41 @@
-"""Worker entry point (the ECS task's command, and the local supervisor's process)."""
+"""Worker entry point (the ECS task's command, and the local supervisor's process).
+
+``python -m switchyard_worker --standby`` is a worker held in reserve by a host that
+starts workers on demand (the local supervisor): it imports every runtime's
+libraries, then waits for one line on stdin, ``{"env": {...}, "log": path}``, and
+becomes that worker (its environment, its log), skipping the interpreter's start
+and the imports that dominate a cold start. End of input, unasked, exits quietly.
+An ECS task starts a fresh container instead and never runs it.
+"""
 
 from __future__ import annotations
 
 import faulthandler
+import json
 import os
 import signal
 import socket
+import sys
+import time
 from pathlib import Path
 
 from switchyard.artifacts import fetch_artifact
 from switchyard.registry import ModelVersion
 from switchyard.settings import SettingsError, WorkerSettings, get_settings
 from switchyard.wiring import build_adapters
-from switchyard_worker.runtimes import ModelRuntime, load_runtime
-from switchyard_worker.worker import Worker
+from switchyard_worker.runtimes import ModelRuntime, import_libraries, load_runtime
+from switchyard_worker.worker import Worker, log
 
 
-def main() -> None:
+def main(standby_seconds: float | None = None) -> None:
+    log.info(
+        "worker starting",
+        extra={
+            "at": time.time(),
+            "standby": standby_seconds is not None,
+            "waited_seconds": standby_seconds,
+        },
+    )
     try:
         settings = get_settings(WorkerSettings)
     except SettingsError as exc:
@@ -30,8 +49,22 @@ def main() -> None:
     cache = Path(settings.artifacts_cache)
 
     def runtime_for(record: ModelVersion) -> ModelRuntime:
+        began = time.perf_counter()
         artifact = fetch_artifact(s3, record.artifact_uri, record.sha256, cache)
-        return load_runtime(record, artifact, cache / "unpacked")
+        fetched = time.perf_counter()
+        imported = import_libraries([record.runtime])
+        runtime = load_runtime(record, artifact, cache / "unpacked")
+        log.info(
+            "model loaded",
+            extra={
+                "model": record.model,
+                "version": record.version,
+                "artifact_seconds": round(fetched - began, 3),
+                "import_seconds": round(imported, 3),
+                "load_seconds": round(time.perf_counter() - fetched - imported, 3),
+            },
+        )
+        return runtime
 
     worker = Worker(
         model=settings.worker_model,
@@ -57,9 +90,28 @@ def main() -> None:
     def ready() -> None:
         if settings.ready_file:
             Path(settings.ready_file).write_text(worker.worker_id)
+        log.info("worker ready", extra={"at": time.time(), "worker": worker.worker_id})
 
     worker.run(ready)
 
 
+def standby() -> None:
+    """Import every runtime's libraries, wait for the order, become that worker."""
+    import_libraries()
+    waiting = time.monotonic()
+    line = sys.stdin.readline()
+    if not line.strip():
+        return  # released without being used
+    order = json.loads(line)
+    os.environ.clear()
+    os.environ.update(order["env"])
+    if order.get("log"):
+        fd = os.open(order["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        for stream in (1, 2):
+            os.dup2(fd, stream)
+        os.close(fd)
+    main(standby_seconds=round(time.monotonic() - waiting, 3))
+
+
 if __name__ == "__main__":
-    main()
+    standby() if "--standby" in sys.argv[1:] else main()

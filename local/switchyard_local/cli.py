@@ -467,6 +467,7 @@ def _up(args: argparse.Namespace) -> int:
             run_dir=Path(args.run_dir),
             models_dir=Path(args.models_dir),
             min_workers=args.min_workers,
+            standby_workers=args.standby_workers,
             idle_seconds=args.idle_seconds,
         )
     except WarmFloorTooHigh as exc:
@@ -559,6 +560,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("SWITCHYARD_MIN_WORKERS", "0"),
         help="keep at least this many workers per model loaded, and start with them "
         "(default: the stage's minimum, 0 in dev: workers start with the first request)",
+    )
+    up.add_argument(
+        "--standby-workers",
+        type=_count("SWITCHYARD_STANDBY_WORKERS"),
+        default=os.environ.get("SWITCHYARD_STANDBY_WORKERS", "1"),
+        help="interpreters kept with the worker's imports done, for the next worker "
+        "to start from (default 1, about 0.5 GiB; 0: every worker starts cold)",
     )
     up.add_argument(
         "--idle-seconds",

@@ -18,6 +18,15 @@ minimum is zero, so no worker starts until a request arrives; ``min_workers``
 (``switchyard up --min-workers N``, or ``SWITCHYARD_MIN_WORKERS``) raises it locally
 for runs that want warm workers. ``idle_seconds`` (``SWITCHYARD_IDLE_SECONDS``)
 shortens the idle time before a scale-in.
+
+Standby: the pool keeps ``standby_workers`` (default 1, ``--standby-workers``,
+``SWITCHYARD_STANDBY_WORKERS``) interpreters that have imported the worker and every
+runtime's libraries (``python -m switchyard_worker --standby``) and serve no model
+yet. A worker the autoscaler starts takes one over, if one is waiting, and is given
+its model's settings and log; a new standby is started once no worker is loading.
+Most of a cold start is the interpreter and those imports, so a model at zero
+answers its first request in about a third of the time. The price is the standby's
+memory while nothing runs (about 0.5 GiB). ECS starts a fresh task instead.
 """
 
 from __future__ import annotations
@@ -61,6 +70,10 @@ LOCAL_REGION = "us-east-1"
 # ECS's longest stopTimeout: a worker asked to stop that has not exited by then is
 # killed (its messages come back to the queue when their visibility runs out).
 DRAIN_TIMEOUT_SECONDS = 120.0
+# On one machine a model's threads share the cores with the emulator and the router:
+# threads that sleep at a barrier, rather than spin, leave them the CPU (an ECS task
+# has its cores to itself and keeps the default).
+WORKER_SHARING = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
 @dataclass
@@ -72,6 +85,8 @@ class Child:
     process: subprocess.Popen[bytes] | None = None
     log: IO[bytes] | None = None
     restarts: int = 0
+    # A pipe on the child's stdin (a standby worker waits there for its order).
+    piped_stdin: bool = False
 
     def start(self) -> None:
         self.log = open(self.log_path, "ab")  # noqa: SIM115 - held for the child's life
@@ -82,11 +97,30 @@ class Child:
         self.process = subprocess.Popen(
             self.argv,
             env=self.env,
+            stdin=subprocess.PIPE if self.piped_stdin else subprocess.DEVNULL,
             stdout=self.log,
             stderr=subprocess.STDOUT,
             process_group=0,
             preexec_fn=_terminate_with_parent,
         )
+
+    def take_over(self, standby: Child) -> bool:
+        """Become this child in ``standby``'s process (``switchyard_worker --standby``):
+        send it this child's environment and log. False if the standby is gone."""
+        process = standby.process
+        if process is None or process.poll() is not None or process.stdin is None:
+            return False
+        order = json.dumps({"env": self.env, "log": str(self.log_path)}) + "\n"
+        try:
+            process.stdin.write(order.encode())
+            process.stdin.close()
+        except (BrokenPipeError, ValueError):
+            return False
+        if standby.log:
+            standby.log.close()
+        self.log = open(self.log_path, "ab")  # noqa: SIM115 - held for the child's life
+        self.process = process
+        return True
 
     def restart(self) -> None:
         """A fresh process in place of one that exited (its log is appended to)."""
@@ -141,8 +175,14 @@ class WorkerPool:
         announce: Callable[[str], None] = print,
         note: Callable[..., None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        make_standby: Callable[[int], Child] | None = None,
+        standby_workers: int = 0,
     ) -> None:
         self._make_worker = make_worker
+        self._make_standby = make_standby
+        self._standby_target = standby_workers if make_standby else 0
+        self._standbys: list[Child] = []
+        self._standbys_made = 0
         self._run_dir = run_dir
         self._announce = announce
         self._note = note or (lambda *_, **__: None)
@@ -195,9 +235,36 @@ class WorkerPool:
         self._next[model] = index + 1
         child = self._make_worker(model, f"worker-{model}-{index}")
         self.ready_file(child).unlink(missing_ok=True)
-        child.start()
+        while self._standbys:
+            standby = self._standbys.pop(0)
+            if child.take_over(standby):
+                break
+            standby.stop(timeout=5)
+        else:
+            child.start()
         self._by_model.setdefault(model, []).append(child)
         return child.name
+
+    @property
+    def standbys(self) -> int:
+        """Standby workers waiting now."""
+        with self._lock:
+            return sum(1 for s in self._standbys if s.alive())
+
+    def _top_up_standbys(self) -> None:
+        """Start standbys up to the target, once no worker is loading its models (a
+        standby's imports would take the cores from it)."""
+        for gone in [s for s in self._standbys if not s.alive()]:
+            gone.stop(timeout=0)  # closes its log
+            self._standbys.remove(gone)
+        if len(self._standbys) >= self._standby_target or self._make_standby is None:
+            return
+        if any(self._counts(model).starting for model in self._by_model):
+            return
+        standby = self._make_standby(self._standbys_made)
+        self._standbys_made += 1
+        standby.start()
+        self._standbys.append(standby)
 
     def stop(self, model: str, count: int) -> list[str]:
         """SIGTERM ``count`` workers: those still starting first (they hold no
@@ -223,6 +290,7 @@ class WorkerPool:
             self._reap()
 
     def _reap(self) -> None:
+        self._top_up_standbys()
         for model, children in self._by_model.items():
             for child in list(children):
                 asked = self._draining.get(child.name)
@@ -249,7 +317,12 @@ class WorkerPool:
                     child.restart()
 
     def stop_all(self, timeout: float) -> None:
-        """SIGTERM every worker at once, then wait for each (they drain in parallel)."""
+        """SIGTERM every worker at once, then wait for each (they drain in parallel);
+        standbys have nothing to drain."""
+        with self._lock:
+            standbys, self._standbys, self._standby_target = self._standbys, [], 0
+        for standby in standbys:
+            standby.stop(timeout=5)
         for child in self.workers:
             if child.process and child.process.poll() is None:
                 child.process.send_signal(signal.SIGTERM)
@@ -266,6 +339,8 @@ class LocalPlatform:
     models_dir: Path = Path("build/models")
     # Local floor of warm workers per model, over the stage's min_tasks (0 in dev).
     min_workers: int = 0
+    # Interpreters kept with the worker's imports done, for the next worker to start.
+    standby_workers: int = 1
     # Idle time before a scale-in, in place of the stage's (SWITCHYARD_IDLE_SECONDS).
     idle_seconds: float | None = None
     # Run deployed code exactly at /opt/python, /var/task and /app (a mount namespace
@@ -306,7 +381,13 @@ class LocalPlatform:
         (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
         for stale in self.run_dir.glob("*.ready"):
             stale.unlink()
-        self.pool = WorkerPool(self.worker_child, self.run_dir, announce=_say)
+        self.pool = WorkerPool(
+            self.worker_child,
+            self.run_dir,
+            announce=_say,
+            make_standby=self.standby_child,
+            standby_workers=self.standby_workers,
+        )
 
     @property
     def workers(self) -> list[Child]:
@@ -382,6 +463,7 @@ class LocalPlatform:
             "startup_seconds": round(time.monotonic() - started, 2),
             "scaling": {
                 "min_workers": self.min_workers,
+                "standby_workers": self.standby_workers,
                 "idle_seconds": self.idle_seconds,
                 "tick_seconds": TICK_SECONDS,
                 "state_file": str(self.run_dir / "scaling.json"),
@@ -493,15 +575,22 @@ class LocalPlatform:
                 "ready_file": str(self.run_dir / f"{name}.ready"),
             },
         )
-        # On one machine the model's threads share the cores with the emulator and
-        # the router: threads that sleep at a barrier, rather than spin, leave them
-        # the CPU (an ECS task has its cores to itself and keeps the default).
-        sharing = {"OMP_WAIT_POLICY": "PASSIVE"}
         return Child(
             name,
             command.argv,
-            {**self._base_env(), **sharing, **command.env, **settings},
+            {**self._base_env(), **WORKER_SHARING, **command.env, **settings},
             self.run_dir / "logs" / f"{name}.log",
+        )
+
+    def standby_child(self, index: int) -> Child:
+        """A standby worker: the image's worker, imported, waiting for a model."""
+        command = self.launcher.worker()
+        return Child(
+            f"worker-standby-{index}",
+            [*command.argv, "--standby"],
+            {**self._base_env(), **WORKER_SHARING, **command.env},
+            self.run_dir / "logs" / "worker-standby.log",
+            piped_stdin=True,
         )
 
     def _launch(self, child: Child) -> None:

@@ -142,6 +142,9 @@ def test_from_zero_to_a_burst_and_back_every_request_answered_once(scaling_platf
         for e in platform.worker_log_events()
         if e.get("message") == "result stored" and e.get("request_id") == first
     )
+    # AND the worker that answered took over the platform's standby (imports done)
+    starting = [e for e in platform.worker_log_events() if e.get("message") == "worker starting"]
+    assert [e["standby"] for e in starting] == [True], starting
     print(
         f"\nfirst request at zero: HTTP {response.status_code}; decided after "
         f"{wake['at'] - sent_at:.2f} s, result stored after {_logged_at(stored) - sent_at:.2f} s"

@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from switchyard import artifacts
 from switchyard.artifacts import ArtifactMismatch, fetch_artifact, sha256_file, split_s3_uri
 from switchyard.registry import DynamoDBRegistry, VersionExists
 from switchyard_local.provision import register_demo_models
@@ -48,3 +51,26 @@ def test_artifacts_are_checked_against_the_registry_before_use(
     with pytest.raises(ArtifactMismatch, match="refusing to load"):
         fetch_artifact(s3, record.artifact_uri, record.sha256, tmp_path / "fresh-cache")
     assert not any((tmp_path / "fresh-cache").rglob("model.pt"))  # nothing left behind
+
+
+def test_a_cached_artifact_is_rehashed_only_when_it_changed(
+    manifest, provisioned, clients, models_dir, tmp_path, monkeypatch
+):
+    register_demo_models(provisioned, models_dir)
+    registry = DynamoDBRegistry(clients("dynamodb"), manifest.names("dev").registry_table)
+    record = registry.get("digits-cnn", "v1")
+    s3 = clients("s3")
+    cache = tmp_path / "cache"
+    first = fetch_artifact(s3, record.artifact_uri, record.sha256, cache)
+
+    # GIVEN a verified copy in the cache, WHEN it is fetched again, THEN it is not re-read
+    hashed: list[Path] = []
+    real_hash = artifacts.sha256_file
+    monkeypatch.setattr(artifacts, "sha256_file", lambda p: hashed.append(p) or real_hash(p))
+    assert fetch_artifact(s3, record.artifact_uri, record.sha256, cache) == first
+    assert hashed == []
+
+    # WHEN the cached bytes change, THEN they are hashed, refused and downloaded again
+    first.write_bytes(b"changed on disk")
+    again = fetch_artifact(s3, record.artifact_uri, record.sha256, cache)
+    assert hashed and real_hash(again) == record.sha256

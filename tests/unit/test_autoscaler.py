@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -485,3 +486,119 @@ def test_a_round_that_fails_is_logged_and_the_next_one_runs(rig: Rig, monkeypatc
     [failed] = rig.records("scaling round failed")
     assert "no more processes" in failed["error"]
     assert rig.workers.started == 1
+
+
+# --- Standby workers: real processes that follow the standby's protocol -----------
+
+# Like ``python -m switchyard_worker --standby``: wait for one line on stdin, take its
+# environment and log, and serve (here: write the ready file, then wait for SIGTERM).
+STANDBY_SCRIPT = """
+import json, os, signal, sys, time
+line = sys.stdin.readline()
+if not line.strip():
+    sys.exit(0)
+order = json.loads(line)
+with open(order["log"], "a") as log:
+    log.write("serving " + order["env"]["NAME"] + " as standby\\n")
+open(order["env"]["READY"], "w").close()
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+while True:
+    time.sleep(0.05)
+"""
+COLD_SCRIPT = """
+import os, signal, sys, time
+with open(os.environ["LOG"], "a") as log:
+    log.write("serving " + os.environ["NAME"] + " cold\\n")
+open(os.environ["READY"], "w").close()
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+while True:
+    time.sleep(0.05)
+"""
+
+
+@pytest.fixture
+def standby_pool(tmp_path: Path):
+    from switchyard_local.supervisor import Child
+
+    def make_worker(model: str, name: str) -> Child:
+        log = tmp_path / f"{name}.log"
+        env = {"NAME": name, "READY": str(tmp_path / f"{name}.ready"), "LOG": str(log)}
+        return Child(name, [sys.executable, "-c", COLD_SCRIPT], env, log)
+
+    def make_standby(index: int) -> Child:
+        argv = [sys.executable, "-c", STANDBY_SCRIPT]
+        return Child(f"standby-{index}", argv, {}, tmp_path / "standby.log", piped_stdin=True)
+
+    workers = WorkerPool(
+        make_worker,
+        tmp_path,
+        announce=lambda _: None,
+        make_standby=make_standby,
+        standby_workers=1,
+    )
+    yield workers
+    workers.stop_all(timeout=10)
+
+
+def _until(check, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "not within the time"
+        time.sleep(0.05)
+
+
+def test_a_started_worker_takes_over_the_waiting_standby(standby_pool, tmp_path: Path) -> None:
+    workers = standby_pool
+    # GIVEN a pool whose standby is waiting
+    workers.reap()
+    assert workers.standbys == 1
+    # WHEN two workers are started
+    workers.start(MODEL, 2)
+    # THEN the first became the standby's process, with its own log and settings; the
+    # second started cold, as there was one standby
+    _until(lambda: workers.counts(MODEL).running == 2)
+    assert (
+        tmp_path / f"worker-{MODEL}-0.log"
+    ).read_text() == f"serving worker-{MODEL}-0 as standby\n"
+    assert (tmp_path / f"worker-{MODEL}-1.log").read_text() == f"serving worker-{MODEL}-1 cold\n"
+    # AND a new standby is started only once no worker is loading
+    assert workers.standbys == 0
+    workers.reap()
+    assert workers.standbys == 1
+
+
+def test_no_new_standby_while_a_worker_loads(standby_pool, tmp_path: Path) -> None:
+    workers = standby_pool
+    workers.reap()
+    # GIVEN a worker that has not yet written its ready file
+    [name] = workers.start(MODEL, 1)
+    ready = tmp_path / f"{name}.ready"
+    _until(ready.exists)
+    ready.unlink()  # as if it were still loading
+    # WHEN the pool is reaped THEN no standby takes the cores from its loading
+    workers.reap()
+    assert workers.standbys == 0
+
+
+def test_a_dead_standby_is_passed_over_and_replaced(standby_pool, tmp_path: Path) -> None:
+    workers = standby_pool
+    workers.reap()
+    [standby] = workers._standbys
+    standby.process.kill()
+    standby.process.wait()
+    # WHEN a worker starts THEN it starts cold rather than into the dead standby
+    [name] = workers.start(MODEL, 1)
+    _until(lambda: workers.counts(MODEL).running == 1)
+    assert (tmp_path / f"{name}.log").read_text() == f"serving {name} cold\n"
+    # AND once it is loaded a fresh standby waits
+    workers.reap()
+    assert workers.standbys == 1 and workers._standbys[0] is not standby
+
+
+def test_stopping_the_pool_stops_its_standbys(standby_pool) -> None:
+    workers = standby_pool
+    workers.reap()
+    [standby] = workers._standbys
+    workers.stop_all(timeout=10)
+    assert standby.process.poll() is not None
+    assert workers.standbys == 0

@@ -7,8 +7,7 @@ from __future__ import annotations
 import itertools
 import math
 import tomllib
-from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import pytest
 
@@ -16,13 +15,12 @@ from stacks.assets import MANIFEST_FILE
 from switchyard.manifest import Manifest
 from switchyard.scaling import (
     Action,
-    Decision,
     LaneSignals,
     ScalingPolicy,
     ScalingSignals,
     decide,
 )
-from tests.scaling_scenarios import SCENARIOS, Scenario, fits, signals
+from tests.scaling_scenarios import SCENARIOS, Scenario, Simulator, fits, signals
 
 DEV = ScalingPolicy(
     min_tasks=0,
@@ -279,88 +277,6 @@ def test_policy_refuses_impossible_bounds() -> None:
 # --- Replays ----------------------------------------------------------------------
 
 
-@dataclass
-class Simulator:
-    """A model's queue and workers, ticked: the decision is fed back as workers
-    started (capacity after ``start_ticks``) or stopped, and each running worker
-    takes ``per_worker`` messages a tick, which stay in flight for that tick."""
-
-    policy: ScalingPolicy
-    tick_seconds: float = 5.0
-    start_ticks: int = 4
-    per_worker: int = 50
-    queue: deque[float] = field(default_factory=deque)  # arrival times
-    in_flight: int = 0
-    running: int = 0
-    starting: list[float] = field(default_factory=list)  # when each becomes running
-    last_work: float = -math.inf
-    last_ready: float = -math.inf
-    last_up: float = -math.inf
-    last_down: float = -math.inf
-    desired: list[int] = field(default_factory=list)
-    decisions: list[Decision] = field(default_factory=list)
-    visible_seen: list[int] = field(default_factory=list)
-    started: int = 0
-
-    def run(self, arrivals: list[int]) -> Simulator:
-        for tick, count in enumerate(arrivals):
-            now = tick * self.tick_seconds
-            self.queue.extend([now] * count)
-            ready = [t for t in self.starting if t <= now]
-            if ready:
-                self.running += len(ready)
-                self.starting = [t for t in self.starting if t > now]
-                self.last_ready = now
-            if self.queue or self.in_flight:
-                self.last_work = now
-            lane = LaneSignals(
-                len(self.queue), self.in_flight, now - self.queue[0] if self.queue else 0.0
-            )
-            decision = decide(
-                self.policy,
-                ScalingSignals(
-                    lanes={"realtime": lane, "batch": LaneSignals()},
-                    running=self.running,
-                    starting=len(self.starting),
-                    idle_seconds=now - self.last_work,
-                    since_scale_out_seconds=now - self.last_up,
-                    since_scale_in_seconds=now - self.last_down,
-                    since_ready_seconds=now - self.last_ready,
-                ),
-            )
-            self.visible_seen.append(len(self.queue))
-            self._apply(decision, now)
-            self.in_flight = min(len(self.queue), self.running * self.per_worker)
-            for _ in range(self.in_flight):
-                self.queue.popleft()
-        return self
-
-    def _apply(self, decision: Decision, now: float) -> None:
-        workers = self.running + len(self.starting)
-        if decision.desired > workers:
-            self.starting += [now + self.start_ticks * self.tick_seconds] * (
-                decision.desired - workers
-            )
-            self.started += decision.desired - workers
-            self.last_up = now
-        elif decision.desired < workers:
-            stop = workers - decision.desired
-            unstarted = min(stop, len(self.starting))
-            self.starting = self.starting[unstarted:]
-            self.running -= stop - unstarted
-            self.last_down = now
-        self.desired.append(decision.desired)
-        self.decisions.append(decision)
-
-    @property
-    def changes(self) -> int:
-        return sum(1 for a, b in itertools.pairwise([0, *self.desired]) if a != b)
-
-    @property
-    def scale_ins(self) -> int:
-        return sum(1 for a, b in itertools.pairwise([0, *self.desired]) if b < a)
-
-
 TICKS_PER_MINUTE = 12  # 5-second ticks
 
 
@@ -431,3 +347,13 @@ def test_a_slow_start_is_waited_for_not_answered_with_more_starts() -> None:
     assert sim.decisions[0].action == "wake" and sim.desired[0] == 3
     assert sim.started == 3
     assert sim.changes == 1
+
+
+def test_the_replay_gives_a_wake_the_standby_first_and_records_every_tick() -> None:
+    # GIVEN a burst at zero, with workers starting in 4 ticks and a standby in 1
+    sim = Simulator(DEV, start_ticks=4, standby_ticks=1).run([250] + [0] * 10)
+    # THEN one worker is running after a tick and the others after four
+    running = [point["running"] for point in sim.timeline]
+    assert running[:6] == [0, 1, 1, 1, 3, 3]
+    assert [p["t"] for p in sim.timeline] == [i * sim.tick_seconds for i in range(11)]
+    assert sim.timeline[0]["visible"] == 250 and sim.timeline[0]["desired"] == 3

@@ -42,12 +42,32 @@ def publish_artifact(s3: Any, bucket: str, model: str, version: str, path: Path)
     return f"s3://{bucket}/{key}", digest
 
 
+def _stamp(path: Path) -> str:
+    """What identifies a cached file's bytes without reading them: its size, change
+    time and inode (any rewrite or replacement changes one)."""
+    st = path.stat()
+    return f"{st.st_size} {st.st_mtime_ns} {st.st_ctime_ns} {st.st_ino}"
+
+
 def fetch_artifact(s3: Any, uri: str, sha256: str, cache_dir: Path) -> Path:
-    """The verified local copy of an artifact, downloading it if not cached."""
+    """The verified local copy of an artifact, downloading it if not cached.
+
+    A cached copy is hashed again unless its ``.verified`` stamp (written once its
+    digest matched) still describes the file exactly: a worker that starts on a
+    warm cache skips re-reading hundreds of megabytes, and a copy changed since is
+    hashed, and refused or replaced, as before."""
     bucket, key = split_s3_uri(uri)
     target = cache_dir / sha256 / Path(key).name
-    if target.exists() and sha256_file(target) == sha256:
-        return target
+    verified = target.with_name(target.name + ".verified")
+    if target.exists():
+        try:
+            if verified.read_text() == f"{sha256} {_stamp(target)}":
+                return target
+        except OSError:
+            pass
+        if sha256_file(target) == sha256:
+            verified.write_text(f"{sha256} {_stamp(target)}")
+            return target
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=".download-")
     os.close(fd)
@@ -59,6 +79,7 @@ def fetch_artifact(s3: Any, uri: str, sha256: str, cache_dir: Path) -> Path:
                 f"{uri}: sha256 is {actual}, the registry recorded {sha256}; refusing to load it"
             )
         os.replace(tmp_name, target)
+        verified.write_text(f"{sha256} {_stamp(target)}")
     finally:
         if os.path.exists(tmp_name):
             os.unlink(tmp_name)
