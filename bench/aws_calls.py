@@ -388,7 +388,8 @@ def _poll_once(h: Harness, request_id: str) -> None:
 
 
 def scenario_batch(h: Harness, texts: list[str], lines: int) -> dict[str, Any]:
-    from switchyard_batch.splitter import handle_event
+    from switchyard.jobs import chunk_request_id
+    from switchyard_batch.splitter import handle_message, splitter_of
 
     bucket = h.emu.provisioned.names.batch_drop_bucket
     key = f"{h.tenant}/{TEXT_MODEL}/bench-{int(time.time())}.jsonl"
@@ -396,18 +397,18 @@ def scenario_batch(h: Harness, texts: list[str], lines: int) -> dict[str, Any]:
     h.emu.client("s3").put_object(Bucket=bucket, Key=key, Body=body)  # the tenant's upload
     h.log.take()
     event = {"Records": [{"s3": {"bucket": {"name": bucket}, "object": {"key": key}}}]}
-    jobs: list[dict[str, Any]] = []
+    jobs: list[Any] = []
     started = time.perf_counter()
     splitter = threading.Thread(
-        target=lambda: jobs.extend(
-            handle_event(event, h.splitter, h.emu.provisioned.names.jobs_table)
-        ),
+        target=lambda: jobs.extend(handle_message(event, splitter_of(h.splitter), lambda: 900_000)),
         name="bench-splitter",
     )
     splitter.start()
     splitter.join(120)
     split_ms = (time.perf_counter() - started) * 1000
-    request_ids = jobs[0]["request_ids"] if jobs else []
+    request_ids = (
+        [chunk_request_id(jobs[0].job_id, i) for i in range(jobs[0].chunks or 0)] if jobs else []
+    )
     h.wait_done(request_ids, h.tenant, limit_s=300)
     out = summarise(h.log.take(), lines, len(request_ids))
     out["splitter_ms"] = round(split_ms, 1)

@@ -36,43 +36,6 @@ class BatchIngest(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         names = deployment.names
-        self.splitter = PlatformFunction(
-            self,
-            "Splitter",
-            deployment=deployment,
-            code=code.splitter,
-            description="Switchyard batch splitter: dropped file -> job -> batch queue",
-            environment=settings_environment(
-                self,
-                SplitterSettings,
-                deployment=deployment,
-                storage=storage,
-                queues={model: q.urls() for model, q in queues.items()},
-                service="batch-splitter",
-                jobs_table=storage.jobs_table.table_name,
-            ),
-            layers=[code.core_layer],
-            timeout=Duration.seconds(deployment.manifest.platform.splitter_timeout_seconds),
-            memory_size=SPLITTER_MEMORY_MB,
-        )
-        role = self.splitter.role
-        grant_items(storage.jobs_table, role)
-        grant_registry_read(storage.registry_table, role)
-        for model_queues in queues.values():
-            model_queues.batch.grant_send_messages(role)
-        grant_objects(
-            names.batch_drop_bucket,
-            role,
-            ["s3:GetObject"],
-            "The splitter reads whichever file a data team dropped; its key is theirs.",
-        )
-        grant_objects(
-            names.payloads_bucket,
-            role,
-            ["s3:PutObject"],
-            "The splitter writes claim-checked item payloads under per-job keys.",
-        )
-
         # Drops reach the splitter through a queue (S3 -> SQS -> the function's event
         # source mapping): a burst of files waits in the queue, a file whose split
         # fails is retried alone (partial batch responses), and one that keeps
@@ -87,6 +50,46 @@ class BatchIngest(Construct):
             dlq_reason="This is the dead-letter queue of the batch-drop queue: a dropped file "
             "whose split keeps failing stops here for an operator.",
         )
+        self.splitter = PlatformFunction(
+            self,
+            "Splitter",
+            deployment=deployment,
+            code=code.splitter,
+            description="Switchyard batch splitter: dropped file -> job -> batch queue",
+            environment=settings_environment(
+                self,
+                SplitterSettings,
+                deployment=deployment,
+                storage=storage,
+                queues={model: q.urls() for model, q in queues.items()},
+                service="batch-splitter",
+                jobs_table=storage.jobs_table.table_name,
+                drop_queue_url=self.drop_queue.queue_url,
+            ),
+            layers=[code.core_layer],
+            timeout=Duration.seconds(deployment.manifest.platform.splitter_timeout_seconds),
+            memory_size=SPLITTER_MEMORY_MB,
+        )
+        role = self.splitter.role
+        grant_items(storage.jobs_table, role)
+        grant_registry_read(storage.registry_table, role)
+        for model_queues in queues.values():
+            model_queues.batch.grant_send_messages(role)
+        # A split longer than one invocation continues through its own queue.
+        self.drop_queue.grant_send_messages(role)
+        grant_objects(
+            names.batch_drop_bucket,
+            role,
+            ["s3:GetObject"],
+            "The splitter reads whichever file a data team dropped; its key is theirs.",
+        )
+        grant_objects(
+            names.payloads_bucket,
+            role,
+            ["s3:PutObject"],
+            "The splitter writes claim-checked item payloads under per-job keys.",
+        )
+
         # The drop bucket lives in the data stack; importing it here keeps the
         # notification beside the queue it feeds, with no cycle.
         drop = s3.Bucket.from_bucket_attributes(

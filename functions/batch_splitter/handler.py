@@ -17,4 +17,4 @@ ADAPTERS = build_adapters(SETTINGS)
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """Returns ``batchItemFailures``: the messages SQS should deliver again."""
-    return handle_sqs_event(event, context, ADAPTERS, SETTINGS.jobs_table)
+    return handle_sqs_event(event, context, ADAPTERS)

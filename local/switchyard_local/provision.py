@@ -71,7 +71,11 @@ class Provisioned:
         }
 
     def splitter_values(self) -> dict[str, Any]:
-        return {**self.settings_values(), "jobs_table": self.names.jobs_table}
+        return {
+            **self.settings_values(),
+            "jobs_table": self.names.jobs_table,
+            "drop_queue_url": self.drop_queue,
+        }
 
     def worker_values(self, model: str) -> dict[str, Any]:
         return {

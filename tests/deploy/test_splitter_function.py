@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from switchyard.jobs import JobStore, chunk_request_id
 from switchyard_local.deployed import LambdaProcess, Launcher
 from tests.deploy.lambda_events import s3_event, sqs_event
 
@@ -42,16 +43,13 @@ def test_a_dropped_file_becomes_a_job_whose_lines_the_workers_answer(
 
     # THEN only the missing object's message is handed back to SQS, to try again
     assert response == {"batchItemFailures": [{"itemIdentifier": "message-1"}]}
-    # and one job holds the valid lines, in chunks of the model's request size
-    items = adapters.client("dynamodb").query(
-        TableName=names.jobs_table,
-        KeyConditionExpression="tenant = :t",
-        ExpressionAttributeValues={":t": {"S": "acme"}},
-    )["Items"]
-    (job,) = [json.loads(i["doc"]["S"]) for i in items if key in i["doc"]["S"]]
-    assert job["inputs"] == 70 and job["rejected"] == 1 and job["chunks"] == 2
-    request_ids = job["request_ids"]
-    assert len(request_ids) == 2
+    # and one job holds the valid lines, in chunks of the model's request size (the
+    # empty line and the blank sentence are refused with their line numbers)
+    (job,) = [j for j in JobStore(adapters.client("dynamodb"), names.jobs_table).list("acme")[0]
+              if j.source.endswith(key)]  # fmt: skip
+    assert job.split_done and (job.inputs, job.rejected, job.chunks) == (70, 2, 2)
+    assert [e.line for e in job.errors] == [71, 72]
+    request_ids = [chunk_request_id(job.job_id, i) for i in range(job.chunks)]
 
     # and the workers answer every chunk on the batch lane
     def answered() -> list:

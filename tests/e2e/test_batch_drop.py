@@ -8,14 +8,12 @@ from __future__ import annotations
 import json
 import time
 
+from switchyard.jobs import Job, JobStore, chunk_request_id
 
-def jobs_of(platform, tenant: str) -> list[dict]:
-    items = platform.client("dynamodb").query(
-        TableName=platform.info["names"]["jobs_table"],
-        KeyConditionExpression="tenant = :t",
-        ExpressionAttributeValues={":t": {"S": tenant}},
-    )["Items"]
-    return [json.loads(item["doc"]["S"]) for item in items]
+
+def jobs_of(platform, tenant: str) -> list[Job]:
+    store = JobStore(platform.client("dynamodb"), platform.info["names"]["jobs_table"])
+    return [job for job in store.list(tenant, limit=1000)[0] if job.split_done]
 
 
 def wait_for(check, timeout_s: float = 120):
@@ -38,14 +36,13 @@ def test_a_dropped_file_is_split_and_every_line_answered(platform, http):
     (job,) = wait_for(lambda: jobs_of(platform, "globex"))
 
     # THEN one job holds its lines, in requests the workers answer on the batch lane
-    assert job["source"] == f"s3://{bucket}/globex/minilm-embed/nightly.jsonl"
-    assert job["inputs"] == 100 and job["chunks"] == 2
+    assert job.source == f"s3://{bucket}/globex/minilm-embed/nightly.jsonl"
+    assert job.inputs == 100 and job.chunks == 2
     auth = {"x-api-key": platform.keys["globex"]}
+    request_ids = [chunk_request_id(job.job_id, i) for i in range(job.chunks)]
 
     def answered() -> list:
-        bodies = [
-            http.get(f"/v1/requests/{rid}", headers=auth).json() for rid in job["request_ids"]
-        ]
+        bodies = [http.get(f"/v1/requests/{rid}", headers=auth).json() for rid in request_ids]
         return bodies if all(b.get("status") == "done" for b in bodies) else []
 
     bodies = wait_for(answered)

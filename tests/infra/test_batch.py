@@ -94,3 +94,19 @@ def test_splitter_sends_to_every_batch_queue_and_no_realtime_queue(
         assert batch in sent_to and realtime not in sent_to
     assert "dynamodb:PutItem" in actions_of(granted)
     assert fn["Properties"]["Environment"]["Variables"]["SWITCHYARD_JOBS_TABLE"]
+
+
+def test_a_long_split_continues_through_the_splitters_own_queue(
+    serving_template: Template, manifest: Manifest
+) -> None:
+    # A split that outlasts one invocation sends its continuation to the drop queue,
+    # whose URL the function gets from the settings contract.
+    names = manifest.names("dev")
+    fn = serving_template.find_resources("AWS::Lambda::Function")[_splitter(serving_template)]
+    drop = logical_id(serving_template, "AWS::SQS::Queue", {"QueueName": names.batch_drop_queue})
+    variables = fn["Properties"]["Environment"]["Variables"]
+    assert variables["SWITCHYARD_DROP_QUEUE_URL"] == {"Ref": drop}
+    granted = statements(serving_template, fn["Properties"]["Role"]["Fn::GetAtt"][0])
+    sent_to = json.dumps([s["Resource"] for s in granted if "sqs:SendMessage" in actions_of([s])])
+    assert drop in sent_to
+    assert "dynamodb:UpdateItem" in actions_of(granted)

@@ -1,63 +1,181 @@
-"""A file dropped in the batch bucket becomes validated work on the batch lane."""
+"""A file dropped in the batch bucket becomes a job and validated work on the batch
+lane: read in ranges, continued across invocations, resumed after a crash, and
+made once per file's bytes. Against the emulator over its wire protocol."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
+import pytest
+
+from switchyard.jobs import JobStore, chunk_request_id
 from switchyard.registry import DynamoDBRegistry
 from switchyard.schemas import QueueMessage
 from switchyard.settings import SplitterSettings
 from switchyard.wiring import build_adapters
-from switchyard_batch.splitter import handle_event
+from switchyard_batch.splitter import CONTINUE, handle_message, splitter_of
+
+MODEL = "digits-cnn"  # 256 inputs per request at most
+VECTOR = json.dumps([1] * 64)
 
 
 def event(bucket: str, key: str) -> dict:
     return {"Records": [{"s3": {"bucket": {"name": bucket}, "object": {"key": key}}}]}
 
 
-def test_a_dropped_file_is_validated_split_and_enqueued_once(
-    manifest, provisioned, clients, emulator_url
-):
+def forever() -> int:
+    return 900_000
+
+
+@pytest.fixture
+def rig(manifest, provisioned, clients, emulator_url):
     names = manifest.names("dev")
-    spec = manifest.models["digits-cnn"]
-    DynamoDBRegistry(clients("dynamodb"), names.registry_table).register(
-        spec.version_record("digits-cnn", "v1", "s3://x/y", "0" * 64)
-    )
-    lines = [json.dumps([1] * 64)] * 300 + ["not json", json.dumps([1] * 3), ""]
-    key = "acme/digits-cnn/scores.jsonl"
-    clients("s3").put_object(Bucket=names.batch_drop_bucket, Key=key, Body="\n".join(lines))
+    spec = manifest.models[MODEL]
+    registry = DynamoDBRegistry(clients("dynamodb"), names.registry_table)
+    if registry.get(MODEL, "v1") is None:
+        registry.register(spec.version_record(MODEL, "v1", "s3://x/y", "0" * 64))
     adapters = build_adapters(SplitterSettings(**provisioned.splitter_values()))
-
-    (job,) = handle_event(event(names.batch_drop_bucket, key), adapters, names.jobs_table)
-
-    assert job["inputs"] == 300 and job["chunks"] == 2  # 256 inputs per request at most
-    assert [e["line"] for e in job["errors"]] == [301, 302]
-    assert "line 302" in job["errors"][1]["message"]
-    stored = clients("dynamodb").get_item(
-        TableName=names.jobs_table, Key={"tenant": {"S": "acme"}, "job_id": {"S": job["job_id"]}}
-    )["Item"]
-    assert stored["status"]["S"] == "queued"
     sqs = clients("sqs")
-    batch_url = provisioned.queues["digits-cnn"]["batch"]
-    received = sqs.receive_message(QueueUrl=batch_url, MaxNumberOfMessages=10)["Messages"]
-    messages = [QueueMessage.model_validate_json(m["Body"]) for m in received]
-    assert sorted(m.request_id for m in messages) == job["request_ids"]
+    for url in (provisioned.queues[MODEL]["batch"], provisioned.drop_queue):
+        sqs.purge_queue(QueueUrl=url)
+
+    class Rig:
+        bucket = names.batch_drop_bucket
+        jobs = JobStore(clients("dynamodb"), names.jobs_table)
+        splitter = splitter_of(adapters)
+
+        @staticmethod
+        def drop(key: str, lines: list[str]) -> dict:
+            clients("s3").put_object(Bucket=names.batch_drop_bucket, Key=key, Body="\n".join(lines))
+            return event(names.batch_drop_bucket, key)
+
+        @staticmethod
+        def enqueued() -> list[QueueMessage]:
+            out = []
+            while True:
+                got = sqs.receive_message(
+                    QueueUrl=provisioned.queues[MODEL]["batch"], MaxNumberOfMessages=10
+                ).get("Messages", [])
+                if not got:
+                    return out
+                out += [QueueMessage.model_validate_json(m["Body"]) for m in got]
+
+        @staticmethod
+        def continuations() -> list[dict]:
+            # (the bucket's own notifications of the drops arrive there too)
+            got = sqs.receive_message(QueueUrl=provisioned.drop_queue, MaxNumberOfMessages=10)
+            bodies = [json.loads(m["Body"]) for m in got.get("Messages", [])]
+            return [b for b in bodies if CONTINUE in b]
+
+    return Rig
+
+
+def test_a_dropped_file_is_validated_split_and_enqueued_once(rig):
+    lines = [VECTOR] * 300 + ["not json", json.dumps([1] * 3), "", VECTOR]
+    (job,) = handle_message(rig.drop("acme/digits-cnn/scores.jsonl", lines), rig.splitter, forever)
+
+    assert job.split_done and job.status == "queued"
+    assert (job.inputs, job.rejected, job.chunks, job.split_line) == (301, 3, 2, 304)
+    assert [(e.line, e.code) for e in job.errors] == [
+        (301, "invalid_json"),
+        (302, "invalid_input"),
+        (303, "invalid_input"),
+    ]
+    assert "line 302" in job.errors[1].message
+    assert rig.jobs.get("acme", job.job_id) == job
+    messages = rig.enqueued()
+    assert sorted(m.request_id for m in messages) == [
+        chunk_request_id(job.job_id, i) for i in range(2)
+    ]
+    assert [m.n_inputs for m in sorted(messages, key=lambda m: m.request_id)] == [256, 45]
     assert {m.lane for m in messages} == {"batch"} and {m.tenant for m in messages} == {"acme"}
 
-    # A redelivered S3 event makes the same request ids: one result per chunk.
-    (again,) = handle_event(event(names.batch_drop_bucket, key), adapters, names.jobs_table)
-    assert again["request_ids"] == job["request_ids"]
+
+def test_the_same_bytes_dropped_again_are_the_same_job_and_new_bytes_a_new_one(rig):
+    key = "acme/digits-cnn/daily.jsonl"
+    (job,) = handle_message(rig.drop(key, [VECTOR] * 10), rig.splitter, forever)
+    rig.enqueued()
+    # WHEN the same notification is delivered again, or the same bytes are put again
+    assert handle_message(event(rig.bucket, key), rig.splitter, forever) == []
+    assert handle_message(rig.drop(key, [VECTOR] * 10), rig.splitter, forever) == []
+    # THEN nothing more is enqueued
+    assert rig.enqueued() == []
+    # WHEN other bytes are put at the same key THEN that is a new job
+    (other,) = handle_message(rig.drop(key, [VECTOR] * 11), rig.splitter, forever)
+    assert other.job_id != job.job_id and other.inputs == 11
+    assert [j.job_id for j in rig.jobs.list("acme", limit=100)[0]][:2] == [
+        other.job_id,
+        job.job_id,
+    ]
 
 
-def test_a_file_for_an_unknown_model_is_rejected_without_enqueuing(
-    manifest, provisioned, clients, emulator_url
-):
-    names = manifest.names("dev")
-    clients("s3").put_object(Bucket=names.batch_drop_bucket, Key="acme/nope/x.jsonl", Body=b"[1]")
-    adapters = build_adapters(SplitterSettings(**provisioned.splitter_values()))
-    assert (
-        handle_event(
-            event(names.batch_drop_bucket, "acme/nope/x.jsonl"), adapters, names.jobs_table
-        )
-        == []
-    )
+def test_a_large_file_is_read_in_slices_and_continued_in_the_next_invocation(rig):
+    # GIVEN an invocation that may read two slices of 4 KiB (a vector line is ~200 B)
+    splitter = replace(rig.splitter, slice_bytes=4096, max_slices=2)
+    lines = [VECTOR] * 1000
+    key = "acme/digits-cnn/large.jsonl"
+
+    # WHEN the drop is handled
+    (job,) = handle_message(rig.drop(key, lines), splitter, forever)
+
+    # THEN it stopped at a chunk boundary with the rest sent to its own queue
+    assert not job.split_done and job.split_chunk >= 1
+    (continuation,) = rig.continuations()
+    assert continuation == {CONTINUE: {"tenant": "acme", "job_id": job.job_id}}
+    # AND invocation after invocation it goes on from there until the file ends
+    rounds = 1
+    while not job.split_done:
+        (job,) = handle_message(continuation, splitter, forever)
+        if not job.split_done:
+            (continuation,) = rig.continuations()
+        rounds += 1
+    assert rounds > 1 and job.chunks == 4 and job.inputs == 1000 and job.split_line == 1000
+    ids = [m.request_id for m in rig.enqueued()]
+    assert sorted(ids) == [chunk_request_id(job.job_id, i) for i in range(4)]  # each once
+
+
+def test_a_crashed_split_resumes_from_its_last_recorded_boundary(rig):
+    # GIVEN a split that crashes on enqueueing its fourth chunk, having recorded
+    # its progress slice by slice
+    splitter = replace(rig.splitter, slice_bytes=8192)
+    queue = splitter.queues[MODEL]
+    sent = []
+
+    class Crashing:
+        def send(self, body, tenant):
+            if len(sent) == 3:
+                raise ConnectionError("the invocation died")
+            sent.append(1)
+            return queue.send(body, tenant)
+
+    crashing = replace(splitter, queues={MODEL: Crashing()})
+    drop = rig.drop("acme/digits-cnn/crash.jsonl", [VECTOR] * 1100)
+    with pytest.raises(ConnectionError):
+        handle_message(drop, crashing, forever)
+    (job,) = rig.jobs.list("acme", limit=1)[0]
+    assert not job.split_done and 0 < job.split_chunk <= 3
+    recorded = job.split_chunk
+
+    # WHEN SQS delivers the notification again
+    (job,) = handle_message(drop, splitter, forever)
+
+    # THEN the split ends, every chunk enqueued, only those past the boundary twice
+    assert job.split_done and job.chunks == 5 and job.inputs == 1100
+    ids = [m.request_id for m in rig.enqueued()]
+    assert set(ids) == {chunk_request_id(job.job_id, i) for i in range(5)}
+    assert len(ids) == 3 + (5 - recorded)
+
+
+def test_a_line_too_long_is_an_error_and_the_split_goes_on(rig, monkeypatch):
+    monkeypatch.setattr("switchyard_batch.splitter.MAX_LINE_BYTES", 1000)
+    splitter = replace(rig.splitter, slice_bytes=1024)
+    lines = [VECTOR, json.dumps([1] * 2000), VECTOR]
+    (job,) = handle_message(rig.drop("acme/digits-cnn/long.jsonl", lines), splitter, forever)
+    assert (job.inputs, job.rejected) == (2, 1)
+    assert [(e.line, e.code) for e in job.errors] == [(2, "line_too_long")]
+
+
+def test_a_file_for_an_unknown_model_is_rejected_without_enqueuing(rig):
+    assert handle_message(rig.drop("acme/nope/x.jsonl", ["[1]"]), rig.splitter, forever) == []
+    assert rig.enqueued() == []

@@ -1,21 +1,29 @@
-"""Batch splitter: a JSON Lines file dropped in S3 becomes work on the batch lane.
+"""Batch splitter: a JSON Lines file dropped in S3 becomes a job on the batch lane.
 
 Drop a file at ``s3://<batch-drop-bucket>/<tenant>/<model>/<name>.jsonl``, one input
 per line (a string for text models, a list of numbers for tensor models). S3's
 ObjectCreated notification goes to the batch-drop queue, whose messages invoke the
-splitter. The splitter records a job, validates every line against the model
-version's signature, and enqueues the valid lines in chunks on the model's batch
-queue.
-Request ids are derived from the job and chunk number, so a redelivered S3 event
-enqueues the same requests again and the workers' conditional writes keep one
-result per chunk.
+splitter. The splitter records a job (``switchyard.jobs``: its id names the file's
+bytes, so the same bytes dropped again are the same job), checks every line against
+the model version's signature, and enqueues the valid lines in chunks of the
+model's request size on its batch queue.
+
+Any file size, bounded memory: the file is read in byte ranges of
+``split_slice_bytes``, never whole, and at most one chunk of inputs is held. The job
+records its progress at chunk boundaries, once per slice. An invocation that nears
+Lambda's time limit (or has read ``split_max_slices`` slices) records where it is
+and sends itself a continuation on the batch-drop queue; that message, or the
+redelivery of one whose invocation crashed, goes on from the recorded boundary.
+Chunks after the boundary are enqueued again under the same request ids, which
+the workers answer once.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote_plus
 
@@ -27,15 +35,26 @@ from aws_lambda_powertools.utilities.batch import (
 )
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
+from switchyard.jobs import (
+    MAX_REPORTED_ERRORS,
+    Job,
+    JobStore,
+    LineError,
+    chunk_request_id,
+    job_id_for,
+)
 from switchyard.payloads import PayloadStore
 from switchyard.queues import WorkQueue, encode_message
 from switchyard.registry import ModelVersion, Registry
 from switchyard.schemas import QueueMessage
 from switchyard.signatures import check_item
-from switchyard.tables import JOBS
 from switchyard.wiring import Adapters
 
-MAX_REPORTED_ERRORS = 100
+# The longest line read; a longer one is answered as an error, never held whole.
+MAX_LINE_BYTES = 1 << 20
+# Time left at which an invocation stops and hands the rest to a continuation.
+STOP_WITH_MS_LEFT = 60_000
+CONTINUE = "switchyard_continue"  # the continuation message's one key
 log = Logger(service="switchyard-batch-splitter")
 
 
@@ -43,74 +62,204 @@ class JobRejected(Exception):
     """The file cannot be run at all (unknown model or tenant path, no version)."""
 
 
-def split_file(
-    *,
-    bucket: str,
-    key: str,
-    body: bytes,
-    registry: Registry,
-    queues: dict[str, WorkQueue],
-    payloads: PayloadStore,
-    claim_check_bytes: int,
-    result_ttl_seconds: int,
-    max_age_seconds: int = 86_400,
-) -> dict[str, Any]:
-    """Validate and enqueue one dropped file; returns the job record."""
-    parts = key.split("/")
-    if len(parts) < 3:
-        raise JobRejected(f"{key}: expected <tenant>/<model>/<file>.jsonl")
-    tenant, model = parts[0], parts[1]
-    if model not in queues:
-        raise JobRejected(f"{key}: unknown model {model!r}")
-    version = _newest_active(registry, model)
-    job_id = hashlib.sha256(f"{bucket}/{key}/{len(body)}".encode()).hexdigest()[:24]
-    now = time.time()
-    valid: list[Any] = []
-    errors: list[dict[str, Any]] = []
-    lines = body.decode("utf-8", errors="replace").splitlines()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except ValueError as exc:
-            errors.append({"line": number, "message": f"not valid JSON: {exc}"})
-            continue
-        problems = check_item(item, version.signature, f"line {number}")
-        if problems:
-            errors.append({"line": number, "message": f"{problems[0].field} {problems[0].message}"})
-            continue
-        valid.append(item)
-    chunk_size = version.max_inputs_per_request
-    chunks = [valid[i : i + chunk_size] for i in range(0, len(valid), chunk_size)]
-    for index, chunk in enumerate(chunks):
-        message = QueueMessage(
-            request_id=f"{job_id}-{index:05d}",
+def lines_from(
+    s3: Any, bucket: str, key: str, etag: str, start: int, size: int, slice_bytes: int
+) -> Iterator[tuple[bytes | None, int, int]]:
+    """Each line of the object from byte ``start`` (a line's start): the line (None
+    if longer than :data:`MAX_LINE_BYTES`), the offset just past it, and how many
+    slices were read so far. Read in ranges of ``slice_bytes``, only while the
+    object still has ``etag``."""
+    cursor = start  # where the line being read starts
+    pos = start  # the next byte to fetch
+    carry = b""
+    overlong = False
+    slices = 0
+    while pos < size:
+        end = min(pos + slice_bytes, size) - 1
+        data = s3.get_object(Bucket=bucket, Key=key, Range=f"bytes={pos}-{end}", IfMatch=etag)[
+            "Body"
+        ].read()
+        pos = end + 1
+        slices += 1
+        pieces = (carry + data).split(b"\n")
+        carry = pieces.pop()
+        for piece in pieces:
+            cursor += len(piece) + 1
+            yield (None if overlong or len(piece) > MAX_LINE_BYTES else piece), cursor, slices
+            overlong = False
+        if len(carry) > MAX_LINE_BYTES:
+            overlong = True
+            cursor += len(carry)
+            carry = b""
+    if carry or overlong:
+        yield (None if overlong else carry), size, slices
+
+
+@dataclass
+class Progress:
+    """The split at its last chunk boundary (what the job records), and the lines
+    read since."""
+
+    offset: int
+    line: int
+    chunk: int
+    inputs: int
+    rejected: int
+    errors: list[LineError]
+    pending: list[Any] = field(default_factory=list)
+    pending_rejected: int = 0
+    pending_errors: list[LineError] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, job: Job) -> Progress:
+        return cls(
+            job.split_offset, job.split_line, job.split_chunk, job.inputs, job.rejected,
+            list(job.errors),
+        )  # fmt: skip
+
+    def reject(self, line: int, code: str, message: str) -> None:
+        self.pending_rejected += 1
+        if len(self.errors) + len(self.pending_errors) < MAX_REPORTED_ERRORS:
+            self.pending_errors.append(LineError(line=line, code=code, message=message))
+
+    def boundary(self, offset: int, line: int, chunk_sent: bool) -> None:
+        """Lines up to ``offset`` are enqueued: the pending ones become the record."""
+        self.offset, self.line = offset, line
+        self.chunk += 1 if chunk_sent else 0
+        self.inputs += len(self.pending)
+        self.rejected += self.pending_rejected
+        self.errors += self.pending_errors
+        self.pending, self.pending_rejected, self.pending_errors = [], 0, []
+
+
+@dataclass
+class Splitter:
+    """Splits jobs: what one invocation needs."""
+
+    s3: Any
+    jobs: JobStore
+    registry: Registry
+    queues: dict[str, WorkQueue]  # model -> batch lane
+    payloads: PayloadStore
+    claim_check_bytes: int
+    result_ttl_seconds: int
+    max_age_seconds: int
+    slice_bytes: int
+    continue_to: Any  # sends a continuation: (tenant, job_id) -> None
+    max_slices: int = 0  # 0: as many as the time allows
+
+    def job_for_drop(self, bucket: str, key: str) -> tuple[Job, bool]:
+        """The job of a dropped file (made if new) and whether it is new."""
+        parts = key.split("/")
+        if len(parts) < 3:
+            raise JobRejected(f"{key}: expected <tenant>/<model>/<file>.jsonl")
+        tenant, model = parts[0], parts[1]
+        if model not in self.queues:
+            raise JobRejected(f"{key}: unknown model {model!r}")
+        head = self.s3.head_object(Bucket=bucket, Key=key)
+        etag = head["ETag"]
+        version = _newest_active(self.registry, model)
+        now = time.time()
+        job = Job(
+            job_id=job_id_for(bucket, key, etag),
             tenant=tenant,
             model=model,
             version=version.version,
-            lane="batch",
-            inputs=chunk,
-            n_inputs=len(chunk),
-            enqueued_at=time.time(),
-            expires_at=now + max_age_seconds,  # the batch lane's maximum age
+            source=f"s3://{bucket}/{key}",
+            etag=etag,
+            size_bytes=int(head["ContentLength"]),
+            created_at=now,
+            updated_at=now,
+            expires_at=int(now + self.result_ttl_seconds),
         )
-        queues[model].send(encode_message(message, payloads, claim_check_bytes), tenant)
-    return {
-        "job_id": job_id,
-        "tenant": tenant,
-        "model": model,
-        "version": version.version,
-        "source": f"s3://{bucket}/{key}",
-        "inputs": len(valid),
-        "rejected": len(errors),
-        "errors": errors[:MAX_REPORTED_ERRORS],
-        "chunks": len(chunks),
-        "request_ids": [f"{job_id}-{i:05d}" for i in range(len(chunks))],
-        "created_at": now,
-        "expires_at": int(now + result_ttl_seconds),
-        "status": "queued" if chunks else "empty",
-    }
+        return self.jobs.create(job)
+
+    def split(self, job: Job, remaining_ms: Any) -> Job:
+        """Go on with ``job``'s split from its recorded boundary until the file ends
+        or the invocation's budget does (then a continuation is sent)."""
+        if job.split_done or job.status == "cancelled":
+            return job
+        version = self.registry.get(job.model, job.version)
+        if version is None:
+            raise JobRejected(f"{job.model} {job.version} is no longer registered")
+        bucket, key = job.bucket_key
+        progress = Progress.of(job)
+        chunk_size = version.max_inputs_per_request
+        line = job.split_line
+        last_checkpoint = job.split_offset
+        for raw, end, slices in lines_from(
+            self.s3, bucket, key, job.etag, job.split_offset, job.size_bytes, self.slice_bytes
+        ):
+            line += 1
+            self._read_line(raw, line, version, progress)
+            if len(progress.pending) < chunk_size:
+                continue
+            self._send(job, progress)
+            progress.boundary(end, line, chunk_sent=True)
+            if end - last_checkpoint >= self.slice_bytes:
+                self._record(job, progress)
+                last_checkpoint = end
+            out_of_slices = self.max_slices and slices >= self.max_slices
+            if out_of_slices or remaining_ms() < STOP_WITH_MS_LEFT:
+                self._record(job, progress)
+                self.continue_to(job.tenant, job.job_id)
+                log.info("split continues", extra={"job_id": job.job_id, "line": line})
+                return self.jobs.get(job.tenant, job.job_id) or job
+        if progress.pending:
+            self._send(job, progress)
+        progress.boundary(job.size_bytes, line, chunk_sent=bool(progress.pending))
+        self._record(job, progress, done=True)
+        return self.jobs.get(job.tenant, job.job_id) or job
+
+    def _read_line(
+        self, raw: bytes | None, line: int, version: ModelVersion, progress: Progress
+    ) -> None:
+        if raw is None:
+            progress.reject(line, "line_too_long", f"longer than {MAX_LINE_BYTES} bytes")
+            return
+        if not raw.strip():
+            progress.reject(line, "invalid_input", "an empty line")
+            return
+        try:
+            item = json.loads(raw)
+        except ValueError as exc:
+            progress.reject(line, "invalid_json", f"not valid JSON: {exc}")
+            return
+        problems = check_item(item, version.signature, f"line {line}")
+        if problems:
+            first = problems[0]
+            progress.reject(line, "invalid_input", f"{first.field} {first.message}")
+            return
+        progress.pending.append(item)
+
+    def _send(self, job: Job, progress: Progress) -> None:
+        now = time.time()
+        message = QueueMessage(
+            request_id=chunk_request_id(job.job_id, progress.chunk),
+            tenant=job.tenant,
+            model=job.model,
+            version=job.version,
+            lane="batch",
+            inputs=progress.pending,
+            n_inputs=len(progress.pending),
+            enqueued_at=now,
+            expires_at=now + self.max_age_seconds,  # the batch lane's maximum age
+        )
+        self.queues[job.model].send(
+            encode_message(message, self.payloads, self.claim_check_bytes), job.tenant
+        )
+
+    def _record(self, job: Job, progress: Progress, done: bool = False) -> None:
+        self.jobs.record_split(
+            job,
+            offset=progress.offset,
+            line=progress.line,
+            chunk=progress.chunk,
+            inputs=progress.inputs,
+            rejected=progress.rejected,
+            errors=progress.errors,
+            done=done,
+        )
 
 
 def _newest_active(registry: Registry, model: str) -> ModelVersion:
@@ -120,69 +269,83 @@ def _newest_active(registry: Registry, model: str) -> ModelVersion:
     return max(active, key=lambda v: v.created_at)
 
 
-def _put_job(ddb: Any, table: str, job: dict[str, Any]) -> None:
-    ddb.put_item(
-        TableName=table,
-        Item={
-            JOBS.partition: {"S": job["tenant"]},
-            JOBS.sort: {"S": job["job_id"]},
-            "status": {"S": job["status"]},
-            JOBS.ttl_attribute or "expires_at": {"N": str(job["expires_at"])},
-            "doc": {"S": json.dumps(job)},
-        },
+def splitter_of(adapters: Adapters) -> Splitter:
+    settings = adapters.settings
+    sqs = adapters.client("sqs")
+
+    def continue_to(tenant: str, job_id: str) -> None:
+        sqs.send_message(
+            QueueUrl=settings.drop_queue_url,
+            MessageBody=json.dumps({CONTINUE: {"tenant": tenant, "job_id": job_id}}),
+        )
+
+    return Splitter(
+        s3=adapters.client("s3"),
+        jobs=JobStore(adapters.client("dynamodb"), settings.jobs_table),
+        registry=adapters.registry,
+        queues={model: lanes.batch for model, lanes in adapters.queues.items()},
+        payloads=adapters.payloads,
+        claim_check_bytes=settings.claim_check_bytes,
+        result_ttl_seconds=settings.result_ttl_seconds,
+        max_age_seconds=settings.max_age_seconds["batch"],
+        slice_bytes=settings.split_slice_bytes,
+        max_slices=settings.split_max_slices,
+        continue_to=continue_to,
     )
 
 
-def handle_event(
-    event: dict[str, Any], adapters: Adapters, jobs_table: str
-) -> list[dict[str, Any]]:
-    """Split every file an S3 event names; a rejected file is logged and skipped."""
-    settings = adapters.settings
-    s3, ddb = adapters.client("s3"), adapters.client("dynamodb")
-    queues = {model: lanes.batch for model, lanes in adapters.queues.items()}
+def handle_message(body: dict[str, Any], splitter: Splitter, remaining_ms: Any) -> list[Job]:
+    """One message of the batch-drop queue: an S3 notification (every file it names)
+    or a continuation. A rejected file is logged and skipped."""
+    if CONTINUE in body:
+        ref = body[CONTINUE]
+        job = splitter.jobs.get(ref["tenant"], ref["job_id"])
+        if job is None:
+            log.warning("continuation of an unknown job", extra=ref)
+            return []
+        return [splitter.split(job, remaining_ms)]
     jobs = []
-    for record in event.get("Records", []):
+    for record in body.get("Records", []):
         bucket = record["s3"]["bucket"]["name"]
         key = unquote_plus(record["s3"]["object"]["key"])
-        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
         try:
-            job = split_file(
-                bucket=bucket,
-                key=key,
-                body=body,
-                registry=adapters.registry,
-                queues=queues,
-                payloads=adapters.payloads,
-                claim_check_bytes=settings.claim_check_bytes,
-                result_ttl_seconds=settings.result_ttl_seconds,
-                max_age_seconds=settings.max_age_seconds["batch"],
-            )
+            job, new = splitter.job_for_drop(bucket, key)
         except JobRejected as exc:
             log.warning("job rejected", extra={"key": key, "error": str(exc)})
             continue
-        _put_job(ddb, jobs_table, job)
-        jobs.append(job)
+        if not new and job.split_done:
+            log.info("same file dropped again: no new job", extra={"job_id": job.job_id})
+            continue
+        jobs.append(splitter.split(job, remaining_ms))
     return jobs
 
 
-def handle_sqs_event(
-    event: dict[str, Any], context: Any, adapters: Adapters, jobs_table: str
-) -> dict[str, Any]:
+def handle_sqs_event(event: dict[str, Any], context: Any, adapters: Adapters) -> dict[str, Any]:
     """The function's event: a batch of SQS messages, each an S3 notification (S3's
-    test event, sent when the notification is set up, names no object). A message
-    whose files cannot be split for a passing reason is reported back as failed, so
-    SQS delivers it again (and, after the queue's maxReceiveCount, to its DLQ);
-    the rest of the batch is done."""
+    test event, sent when the notification is set up, names no object) or a
+    continuation. A message whose files cannot be split for a passing reason is
+    reported back as failed, so SQS delivers it again (and, after the queue's
+    maxReceiveCount, to its DLQ); the rest of the batch is done."""
     processor = BatchProcessor(event_type=EventType.SQS)
+    splitter = splitter_of(adapters)
+
+    def remaining_ms() -> int:
+        return context.get_remaining_time_in_millis() if context else 900_000
 
     def split_message(record: SQSRecord) -> None:
-        notification = json.loads(record.body)
-        for job in handle_event(notification, adapters, jobs_table):
-            log.info("job queued", extra=summary(job))
+        for job in handle_message(json.loads(record.body), splitter, remaining_ms):
+            log.info("job split" if job.split_done else "job splitting", extra=summary(job))
 
     return process_partial_response(event, split_message, processor, context)
 
 
-def summary(job: dict[str, Any]) -> dict[str, Any]:
+def summary(job: Job) -> dict[str, Any]:
     """A job's id and counts, as logged."""
-    return {k: job[k] for k in ("job_id", "model", "inputs", "rejected", "chunks")}
+    return {
+        "job_id": job.job_id,
+        "model": job.model,
+        "inputs": job.inputs,
+        "rejected": job.rejected,
+        "chunks": job.chunks,
+        "line": job.split_line,
+    }

@@ -88,6 +88,14 @@ class SplitterSettings(Settings):
     """The batch splitter function."""
 
     jobs_table: str
+    # Its own trigger queue: where it sends the continuation of a split that needs
+    # more than one invocation.
+    drop_queue_url: str
+    # A dropped file is read in ranges of this many bytes (memory stays within a few).
+    split_slice_bytes: int = Field(default=4 << 20, ge=1024, le=64 << 20)
+    # Slices one invocation reads before it continues in the next (0: as many as
+    # Lambda's time allows); for tests and for spreading a large file's split.
+    split_max_slices: int = Field(default=0, ge=0)
 
 
 class WorkerSettings(Settings):
