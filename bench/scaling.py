@@ -352,6 +352,7 @@ def replay(live: dict[str, Any], policy: ScalingPolicy) -> dict[str, Any]:
     return {
         "standby_start_seconds": round(standby_start, 2),
         "cold_start_seconds": round(cold_start, 2),
+        "cold_start_measured": len(ready) > 1,
         "per_worker_inputs_per_s": round(per_worker, 1),
         "arrivals_per_s": round(arrivals_per_s, 1),
         "most_workers": max(p["running"] for p in sim.timeline),
