@@ -105,7 +105,7 @@ class MemoryResults:
         with self._lock:
             self.items[(record.tenant, record.request_id)] = record
 
-    def complete(self, record: ResultRecord) -> bool:
+    def complete(self, record: ResultRecord, also: dict | None = None) -> bool:
         with self._lock:
             key = (record.tenant, record.request_id)
             current = self.items.get(key)

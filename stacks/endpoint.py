@@ -123,6 +123,7 @@ class ModelEndpoint(Construct):
                 artifacts_bucket=storage.artifacts_bucket.bucket_name,
                 prediction_log_stream=shared.prediction_log.stream_name,
                 ready_file=WORKER_READY_FILE,
+                jobs_table=storage.jobs_table.table_name,
             ),
             "HF_HUB_OFFLINE": "1",
         }
@@ -153,6 +154,16 @@ class ModelEndpoint(Construct):
             ["s3:GetObject", "s3:PutObject"],
             "Workers read claim-checked inputs and write large outputs under per-request "
             "keys of the payloads bucket.",
+        )
+        # Batch jobs: a chunk's result is counted on its job (one transaction), and
+        # the worker that answers a job's last chunk writes its output beside its file.
+        grant_items(storage.jobs_table, task_role)
+        grant_objects(
+            names.batch_drop_bucket,
+            task_role,
+            ["s3:PutObject", "s3:AbortMultipartUpload"],
+            "A job's output is written beside its dropped file (<key>.out), under the "
+            "tenant's prefix the file came from.",
         )
         grant_objects(
             names.artifacts_bucket,

@@ -91,7 +91,7 @@ class FakeResults:
         assert (record.tenant, record.request_id) not in self.items
         self.items[(record.tenant, record.request_id)] = record
 
-    def complete(self, record: ResultRecord) -> bool:
+    def complete(self, record: ResultRecord, also: dict | None = None) -> bool:
         key = (record.tenant, record.request_id)
         current = self.items.get(key)
         if current is not None and current.status != "queued":

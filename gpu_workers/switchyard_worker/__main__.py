@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from switchyard.artifacts import fetch_artifact
+from switchyard.jobs import JobStore
 from switchyard.registry import ModelVersion
 from switchyard.settings import SettingsError, WorkerSettings, get_settings
 from switchyard.wiring import build_adapters
@@ -80,6 +81,10 @@ def main(standby_seconds: float | None = None) -> None:
         prediction_log=adapters.prediction_log(settings.prediction_log_stream),
         max_receive_count=settings.max_receive_count,
         result_ttl_seconds=settings.result_ttl_seconds,
+        jobs=JobStore(adapters.client("dynamodb"), settings.jobs_table)
+        if settings.jobs_table
+        else None,
+        job_output_s3=s3,
     )
     worker.install_signal_handlers()
     # `kill -USR1` prints every thread's stack to the log: how to see what a worker

@@ -33,6 +33,7 @@ from typing import Any
 from aws_lambda_powertools import Logger
 from pydantic import ValidationError
 
+from switchyard.jobs import JobStore, finish_if_answered
 from switchyard.payloads import PayloadMissing, PayloadStore
 from switchyard.queues import Received, WorkQueue, load_inputs
 from switchyard.registry import ModelVersion, Registry
@@ -73,6 +74,8 @@ class Worker:
         emit: bool = True,
         max_receive_count: int = 5,
         result_ttl_seconds: int = 86_400,
+        jobs: JobStore | None = None,
+        job_output_s3: Any = None,
     ) -> None:
         self.model = model
         self.worker_id = worker_id
@@ -87,6 +90,12 @@ class Worker:
         self._emit_enabled = emit
         self._max_receives = max_receive_count
         self._result_ttl = result_ttl_seconds
+        # Batch jobs: each chunk's result is counted on its job as it is stored; the
+        # worker that stores a job's last chunk assembles its output (on its own
+        # thread, waited for before the worker exits).
+        self._jobs = jobs
+        self._job_output_s3 = job_output_s3
+        self._job_outputs = ThreadPoolExecutor(max_workers=1, thread_name_prefix="job-output")
         self._versions: dict[str, ModelVersion | None] = {}
         self._runtimes: dict[str, ModelRuntime] = {}
         self._assembler = BatchAssembler(self._limits)
@@ -131,6 +140,7 @@ class Worker:
             self._release([p.received for p in leftover], 0)
             self._finisher.close()
             self._writers.shutdown(wait=True)
+            self._job_outputs.shutdown(wait=True)
             log.info(
                 "stopped",
                 extra={
@@ -263,7 +273,7 @@ class Worker:
                     code=RETRIES_EXHAUSTED,
                     message=f"failed after {p.received.receive_count} attempts: {reason}",
                 )
-                self._results.complete(self._record(p, "error", error=error))
+                self._complete(self._record(p, "error", error=error))
                 log.warning(
                     "retries exhausted; the message goes to the DLQ",
                     extra={"request_id": m.request_id, "attempts": p.received.receive_count},
@@ -372,7 +382,7 @@ class Worker:
     def _store_and_delete(self, answered: list[tuple[Pending, ResultRecord]]) -> None:
         if not answered:
             return
-        stored = list(self._writers.map(lambda pr: self._results.complete(pr[1]), answered))
+        stored = list(self._writers.map(lambda pr: self._complete(pr[1]), answered))
         for (p, record), fresh in zip(answered, stored, strict=True):
             log.info(
                 "result stored" if fresh else "duplicate suppressed",
@@ -385,6 +395,33 @@ class Worker:
             )
         self._log_predictions([r for (_, r), fresh in zip(answered, stored, strict=True) if fresh])
         self._delete([p.received for p, _ in answered])
+
+    def _complete(self, record: ResultRecord) -> bool:
+        """Store a final result; a job's chunk is counted on its job in the same
+        write, and if it was the job's last, the job's output is assembled."""
+        if record.job is None or self._jobs is None:
+            return self._results.complete(record)
+        count = self._jobs.count_chunk(record.tenant, record.job.job_id)
+        fresh = self._results.complete(record, also=count)
+        if fresh:
+            self._job_outputs.submit(self._finish_job, record.tenant, record.job.job_id)
+        return fresh
+
+    def _finish_job(self, tenant: str, job_id: str) -> None:
+        assert self._jobs is not None
+        try:
+            job = finish_if_answered(
+                self._jobs, tenant, job_id, self._results.get, self._job_output_s3
+            )
+        except Exception:  # noqa: BLE001 - the claim's lease lets another try later
+            log.exception("job output failed", extra={"job_id": job_id})
+            return
+        if job is not None:
+            log.info(
+                "job finished",
+                extra={"job_id": job_id, "output_uri": job.output_uri, "lines_ok": job.lines_ok,
+                       "lines_failed": job.lines_failed},
+            )  # fmt: skip
 
     def _log_predictions(self, records: list[ResultRecord]) -> None:
         if self._prediction_log is None or not records:
@@ -418,6 +455,7 @@ class Worker:
             timings={**(timing or {"received_at": p.received_at}), "completed_at": completed},
             created_at=m.enqueued_at,
             completed_at=completed,
+            job=m.job,
             expires_at=int(completed + self._result_ttl),
             work_expires_at=m.expires_at,
             worker=self.worker_id,

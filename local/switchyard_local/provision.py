@@ -83,6 +83,7 @@ class Provisioned:
             "worker_model": model,
             "artifacts_bucket": self.names.artifacts_bucket,
             "prediction_log_stream": self.names.prediction_log_stream,
+            "jobs_table": self.names.jobs_table,
         }
 
 

@@ -8,6 +8,9 @@ from __future__ import annotations
 import json
 import time
 
+import httpx
+import pytest
+
 from switchyard.jobs import Job, JobStore, chunk_request_id
 
 
@@ -58,3 +61,55 @@ def test_a_dropped_file_is_split_and_every_line_answered(platform, http):
         "ApproximateNumberOfMessagesNotVisible": "0",
     }
     assert len(jobs_of(platform, "globex")) == 1  # the README made no job
+
+
+def test_a_dropped_file_ends_in_one_output_line_per_input_line_in_order(platform):
+    # GIVEN a 2,000-line file with three bad lines: not JSON, not text, and empty
+    bucket = platform.info["names"]["batch_drop_bucket"]
+    s3 = platform.client("s3")
+    bad = {17: "{not json", 1001: "[1, 2, 3]", 1999: ""}
+    lines = [bad.get(n, json.dumps(f"sentence {n} of the export")) for n in range(1, 2001)]
+    key = "acme/minilm-embed/export.jsonl"
+    s3.put_object(Bucket=bucket, Key=key, Body="\n".join(lines).encode())
+
+    # WHEN the platform takes it up, with nothing else asked of it
+    store = JobStore(platform.client("dynamodb"), platform.info["names"]["jobs_table"])
+
+    def of_this_file() -> list[Job]:
+        return [j for j in store.list("acme", limit=1000)[0] if j.source.endswith(key)]
+
+    def finished() -> list[Job]:
+        jobs = of_this_file()
+        return jobs if jobs and all(j.status == "succeeded" for j in jobs) else []
+
+    (job,) = wait_for(finished, timeout_s=240)
+
+    # THEN it succeeded with its output beside the file: exactly one line per input
+    # line, in input order, the three bad lines as errors and the rest as outputs
+    assert job.output_uri == f"s3://{bucket}/{key}.out"
+    assert (job.inputs, job.rejected, job.lines_ok, job.lines_failed) == (1997, 3, 1997, 3)
+    body = s3.get_object(Bucket=bucket, Key=key + ".out")["Body"].read().decode()
+    out = [json.loads(line) for line in body.splitlines()]
+    assert [o["line"] for o in out] == list(range(1, 2001))
+    assert {o["line"]: o["error"]["code"] for o in out if "error" in o} == {
+        17: "invalid_json",
+        1001: "invalid_input",
+        1999: "invalid_input",
+    }
+    embeddings = [o["output"] for o in out if "output" in o]
+    assert len(embeddings) == 1997 and {len(e) for e in embeddings} == {384}
+    # and the embedding a sync predict gives for the same sentence (batched with other
+    # sentences, the last digit may differ)
+    auth = {"x-api-key": platform.keys["acme"]}
+    sync = httpx.post(
+        f"{platform.url}/v1/models/minilm-embed/predict",
+        json={"inputs": [json.loads(lines[41])]},
+        headers=auth,
+        timeout=60,
+    ).json()
+    assert sync["outputs"][0] == pytest.approx(out[41]["output"], abs=1e-5)
+
+    # WHEN the same bytes are dropped again THEN there is no second job
+    s3.put_object(Bucket=bucket, Key=key, Body="\n".join(lines).encode())
+    time.sleep(5)  # the notification is taken up within a second or two
+    assert [j.job_id for j in of_this_file()] == [job.job_id]

@@ -16,6 +16,13 @@ and sends itself a continuation on the batch-drop queue; that message, or the
 redelivery of one whose invocation crashed, goes on from the recorded boundary.
 Chunks after the boundary are enqueued again under the same request ids, which
 the workers answer once.
+
+Every line belongs to one chunk (``switchyard.schemas.JobChunk``: its line range and
+the lines refused in it). A chunk ends at the model's request size in valid lines or
+at twice that in lines; one with no valid line is answered here at once. Each
+chunk's result is counted on its job as it is stored; whoever stores the last one
+(a worker, or this function when the chunks were answered before the split ended)
+writes the job's output beside its file (``switchyard.jobs.assemble_output``).
 """
 
 from __future__ import annotations
@@ -39,14 +46,15 @@ from switchyard.jobs import (
     MAX_REPORTED_ERRORS,
     Job,
     JobStore,
-    LineError,
     chunk_request_id,
+    finish_if_answered,
     job_id_for,
 )
 from switchyard.payloads import PayloadStore
 from switchyard.queues import WorkQueue, encode_message
 from switchyard.registry import ModelVersion, Registry
-from switchyard.schemas import QueueMessage
+from switchyard.results import ResultStore
+from switchyard.schemas import JobChunk, LineError, QueueMessage, ResultRecord
 from switchyard.signatures import check_item
 from switchyard.wiring import Adapters
 
@@ -54,6 +62,11 @@ from switchyard.wiring import Adapters
 MAX_LINE_BYTES = 1 << 20
 # Time left at which an invocation stops and hands the rest to a continuation.
 STOP_WITH_MS_LEFT = 60_000
+# A chunk ends at the model's request size in valid lines, or at this many times
+# that in lines of any kind: a long run of refused lines is carried by chunks of
+# its own (answered by the splitter), never held whole.
+CHUNK_LINES_PER_INPUT = 2
+MAX_ERROR_CHARS = 160  # of a refused line's message: a chunk's errors ride its message
 CONTINUE = "switchyard_continue"  # the continuation message's one key
 log = Logger(service="switchyard-batch-splitter")
 
@@ -98,7 +111,7 @@ def lines_from(
 @dataclass
 class Progress:
     """The split at its last chunk boundary (what the job records), and the lines
-    read since."""
+    read since (the chunk being formed: its valid inputs and refused lines)."""
 
     offset: int
     line: int
@@ -119,16 +132,16 @@ class Progress:
 
     def reject(self, line: int, code: str, message: str) -> None:
         self.pending_rejected += 1
-        if len(self.errors) + len(self.pending_errors) < MAX_REPORTED_ERRORS:
-            self.pending_errors.append(LineError(line=line, code=code, message=message))
+        text = message if len(message) <= MAX_ERROR_CHARS else message[: MAX_ERROR_CHARS - 1] + "…"
+        self.pending_errors.append(LineError(line=line, code=code, message=text))
 
-    def boundary(self, offset: int, line: int, chunk_sent: bool) -> None:
-        """Lines up to ``offset`` are enqueued: the pending ones become the record."""
+    def boundary(self, offset: int, line: int) -> None:
+        """The chunk of the lines up to ``offset`` is sent: the record moves on."""
         self.offset, self.line = offset, line
-        self.chunk += 1 if chunk_sent else 0
+        self.chunk += 1
         self.inputs += len(self.pending)
         self.rejected += self.pending_rejected
-        self.errors += self.pending_errors
+        self.errors += self.pending_errors[: max(0, MAX_REPORTED_ERRORS - len(self.errors))]
         self.pending, self.pending_rejected, self.pending_errors = [], 0, []
 
 
@@ -138,6 +151,7 @@ class Splitter:
 
     s3: Any
     jobs: JobStore
+    results: ResultStore
     registry: Registry
     queues: dict[str, WorkQueue]  # model -> batch lane
     payloads: PayloadStore
@@ -185,6 +199,7 @@ class Splitter:
         bucket, key = job.bucket_key
         progress = Progress.of(job)
         chunk_size = version.max_inputs_per_request
+        chunk_lines = chunk_size * CHUNK_LINES_PER_INPUT
         line = job.split_line
         last_checkpoint = job.split_offset
         for raw, end, slices in lines_from(
@@ -192,10 +207,10 @@ class Splitter:
         ):
             line += 1
             self._read_line(raw, line, version, progress)
-            if len(progress.pending) < chunk_size:
+            if len(progress.pending) < chunk_size and line - progress.line < chunk_lines:
                 continue
-            self._send(job, progress)
-            progress.boundary(end, line, chunk_sent=True)
+            self._send(job, progress, line)
+            progress.boundary(end, line)
             if end - last_checkpoint >= self.slice_bytes:
                 self._record(job, progress)
                 last_checkpoint = end
@@ -205,11 +220,14 @@ class Splitter:
                 self.continue_to(job.tenant, job.job_id)
                 log.info("split continues", extra={"job_id": job.job_id, "line": line})
                 return self.jobs.get(job.tenant, job.job_id) or job
-        if progress.pending:
-            self._send(job, progress)
-        progress.boundary(job.size_bytes, line, chunk_sent=bool(progress.pending))
+        if line > progress.line:
+            self._send(job, progress, line)
+            progress.boundary(job.size_bytes, line)
         self._record(job, progress, done=True)
-        return self.jobs.get(job.tenant, job.job_id) or job
+        # Its chunks may all be answered already (refused lines only, or quick
+        # workers): then the output is assembled here.
+        finished = finish_if_answered(self.jobs, job.tenant, job.job_id, self.results.get, self.s3)
+        return finished or self.jobs.get(job.tenant, job.job_id) or job
 
     def _read_line(
         self, raw: bytes | None, line: int, version: ModelVersion, progress: Progress
@@ -232,10 +250,36 @@ class Splitter:
             return
         progress.pending.append(item)
 
-    def _send(self, job: Job, progress: Progress) -> None:
+    def _send(self, job: Job, progress: Progress, last_line: int) -> None:
+        """The chunk of lines after the last boundary up to ``last_line``: its valid
+        inputs on the batch lane, or, if it has none, its answer at once."""
         now = time.time()
+        chunk = JobChunk(
+            job_id=job.job_id,
+            index=progress.chunk,
+            first_line=progress.line + 1,
+            last_line=last_line,
+            errors=progress.pending_errors,
+        )
+        request_id = chunk_request_id(job.job_id, progress.chunk)
+        if not progress.pending:
+            record = ResultRecord(
+                request_id=request_id,
+                tenant=job.tenant,
+                model=job.model,
+                version=job.version,
+                status="done",
+                lane="batch",
+                outputs=[],
+                created_at=now,
+                completed_at=now,
+                expires_at=int(now + self.result_ttl_seconds),
+                job=chunk,
+            )
+            self.results.complete(record, also=self.jobs.count_chunk(job.tenant, job.job_id))
+            return
         message = QueueMessage(
-            request_id=chunk_request_id(job.job_id, progress.chunk),
+            request_id=request_id,
             tenant=job.tenant,
             model=job.model,
             version=job.version,
@@ -244,6 +288,7 @@ class Splitter:
             n_inputs=len(progress.pending),
             enqueued_at=now,
             expires_at=now + self.max_age_seconds,  # the batch lane's maximum age
+            job=chunk,
         )
         self.queues[job.model].send(
             encode_message(message, self.payloads, self.claim_check_bytes), job.tenant
@@ -282,6 +327,7 @@ def splitter_of(adapters: Adapters) -> Splitter:
     return Splitter(
         s3=adapters.client("s3"),
         jobs=JobStore(adapters.client("dynamodb"), settings.jobs_table),
+        results=adapters.results,
         registry=adapters.registry,
         queues={model: lanes.batch for model, lanes in adapters.queues.items()},
         payloads=adapters.payloads,

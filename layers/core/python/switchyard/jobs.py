@@ -18,20 +18,16 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from switchyard.schemas import JobChunk, LineError, ResultRecord
 from switchyard.tables import JOBS
 
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 MAX_REPORTED_ERRORS = 100
-
-
-class LineError(BaseModel):
-    line: int
-    code: str
-    message: str
 
 
 class Job(BaseModel):
@@ -55,6 +51,24 @@ class Job(BaseModel):
     rejected: int = 0  # invalid lines up to it
     errors: list[LineError] = Field(default_factory=list)  # the first few
     chunks: int | None = None  # once split_done
+    chunks_done: int = 0  # chunks answered (done, error or expired), each counted once
+    assembling_at: float | None = None  # when the output's assembly was claimed
+    finished_at: float | None = None
+    output_uri: str | None = None
+    lines_ok: int | None = None  # lines of the output with an output, once finished
+    lines_failed: int | None = None  # and with an error
+
+    @property
+    def answered(self) -> bool:
+        """Every chunk of a fully split job has its final result."""
+        return self.split_done and self.chunks is not None and self.chunks_done >= self.chunks
+
+    @property
+    def display_status(self) -> JobStatus:
+        """``running`` once a chunk is answered, until the job ends."""
+        if self.status == "queued" and self.chunks_done > 0:
+            return "running"
+        return self.status
 
     @property
     def bucket_key(self) -> tuple[str, str]:
@@ -72,7 +86,12 @@ def chunk_request_id(job_id: str, index: int) -> str:
 
 
 _NUMBERS = ("size_bytes", "created_at", "updated_at", "expires_at", "split_offset")
-_COUNTS = ("split_line", "split_chunk", "inputs", "rejected")
+_COUNTS = ("split_line", "split_chunk", "inputs", "rejected", "chunks_done")
+_OPTIONAL = ("chunks", "assembling_at", "finished_at", "lines_ok", "lines_failed")
+_FLOATS = ("created_at", "updated_at", "assembling_at", "finished_at")
+# A claim on the output's assembly older than this is taken to have died with its
+# worker: the next chunk answered, or the next look, may claim it again.
+ASSEMBLY_LEASE_SECONDS = 900
 
 
 class JobStore:
@@ -157,6 +176,61 @@ class JobStore:
         except self._ddb.exceptions.ConditionalCheckFailedException:
             return False
 
+    def count_chunk(self, tenant: str, job_id: str) -> dict[str, Any]:
+        """The update that counts one answered chunk, as an item of a DynamoDB
+        transaction: written with the chunk's result, so the count and the result
+        are stored together or not at all (``ResultStore.complete(also=...)``)."""
+        return {
+            "Update": {
+                "TableName": self._table,
+                "Key": {JOBS.partition: {"S": tenant}, JOBS.sort: {"S": job_id}},
+                "UpdateExpression": "ADD chunks_done :one",
+                "ExpressionAttributeValues": {":one": {"N": "1"}},
+            }
+        }
+
+    def claim_assembly(self, job: Job) -> bool:
+        """Claim the output's assembly of a job whose chunks are all answered: True
+        for exactly one caller (or again once a claim is older than the lease)."""
+        now = time.time()
+        try:
+            self._ddb.update_item(
+                TableName=self._table,
+                Key={JOBS.partition: {"S": job.tenant}, JOBS.sort: {"S": job.job_id}},
+                UpdateExpression="SET assembling_at = :now",
+                ConditionExpression="#st = :queued AND split_done = :true AND chunks_done >= "
+                "chunks AND (attribute_not_exists(assembling_at) OR assembling_at < :stale)",
+                ExpressionAttributeNames={"#st": "status"},
+                ExpressionAttributeValues={
+                    ":now": {"N": repr(now)},
+                    ":stale": {"N": repr(now - ASSEMBLY_LEASE_SECONDS)},
+                    ":queued": {"S": "queued"},
+                    ":true": {"BOOL": True},
+                },
+            )
+            return True
+        except self._ddb.exceptions.ConditionalCheckFailedException:
+            return False
+
+    def finish(self, job: Job, output_uri: str, lines_ok: int, lines_failed: int) -> None:
+        """The job succeeded: its output is at ``output_uri``."""
+        self._ddb.update_item(
+            TableName=self._table,
+            Key={JOBS.partition: {"S": job.tenant}, JOBS.sort: {"S": job.job_id}},
+            UpdateExpression="SET #st = :ok, output_uri = :uri, finished_at = :now, "
+            "updated_at = :now, lines_ok = :ok_n, lines_failed = :failed_n",
+            ConditionExpression="#st = :queued",
+            ExpressionAttributeNames={"#st": "status"},
+            ExpressionAttributeValues={
+                ":ok": {"S": "succeeded"},
+                ":queued": {"S": "queued"},
+                ":uri": {"S": output_uri},
+                ":now": {"N": repr(time.time())},
+                ":ok_n": {"N": str(lines_ok)},
+                ":failed_n": {"N": str(lines_failed)},
+            },
+        )
+
     def list(
         self, tenant: str, limit: int = 20, after: str | None = None
     ) -> tuple[list[Job], str | None]:
@@ -200,8 +274,11 @@ def _to_item(job: Job) -> dict[str, Any]:
     }
     for name in (*_NUMBERS, *_COUNTS):
         item[name] = {"N": repr(getattr(job, name))}
-    if job.chunks is not None:
-        item["chunks"] = {"N": str(job.chunks)}
+    for name in _OPTIONAL:
+        if getattr(job, name) is not None:
+            item[name] = {"N": repr(getattr(job, name))}
+    if job.output_uri is not None:
+        item["output_uri"] = {"S": job.output_uri}
     return item
 
 
@@ -214,8 +291,151 @@ def _from_item(item: dict[str, Any]) -> Job:
     }
     for name in ("model", "version", "source", "etag", "status"):
         values[name] = item[name]["S"]
-    for name in (*_NUMBERS, *_COUNTS, "chunks"):
+    for name in (*_NUMBERS, *_COUNTS, *_OPTIONAL):
         if name in item:
             number = float(item[name]["N"])
-            values[name] = number if name in ("created_at", "updated_at") else int(number)
+            values[name] = number if name in _FLOATS else int(number)
+    if "output_uri" in item:
+        values["output_uri"] = item["output_uri"]["S"]
     return Job(**values)
+
+
+# -- the output ---------------------------------------------------------------------
+
+OUTPUT_SUFFIX = ".out"  # not .jsonl: an output in the drop bucket starts no job
+PART_BYTES = 8 << 20  # multipart upload parts (S3's minimum is 5 MiB)
+
+
+def output_key(job: Job) -> tuple[str, str]:
+    """Where a job's output goes: beside its file, with ``.out`` appended."""
+    bucket, key = job.bucket_key
+    return bucket, key + OUTPUT_SUFFIX
+
+
+def chunk_lines(record: ResultRecord | None, chunk: JobChunk) -> Iterator[dict[str, Any]]:
+    """One output line per line of the chunk's range, in order: the model's output,
+    or the error of a line the splitter refused or whose request failed."""
+    refused = {e.line: e for e in chunk.errors}
+    outputs = iter(record.outputs or []) if record and record.status == "done" else None
+    for line in range(chunk.first_line, chunk.last_line + 1):
+        if line in refused:
+            error = refused[line]
+            yield {"line": line, "error": {"code": error.code, "message": error.message}}
+            continue
+        output = next(outputs, _MISSING) if outputs is not None else _MISSING
+        if output is not _MISSING:
+            yield {"line": line, "output": output}
+        elif record is None:
+            yield {"line": line, "error": {"code": "missing", "message": "no result stored"}}
+        elif record.error is not None:
+            yield {
+                "line": line,
+                "error": {"code": record.error.code, "message": record.error.message},
+            }
+        else:
+            yield {
+                "line": line,
+                "error": {"code": record.status, "message": f"the chunk is {record.status}"},
+            }
+
+
+_MISSING = object()
+
+
+class MultipartWriter:
+    """Bytes written to one S3 object in parts, never held whole: a small object is
+    one PutObject; a large one a multipart upload, aborted if the writing fails."""
+
+    def __init__(self, s3: Any, bucket: str, key: str, part_bytes: int = PART_BYTES) -> None:
+        self._s3, self._bucket, self._key, self._part_bytes = s3, bucket, key, part_bytes
+        self._buffer = bytearray()
+        self._upload_id: str | None = None
+        self._parts: list[dict[str, Any]] = []
+
+    def write(self, data: bytes) -> None:
+        self._buffer += data
+        if len(self._buffer) >= self._part_bytes:
+            self._upload_part()
+
+    def _upload_part(self) -> None:
+        if self._upload_id is None:
+            self._upload_id = self._s3.create_multipart_upload(
+                Bucket=self._bucket, Key=self._key, ContentType="application/jsonl"
+            )["UploadId"]
+        number = len(self._parts) + 1
+        answer = self._s3.upload_part(
+            Bucket=self._bucket,
+            Key=self._key,
+            UploadId=self._upload_id,
+            PartNumber=number,
+            Body=bytes(self._buffer),
+        )
+        self._parts.append({"PartNumber": number, "ETag": answer["ETag"]})
+        self._buffer.clear()
+
+    def close(self) -> None:
+        if self._upload_id is None:
+            self._s3.put_object(
+                Bucket=self._bucket,
+                Key=self._key,
+                Body=bytes(self._buffer),
+                ContentType="application/jsonl",
+            )
+            return
+        if self._buffer:
+            self._upload_part()
+        self._s3.complete_multipart_upload(
+            Bucket=self._bucket,
+            Key=self._key,
+            UploadId=self._upload_id,
+            MultipartUpload={"Parts": self._parts},
+        )
+
+    def abort(self) -> None:
+        if self._upload_id is not None:
+            self._s3.abort_multipart_upload(
+                Bucket=self._bucket, Key=self._key, UploadId=self._upload_id
+            )
+
+
+def assemble_output(
+    job: Job, get_result: Callable[[str, str], ResultRecord | None], s3: Any
+) -> tuple[str, int, int]:
+    """Write a job's output, chunk by chunk in order, one line per input line; its
+    URI and the lines with an output and with an error."""
+    bucket, key = output_key(job)
+    writer = MultipartWriter(s3, bucket, key)
+    ok = failed = 0
+    try:
+        for index in range(job.chunks or 0):
+            record = get_result(job.tenant, chunk_request_id(job.job_id, index))
+            if record is None or record.job is None:
+                raise RuntimeError(f"chunk {index} of job {job.job_id} has no result")
+            for line in chunk_lines(record, record.job):
+                if "output" in line:
+                    ok += 1
+                else:
+                    failed += 1
+                writer.write(json.dumps(line, separators=(",", ":")).encode() + b"\n")
+        writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    return f"s3://{bucket}/{key}", ok, failed
+
+
+def finish_if_answered(
+    jobs: JobStore,
+    tenant: str,
+    job_id: str,
+    get_result: Callable[[str, str], ResultRecord | None],
+    s3: Any,
+) -> Job | None:
+    """If every chunk of the job is answered and nobody has claimed its assembly,
+    assemble its output and mark it succeeded; the job as it ends, else None."""
+    job = jobs.get(tenant, job_id)
+    if job is None or not job.answered or not jobs.claim_assembly(job):
+        return None
+    uri, ok, failed = assemble_output(job, get_result, s3)
+    jobs.finish(job, uri, ok, failed)
+    return jobs.get(tenant, job_id)

@@ -25,8 +25,10 @@ _BATCH_GET_LIMIT = 100  # keys per BatchGetItem
 class ResultStore(Protocol):
     def put_queued(self, record: ResultRecord) -> None: ...
 
-    def complete(self, record: ResultRecord) -> bool:
-        """Store a final result; False if one was stored already (a redelivery)."""
+    def complete(self, record: ResultRecord, also: dict[str, Any] | None = None) -> bool:
+        """Store a final result; False if one was stored already (a redelivery).
+        ``also``: one more write (a DynamoDB transaction item) made with the result,
+        or not at all."""
         ...
 
     def get(self, tenant: str, request_id: str) -> ResultRecord | None: ...
@@ -73,15 +75,25 @@ class DynamoDBResultStore:
             ExpressionAttributeNames={"#sk": RESULTS.sort},
         )
 
-    def complete(self, record: ResultRecord) -> bool:
+    def complete(self, record: ResultRecord, also: dict[str, Any] | None = None) -> bool:
+        put = {
+            "TableName": self._table,
+            "Item": self._to_item(record),
+            "ConditionExpression": "attribute_not_exists(#sk) OR #st = :queued",
+            "ExpressionAttributeNames": {"#sk": RESULTS.sort, "#st": "status"},
+            "ExpressionAttributeValues": {":queued": {"S": "queued"}},
+        }
+        if also is not None:
+            try:
+                self._ddb.transact_write_items(TransactItems=[{"Put": put}, also])
+            except self._ddb.exceptions.TransactionCanceledException as exc:
+                reasons = exc.response.get("CancellationReasons") or [{}]
+                if reasons[0].get("Code") == "ConditionalCheckFailed":
+                    return False
+                raise
+            return True
         try:
-            self._ddb.put_item(
-                TableName=self._table,
-                Item=self._to_item(record),
-                ConditionExpression="attribute_not_exists(#sk) OR #st = :queued",
-                ExpressionAttributeNames={"#sk": RESULTS.sort, "#st": "status"},
-                ExpressionAttributeValues={":queued": {"S": "queued"}},
-            )
+            self._ddb.put_item(**put)
         except self._ddb.exceptions.ConditionalCheckFailedException:
             return False
         return True

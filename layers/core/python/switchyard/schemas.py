@@ -48,6 +48,26 @@ class TensorSignature(BaseModel):
 Signature = Annotated[TextSignature | TensorSignature, Field(discriminator="kind")]
 
 
+class LineError(BaseModel):
+    """Why one line of a batch file has no output."""
+
+    line: int
+    code: str
+    message: str
+
+
+class JobChunk(BaseModel):
+    """Which part of a batch job a request is: chunk ``index`` of job ``job_id``,
+    lines ``first_line`` to ``last_line`` of its file. Its inputs are those lines
+    less the ones in ``errors`` (refused by the splitter), in order."""
+
+    job_id: str
+    index: int = Field(ge=0)
+    first_line: int = Field(ge=1)
+    last_line: int
+    errors: list[LineError] = Field(default_factory=list)
+
+
 class QueueMessage(BaseModel):
     """One request's work: its inputs inline, or a claim-check pointer to them."""
 
@@ -72,6 +92,8 @@ class QueueMessage(BaseModel):
     # Set when the router re-sent the request to the model's fallback version
     # (same request id: whichever version stores a result first answers).
     fallback: bool = False
+    # Set on a batch job's chunk (the splitter's).
+    job: JobChunk | None = None
 
     @model_validator(mode="after")
     def _one_payload(self) -> QueueMessage:
@@ -112,6 +134,8 @@ class ResultRecord(BaseModel):
     # Attempts that failed as a whole batch (the router's cue to fall back).
     failures: int = 0
     last_failure: str | None = None
+    # A batch job's chunk: its place in the job, kept for the job's output.
+    job: JobChunk | None = None
 
 
 @dataclass(frozen=True)

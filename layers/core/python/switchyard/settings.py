@@ -111,6 +111,9 @@ class WorkerSettings(Settings):
     # health check in ECS, the supervisor locally).
     ready_file: str | None = None
     prediction_log_stream: str | None = None
+    # Batch jobs: each chunk's result is counted on its job here, and the worker
+    # that answers a job's last chunk writes its output beside its file.
+    jobs_table: str | None = None
 
 
 class SettingsError(RuntimeError):
