@@ -97,6 +97,8 @@ class Api(Construct):
         v1 = self.rest_api.root.add_resource("v1")
         self._models = v1.add_resource("models")
         self._request = v1.add_resource("requests").add_resource("{request_id}")
+        self._jobs = v1.add_resource("jobs")
+        self._job = self._jobs.add_resource("{job_id}")
 
         self.usage_plans: dict[str, apigw.UsagePlan] = {}
         for tier_name, tier in manifest.tiers.items():
@@ -204,8 +206,9 @@ class Api(Construct):
         )
 
     def add_platform_routes(self, function: lambda_.IFunction) -> None:
-        """GET /v1/models, and GET and DELETE (cancel) /v1/requests/{request_id}: not
-        tied to one model."""
+        """GET /v1/models, GET and DELETE (cancel) /v1/requests/{request_id}, and the
+        batch jobs (POST and GET /v1/jobs, GET and DELETE /v1/jobs/{job_id}): not tied
+        to one model."""
         integration = self._integration(function)
         self._models.add_method("GET", integration)
         for method in ("GET", "DELETE"):
@@ -214,4 +217,13 @@ class Api(Construct):
                 integration,
                 request_validator=self.validator,
                 request_parameters={"method.request.path.request_id": True},
+            )
+        for method in ("GET", "POST"):
+            self._jobs.add_method(method, integration)
+        for method in ("GET", "DELETE"):
+            self._job.add_method(
+                method,
+                integration,
+                request_validator=self.validator,
+                request_parameters={"method.request.path.job_id": True},
             )

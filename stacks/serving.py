@@ -10,7 +10,7 @@ from stacks.batch import BatchIngest
 from stacks.cloud import ROUTER_MEMORY_MB, ROUTER_TIMEOUT, Deployment
 from stacks.compute import Compute
 from stacks.configuration import RoutingConfiguration
-from stacks.data import DataStack, grant_objects, grant_registry_read
+from stacks.data import DataStack, grant_items, grant_objects, grant_registry_read
 from stacks.endpoint import ModelEndpoint, SharedServing
 from stacks.functions import FunctionCode, PlatformFunction, settings_environment
 from switchyard.settings import RouterSettings
@@ -78,6 +78,8 @@ class ServingStack(Stack):
                 queues={m: e.queues.urls() for m, e in self.endpoints.items()},
                 service="router",
                 tenant_keys=self.shared.api.tenant_keys,
+                jobs_table=storage.jobs_table.table_name,
+                batch_drop_bucket=storage.batch_drop_bucket.bucket_name,
                 **deployment.manifest.router_settings_values(),
             ),
             layers=[self.shared.code.core_layer],
@@ -91,6 +93,16 @@ class ServingStack(Stack):
             function.role,
             ["s3:GetObject"],
             "Async status returns claim-checked outputs stored under per-request keys.",
+        )
+        # Batch jobs: kept in the jobs table; submitted inputs become a file in the
+        # drop bucket under the tenant's prefix (its notification starts the split).
+        grant_items(storage.jobs_table, function.role)
+        grant_objects(
+            names.batch_drop_bucket,
+            function.role,
+            ["s3:GetObject", "s3:PutObject"],
+            "A tenant's submitted inputs are written as a file under its own prefix, and a "
+            "submitted file's size and ETag are read there (HeadObject).",
         )
         self.shared.api.add_platform_routes(function.function)
         return function

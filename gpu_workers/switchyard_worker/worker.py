@@ -49,6 +49,7 @@ log = Logger(service="switchyard-worker")
 
 RuntimeLoader = Callable[[ModelVersion], ModelRuntime]
 _RECEIVE_MAX = 10
+_JOB_STATUS_SECONDS = 2.0  # how stale a job's cancelled-or-not may be
 _PAUSE_SLICE_S = 0.02  # how soon a pause notices a stop
 
 
@@ -96,6 +97,7 @@ class Worker:
         self._jobs = jobs
         self._job_output_s3 = job_output_s3
         self._job_outputs = ThreadPoolExecutor(max_workers=1, thread_name_prefix="job-output")
+        self._job_status: dict[tuple[str, str], tuple[str, float]] = {}
         self._versions: dict[str, ModelVersion | None] = {}
         self._runtimes: dict[str, ModelRuntime] = {}
         self._assembler = BatchAssembler(self._limits)
@@ -242,6 +244,9 @@ class Worker:
             if p.error is None and now > p.message.expires_at:
                 error = ErrorInfo(code="expired", message="the request expired before it ran")
                 answered.append((p, self._record(p, "expired", error=error)))
+            elif p.message.job is not None and self._job_cancelled(p.message):
+                error = ErrorInfo(code="cancelled", message="the job was cancelled")
+                answered.append((p, self._record(p, "cancelled", error=error)))
             elif p.error is not None:
                 answered.append((p, self._record(p, "error", error=p.error)))
             else:
@@ -401,11 +406,25 @@ class Worker:
         write, and if it was the job's last, the job's output is assembled."""
         if record.job is None or self._jobs is None:
             return self._results.complete(record)
-        count = self._jobs.count_chunk(record.tenant, record.job.job_id)
+        count = self._jobs.count_chunk(record)
         fresh = self._results.complete(record, also=count)
         if fresh:
             self._job_outputs.submit(self._finish_job, record.tenant, record.job.job_id)
         return fresh
+
+    def _job_cancelled(self, message: QueueMessage) -> bool:
+        """Whether the chunk's job was cancelled (its status read at most every
+        :data:`_JOB_STATUS_SECONDS` per job)."""
+        if self._jobs is None or message.job is None:
+            return False
+        key = (message.tenant, message.job.job_id)
+        now = time.monotonic()
+        cached = self._job_status.get(key)
+        if cached is None or now - cached[1] > _JOB_STATUS_SECONDS:
+            job = self._jobs.get(*key)
+            cached = (job.status if job else "queued", now)
+            self._job_status[key] = cached
+        return cached[0] == "cancelled"
 
     def _finish_job(self, tenant: str, job_id: str) -> None:
         assert self._jobs is not None
@@ -448,7 +467,7 @@ class Worker:
             tenant=m.tenant,
             model=m.model,
             version=m.version,
-            status="done" if status == "done" else "expired" if status == "expired" else "error",
+            status=status if status in ("done", "expired", "cancelled") else "error",
             lane=m.lane,
             outputs=outputs,
             error=error,

@@ -68,6 +68,8 @@ class Provisioned:
             "appconfig_extension_url": appconfig_extension_url,
             "appconfig_application": self.appconfig_application_id,
             "appconfig_environment": self.stage,
+            "jobs_table": self.names.jobs_table,
+            "batch_drop_bucket": self.names.batch_drop_bucket,
         }
 
     def splitter_values(self) -> dict[str, Any]:

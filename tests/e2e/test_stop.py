@@ -36,7 +36,16 @@ def alive(pid: int) -> bool:
 
 def test_ctrl_c_stops_every_process_it_started(platform):
     started = descendants(platform.process.pid)
-    workers = [p for p in started if b"switchyard_worker" in cmdline(p)]
+    # Serving workers (those that logged polling, under their pid) drain and log
+    # their stop; a standby (imports done, no model yet) has nothing to drain and is
+    # stopped all the same.
+    serving = {
+        int(str(e["worker"]).rsplit("-", 1)[1])
+        for e in platform.worker_log_events()
+        if e.get("message") == "polling"
+    }
+    workers = [p for p in started if b"switchyard_worker" in cmdline(p) and p in serving]
+    standbys = [p for p in started if b"switchyard_worker" in cmdline(p) and p not in serving]
     stops_before = stops(platform)
     assert len(started) >= 5  # the supervisor, emulator, router, at least a worker per model
     assert len(workers) >= 2
@@ -46,6 +55,7 @@ def test_ctrl_c_stops_every_process_it_started(platform):
     while any(alive(p) for p in started) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert [p for p in started if alive(p)] == []
+    assert not any(alive(p) for p in standbys)
     # The workers drained rather than died: each logged a clean stop. (One that does
     # not stop in time is killed, after its stacks go to its log.)
     assert stops(platform) - stops_before == len(workers), "\n".join(

@@ -76,7 +76,7 @@ def test_chunks_count_once_and_the_last_assembles_the_output_in_order(
     )
 
     def store_result(record: ResultRecord) -> bool:
-        return adapters.results.complete(record, also=store.count_chunk("acme", job.job_id))
+        return adapters.results.complete(record, also=store.count_chunk(record))
 
     # WHEN each chunk's result is stored, one of them twice (a redelivery)
     assert store_result(records[0]) and not store_result(records[0])

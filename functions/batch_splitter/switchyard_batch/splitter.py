@@ -45,10 +45,11 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from switchyard.jobs import (
     MAX_REPORTED_ERRORS,
     Job,
+    JobRejected,
     JobStore,
     chunk_request_id,
     finish_if_answered,
-    job_id_for,
+    job_for_file,
 )
 from switchyard.payloads import PayloadStore
 from switchyard.queues import WorkQueue, encode_message
@@ -69,10 +70,6 @@ CHUNK_LINES_PER_INPUT = 2
 MAX_ERROR_CHARS = 160  # of a refused line's message: a chunk's errors ride its message
 CONTINUE = "switchyard_continue"  # the continuation message's one key
 log = Logger(service="switchyard-batch-splitter")
-
-
-class JobRejected(Exception):
-    """The file cannot be run at all (unknown model or tenant path, no version)."""
 
 
 def lines_from(
@@ -164,27 +161,8 @@ class Splitter:
 
     def job_for_drop(self, bucket: str, key: str) -> tuple[Job, bool]:
         """The job of a dropped file (made if new) and whether it is new."""
-        parts = key.split("/")
-        if len(parts) < 3:
-            raise JobRejected(f"{key}: expected <tenant>/<model>/<file>.jsonl")
-        tenant, model = parts[0], parts[1]
-        if model not in self.queues:
-            raise JobRejected(f"{key}: unknown model {model!r}")
-        head = self.s3.head_object(Bucket=bucket, Key=key)
-        etag = head["ETag"]
-        version = _newest_active(self.registry, model)
-        now = time.time()
-        job = Job(
-            job_id=job_id_for(bucket, key, etag),
-            tenant=tenant,
-            model=model,
-            version=version.version,
-            source=f"s3://{bucket}/{key}",
-            etag=etag,
-            size_bytes=int(head["ContentLength"]),
-            created_at=now,
-            updated_at=now,
-            expires_at=int(now + self.result_ttl_seconds),
+        job = job_for_file(
+            self.s3, self.registry, self.queues, bucket, key, self.result_ttl_seconds
         )
         return self.jobs.create(job)
 
@@ -276,7 +254,7 @@ class Splitter:
                 expires_at=int(now + self.result_ttl_seconds),
                 job=chunk,
             )
-            self.results.complete(record, also=self.jobs.count_chunk(job.tenant, job.job_id))
+            self.results.complete(record, also=self.jobs.count_chunk(record))
             return
         message = QueueMessage(
             request_id=request_id,
@@ -305,13 +283,6 @@ class Splitter:
             errors=progress.errors,
             done=done,
         )
-
-
-def _newest_active(registry: Registry, model: str) -> ModelVersion:
-    active = [v for v in registry.versions(model) if v.status == "active"]
-    if not active:
-        raise JobRejected(f"model {model!r} has no active version")
-    return max(active, key=lambda v: v.created_at)
 
 
 def splitter_of(adapters: Adapters) -> Splitter:

@@ -227,3 +227,68 @@ def _drop_null(schema: dict[str, Any]) -> None:
     if len(options) == 1:
         del schema["anyOf"]
         schema.update(options[0])
+
+
+class JobCounts(TypedDict):
+    total: int | None  # lines in the file, once it is read to the end
+    read: int
+    done: int  # lines answered (an output or an error)
+    failed: int  # of those, lines with an error
+    refused: int  # lines that were not valid input
+
+
+class JobView(TypedDict):
+    """A batch job as it stands; ``output_uri`` once it succeeded."""
+
+    job_id: str
+    status: Literal["queued", "running", "succeeded", "failed", "cancelled"]
+    model: str
+    version: str
+    source: str
+    location: str
+    counts: JobCounts
+    progress: float
+    timings: dict[str, float | None]
+    output_uri: str | None
+    errors: list[dict[str, Any]]
+
+
+class JobPage(TypedDict):
+    jobs: list[JobView]
+    next: str | None
+
+
+class JobAlreadyFinished(JobView):
+    code: Literal["already_finished"]
+    message: str
+
+
+_UNKNOWN_JOB = {"model": ErrorBody, "description": "No such job for this API key"}
+
+JOB_SUBMIT = {
+    202: {"model": JobView, "description": "A new job; poll its location"},
+    200: {"model": JobView, "description": "The same file again: the job it made"},
+    400: {"model": ErrorBody, "description": "A body that is not JSON"},
+    404: {"model": ErrorBody, "description": "Unknown model, or no such file"},
+    413: _gateway("A body over API Gateway's payload limit", PAYLOAD_TOO_LARGE),
+    422: {"model": ErrorBody, "description": "A body that does not match the schema"},
+    **COMMON,
+}
+JOB_LIST = {
+    200: {"model": JobPage, "description": "The caller's jobs, newest first"},
+    422: {"model": ErrorBody, "description": "A limit or cursor out of range"},
+    **COMMON,
+}
+JOB = {
+    200: {"model": JobView, "description": "The job as it stands"},
+    404: _UNKNOWN_JOB,
+    422: {"model": ErrorBody, "description": "A job id over 64 characters"},
+    **COMMON,
+}
+JOB_CANCEL = {
+    200: {"model": JobView, "description": "Cancelled"},
+    404: _UNKNOWN_JOB,
+    409: {"model": JobAlreadyFinished, "description": "The job had already ended"},
+    422: {"model": ErrorBody, "description": "A job id over 64 characters"},
+    **COMMON,
+}

@@ -26,6 +26,7 @@ from switchyard.schemas import FORBIDDEN, ResultRecord
 from switchyard.signatures import FieldError
 from switchyard.telemetry import COUNT, MILLISECONDS, emit_metrics
 from switchyard_router import api_document
+from switchyard_router.jobs_api import JOB_BODY, JobsApi, job_body, parse_submission
 from switchyard_router.logic import MAX_DEADLINE_MS, Admitted, PredictService, RequestRejected
 
 log = logging.getLogger("switchyard.router")
@@ -76,6 +77,7 @@ class RouterDeps:
     service: PredictService
     tenants: TenantDirectory
     max_body_bytes: int
+    jobs: JobsApi | None = None  # batch jobs, where the router has the jobs table
 
 
 def create_app(deps: RouterDeps) -> FastAPI:
@@ -220,8 +222,66 @@ def create_app(deps: RouterDeps) -> FastAPI:
             )
         return _status_body(record)
 
+    if deps.jobs is not None:
+        _job_routes(app, deps.jobs, tenant_of, deps.max_body_bytes)
     api_document.finish(app)
     return app
+
+
+def _job_routes(app: FastAPI, jobs: JobsApi, tenant_of: Any, max_body_bytes: int) -> None:
+    @app.post(
+        "/v1/jobs",
+        tags=["jobs"],
+        status_code=202,
+        response_model=None,
+        responses=api_document.JOB_SUBMIT,
+        openapi_extra={"requestBody": JOB_BODY},
+    )
+    async def submit_job(request: Request) -> Any:
+        """A batch job: ``inputs`` (one output line each) or ``input_uri``, a JSON
+        Lines file in the drop bucket under the caller's prefix. The same file again
+        is the same job (200)."""
+        tenant = tenant_of(request)
+        submission = parse_submission(await _read_body(request, max_body_bytes))
+        job, new = await run_in_threadpool(jobs.submit, tenant, submission)
+        body = job_body(job, _base_path(request))
+        return JSONResponse(
+            body, status_code=202 if new else 200, headers={"Location": body["location"]}
+        )
+
+    @app.get("/v1/jobs", tags=["jobs"], response_model=None, responses=api_document.JOB_LIST)
+    def list_jobs(
+        request: Request,
+        limit: Annotated[int, Query(ge=1, le=100)] = 20,
+        after: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
+    ) -> Any:
+        """The caller's jobs, newest first; ``next`` is the ``after`` of the next page."""
+        tenant = tenant_of(request)
+        page, following = jobs.store.list(tenant, limit, after)
+        base = _base_path(request)
+        return {"jobs": [job_body(j, base) for j in page], "next": following}
+
+    @app.get("/v1/jobs/{job_id}", tags=["jobs"], response_model=None, responses=api_document.JOB)
+    def get_job(request: Request, job_id: Annotated[str, Path(max_length=64)]) -> Any:
+        return job_body(jobs.get(tenant_of(request), job_id), _base_path(request))
+
+    @app.delete(
+        "/v1/jobs/{job_id}", tags=["jobs"], response_model=None, responses=api_document.JOB_CANCEL
+    )
+    def cancel_job(request: Request, job_id: Annotated[str, Path(max_length=64)]) -> Any:
+        """Cancel a job that has not ended: chunks not yet run are answered as
+        cancelled and no output is written. An ended job stays as it is (409)."""
+        tenant = tenant_of(request)
+        jobs.get(tenant, job_id)
+        job = jobs.store.cancel(tenant, job_id)
+        assert job is not None
+        body = job_body(job, _base_path(request))
+        if job.status != "cancelled":
+            return JSONResponse(
+                {**body, "code": "already_finished", "message": f"job {job_id} already ended"},
+                status_code=409,
+            )
+        return body
 
 
 def _allowed_methods(app: FastAPI, scope: Scope) -> str:

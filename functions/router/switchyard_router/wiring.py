@@ -4,10 +4,12 @@ Lambda init in the cloud, at start locally)."""
 from __future__ import annotations
 
 from switchyard.auth import KeyIdDirectory
+from switchyard.jobs import JobStore
 from switchyard.routing import CachedRouting, RoutingSource, appconfig_extension_fetcher
 from switchyard.settings import RouterSettings
 from switchyard.wiring import build_adapters
 from switchyard_router.app import RouterDeps
+from switchyard_router.jobs_api import JobsApi
 from switchyard_router.logic import PredictService
 
 
@@ -32,8 +34,19 @@ def build_deps(settings: RouterSettings) -> RouterDeps:
         max_age_seconds=settings.max_age_seconds,
         sync_grace_seconds=settings.sync_grace_seconds,
     )
+    jobs = None
+    if settings.jobs_table and settings.batch_drop_bucket:
+        jobs = JobsApi(
+            store=JobStore(adapters.client("dynamodb"), settings.jobs_table),
+            s3=adapters.client("s3"),
+            registry=adapters.registry,
+            models=list(adapters.queues),
+            drop_bucket=settings.batch_drop_bucket,
+            ttl_seconds=settings.result_ttl_seconds,
+        )
     return RouterDeps(
         service=service,
         tenants=KeyIdDirectory(settings.tenant_keys),
         max_body_bytes=settings.max_body_bytes,
+        jobs=jobs,
     )

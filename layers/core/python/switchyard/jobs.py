@@ -15,14 +15,16 @@ batch lane.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from switchyard.registry import Registry
 from switchyard.schemas import JobChunk, LineError, ResultRecord
 from switchyard.tables import JOBS
 
@@ -52,6 +54,8 @@ class Job(BaseModel):
     errors: list[LineError] = Field(default_factory=list)  # the first few
     chunks: int | None = None  # once split_done
     chunks_done: int = 0  # chunks answered (done, error or expired), each counted once
+    lines_done: int = 0  # lines of the answered chunks
+    lines_errored: int = 0  # of those, lines without an output (refused or failed)
     assembling_at: float | None = None  # when the output's assembly was claimed
     finished_at: float | None = None
     output_uri: str | None = None
@@ -76,6 +80,41 @@ class Job(BaseModel):
         return bucket, key
 
 
+class JobRejected(Exception):
+    """The file cannot be run at all (unknown model or tenant path, no version)."""
+
+
+def job_for_file(
+    s3: Any, registry: Registry, models: Iterable[str], bucket: str, key: str, ttl_seconds: int
+) -> Job:
+    """The job a file at ``<tenant>/<model>/<name>`` makes (not yet recorded): the
+    model's newest active version, the file's size and ETag as they are now."""
+    parts = key.split("/")
+    if len(parts) < 3 or not all(parts):
+        raise JobRejected(f"{key}: expected <tenant>/<model>/<file>.jsonl")
+    tenant, model = parts[0], parts[1]
+    if model not in set(models):
+        raise JobRejected(f"{key}: unknown model {model!r}")
+    active = [v for v in registry.versions(model) if v.status == "active"]
+    if not active:
+        raise JobRejected(f"model {model!r} has no active version")
+    version = max(active, key=lambda v: v.created_at)
+    head = s3.head_object(Bucket=bucket, Key=key)
+    now = time.time()
+    return Job(
+        job_id=job_id_for(bucket, key, head["ETag"]),
+        tenant=tenant,
+        model=model,
+        version=version.version,
+        source=f"s3://{bucket}/{key}",
+        etag=head["ETag"],
+        size_bytes=int(head["ContentLength"]),
+        created_at=now,
+        updated_at=now,
+        expires_at=int(now + ttl_seconds),
+    )
+
+
 def job_id_for(bucket: str, key: str, etag: str) -> str:
     """The job of these bytes at this key (S3's ETag names the bytes)."""
     return hashlib.sha256(f"{bucket}\n{key}\n{etag}".encode()).hexdigest()[:24]
@@ -86,7 +125,10 @@ def chunk_request_id(job_id: str, index: int) -> str:
 
 
 _NUMBERS = ("size_bytes", "created_at", "updated_at", "expires_at", "split_offset")
-_COUNTS = ("split_line", "split_chunk", "inputs", "rejected", "chunks_done")
+_COUNTS = (
+    "split_line", "split_chunk", "inputs", "rejected", "chunks_done", "lines_done",
+    "lines_errored",
+)  # fmt: skip
 _OPTIONAL = ("chunks", "assembling_at", "finished_at", "lines_ok", "lines_failed")
 _FLOATS = ("created_at", "updated_at", "assembling_at", "finished_at")
 # A claim on the output's assembly older than this is taken to have died with its
@@ -176,18 +218,46 @@ class JobStore:
         except self._ddb.exceptions.ConditionalCheckFailedException:
             return False
 
-    def count_chunk(self, tenant: str, job_id: str) -> dict[str, Any]:
-        """The update that counts one answered chunk, as an item of a DynamoDB
-        transaction: written with the chunk's result, so the count and the result
+    def count_chunk(self, record: ResultRecord) -> dict[str, Any]:
+        """The update that counts a chunk's final result on its job, as an item of a
+        DynamoDB transaction: written with the result, so the count and the result
         are stored together or not at all (``ResultStore.complete(also=...)``)."""
+        chunk = record.job
+        assert chunk is not None
+        lines = chunk.last_line - chunk.first_line + 1
+        errored = lines if record.status != "done" else len(chunk.errors)
         return {
             "Update": {
                 "TableName": self._table,
-                "Key": {JOBS.partition: {"S": tenant}, JOBS.sort: {"S": job_id}},
-                "UpdateExpression": "ADD chunks_done :one",
-                "ExpressionAttributeValues": {":one": {"N": "1"}},
+                "Key": {JOBS.partition: {"S": record.tenant}, JOBS.sort: {"S": chunk.job_id}},
+                "UpdateExpression": "ADD chunks_done :one, lines_done :lines, "
+                "lines_errored :errored",
+                "ExpressionAttributeValues": {
+                    ":one": {"N": "1"},
+                    ":lines": {"N": str(lines)},
+                    ":errored": {"N": str(errored)},
+                },
             }
         }
+
+    def cancel(self, tenant: str, job_id: str) -> Job | None:
+        """Cancel a job that has not ended: its split stops, chunks not yet run are
+        answered as cancelled, and no output is written. The job as it stands after
+        (cancelled, or as it ended); None if there is none."""
+        with contextlib.suppress(self._ddb.exceptions.ConditionalCheckFailedException):
+            self._ddb.update_item(
+                TableName=self._table,
+                Key={JOBS.partition: {"S": tenant}, JOBS.sort: {"S": job_id}},
+                UpdateExpression="SET #st = :cancelled, finished_at = :now, updated_at = :now",
+                ConditionExpression="#st = :queued AND attribute_not_exists(assembling_at)",
+                ExpressionAttributeNames={"#st": "status"},
+                ExpressionAttributeValues={
+                    ":cancelled": {"S": "cancelled"},
+                    ":queued": {"S": "queued"},
+                    ":now": {"N": repr(time.time())},
+                },
+            )
+        return self.get(tenant, job_id)
 
     def claim_assembly(self, job: Job) -> bool:
         """Claim the output's assembly of a job whose chunks are all answered: True

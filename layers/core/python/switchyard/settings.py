@@ -82,6 +82,10 @@ class RouterSettings(Settings):
     appconfig_application: str = ""
     appconfig_environment: str = ""
     routing_cache_seconds: float = Field(default=5.0, ge=0)
+    # Batch jobs (/v1/jobs), on the router that serves them: where jobs are kept and
+    # where submitted inputs are written as a file.
+    jobs_table: str | None = None
+    batch_drop_bucket: str | None = None
 
 
 class SplitterSettings(Settings):

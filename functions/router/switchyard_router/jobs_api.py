@@ -1,0 +1,201 @@
+"""Batch jobs over HTTP: submit, list, show and cancel a tenant's jobs.
+
+A job runs the way a dropped file does (``switchyard_batch.splitter``): submitted
+inputs are written to the drop bucket as a JSON Lines file under the tenant's prefix,
+whose notification starts the split; a submitted ``input_uri`` names a file already
+there. The job is recorded here first, so that it can be read at once. Every route
+is scoped to the caller's tenant: another tenant's job is 404.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from switchyard.jobs import Job, JobRejected, JobStore, job_for_file
+from switchyard.registry import Registry
+from switchyard.signatures import FieldError
+from switchyard_router.logic import RequestRejected
+
+MAX_INPUTS = 10_000  # per submission with inputs (a larger job is a dropped file)
+
+
+class JobSubmission(BaseModel):
+    """``inputs`` (one per output line), or ``input_uri`` of a JSON Lines file in the
+    drop bucket under the tenant's prefix."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(min_length=1, max_length=64)
+    inputs: list[Any] | None = Field(default=None, min_length=1, max_length=MAX_INPUTS)
+    input_uri: str | None = Field(default=None, min_length=6, max_length=1024)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_nulls(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name, value in data.items():
+                if value is None:
+                    raise ValueError(f"{name} is null: leave it out instead")
+        return data
+
+    @model_validator(mode="after")
+    def _one_source(self) -> JobSubmission:
+        if (self.inputs is None) == (self.input_uri is None):
+            raise ValueError("give exactly one of inputs and input_uri")
+        return self
+
+
+# The body as the API document states it: exactly one of inputs and input_uri.
+JOB_BODY = {
+    "required": True,
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["model"],
+                "properties": {
+                    "model": {"type": "string", "minLength": 1, "maxLength": 64},
+                    "inputs": {
+                        "type": "array",
+                        "minItems": 1,
+                        "maxItems": MAX_INPUTS,
+                        "items": {},
+                        "description": "One input per output line, as in a dropped file",
+                    },
+                    "input_uri": {
+                        "type": "string",
+                        "minLength": 6,
+                        "maxLength": 1024,
+                        "description": "s3://<drop bucket>/<tenant>/<model>/<name>.jsonl",
+                    },
+                },
+                "oneOf": [
+                    {"required": ["inputs"], "not": {"required": ["input_uri"]}},
+                    {"required": ["input_uri"], "not": {"required": ["inputs"]}},
+                ],
+            },
+            "examples": {
+                "inputs": {"value": {"model": "minilm-embed", "inputs": ["a", "b"]}},
+                "file": {
+                    "value": {
+                        "model": "minilm-embed",
+                        "input_uri": "s3://<drop bucket>/acme/minilm-embed/nightly.jsonl",
+                    }
+                },
+            },
+        }
+    },
+}
+
+
+def parse_submission(body: bytes) -> JobSubmission:
+    """The submission in a request body; a mistake is refused with its fields."""
+    try:
+        document = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RequestRejected(
+            400,
+            "malformed_json",
+            f"the body is not valid JSON: {exc}",
+            [FieldError("body", str(exc))],
+        ) from None
+    try:
+        return JobSubmission.model_validate(document)
+    except ValidationError as exc:
+        errors = [
+            FieldError(".".join(str(p) for p in e["loc"]) or "body", e["msg"]) for e in exc.errors()
+        ]
+        raise RequestRejected(422, "invalid_request", "the job is not valid", errors) from None
+
+
+@dataclass
+class JobsApi:
+    store: JobStore
+    s3: Any
+    registry: Registry
+    models: list[str]
+    drop_bucket: str
+    ttl_seconds: int
+
+    def submit(self, tenant: str, submission: JobSubmission) -> tuple[Job, bool]:
+        """The job (recorded) and whether it is new: the same file again is the
+        same job."""
+        if submission.model not in self.models:
+            raise RequestRejected(404, "unknown_model", f"no model {submission.model!r}")
+        if submission.inputs is not None:
+            key = f"{tenant}/{submission.model}/api-{uuid.uuid4().hex}.jsonl"
+            body = "\n".join(json.dumps(item, separators=(",", ":")) for item in submission.inputs)
+            self.s3.put_object(Bucket=self.drop_bucket, Key=key, Body=body.encode())
+        else:
+            key = self._own_key(tenant, submission)
+        try:
+            job = job_for_file(
+                self.s3, self.registry, self.models, self.drop_bucket, key, self.ttl_seconds
+            )
+        except JobRejected as exc:
+            raise RequestRejected(404, "unknown_model", str(exc)) from None
+        except self.s3.exceptions.ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                raise RequestRejected(
+                    404, "no_such_file", f"{submission.input_uri} does not exist"
+                ) from None
+            raise
+        return self.store.create(job)
+
+    def _own_key(self, tenant: str, submission: JobSubmission) -> str:
+        uri = submission.input_uri or ""
+        prefix = f"s3://{self.drop_bucket}/{tenant}/{submission.model}/"
+        if not uri.startswith(prefix) or not uri.endswith(".jsonl") or uri == prefix:
+            # Another tenant's file is no more visible than a missing one.
+            raise RequestRejected(
+                404, "no_such_file", f"no .jsonl file of yours at {uri} (under {prefix})"
+            )
+        return uri.removeprefix(f"s3://{self.drop_bucket}/")
+
+    def get(self, tenant: str, job_id: str) -> Job:
+        job = self.store.get(tenant, job_id)
+        if job is None:
+            raise RequestRejected(404, "unknown_job", f"job {job_id} does not exist")
+        return job
+
+
+def job_body(job: Job, base_path: str = "") -> dict[str, Any]:
+    """A job as the API shows it."""
+    total = job.split_line if job.split_done else None
+    if total:
+        progress = job.lines_done / total
+    elif job.split_done:
+        progress = 1.0  # an empty file
+    elif job.split_offset:  # lines expected, from the share of the file read
+        progress = job.lines_done / (job.split_line * job.size_bytes / job.split_offset)
+    else:
+        progress = 0.0
+    return {
+        "job_id": job.job_id,
+        "status": job.display_status,
+        "model": job.model,
+        "version": job.version,
+        "source": job.source,
+        "location": f"{base_path}/v1/jobs/{job.job_id}",
+        "counts": {
+            "total": total,
+            "read": job.split_line,
+            "done": job.lines_done,
+            "failed": job.lines_errored,
+            "refused": job.rejected,
+        },
+        "progress": round(min(progress, 1.0), 4),
+        "timings": {
+            "created_at": job.created_at,
+            "updated_at": job.updated_at,
+            "finished_at": job.finished_at,
+        },
+        "output_uri": job.output_uri,
+        "errors": [e.model_dump() for e in job.errors[:10]],
+    }

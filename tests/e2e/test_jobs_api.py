@@ -1,0 +1,139 @@
+"""Batch jobs over the HTTP API on the running local platform: submitted, listed,
+shown and cancelled, each tenant seeing only its own."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from tests.e2e.test_batch_drop import wait_for
+
+
+def auth(platform, tenant: str) -> dict[str, str]:
+    return {"x-api-key": platform.keys[tenant]}
+
+
+def output_lines(platform, uri: str) -> list[dict]:
+    bucket, key = uri.removeprefix("s3://").split("/", 1)
+    body = platform.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read().decode()
+    return [json.loads(line) for line in body.splitlines()]
+
+
+def test_a_submitted_job_runs_to_its_output_and_only_its_tenant_sees_it(platform, http):
+    # GIVEN inputs of which one is not text
+    inputs = [f"sentence {i} to embed" for i in range(30)]
+    inputs[7] = 7  # type: ignore[call-overload]
+
+    # WHEN acme submits them as a job
+    response = http.post(
+        "/v1/jobs", json={"model": "minilm-embed", "inputs": inputs}, headers=auth(platform, "acme")
+    )
+
+    # THEN it is accepted at once, with where to follow it
+    assert response.status_code == 202, response.text
+    job = response.json()
+    assert response.headers["Location"] == job["location"] == f"/v1/jobs/{job['job_id']}"
+    assert job["status"] in ("queued", "running") and job["model"] == "minilm-embed"
+
+    def succeeded() -> dict | None:
+        body = http.get(job["location"], headers=auth(platform, "acme")).json()
+        return body if body["status"] == "succeeded" else None
+
+    done = wait_for(succeeded, timeout_s=120)
+    assert done["counts"] == {"total": 30, "read": 30, "done": 30, "failed": 1, "refused": 1}
+    assert done["progress"] == 1.0 and done["timings"]["finished_at"]
+    lines = output_lines(platform, done["output_uri"])
+    assert [line["line"] for line in lines] == list(range(1, 31))
+    assert lines[7]["error"]["code"] == "invalid_input"
+    assert all(len(line["output"]) == 384 for i, line in enumerate(lines) if i != 7)
+
+    # AND acme lists it, newest first; globex neither lists nor reads it
+    listed = http.get("/v1/jobs", params={"limit": 100}, headers=auth(platform, "acme")).json()
+    assert job["job_id"] in [j["job_id"] for j in listed["jobs"]]
+    created = [j["timings"]["created_at"] for j in listed["jobs"]]
+    assert created == sorted(created, reverse=True)
+    other = http.get("/v1/jobs", params={"limit": 100}, headers=auth(platform, "globex")).json()
+    assert job["job_id"] not in [j["job_id"] for j in other["jobs"]]
+    assert http.get(job["location"], headers=auth(platform, "globex")).status_code == 404
+    assert http.delete(job["location"], headers=auth(platform, "globex")).status_code == 404
+
+    # AND an ended job cannot be cancelled: it stays as it is
+    late = http.delete(job["location"], headers=auth(platform, "acme"))
+    assert late.status_code == 409 and late.json()["status"] == "succeeded"
+
+
+def test_a_file_already_in_the_drop_bucket_is_the_same_job_again(platform, http):
+    # GIVEN a file acme dropped, which made its job
+    bucket = platform.info["names"]["batch_drop_bucket"]
+    key = "acme/minilm-embed/weekly.jsonl"
+    body = "\n".join(json.dumps(f"weekly line {i}") for i in range(12)).encode()
+    platform.client("s3").put_object(Bucket=bucket, Key=key, Body=body)
+    uri = f"s3://{bucket}/{key}"
+
+    def listed() -> list:
+        jobs = http.get("/v1/jobs", params={"limit": 100}, headers=auth(platform, "acme")).json()
+        return [j for j in jobs["jobs"] if j["source"] == uri and j["status"] == "succeeded"]
+
+    (dropped,) = wait_for(listed)
+    # WHEN it is submitted by its URI THEN that is the same job, not a second run
+    again = http.post(
+        "/v1/jobs", json={"model": "minilm-embed", "input_uri": uri}, headers=auth(platform, "acme")
+    )
+    assert again.status_code == 200 and again.json()["job_id"] == dropped["job_id"]
+
+
+def test_bad_submissions_are_refused_and_make_no_job(platform, http):
+    bucket = platform.info["names"]["batch_drop_bucket"]
+    before = http.get("/v1/jobs", params={"limit": 100}, headers=auth(platform, "globex")).json()
+    cases = [
+        ({"model": "minilm-embed"}, 422, "invalid_request"),
+        ({"model": "minilm-embed", "inputs": ["a"], "input_uri": "s3://x/y.jsonl"}, 422, None),
+        ({"model": "minilm-embed", "inputs": []}, 422, None),
+        ({"model": "no-such-model", "inputs": ["a"]}, 404, "unknown_model"),
+        ({"model": "minilm-embed", "inputs": ["a"], "callback": "x"}, 422, None),
+        # another tenant's prefix, and a file that is not there
+        ({"model": "minilm-embed", "input_uri": f"s3://{bucket}/acme/minilm-embed/a.jsonl"},
+         404, "no_such_file"),
+        (b"{not json", 400, "malformed_json"),
+        ({"model": "minilm-embed", "input_uri": f"s3://{bucket}/globex/minilm-embed/none.jsonl"},
+         404, "no_such_file"),
+    ]  # fmt: skip
+    for body, status, code in cases:
+        response = (
+            http.post("/v1/jobs", content=body, headers=auth(platform, "globex"))
+            if isinstance(body, bytes)
+            else http.post("/v1/jobs", json=body, headers=auth(platform, "globex"))
+        )
+        assert response.status_code == status, (body, response.text)
+        if code:
+            assert response.json()["code"] == code
+        assert response.json()["message"]
+    assert http.get("/v1/jobs/" + "x" * 65, headers=auth(platform, "globex")).status_code == 422
+    assert (
+        http.get("/v1/jobs", params={"limit": 0}, headers=auth(platform, "globex")).status_code
+        == 422
+    )
+    time.sleep(1)
+    after = http.get("/v1/jobs", params={"limit": 100}, headers=auth(platform, "globex")).json()
+    assert after["jobs"] == before["jobs"]
+
+
+def test_a_cancelled_job_stops_and_writes_no_output(platform, http):
+    # GIVEN a job larger than the workers answer at once
+    inputs = [f"line {i} of a long job" for i in range(3000)]
+    submitted = http.post(
+        "/v1/jobs",
+        json={"model": "minilm-embed", "inputs": inputs},
+        headers=auth(platform, "globex"),
+    ).json()
+
+    # WHEN it is cancelled while it runs
+    cancelled = http.delete(submitted["location"], headers=auth(platform, "globex"))
+
+    # THEN it ends cancelled, stays so, and no output is written
+    assert cancelled.status_code == 200, cancelled.text
+    assert cancelled.json()["status"] == "cancelled"
+    time.sleep(8)  # chunks already queued are answered as cancelled, not run
+    job = http.get(submitted["location"], headers=auth(platform, "globex")).json()
+    assert job["status"] == "cancelled" and job["output_uri"] is None
+    assert job["counts"]["done"] < 3000
