@@ -31,7 +31,9 @@ from switchyard.schemas import LANES, Lane
 from switchyard.settings import Settings
 from switchyard.tables import RESULTS
 from switchyard.wiring import Adapters, build_adapters
+from switchyard_local import jobs_cli
 from switchyard_local.dead_letters import DeadLetterError, Listed, list_dead_letters, redrive
+from switchyard_local.jobs_cli import JobsError
 from switchyard_local.traffic import (
     AppConfigTrafficStore,
     TrafficError,
@@ -51,6 +53,9 @@ class Target:
     # Made when a command first needs it: finding the routing application is a call
     # of its own, which commands that never route (dlq, models) do not make.
     open_traffic: Callable[[], TrafficStore]
+    drop_bucket: str = ""
+    jobs_table: str = ""
+    default_tenant: str | None = None  # the local platform's first tenant
 
     @cached_property
     def traffic(self) -> TrafficStore:
@@ -84,6 +89,9 @@ def _target(args: argparse.Namespace) -> Target:
         open_traffic=lambda: LocalTrafficStore(
             adapters.client("appconfig"), info["names"]["appconfig_application_id"]
         ),
+        drop_bucket=info["names"]["batch_drop_bucket"],
+        jobs_table=info["names"]["jobs_table"],
+        default_tenant=info.get("default_tenant"),
     )
 
 
@@ -124,6 +132,8 @@ def _aws_target(args: argparse.Namespace, manifest: Manifest) -> Target:
             names.appconfig_application,
             names.deployment_strategy(stage.config_deployment),
         ),
+        drop_bucket=names.cloud_bucket(names.batch_drop_bucket, account, region),
+        jobs_table=names.jobs_table,
     )
 
 
@@ -636,6 +646,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("model")
     report.set_defaults(func=_shadow_report)
 
+    jobs_cli.add_commands(commands)
     dlq = commands.add_parser(
         "dlq", help="messages whose every attempt failed (the models' dead-letter queues)"
     ).add_subparsers(dest="sub", required=True)
@@ -669,7 +680,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
     try:
         return int(args.func(args))
-    except (TrafficError, DeadLetterError) as exc:
+    except (TrafficError, DeadLetterError, JobsError) as exc:
         print(f"switchyard: {exc}", file=sys.stderr)
         return 2
 

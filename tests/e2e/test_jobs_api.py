@@ -137,3 +137,37 @@ def test_a_cancelled_job_stops_and_writes_no_output(platform, http):
     job = http.get(submitted["location"], headers=auth(platform, "globex")).json()
     assert job["status"] == "cancelled" and job["output_uri"] is None
     assert job["counts"]["done"] < 3000
+
+
+def test_the_cli_submits_watches_lists_and_fetches_a_job(platform, tmp_path):
+    from tests.e2e.test_rollouts import cli
+
+    # GIVEN a data team's file on disk, one line of which is not text
+    source = tmp_path / "cli-export.jsonl"
+    lines = [json.dumps(f"cli line {i}") for i in range(40)]
+    lines[3] = "[3]"
+    source.write_text("\n".join(lines) + "\n")
+
+    # WHEN it is submitted with --wait
+    submitted = cli(platform, "jobs", "submit", str(source), "--model", "minilm-embed", "--wait")
+
+    # THEN it is uploaded under the tenant's prefix, followed to its end, and succeeds
+    job_id = submitted.stdout.split()[1]
+    assert "succeeded; 40 lines, 1 with an error" in submitted.stdout
+    shown = json.loads(cli(platform, "jobs", "show", job_id).stdout)
+    assert shown["status"] == "succeeded"
+    assert shown["source"].endswith(
+        f"/{platform.info['default_tenant']}/minilm-embed/cli-export.jsonl"
+    )
+    listed = cli(platform, "jobs", "list", "--limit", "100").stdout
+    assert job_id in listed and "succeeded" in listed
+    # AND its output comes back as a file: one line per input line, in order
+    out = tmp_path / "out.jsonl"
+    cli(platform, "jobs", "fetch", job_id, "-o", str(out))
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["line"] for r in rows] == list(range(1, 41)) and "error" in rows[3]
+    # AND an ended job cannot be cancelled, nor an unknown one shown
+    late = cli(platform, "jobs", "cancel", job_id, ok=False)
+    assert late.returncode == 2 and "already ended" in late.stderr
+    unknown = cli(platform, "jobs", "show", "no-such-job", ok=False)
+    assert unknown.returncode == 2 and "no job no-such-job" in unknown.stderr

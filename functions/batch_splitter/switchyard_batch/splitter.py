@@ -169,8 +169,15 @@ class Splitter:
     def split(self, job: Job, remaining_ms: Any) -> Job:
         """Go on with ``job``'s split from its recorded boundary until the file ends
         or the invocation's budget does (then a continuation is sent)."""
-        if job.split_done or job.status == "cancelled":
+        if job.status == "cancelled":
             return job
+        if job.split_done:
+            # Split already: its output may be due (every chunk answered, and no live
+            # claim on the assembly).
+            finished = finish_if_answered(
+                self.jobs, job.tenant, job.job_id, self.results.get, self.s3
+            )
+            return finished or job
         version = self.registry.get(job.model, job.version)
         if version is None:
             raise JobRejected(f"{job.model} {job.version} is no longer registered")
@@ -332,6 +339,7 @@ def handle_message(body: dict[str, Any], splitter: Splitter, remaining_ms: Any) 
             continue
         if not new and job.split_done:
             log.info("same file dropped again: no new job", extra={"job_id": job.job_id})
+            splitter.split(job, remaining_ms)  # only finishes its output, if that is due
             continue
         jobs.append(splitter.split(job, remaining_ms))
     return jobs

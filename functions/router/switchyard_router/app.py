@@ -22,11 +22,12 @@ from starlette.routing import Match
 from starlette.types import Scope
 
 from switchyard.auth import TenantDirectory, verified_key_id
+from switchyard.jobs import job_view
 from switchyard.schemas import FORBIDDEN, ResultRecord
 from switchyard.signatures import FieldError
 from switchyard.telemetry import COUNT, MILLISECONDS, emit_metrics
 from switchyard_router import api_document
-from switchyard_router.jobs_api import JOB_BODY, JobsApi, job_body, parse_submission
+from switchyard_router.jobs_api import JOB_BODY, JobsApi, parse_submission
 from switchyard_router.logic import MAX_DEADLINE_MS, Admitted, PredictService, RequestRejected
 
 log = logging.getLogger("switchyard.router")
@@ -244,7 +245,7 @@ def _job_routes(app: FastAPI, jobs: JobsApi, tenant_of: Any, max_body_bytes: int
         tenant = tenant_of(request)
         submission = parse_submission(await _read_body(request, max_body_bytes))
         job, new = await run_in_threadpool(jobs.submit, tenant, submission)
-        body = job_body(job, _base_path(request))
+        body = job_view(job, _base_path(request))
         return JSONResponse(
             body, status_code=202 if new else 200, headers={"Location": body["location"]}
         )
@@ -259,11 +260,11 @@ def _job_routes(app: FastAPI, jobs: JobsApi, tenant_of: Any, max_body_bytes: int
         tenant = tenant_of(request)
         page, following = jobs.store.list(tenant, limit, after)
         base = _base_path(request)
-        return {"jobs": [job_body(j, base) for j in page], "next": following}
+        return {"jobs": [job_view(j, base) for j in page], "next": following}
 
     @app.get("/v1/jobs/{job_id}", tags=["jobs"], response_model=None, responses=api_document.JOB)
     def get_job(request: Request, job_id: Annotated[str, Path(max_length=64)]) -> Any:
-        return job_body(jobs.get(tenant_of(request), job_id), _base_path(request))
+        return job_view(jobs.get(tenant_of(request), job_id), _base_path(request))
 
     @app.delete(
         "/v1/jobs/{job_id}", tags=["jobs"], response_model=None, responses=api_document.JOB_CANCEL
@@ -275,7 +276,7 @@ def _job_routes(app: FastAPI, jobs: JobsApi, tenant_of: Any, max_body_bytes: int
         jobs.get(tenant, job_id)
         job = jobs.store.cancel(tenant, job_id)
         assert job is not None
-        body = job_body(job, _base_path(request))
+        body = job_view(job, _base_path(request))
         if job.status != "cancelled":
             return JSONResponse(
                 {**body, "code": "already_finished", "message": f"job {job_id} already ended"},

@@ -163,39 +163,3 @@ class JobsApi:
         if job is None:
             raise RequestRejected(404, "unknown_job", f"job {job_id} does not exist")
         return job
-
-
-def job_body(job: Job, base_path: str = "") -> dict[str, Any]:
-    """A job as the API shows it."""
-    total = job.split_line if job.split_done else None
-    if total:
-        progress = job.lines_done / total
-    elif job.split_done:
-        progress = 1.0  # an empty file
-    elif job.split_offset:  # lines expected, from the share of the file read
-        progress = job.lines_done / (job.split_line * job.size_bytes / job.split_offset)
-    else:
-        progress = 0.0
-    return {
-        "job_id": job.job_id,
-        "status": job.display_status,
-        "model": job.model,
-        "version": job.version,
-        "source": job.source,
-        "location": f"{base_path}/v1/jobs/{job.job_id}",
-        "counts": {
-            "total": total,
-            "read": job.split_line,
-            "done": job.lines_done,
-            "failed": job.lines_errored,
-            "refused": job.rejected,
-        },
-        "progress": round(min(progress, 1.0), 4),
-        "timings": {
-            "created_at": job.created_at,
-            "updated_at": job.updated_at,
-            "finished_at": job.finished_at,
-        },
-        "output_uri": job.output_uri,
-        "errors": [e.model_dump() for e in job.errors[:10]],
-    }
