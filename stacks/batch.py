@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from aws_cdk import Duration, Stack
+from aws_cdk import aws_ecs as ecs
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as lambda_events
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_notifications as s3n
@@ -16,7 +19,7 @@ from stacks.functions import FunctionCode, PlatformFunction, settings_environmen
 from stacks.nag import acknowledge
 from stacks.queues import ModelQueues, queue_with_dlq
 from switchyard.manifest import DROP_BATCH_SIZE, DROP_SUFFIX
-from switchyard.settings import SplitterSettings
+from switchyard.settings import RouterSettings, SplitterSettings, WorkerSettings, variable
 
 
 class BatchIngest(Construct):
@@ -65,6 +68,7 @@ class BatchIngest(Construct):
                 service="batch-splitter",
                 jobs_table=storage.jobs_table.table_name,
                 drop_queue_url=self.drop_queue.queue_url,
+                webhook_secret_prefix=names.webhook_secret_prefix,
             ),
             layers=[code.core_layer],
             timeout=Duration.seconds(deployment.manifest.platform.splitter_timeout_seconds),
@@ -72,6 +76,8 @@ class BatchIngest(Construct):
         )
         role = self.splitter.role
         grant_items(storage.jobs_table, role)
+        # It delivers jobs' callbacks, signed with the tenants' webhook secrets.
+        storage.grant_webhook_secrets(role)
         grant_registry_read(storage.registry_table, role)
         for model_queues in queues.values():
             model_queues.batch.grant_send_messages(role)
@@ -117,3 +123,12 @@ class BatchIngest(Construct):
                     "CDK's deploy-time handler that puts the drop bucket's notification; "
                     "it only writes its own logs, which is what this managed policy grants.",
                 )
+
+    def takes_job_ends_from(
+        self, deployable: lambda_.Function | ecs.ContainerDefinition, role: iam.IGrantable
+    ) -> None:
+        """Let a router function or a worker container ask for an ended job's
+        callback: its ``drop_queue_url`` setting, and sending to that queue."""
+        kind = RouterSettings if isinstance(deployable, lambda_.Function) else WorkerSettings
+        deployable.add_environment(variable(kind, "drop_queue_url"), self.drop_queue.queue_url)
+        self.drop_queue.grant_send_messages(role)

@@ -14,6 +14,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kinesisfirehose as firehose
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from stacks.cloud import LOG_RETENTION, Deployment
@@ -74,6 +75,35 @@ class Storage(Construct):
                 )
             ],
         )
+
+        # One webhook secret per tenant: it signs the tenant's job callbacks
+        # (switchyard.callbacks); the operator hands it over (switchyard jobs secret).
+        self.webhook_secrets = {
+            tenant: secretsmanager.Secret(
+                self,
+                f"Webhook-{tenant}",
+                secret_name=f"{names.webhook_secret_prefix}{tenant}",
+                description=f"Signs the job callbacks of tenant {tenant}",
+                generate_secret_string=secretsmanager.SecretStringGenerator(
+                    exclude_punctuation=True, password_length=43
+                ),
+                removal_policy=deployment.removal_policy,
+            )
+            for tenant in deployment.manifest.tenants
+        }
+        for secret in self.webhook_secrets.values():
+            acknowledge(
+                secret,
+                "AwsSolutions-SMG4",
+                "A tenant's webhook secret is shared with the tenant, who checks callbacks "
+                "with it; it is rotated by an operator together with the tenant, not on a "
+                "schedule the tenant cannot follow.",
+            )
+
+    def grant_webhook_secrets(self, grantee: iam.IGrantable) -> None:
+        """Read every tenant's webhook secret (to sign callbacks)."""
+        for secret in self.webhook_secrets.values():
+            secret.grant_read(grantee)
 
     def _table(self, construct_id: str, name: str, keys: tables.TableKeys) -> dynamodb.Table:
         return dynamodb.Table(

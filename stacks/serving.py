@@ -58,6 +58,13 @@ class ServingStack(Stack):
             storage=storage,
             queues={model: endpoint.queues for model, endpoint in self.endpoints.items()},
         )
+        # Whoever ends a job asks the splitter, through its queue, for the job's
+        # callback: the workers (a job's last chunk) and the jobs API (a cancel).
+        self.batch.takes_job_ends_from(self.requests.function, self.requests.role)
+        for endpoint in self.endpoints.values():
+            self.batch.takes_job_ends_from(
+                endpoint.worker.container, endpoint.worker.task_definition.task_role
+            )
 
     def _requests_function(self, deployment: Deployment) -> PlatformFunction:
         """The router app for routes that belong to no one model: the catalog and

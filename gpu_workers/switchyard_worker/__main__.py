@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from switchyard.artifacts import fetch_artifact
+from switchyard.callbacks import JobEvents
 from switchyard.jobs import JobStore
 from switchyard.registry import ModelVersion
 from switchyard.settings import SettingsError, WorkerSettings, get_settings
@@ -48,6 +49,9 @@ def main(standby_seconds: float | None = None) -> None:
     lanes = adapters.queues[settings.worker_model]
     s3 = adapters.client("s3")
     cache = Path(settings.artifacts_cache)
+    jobs = None
+    if settings.jobs_table:
+        jobs = JobStore(adapters.client("dynamodb"), settings.jobs_table)
 
     def runtime_for(record: ModelVersion) -> ModelRuntime:
         began = time.perf_counter()
@@ -81,10 +85,11 @@ def main(standby_seconds: float | None = None) -> None:
         prediction_log=adapters.prediction_log(settings.prediction_log_stream),
         max_receive_count=settings.max_receive_count,
         result_ttl_seconds=settings.result_ttl_seconds,
-        jobs=JobStore(adapters.client("dynamodb"), settings.jobs_table)
-        if settings.jobs_table
-        else None,
+        jobs=jobs,
         job_output_s3=s3,
+        job_ended=JobEvents.on_queue(adapters.client("sqs"), settings.drop_queue_url).ended
+        if settings.drop_queue_url
+        else None,
     )
     worker.install_signal_handlers()
     # `kill -USR1` prints every thread's stack to the log: how to see what a worker

@@ -33,7 +33,7 @@ from typing import Any
 from aws_lambda_powertools import Logger
 from pydantic import ValidationError
 
-from switchyard.jobs import JobStore, finish_if_answered
+from switchyard.jobs import Job, JobStore, finish_if_answered
 from switchyard.payloads import PayloadMissing, PayloadStore
 from switchyard.queues import Received, WorkQueue, load_inputs
 from switchyard.registry import ModelVersion, Registry
@@ -77,6 +77,7 @@ class Worker:
         result_ttl_seconds: int = 86_400,
         jobs: JobStore | None = None,
         job_output_s3: Any = None,
+        job_ended: Callable[[Job], None] | None = None,
     ) -> None:
         self.model = model
         self.worker_id = worker_id
@@ -96,6 +97,7 @@ class Worker:
         # thread, waited for before the worker exits).
         self._jobs = jobs
         self._job_output_s3 = job_output_s3
+        self._job_ended = job_ended  # asks for an ended job's callback
         self._job_outputs = ThreadPoolExecutor(max_workers=1, thread_name_prefix="job-output")
         self._job_status: dict[tuple[str, str], tuple[str, float]] = {}
         self._versions: dict[str, ModelVersion | None] = {}
@@ -430,7 +432,7 @@ class Worker:
         assert self._jobs is not None
         try:
             job = finish_if_answered(
-                self._jobs, tenant, job_id, self._results.get, self._job_output_s3
+                self._jobs, tenant, job_id, self._results.get, self._job_output_s3, self._job_ended
             )
         except Exception:  # noqa: BLE001 - the claim's lease lets another try later
             log.exception("job output failed", extra={"job_id": job_id})

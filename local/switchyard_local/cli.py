@@ -55,6 +55,8 @@ class Target:
     open_traffic: Callable[[], TrafficStore]
     drop_bucket: str = ""
     jobs_table: str = ""
+    drop_queue: str = ""  # where an ended job's callback is asked for
+    webhook_secret_prefix: str = ""
     default_tenant: str | None = None  # the local platform's first tenant
 
     @cached_property
@@ -91,6 +93,8 @@ def _target(args: argparse.Namespace) -> Target:
         ),
         drop_bucket=info["names"]["batch_drop_bucket"],
         jobs_table=info["names"]["jobs_table"],
+        drop_queue=info["names"]["drop_queue_url"],
+        webhook_secret_prefix=info["names"]["webhook_secret_prefix"],
         default_tenant=info.get("default_tenant"),
     )
 
@@ -134,6 +138,8 @@ def _aws_target(args: argparse.Namespace, manifest: Manifest) -> Target:
         ),
         drop_bucket=names.cloud_bucket(names.batch_drop_bucket, account, region),
         jobs_table=names.jobs_table,
+        drop_queue=f"https://sqs.{region}.amazonaws.com/{account}/{names.batch_drop_queue}",
+        webhook_secret_prefix=names.webhook_secret_prefix,
     )
 
 

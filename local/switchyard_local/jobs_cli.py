@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from switchyard.callbacks import JobEvents, secrets_reader
 from switchyard.jobs import TERMINAL, Job, JobRejected, JobStore, job_for_file, job_view
 
 WATCH_EVERY_S = 1.0
@@ -46,6 +47,7 @@ def add_commands(commands: Any) -> None:
     command("show", "a job as the API shows it (JSON)", _show).add_argument("job_id")
     command("watch", "a job's progress until it ends", _watch).add_argument("job_id")
     command("cancel", "cancel a job that has not ended", _cancel).add_argument("job_id")
+    command("secret", "the tenant's webhook secret, which signs its jobs' callbacks", _secret)
     fetch = command("fetch", "download a finished job's output", _fetch)
     fetch.add_argument("job_id")
     fetch.add_argument("-o", "--output", required=True, help="where to write it (.jsonl)")
@@ -79,7 +81,7 @@ def _submit(args: argparse.Namespace) -> int:
     s3 = target.client("s3")
     s3.upload_file(str(path), target.drop_bucket, key)
     try:
-        job, new = store.create(
+        job, _ = store.create(
             job_for_file(
                 s3,
                 target.registry,
@@ -91,7 +93,8 @@ def _submit(args: argparse.Namespace) -> int:
         )
     except JobRejected as exc:
         raise JobsError(str(exc)) from None
-    print(f"{'job' if new else 'the same file again: job'} {job.job_id} ({job.source})")
+    # (the same bytes again are the same job, which may have ended already)
+    print(f"job {job.job_id} ({job.source}): {job.display_status}")
     return _follow(store, job) if args.wait else 0
 
 
@@ -158,13 +161,23 @@ def _follow(store: JobStore, job: Job) -> int:
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    _, store, tenant = _store(args)
+    target, store, tenant = _store(args)
     _job(store, tenant, args.job_id)
-    job = store.cancel(tenant, args.job_id)
+    job, ended = store.cancel(tenant, args.job_id)
     assert job is not None
+    if ended:
+        JobEvents.on_queue(target.client("sqs"), target.drop_queue).ended(job)
     if job.status != "cancelled":
         raise JobsError(f"job {args.job_id} already ended: {job.display_status}")
     print(f"cancelled {args.job_id}")
+    return 0
+
+
+def _secret(args: argparse.Namespace) -> int:
+    """Print the secret to hand to the tenant: its receiver checks each callback's
+    ``X-Switchyard-Signature`` with it (``switchyard.callbacks.verify``)."""
+    target, _, tenant = _store(args)
+    print(secrets_reader(target.client("secretsmanager"), target.webhook_secret_prefix)(tenant))
     return 0
 
 

@@ -57,6 +57,19 @@ class Provisioned:
             "queues": self.queues,
         }
 
+    def resource_names(self) -> dict[str, str]:
+        """The names the CLI needs beside the settings (``platform.json``'s
+        ``names``): where artifacts, drops, logs and jobs are kept."""
+        return {
+            "artifacts_bucket": self.names.artifacts_bucket,
+            "batch_drop_bucket": self.names.batch_drop_bucket,
+            "prediction_logs_bucket": self.names.prediction_logs_bucket,
+            "jobs_table": self.names.jobs_table,
+            "drop_queue_url": self.drop_queue,
+            "webhook_secret_prefix": self.names.webhook_secret_prefix,
+            "appconfig_application_id": self.appconfig_application_id,
+        }
+
     def router_values(self, appconfig_extension_url: str) -> dict[str, Any]:
         """The router's settings: it reads routing documents through the AppConfig
         extension's HTTP API, which ``bridge.ExtensionStandIn`` serves locally."""
@@ -70,6 +83,7 @@ class Provisioned:
             "appconfig_environment": self.stage,
             "jobs_table": self.names.jobs_table,
             "batch_drop_bucket": self.names.batch_drop_bucket,
+            "drop_queue_url": self.drop_queue,
         }
 
     def splitter_values(self) -> dict[str, Any]:
@@ -77,6 +91,7 @@ class Provisioned:
             **self.settings_values(),
             "jobs_table": self.names.jobs_table,
             "drop_queue_url": self.drop_queue,
+            "webhook_secret_prefix": self.names.webhook_secret_prefix,
         }
 
     def worker_values(self, model: str) -> dict[str, Any]:
@@ -86,6 +101,7 @@ class Provisioned:
             "artifacts_bucket": self.names.artifacts_bucket,
             "prediction_log_stream": self.names.prediction_log_stream,
             "jobs_table": self.names.jobs_table,
+            "drop_queue_url": self.drop_queue,
         }
 
 
@@ -122,6 +138,7 @@ def provision(
     _drop_notifications(clients("s3"), sqs, names, out.drop_queue)
     _prediction_logs(clients("firehose"), names)
     out.api_keys, out.api_key_ids = _api_keys(clients("apigateway"), manifest, names)
+    _webhook_secrets(clients("secretsmanager"), manifest, names)
     out.appconfig_application_id = _routing(clients("appconfig"), manifest, names)
     return out
 
@@ -293,3 +310,14 @@ def register_demo_models(provisioned: Provisioned, models_dir: Path) -> list[Mod
                 continue
             registered.append(record)
     return registered
+
+
+def _webhook_secrets(client: Any, manifest: Manifest, names: ResourceNames) -> None:
+    """One webhook secret per tenant (a job's callback is signed with it), as the
+    CDK app makes them: random, in Secrets Manager under the stage's prefix."""
+    for tenant in manifest.tenants:
+        client.create_secret(
+            Name=f"{names.webhook_secret_prefix}{tenant}",
+            SecretString=secrets.token_urlsafe(32),
+            Description=f"Signs the job callbacks of tenant {tenant}",
+        )

@@ -437,7 +437,6 @@ class LocalPlatform:
         self._wait_workers_ready(300)
         self._start_splitter()
         tenant, key = next(iter(provisioned.api_keys.items()))
-        names = provisioned.names
         self.info = {
             "url": self.url,
             "emulator_url": self.emulator_url,
@@ -450,13 +449,7 @@ class LocalPlatform:
             "drop_queue": provisioned.drop_queue,
             # Settings every process shares; the CLI builds its adapters from them.
             "settings": provisioned.settings_values(),
-            "names": {
-                "artifacts_bucket": names.artifacts_bucket,
-                "batch_drop_bucket": names.batch_drop_bucket,
-                "prediction_logs_bucket": names.prediction_logs_bucket,
-                "jobs_table": names.jobs_table,
-                "appconfig_application_id": provisioned.appconfig_application_id,
-            },
+            "names": provisioned.resource_names(),
             "layouts": {k: str(v) for k, v in vars(self.layouts).items()},
             "exact_paths": self.exact_paths,
             # Until READY: the router answers and each model's minimum is loaded.

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import time
 
+from switchyard.callbacks import ATTEMPT_HEADER, JOB_HEADER, SIGNATURE_HEADER, verify
+from tests.callback_receiver import CallbackReceiver
 from tests.e2e.test_batch_drop import wait_for
 
 
@@ -119,11 +121,12 @@ def test_bad_submissions_are_refused_and_make_no_job(platform, http):
 
 
 def test_a_cancelled_job_stops_and_writes_no_output(platform, http):
-    # GIVEN a job larger than the workers answer at once
+    # GIVEN a job larger than the workers answer at once, to be called back
+    receiver = CallbackReceiver()
     inputs = [f"line {i} of a long job" for i in range(3000)]
     submitted = http.post(
         "/v1/jobs",
-        json={"model": "minilm-embed", "inputs": inputs},
+        json={"model": "minilm-embed", "inputs": inputs, "callback_url": receiver.url},
         headers=auth(platform, "globex"),
     ).json()
 
@@ -137,6 +140,14 @@ def test_a_cancelled_job_stops_and_writes_no_output(platform, http):
     job = http.get(submitted["location"], headers=auth(platform, "globex")).json()
     assert job["status"] == "cancelled" and job["output_uri"] is None
     assert job["counts"]["done"] < 3000
+    # AND its callback says so, once, signed with globex's secret
+    wait_for(lambda: receiver.deliveries, timeout_s=60)
+    receiver.close()
+    (delivery,) = receiver.deliveries
+    assert verify(
+        webhook_secret(platform, "globex"), delivery.body, delivery.headers[SIGNATURE_HEADER]
+    )
+    assert json.loads(delivery.body)["status"] == "cancelled"
 
 
 def test_the_cli_submits_watches_lists_and_fetches_a_job(platform, tmp_path):
@@ -171,3 +182,40 @@ def test_the_cli_submits_watches_lists_and_fetches_a_job(platform, tmp_path):
     assert late.returncode == 2 and "already ended" in late.stderr
     unknown = cli(platform, "jobs", "show", "no-such-job", ok=False)
     assert unknown.returncode == 2 and "no job no-such-job" in unknown.stderr
+
+
+def webhook_secret(platform, tenant: str) -> str:
+    """The tenant's webhook secret, as the operator hands it over."""
+    from tests.e2e.test_rollouts import cli
+
+    return cli(platform, "jobs", "secret", "--tenant", tenant).stdout.strip()
+
+
+def test_an_ended_job_calls_back_signed_and_retries_a_refusal(platform, http):
+    # GIVEN a receiver that refuses the first delivery, and the tenant's secret
+    receiver = CallbackReceiver(refuse=1)
+    secret = webhook_secret(platform, "acme")
+
+    # WHEN a job with a callback_url ends
+    job = http.post(
+        "/v1/jobs",
+        json={"model": "minilm-embed", "inputs": ["one", "two"], "callback_url": receiver.url},
+        headers=auth(platform, "acme"),
+    ).json()
+    wait_for(lambda: len(receiver.deliveries) >= 2, timeout_s=120)
+    receiver.close()
+
+    # THEN its summary was POSTed, signed with the tenant's secret, and tried again
+    # after the refusal with the same body
+    first, second = receiver.deliveries
+    assert second.body == first.body
+    assert [d.headers[ATTEMPT_HEADER] for d in receiver.deliveries] == ["1", "2"]
+    assert verify(secret, second.body, second.headers[SIGNATURE_HEADER])
+    assert not verify("another tenant's secret", second.body, second.headers[SIGNATURE_HEADER])
+    summary = json.loads(second.body)
+    assert summary["job_id"] == job["job_id"] and summary["status"] == "succeeded"
+    assert summary["output_uri"].endswith(".jsonl.out")
+    assert second.headers[JOB_HEADER] == job["job_id"]
+    # AND the job says what each try got
+    shown = http.get(job["location"], headers=auth(platform, "acme")).json()
+    assert shown["callback"] == ["503", "200"]

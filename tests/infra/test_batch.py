@@ -110,3 +110,34 @@ def test_a_long_split_continues_through_the_splitters_own_queue(
     sent_to = json.dumps([s["Resource"] for s in granted if "sqs:SendMessage" in actions_of([s])])
     assert drop in sent_to
     assert "dynamodb:UpdateItem" in actions_of(granted)
+
+
+def test_ended_jobs_are_called_back_by_the_splitter_with_each_tenants_secret(
+    serving_template: Template, data_template: Template, manifest: Manifest
+) -> None:
+    # One webhook secret per tenant, named under the stage's prefix ...
+    names = manifest.names("dev")
+    secrets = data_template.find_resources("AWS::SecretsManager::Secret")
+    named = {s["Properties"]["Name"] for s in secrets.values()}
+    assert named == {f"{names.webhook_secret_prefix}{t}" for t in manifest.tenants}
+    # ... read by the splitter, which delivers the callbacks ...
+    fn = serving_template.find_resources("AWS::Lambda::Function")[_splitter(serving_template)]
+    variables = fn["Properties"]["Environment"]["Variables"]
+    assert variables["SWITCHYARD_WEBHOOK_SECRET_PREFIX"] == names.webhook_secret_prefix
+    granted = statements(serving_template, fn["Properties"]["Role"]["Fn::GetAtt"][0])
+    assert "secretsmanager:GetSecretValue" in actions_of(granted)
+    # ... asked for through its queue by the jobs API, which cancels jobs
+    drop = logical_id(serving_template, "AWS::SQS::Queue", {"QueueName": names.batch_drop_queue})
+    requests = logical_id(
+        serving_template,
+        "AWS::Lambda::Function",
+        {"Description": Match.string_like_regexp("/v1/requests")},
+    )
+    router = serving_template.find_resources("AWS::Lambda::Function")[requests]
+    assert router["Properties"]["Environment"]["Variables"]["SWITCHYARD_DROP_QUEUE_URL"] == {
+        "Ref": drop
+    }
+    granted = statements(serving_template, router["Properties"]["Role"]["Fn::GetAtt"][0])
+    assert "secretsmanager:GetSecretValue" not in actions_of(granted)
+    sent_to = [s["Resource"] for s in granted if "sqs:SendMessage" in actions_of([s])]
+    assert sent_to == [{"Fn::GetAtt": [drop, "Arn"]}]

@@ -41,6 +41,13 @@ def _service_of(template: Template, model: str) -> tuple[str, dict[str, Any]]:
     raise AssertionError(f"no worker task for {model}")
 
 
+def env_of(task: dict[str, Any]) -> dict[str, Any]:
+    """A worker task's container environment."""
+    return {
+        e["Name"]: e["Value"] for e in task["Properties"]["ContainerDefinitions"][0]["Environment"]
+    }
+
+
 def test_cluster_reports_container_insights(serving_template: Template) -> None:
     serving_template.has_resource_properties(
         "AWS::ECS::Cluster",
@@ -138,10 +145,7 @@ def test_worker_environment_names_its_model_and_log_stream(
 ) -> None:
     for model in manifest.models:
         _, task = _service_of(serving_template, model)
-        env = {
-            e["Name"]: e["Value"]
-            for e in task["Properties"]["ContainerDefinitions"][0]["Environment"]
-        }
+        env = env_of(task)
         assert env["SWITCHYARD_WORKER_MODEL"] == model
         assert (
             env["SWITCHYARD_PREDICTION_LOG_STREAM"] == manifest.names("dev").prediction_log_stream
@@ -167,7 +171,14 @@ def test_worker_role_reaches_its_queues_tables_buckets_and_log_stream(
             "s3:PutObject",
             "firehose:PutRecordBatch",
         } <= actions
-        assert "sqs:SendMessage" not in actions
+        # It sends to no work queue: only the batch-drop queue, where the worker that
+        # ends a job asks for its callback.
+        sent_to = [s["Resource"] for s in granted if "sqs:SendMessage" in s["Action"]]
+        drop_queue = logical_id(
+            serving_template, "AWS::SQS::Queue", {"QueueName": names.batch_drop_queue}
+        )
+        assert sent_to == [{"Fn::GetAtt": [drop_queue, "Arn"]}]
+        assert env_of(task)["SWITCHYARD_DROP_QUEUE_URL"] == {"Ref": drop_queue}
         assert not {"dynamodb:DeleteItem", "dynamodb:Scan"} & actions
         consumed = json.dumps(
             [s["Resource"] for s in granted if "sqs:ReceiveMessage" in s["Action"]]

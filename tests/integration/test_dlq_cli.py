@@ -26,10 +26,7 @@ def platform(provisioned, tmp_path):
         json.dumps(
             {
                 "settings": provisioned.settings_values(),
-                "names": {
-                    "artifacts_bucket": provisioned.names.artifacts_bucket,
-                    "appconfig_application_id": provisioned.appconfig_application_id,
-                },
+                "names": provisioned.resource_names(),
             }
         )
     )

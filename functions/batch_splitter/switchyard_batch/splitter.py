@@ -23,6 +23,9 @@ at twice that in lines; one with no valid line is answered here at once. Each
 chunk's result is counted on its job as it is stored; whoever stores the last one
 (a worker, or this function when the chunks were answered before the split ended)
 writes the job's output beside its file (``switchyard.jobs.assemble_output``).
+
+Whoever ends a job (that writer, or a cancel) asks for its callback on the same
+queue; this function makes each delivery try (``switchyard.callbacks``).
 """
 
 from __future__ import annotations
@@ -42,6 +45,13 @@ from aws_lambda_powertools.utilities.batch import (
 )
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
+from switchyard.callbacks import (
+    JOB_ENDED,
+    RETRY_DELAYS_S,
+    JobEvents,
+    call_back,
+    secrets_reader,
+)
 from switchyard.jobs import (
     MAX_REPORTED_ERRORS,
     Job,
@@ -158,6 +168,9 @@ class Splitter:
     slice_bytes: int
     continue_to: Any  # sends a continuation: (tenant, job_id) -> None
     max_slices: int = 0  # 0: as many as the time allows
+    events: JobEvents | None = None  # asks for an ended job's callback
+    secret_of: Any = None  # tenant -> its webhook secret (None: no callbacks)
+    callback_delays: tuple[int, ...] = RETRY_DELAYS_S  # between a callback's tries
 
     def job_for_drop(self, bucket: str, key: str) -> tuple[Job, bool]:
         """The job of a dropped file (made if new) and whether it is new."""
@@ -175,7 +188,7 @@ class Splitter:
             # Split already: its output may be due (every chunk answered, and no live
             # claim on the assembly).
             finished = finish_if_answered(
-                self.jobs, job.tenant, job.job_id, self.results.get, self.s3
+                self.jobs, job.tenant, job.job_id, self.results.get, self.s3, self._ended
             )
             return finished or job
         version = self.registry.get(job.model, job.version)
@@ -211,8 +224,22 @@ class Splitter:
         self._record(job, progress, done=True)
         # Its chunks may all be answered already (refused lines only, or quick
         # workers): then the output is assembled here.
-        finished = finish_if_answered(self.jobs, job.tenant, job.job_id, self.results.get, self.s3)
+        finished = finish_if_answered(
+            self.jobs, job.tenant, job.job_id, self.results.get, self.s3, self._ended
+        )
         return finished or self.jobs.get(job.tenant, job.job_id) or job
+
+    def _ended(self, job: Job) -> None:
+        if self.events is not None:
+            self.events.ended(job)
+
+    def call_back(self, ref: dict[str, Any]) -> None:
+        """One try of an ended job's callback (a *job ended* message)."""
+        if self.events is None or self.secret_of is None:
+            log.warning("a callback is asked for, but no webhook secrets are set", extra=ref)
+            return
+        outcome = call_back(ref, self.jobs, self.secret_of, self.events, self.callback_delays)
+        log.info("job callback", extra={**ref, "outcome": outcome})
 
     def _read_line(
         self, raw: bytes | None, line: int, version: ModelVersion, progress: Progress
@@ -302,9 +329,10 @@ def splitter_of(adapters: Adapters) -> Splitter:
             MessageBody=json.dumps({CONTINUE: {"tenant": tenant, "job_id": job_id}}),
         )
 
+    jobs = JobStore(adapters.client("dynamodb"), settings.jobs_table)
     return Splitter(
         s3=adapters.client("s3"),
-        jobs=JobStore(adapters.client("dynamodb"), settings.jobs_table),
+        jobs=jobs,
         results=adapters.results,
         registry=adapters.registry,
         queues={model: lanes.batch for model, lanes in adapters.queues.items()},
@@ -315,12 +343,20 @@ def splitter_of(adapters: Adapters) -> Splitter:
         slice_bytes=settings.split_slice_bytes,
         max_slices=settings.split_max_slices,
         continue_to=continue_to,
+        events=JobEvents.on_queue(sqs, settings.drop_queue_url),
+        secret_of=secrets_reader(adapters.client("secretsmanager"), settings.webhook_secret_prefix)
+        if settings.webhook_secret_prefix
+        else None,
     )
 
 
 def handle_message(body: dict[str, Any], splitter: Splitter, remaining_ms: Any) -> list[Job]:
-    """One message of the batch-drop queue: an S3 notification (every file it names)
-    or a continuation. A rejected file is logged and skipped."""
+    """One message of the batch-drop queue: an S3 notification (every file it names),
+    a continuation, or an ended job's callback (one delivery try). A rejected file
+    is logged and skipped."""
+    if JOB_ENDED in body:
+        splitter.call_back(body[JOB_ENDED])
+        return []
     if CONTINUE in body:
         ref = body[CONTINUE]
         job = splitter.jobs.get(ref["tenant"], ref["job_id"])

@@ -250,6 +250,8 @@ class JobView(TypedDict):
     progress: float
     timings: dict[str, float | None]
     output_uri: str | None
+    callback_url: str | None
+    callback: list[str] | None  # what each delivery try got
     errors: list[dict[str, Any]]
 
 

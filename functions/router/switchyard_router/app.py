@@ -272,10 +272,7 @@ def _job_routes(app: FastAPI, jobs: JobsApi, tenant_of: Any, max_body_bytes: int
     def cancel_job(request: Request, job_id: Annotated[str, Path(max_length=64)]) -> Any:
         """Cancel a job that has not ended: chunks not yet run are answered as
         cancelled and no output is written. An ended job stays as it is (409)."""
-        tenant = tenant_of(request)
-        jobs.get(tenant, job_id)
-        job = jobs.store.cancel(tenant, job_id)
-        assert job is not None
+        job = jobs.cancel(tenant_of(request), job_id)
         body = job_view(job, _base_path(request))
         if job.status != "cancelled":
             return JSONResponse(

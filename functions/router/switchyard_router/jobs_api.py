@@ -16,7 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from switchyard.jobs import Job, JobRejected, JobStore, job_for_file
+from switchyard.callbacks import JobEvents
+from switchyard.jobs import TERMINAL, Job, JobRejected, JobStore, job_for_file
 from switchyard.registry import Registry
 from switchyard.signatures import FieldError
 from switchyard_router.logic import RequestRejected
@@ -33,6 +34,9 @@ class JobSubmission(BaseModel):
     model: str = Field(min_length=1, max_length=64)
     inputs: list[Any] | None = Field(default=None, min_length=1, max_length=MAX_INPUTS)
     input_uri: str | None = Field(default=None, min_length=6, max_length=1024)
+    callback_url: str | None = Field(
+        default=None, max_length=2048, pattern=r"^https?://[^\s/?#]+([/?#]\S*)?$"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -73,6 +77,14 @@ JOB_BODY = {
                         "minLength": 6,
                         "maxLength": 1024,
                         "description": "s3://<drop bucket>/<tenant>/<model>/<name>.jsonl",
+                    },
+                    "callback_url": {
+                        "type": "string",
+                        "maxLength": 2048,
+                        "pattern": r"^https?://[^\s/?#]+([/?#]\S*)?$",
+                        "description": "POSTed the job's summary when it ends, signed "
+                        "(X-Switchyard-Signature: sha256=HMAC of the body with the "
+                        "tenant's webhook secret)",
                     },
                 },
                 "oneOf": [
@@ -122,6 +134,7 @@ class JobsApi:
     models: list[str]
     drop_bucket: str
     ttl_seconds: int
+    events: JobEvents | None = None  # asks for an ended job's callback
 
     def submit(self, tenant: str, submission: JobSubmission) -> tuple[Job, bool]:
         """The job (recorded) and whether it is new: the same file again is the
@@ -146,7 +159,31 @@ class JobsApi:
                     404, "no_such_file", f"{submission.input_uri} does not exist"
                 ) from None
             raise
-        return self.store.create(job)
+        if submission.callback_url:
+            job = job.model_copy(update={"callback_url": submission.callback_url})
+        recorded, new = self.store.create(job)
+        if submission.callback_url and recorded.callback_url is None:
+            # Recorded first by the splitter (woken by the file's notification), or
+            # the same file submitted before: the callback is added to that job, and
+            # asked for here if the job has ended already.
+            added = self.store.add_callback(tenant, recorded.job_id, submission.callback_url)
+            if added is not None:
+                recorded = added
+                if added.status in TERMINAL and self.events is not None:
+                    self.events.ended(added)
+        # Submitted inputs are a file of their own: the job is new even when the
+        # splitter recorded it a moment first.
+        return recorded, new or submission.inputs is not None
+
+    def cancel(self, tenant: str, job_id: str) -> Job:
+        """Cancel the tenant's job: the job after (``cancelled``, or as it had
+        ended already); its callback is asked for if this cancel ended it."""
+        self.get(tenant, job_id)
+        job, ended = self.store.cancel(tenant, job_id)
+        assert job is not None
+        if ended and self.events is not None:
+            self.events.ended(job)
+        return job
 
     def _own_key(self, tenant: str, submission: JobSubmission) -> str:
         uri = submission.input_uri or ""

@@ -4,6 +4,7 @@ Lambda init in the cloud, at start locally)."""
 from __future__ import annotations
 
 from switchyard.auth import KeyIdDirectory
+from switchyard.callbacks import JobEvents
 from switchyard.jobs import JobStore
 from switchyard.routing import CachedRouting, RoutingSource, appconfig_extension_fetcher
 from switchyard.settings import RouterSettings
@@ -43,6 +44,9 @@ def build_deps(settings: RouterSettings) -> RouterDeps:
             models=list(adapters.queues),
             drop_bucket=settings.batch_drop_bucket,
             ttl_seconds=settings.result_ttl_seconds,
+            events=JobEvents.on_queue(adapters.client("sqs"), settings.drop_queue_url)
+            if settings.drop_queue_url
+            else None,
         )
     return RouterDeps(
         service=service,

@@ -15,7 +15,6 @@ batch lane.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import time
@@ -62,6 +61,8 @@ class Job(BaseModel):
     output_uri: str | None = None
     lines_ok: int | None = None  # lines of the output with an output, once finished
     lines_failed: int | None = None  # and with an error
+    callback_url: str | None = None  # where the summary goes when the job ends
+    callback: list[str] | None = None  # what each delivery try got
 
     @property
     def answered(self) -> bool:
@@ -241,11 +242,12 @@ class JobStore:
             }
         }
 
-    def cancel(self, tenant: str, job_id: str) -> Job | None:
+    def cancel(self, tenant: str, job_id: str) -> tuple[Job | None, bool]:
         """Cancel a job that has not ended: its split stops, chunks not yet run are
         answered as cancelled, and no output is written. The job as it stands after
-        (cancelled, or as it ended); None if there is none."""
-        with contextlib.suppress(self._ddb.exceptions.ConditionalCheckFailedException):
+        (cancelled, or as it ended; None if there is none), and whether this call
+        is the one that ended it."""
+        try:
             self._ddb.update_item(
                 TableName=self._table,
                 Key={JOBS.partition: {"S": tenant}, JOBS.sort: {"S": job_id}},
@@ -258,7 +260,10 @@ class JobStore:
                     ":now": {"N": repr(time.time())},
                 },
             )
-        return self.get(tenant, job_id)
+            ended = True
+        except self._ddb.exceptions.ConditionalCheckFailedException:
+            ended = False
+        return self.get(tenant, job_id), ended
 
     def claim_assembly(self, job: Job) -> bool:
         """Claim the output's assembly of a job whose chunks are all answered: True
@@ -301,6 +306,32 @@ class JobStore:
                 ":failed_n": {"N": str(lines_failed)},
             },
         )
+
+    def record_callback(self, job: Job, outcome: str) -> None:
+        """What a delivery try of the job's callback got (appended)."""
+        self._ddb.update_item(
+            TableName=self._table,
+            Key={JOBS.partition: {"S": job.tenant}, JOBS.sort: {"S": job.job_id}},
+            UpdateExpression="SET callback = list_append(if_not_exists(callback, :none), :try)",
+            ExpressionAttributeValues={":none": {"L": []}, ":try": {"L": [{"S": outcome}]}},
+        )
+
+    def add_callback(self, tenant: str, job_id: str, url: str) -> Job | None:
+        """Give a job that has no callback yet ``url``: the job after, or None if
+        it had one (or does not exist). A job that had ended already is not called
+        back by whoever ended it: its caller sends the *job ended* message."""
+        try:
+            self._ddb.update_item(
+                TableName=self._table,
+                Key={JOBS.partition: {"S": tenant}, JOBS.sort: {"S": job_id}},
+                UpdateExpression="SET callback_url = :url",
+                ConditionExpression="attribute_exists(job_id) "
+                "AND attribute_not_exists(callback_url)",
+                ExpressionAttributeValues={":url": {"S": url}},
+            )
+        except self._ddb.exceptions.ConditionalCheckFailedException:
+            return None
+        return self.get(tenant, job_id)
 
     def list(
         self, tenant: str, limit: int = 20, after: str | None = None
@@ -348,8 +379,9 @@ def _to_item(job: Job) -> dict[str, Any]:
     for name in _OPTIONAL:
         if getattr(job, name) is not None:
             item[name] = {"N": repr(getattr(job, name))}
-    if job.output_uri is not None:
-        item["output_uri"] = {"S": job.output_uri}
+    for name in ("output_uri", "callback_url"):
+        if getattr(job, name) is not None:
+            item[name] = {"S": getattr(job, name)}
     return item
 
 
@@ -366,8 +398,11 @@ def _from_item(item: dict[str, Any]) -> Job:
         if name in item:
             number = float(item[name]["N"])
             values[name] = number if name in _FLOATS else int(number)
-    if "output_uri" in item:
-        values["output_uri"] = item["output_uri"]["S"]
+    for name in ("output_uri", "callback_url"):
+        if name in item:
+            values[name] = item[name]["S"]
+    if "callback" in item:
+        values["callback"] = [outcome["S"] for outcome in item["callback"]["L"]]
     return Job(**values)
 
 
@@ -403,6 +438,8 @@ def job_view(job: Job, base_path: str = "") -> dict[str, Any]:
             "finished_at": job.finished_at,
         },
         "output_uri": job.output_uri,
+        "callback_url": job.callback_url,
+        "callback": job.callback,
         "errors": [e.model_dump() for e in job.errors[:10]],
     }
 
@@ -537,12 +574,17 @@ def finish_if_answered(
     job_id: str,
     get_result: Callable[[str, str], ResultRecord | None],
     s3: Any,
+    ended: Callable[[Job], None] | None = None,
 ) -> Job | None:
     """If every chunk of the job is answered and nobody has claimed its assembly,
-    assemble its output and mark it succeeded; the job as it ends, else None."""
+    assemble its output, mark it succeeded and tell ``ended`` (which asks for its
+    callback); the job as it ends, else None."""
     job = jobs.get(tenant, job_id)
     if job is None or not job.answered or not jobs.claim_assembly(job):
         return None
     uri, ok, failed = assemble_output(job, get_result, s3)
     jobs.finish(job, uri, ok, failed)
-    return jobs.get(tenant, job_id)
+    finished = jobs.get(tenant, job_id)
+    if finished is not None and ended is not None:
+        ended(finished)
+    return finished

@@ -291,6 +291,11 @@ class ResourceNames(_Strict):
         return f"{self.base}-jobs"
 
     @property
+    def webhook_secret_prefix(self) -> str:
+        """Secrets Manager names of the tenants' webhook secrets: this and the tenant."""
+        return f"{self.prefix}/{self.stage}/webhook/"
+
+    @property
     def artifacts_bucket(self) -> str:
         return f"{self.base}-artifacts"
 

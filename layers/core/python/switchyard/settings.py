@@ -86,6 +86,9 @@ class RouterSettings(Settings):
     # where submitted inputs are written as a file.
     jobs_table: str | None = None
     batch_drop_bucket: str | None = None
+    # The batch-drop queue, where a cancelled job's callback is asked for
+    # (switchyard.callbacks).
+    drop_queue_url: str | None = None
 
 
 class SplitterSettings(Settings):
@@ -100,6 +103,9 @@ class SplitterSettings(Settings):
     # Slices one invocation reads before it continues in the next (0: as many as
     # Lambda's time allows); for tests and for spreading a large file's split.
     split_max_slices: int = Field(default=0, ge=0)
+    # Where the tenants' webhook secrets are (Secrets Manager: this and the
+    # tenant): this function delivers jobs' callbacks, signed with them.
+    webhook_secret_prefix: str | None = None
 
 
 class WorkerSettings(Settings):
@@ -118,6 +124,9 @@ class WorkerSettings(Settings):
     # Batch jobs: each chunk's result is counted on its job here, and the worker
     # that answers a job's last chunk writes its output beside its file.
     jobs_table: str | None = None
+    # The batch-drop queue: the worker that ends a job asks there for its callback
+    # (switchyard.callbacks).
+    drop_queue_url: str | None = None
 
 
 class SettingsError(RuntimeError):
@@ -156,8 +165,15 @@ def to_environment(
             text = "true" if value else "false"
         else:
             text = str(value)
-        env[ENV_PREFIX + name.upper()] = text
+        env[variable(kind, name)] = text
     return env
+
+
+def variable(kind: type[Settings], name: str) -> str:
+    """The environment variable of ``kind``'s setting ``name``."""
+    if name not in kind.model_fields:
+        raise SettingsError(f"{kind.__name__} has no setting {name}")
+    return ENV_PREFIX + name.upper()
 
 
 @lru_cache(maxsize=4)
