@@ -415,7 +415,7 @@ class Worker:
         return fresh
 
     def _job_cancelled(self, message: QueueMessage) -> bool:
-        """Whether the chunk's job was cancelled (its status read at most every
+        """Whether the chunk's job was cancelled or failed (its status read at most every
         :data:`_JOB_STATUS_SECONDS` per job)."""
         if self._jobs is None or message.job is None:
             return False
@@ -426,7 +426,7 @@ class Worker:
             job = self._jobs.get(*key)
             cached = (job.status if job else "queued", now)
             self._job_status[key] = cached
-        return cached[0] == "cancelled"
+        return cached[0] in ("cancelled", "failed")
 
     def _finish_job(self, tenant: str, job_id: str) -> None:
         assert self._jobs is not None

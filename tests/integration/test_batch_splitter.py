@@ -135,6 +135,27 @@ def test_a_large_file_is_read_in_slices_and_continued_in_the_next_invocation(rig
     assert sorted(ids) == [chunk_request_id(job.job_id, i) for i in range(4)]  # each once
 
 
+def test_a_file_replaced_while_it_is_split_ends_its_job_failed(rig):
+    # GIVEN a split that stopped after its first slices, to continue in a new invocation
+    splitter = replace(rig.splitter, slice_bytes=4096, max_slices=1)
+    key = "acme/digits-cnn/replaced.jsonl"
+    (job,) = handle_message(rig.drop(key, [VECTOR] * 1000), splitter, forever)
+    (continuation,) = rig.continuations()
+    sent = len(rig.enqueued())
+
+    # WHEN other bytes are put at its key before it continues
+    rig.drop(key, [VECTOR] * 10)
+    (after,) = handle_message(continuation, splitter, forever)
+
+    # THEN the job ends failed, saying why, and sends nothing more
+    assert after.status == "failed" and after.finished_at is not None
+    assert "changed or was deleted" in (after.failure or "")
+    assert sent >= 1 and rig.enqueued() == []
+    # AND it stays failed: the same message again (a redelivery) changes nothing
+    (again,) = handle_message(continuation, splitter, forever)
+    assert again.status == "failed" and rig.enqueued() == []
+
+
 def test_a_crashed_split_resumes_from_its_last_recorded_boundary(rig):
     # GIVEN a split that crashes on enqueueing its fourth chunk, having recorded
     # its progress slice by slice

@@ -115,6 +115,10 @@ def lines_from(
         yield (None if overlong else carry), size, slices
 
 
+# S3's answers to a ranged read of a file that is no longer the job's bytes.
+FILE_GONE = ("PreconditionFailed", "412", "NoSuchKey", "404")
+
+
 @dataclass
 class Progress:
     """The split at its last chunk boundary (what the job records), and the lines
@@ -182,7 +186,7 @@ class Splitter:
     def split(self, job: Job, remaining_ms: Any) -> Job:
         """Go on with ``job``'s split from its recorded boundary until the file ends
         or the invocation's budget does (then a continuation is sent)."""
-        if job.status == "cancelled":
+        if job.status in ("cancelled", "failed"):
             return job
         if job.split_done:
             # Split already: its output may be due (every chunk answered, and no live
@@ -193,7 +197,16 @@ class Splitter:
             return finished or job
         version = self.registry.get(job.model, job.version)
         if version is None:
-            raise JobRejected(f"{job.model} {job.version} is no longer registered")
+            return self._fail(job, f"{job.model} {job.version} is no longer registered")
+        try:
+            return self._split(job, version, remaining_ms)
+        except self.s3.exceptions.ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            if code not in FILE_GONE:
+                raise  # a passing fault: the message is delivered again
+            return self._fail(job, f"{job.source} changed or was deleted while it was read")
+
+    def _split(self, job: Job, version: ModelVersion, remaining_ms: Any) -> Job:
         bucket, key = job.bucket_key
         progress = Progress.of(job)
         chunk_size = version.max_inputs_per_request
@@ -228,6 +241,15 @@ class Splitter:
             self.jobs, job.tenant, job.job_id, self.results.get, self.s3, self._ended
         )
         return finished or self.jobs.get(job.tenant, job.job_id) or job
+
+    def _fail(self, job: Job, reason: str) -> Job:
+        """End a job that cannot go on: ``failed``, its callback asked for."""
+        log.warning("job failed", extra={"job_id": job.job_id, "reason": reason})
+        if self.jobs.fail(job, reason):
+            failed = self.jobs.get(job.tenant, job.job_id)
+            if failed is not None:
+                self._ended(failed)
+        return self.jobs.get(job.tenant, job.job_id) or job
 
     def _ended(self, job: Job) -> None:
         if self.events is not None:

@@ -250,6 +250,7 @@ class JobView(TypedDict):
     progress: float
     timings: dict[str, float | None]
     output_uri: str | None
+    failure: str | None  # why a failed job failed
     callback_url: str | None
     callback: list[str] | None  # what each delivery try got
     errors: list[dict[str, Any]]

@@ -61,6 +61,7 @@ class Job(BaseModel):
     output_uri: str | None = None
     lines_ok: int | None = None  # lines of the output with an output, once finished
     lines_failed: int | None = None  # and with an error
+    failure: str | None = None  # why a failed job failed
     callback_url: str | None = None  # where the summary goes when the job ends
     callback: list[str] | None = None  # what each delivery try got
 
@@ -265,6 +266,29 @@ class JobStore:
             ended = False
         return self.get(tenant, job_id), ended
 
+    def fail(self, job: Job, reason: str) -> bool:
+        """The job cannot go on (its file changed or went away while it was read):
+        it ends ``failed`` with ``reason``, and its chunks not yet run are answered
+        as cancelled. False if it had ended already."""
+        try:
+            self._ddb.update_item(
+                TableName=self._table,
+                Key={JOBS.partition: {"S": job.tenant}, JOBS.sort: {"S": job.job_id}},
+                UpdateExpression="SET #st = :failed, failure = :why, finished_at = :now, "
+                "updated_at = :now",
+                ConditionExpression="#st = :queued",
+                ExpressionAttributeNames={"#st": "status"},
+                ExpressionAttributeValues={
+                    ":failed": {"S": "failed"},
+                    ":why": {"S": reason[:500]},
+                    ":queued": {"S": "queued"},
+                    ":now": {"N": repr(time.time())},
+                },
+            )
+            return True
+        except self._ddb.exceptions.ConditionalCheckFailedException:
+            return False
+
     def claim_assembly(self, job: Job) -> bool:
         """Claim the output's assembly of a job whose chunks are all answered: True
         for exactly one caller (or again once a claim is older than the lease)."""
@@ -379,7 +403,7 @@ def _to_item(job: Job) -> dict[str, Any]:
     for name in _OPTIONAL:
         if getattr(job, name) is not None:
             item[name] = {"N": repr(getattr(job, name))}
-    for name in ("output_uri", "callback_url"):
+    for name in ("output_uri", "callback_url", "failure"):
         if getattr(job, name) is not None:
             item[name] = {"S": getattr(job, name)}
     return item
@@ -398,7 +422,7 @@ def _from_item(item: dict[str, Any]) -> Job:
         if name in item:
             number = float(item[name]["N"])
             values[name] = number if name in _FLOATS else int(number)
-    for name in ("output_uri", "callback_url"):
+    for name in ("output_uri", "callback_url", "failure"):
         if name in item:
             values[name] = item[name]["S"]
     if "callback" in item:
@@ -438,6 +462,7 @@ def job_view(job: Job, base_path: str = "") -> dict[str, Any]:
             "finished_at": job.finished_at,
         },
         "output_uri": job.output_uri,
+        "failure": job.failure,
         "callback_url": job.callback_url,
         "callback": job.callback,
         "errors": [e.model_dump() for e in job.errors[:10]],
