@@ -29,6 +29,7 @@ SECTIONS = (
     "aws_calls",
     "emulator_backlog",
     "backlog",
+    "batch_jobs",
     "end_to_end",
     "peer_litserve",
     "scaling",
@@ -76,7 +77,7 @@ def run(
     from bench import model_limit
 
     models: dict[str, Any] = {}
-    if only & {"model_limit", "worker_efficiency", "aws_calls", "backlog"}:
+    if only & {"model_limit", "worker_efficiency", "aws_calls", "backlog", "batch_jobs"}:
         models = (
             section(
                 "load_models",
@@ -122,6 +123,12 @@ def run(
 
         results["sections"]["backlog"] = section(
             "backlog", lambda: backlog.run(models[TEXT_MODEL], quick, log)
+        )
+    if "batch_jobs" in only and models:
+        from bench import batch_jobs
+
+        results["sections"]["batch_jobs"] = section(
+            "batch_jobs", lambda: batch_jobs.run(models[TEXT_MODEL], quick, log)
         )
     models.clear()  # free the in-process models before the platform's own start
     if "end_to_end" in only:

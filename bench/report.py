@@ -320,6 +320,7 @@ def markdown(results: dict[str, Any], images: list[str]) -> str:
     lines += _model_limit(s)
     lines += _worker(s)
     lines += _backlog(s)
+    lines += _batch_jobs(s)
     lines += _scaling(s)
     lines += _end_to_end(s, results)
     lines += _breakdown(s)
@@ -602,6 +603,78 @@ def _backlog(s: dict[str, Any]) -> list[str]:
             "",
         ]
     return out
+
+
+MEMORY_ROLES = ("splitter", "worker digits-cnn", "router", "supervisor", "emulator")
+
+
+def _batch_jobs(s: dict[str, Any]) -> list[str]:
+    section = s.get("batch_jobs")
+    if not section:
+        return []
+    out = ["## Batch jobs: memory as the file grows, realtime beside a job", ""]
+    mem = section.get("memory")
+    if mem:
+        out += [
+            f"Files of images dropped in the drop bucket one after another, `{mem['model']}` "
+            "alone with one worker; every process's RSS sampled every "
+            f"{mem['sample_every_s']} s while each job ran (`bench/batch_jobs.py`). Each "
+            "cell: RSS when the file was dropped → peak while its job ran (MiB).",
+            "",
+            table(
+                ["lines", "file", "status", "job wall time", "lines/s", *MEMORY_ROLES],
+                [
+                    [
+                        f"{j['lines_in_file']:,}",
+                        f"{fmt(j['file_mib'])} MiB",
+                        j["status"],
+                        f"{fmt(j['seconds'])} s",
+                        fmt(j["lines_per_s"]),
+                        *[_memory_cell(j["memory"].get(role)) for role in MEMORY_ROLES],
+                    ]
+                    for j in mem["jobs"]
+                ],
+            ),
+            "",
+        ]
+    rt = section.get("realtime")
+    if rt:
+        alone, beside, job = rt["alone"], rt["beside_job"], rt["job"]
+        out += [
+            f"Realtime beside a job: `{rt['model']}` alone with one worker; open-loop sync "
+            f"predicts of one sentence at {fmt(rt['rate'])} req/s for {fmt(rt['seconds'], 0)} s, "
+            f"alone and then while a job of {rt['job_lines']:,} sentences ran on the batch "
+            f"lane{'' if rt['job_ran_throughout'] else ' (the job ended before the step did)'}.",
+            "",
+            table(
+                ["realtime", "answered / sent", "202 past the deadline", "p50", "p99"],
+                [
+                    [
+                        name,
+                        f"{step['ok']} / {step['sent']}",
+                        step["miss_202"],
+                        f"{fmt(step['p50_ms'])} ms",
+                        f"{fmt(step['p99_ms'])} ms",
+                    ]
+                    for name, step in (("alone", alone), ("beside the job", beside))
+                ],
+            ),
+            "",
+            f"p99 beside the job is **{times(rt['p99_beside_over_alone'])}** of p99 alone "
+            "(goal: within 1.5×). The job: "
+            f"{job['lines']:,} lines in {fmt(job['seconds'])} s, {fmt(job['lines_per_s'])} "
+            f"lines/s, **{times(rt['job_share_of_model_limit'])}** of the model's own limit "
+            f"at batch 32 ({fmt(rt['model_limit_before'])} / {fmt(rt['model_limit_after'])} "
+            "inputs/s before / after; goal ≥ 0.85×).",
+            "",
+        ]
+    return out
+
+
+def _memory_cell(cell: dict[str, float] | None) -> str:
+    if not cell:
+        return "–"
+    return f"{fmt(cell['at_drop_mib'], 0)} → {fmt(cell['peak_mib'], 0)}"
 
 
 def _scaling(s: dict[str, Any]) -> list[str]:

@@ -254,6 +254,67 @@ def test_markdown_renders_a_partial_run(tmp_path: Path):
     assert clean({"x": float("nan"), "y": [1.0, float("nan")]}) == {"x": None, "y": [1.0, None]}
 
 
+def test_batch_jobs_memory_is_read_per_process_inside_each_jobs_window():
+    from types import SimpleNamespace
+
+    from bench.batch_jobs import memory_by_process
+
+    sampler = SimpleNamespace(
+        processes={
+            1: {"process": "splitter", "pid": 1, "samples": [[0, 50], [5, 60], [9, 90], [20, 40]]},
+            2: {"process": "worker digits-cnn", "pid": 2, "samples": [[11, 70], [12, 80]]},
+            3: {"process": "worker digits-cnn", "pid": 3, "samples": [[6, 75], [8, 74]]},
+        }
+    )
+    # A job from 4 s to 10 s: the splitter's RSS at the drop and its peak inside;
+    # a worker that ran only after it is left out; a second of a kind is told apart.
+    assert memory_by_process(sampler, 4, 10) == {
+        "splitter": {"at_drop_mib": 50, "peak_mib": 90},
+        "worker digits-cnn": {"at_drop_mib": 75, "peak_mib": 75},
+    }
+    assert "worker digits-cnn (3)" in memory_by_process(sampler, 6, 12)
+
+
+def test_batch_jobs_section_renders_goals_beside_the_figures():
+    step = {"ok": 10, "sent": 10, "miss_202": 0, "p50_ms": 30.0, "p99_ms": 80.0}
+    section = {
+        "memory": {
+            "model": "digits-cnn",
+            "sample_every_s": 0.5,
+            "jobs": [
+                {
+                    "lines_in_file": 10_000,
+                    "file_mib": 1.6,
+                    "status": "succeeded",
+                    "seconds": 4.0,
+                    "lines_per_s": 2500.0,
+                    "memory": {"splitter": {"at_drop_mib": 100.0, "peak_mib": 120.0}},
+                }
+            ],
+        },
+        "realtime": {
+            "model": "minilm-embed",
+            "rate": 4.0,
+            "seconds": 15.0,
+            "job_lines": 3000,
+            "alone": step,
+            "beside_job": {**step, "p99_ms": 100.0},
+            "job_ran_throughout": True,
+            "p99_beside_over_alone": 1.25,
+            "job": {"lines": 3000, "seconds": 15.0, "lines_per_s": 200.0},
+            "model_limit_before": 210.0,
+            "model_limit_after": 230.0,
+            "job_share_of_model_limit": 0.909,
+        },
+    }
+    from bench.report import _batch_jobs
+
+    text = "\n".join(_batch_jobs({"batch_jobs": section}))
+    assert "| 10,000 | 1.6 MiB | succeeded | 4.0 s | 2,500.0 | 100 → 120 |" in text
+    assert "**1.25×** of p99 alone (goal: within 1.5×)" in text
+    assert "**0.91×** of the model's own limit" in text
+
+
 # -- the soak's analysis ---------------------------------------------------------------
 
 

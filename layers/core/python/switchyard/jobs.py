@@ -248,41 +248,35 @@ class JobStore:
         answered as cancelled, and no output is written. The job as it stands after
         (cancelled, or as it ended; None if there is none), and whether this call
         is the one that ended it."""
-        try:
-            self._ddb.update_item(
-                TableName=self._table,
-                Key={JOBS.partition: {"S": tenant}, JOBS.sort: {"S": job_id}},
-                UpdateExpression="SET #st = :cancelled, finished_at = :now, updated_at = :now",
-                ConditionExpression="#st = :queued AND attribute_not_exists(assembling_at)",
-                ExpressionAttributeNames={"#st": "status"},
-                ExpressionAttributeValues={
-                    ":cancelled": {"S": "cancelled"},
-                    ":queued": {"S": "queued"},
-                    ":now": {"N": repr(time.time())},
-                },
-            )
-            ended = True
-        except self._ddb.exceptions.ConditionalCheckFailedException:
-            ended = False
+        # (once its output is being written, it is too late to cancel)
+        ended = self._end(tenant, job_id, "cancelled", "attribute_not_exists(assembling_at)")
         return self.get(tenant, job_id), ended
 
     def fail(self, job: Job, reason: str) -> bool:
         """The job cannot go on (its file changed or went away while it was read):
         it ends ``failed`` with ``reason``, and its chunks not yet run are answered
         as cancelled. False if it had ended already."""
+        return self._end(job.tenant, job.job_id, "failed", failure={"S": reason[:500]})
+
+    def _end(
+        self, tenant: str, job_id: str, status: JobStatus, condition: str = "", **fields: Any
+    ) -> bool:
+        """End a job that has not ended (and meets ``condition``) with ``status`` and
+        ``fields`` (attribute values); whether this call ended it."""
+        values = {f":{name}": value for name, value in fields.items()}
         try:
             self._ddb.update_item(
                 TableName=self._table,
-                Key={JOBS.partition: {"S": job.tenant}, JOBS.sort: {"S": job.job_id}},
-                UpdateExpression="SET #st = :failed, failure = :why, finished_at = :now, "
-                "updated_at = :now",
-                ConditionExpression="#st = :queued",
+                Key={JOBS.partition: {"S": tenant}, JOBS.sort: {"S": job_id}},
+                UpdateExpression="SET #st = :status, finished_at = :now, updated_at = :now"
+                + "".join(f", {name} = :{name}" for name in fields),
+                ConditionExpression="#st = :queued" + (f" AND {condition}" if condition else ""),
                 ExpressionAttributeNames={"#st": "status"},
                 ExpressionAttributeValues={
-                    ":failed": {"S": "failed"},
-                    ":why": {"S": reason[:500]},
+                    ":status": {"S": status},
                     ":queued": {"S": "queued"},
                     ":now": {"N": repr(time.time())},
+                    **values,
                 },
             )
             return True
@@ -312,23 +306,16 @@ class JobStore:
         except self._ddb.exceptions.ConditionalCheckFailedException:
             return False
 
-    def finish(self, job: Job, output_uri: str, lines_ok: int, lines_failed: int) -> None:
-        """The job succeeded: its output is at ``output_uri``."""
-        self._ddb.update_item(
-            TableName=self._table,
-            Key={JOBS.partition: {"S": job.tenant}, JOBS.sort: {"S": job.job_id}},
-            UpdateExpression="SET #st = :ok, output_uri = :uri, finished_at = :now, "
-            "updated_at = :now, lines_ok = :ok_n, lines_failed = :failed_n",
-            ConditionExpression="#st = :queued",
-            ExpressionAttributeNames={"#st": "status"},
-            ExpressionAttributeValues={
-                ":ok": {"S": "succeeded"},
-                ":queued": {"S": "queued"},
-                ":uri": {"S": output_uri},
-                ":now": {"N": repr(time.time())},
-                ":ok_n": {"N": str(lines_ok)},
-                ":failed_n": {"N": str(lines_failed)},
-            },
+    def finish(self, job: Job, output_uri: str, lines_ok: int, lines_failed: int) -> bool:
+        """The job succeeded: its output is at ``output_uri``. False if it had
+        ended otherwise meanwhile."""
+        return self._end(
+            job.tenant,
+            job.job_id,
+            "succeeded",
+            output_uri={"S": output_uri},
+            lines_ok={"N": str(lines_ok)},
+            lines_failed={"N": str(lines_failed)},
         )
 
     def record_callback(self, job: Job, outcome: str) -> None:
@@ -608,8 +595,8 @@ def finish_if_answered(
     if job is None or not job.answered or not jobs.claim_assembly(job):
         return None
     uri, ok, failed = assemble_output(job, get_result, s3)
-    jobs.finish(job, uri, ok, failed)
+    succeeded = jobs.finish(job, uri, ok, failed)
     finished = jobs.get(tenant, job_id)
-    if finished is not None and ended is not None:
+    if succeeded and finished is not None and ended is not None:
         ended(finished)
     return finished
