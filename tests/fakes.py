@@ -28,11 +28,13 @@ class FakeQueue:
     dead: list[dict[str, Any]] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     log: list[tuple[str, Any]] = field(default_factory=list)
+    waits: list[int] = field(default_factory=list)  # each receive's long-poll wait
 
     def send(self, body: str, group: str) -> None:
         self.visible.append({"body": body, "group": group, "id": f"m{next(_ids)}", "count": 0})
 
     def receive(self, max_messages: int, wait_seconds: int) -> list[Received]:
+        self.waits.append(wait_seconds)
         out = []
         while self.visible and len(out) < max_messages:
             msg = self.visible.pop(0)

@@ -88,6 +88,7 @@ class Worker:
         self._load_runtime = load_runtime
         self._visibility = visibility_timeout
         self._poll_wait = poll_wait_seconds
+        self._batch_waiting = False  # the batch lane's last look found work
         self._prediction_log = prediction_log
         self._emit_enabled = emit
         self._max_receives = max_receive_count
@@ -166,17 +167,21 @@ class Worker:
 
     def _receive(self) -> None:
         """Receive what the forming batch has room for. Idle, long-poll the realtime
-        lane, then look at the batch lane. While a batch forms and the last look found
-        the queue drained, let arrivals gather until the batch is due and look once
-        more: at most one empty receive per batch, and no leftovers beyond its room."""
+        lane, then look at the batch lane; while the batch lane has work, only glance
+        at the realtime lane (no wait) before taking more of it, so a batch backlog
+        drains at the model's speed and realtime still goes first. While a batch
+        forms and the last look found the queue drained, let arrivals gather until
+        the batch is due and look once more: at most one empty receive per batch,
+        and no leftovers beyond its room."""
         held = bool(self._assembler.held)
         if held and self._drained:
             self._pause(max(self._assembler.time_left(), 0))
         room = max(1, min(_RECEIVE_MAX, self._room()))
         realtime, batch_lane = self._lanes
-        received = realtime.receive(room, 0 if held else self._poll_wait)
+        received = realtime.receive(room, 0 if held or self._batch_waiting else self._poll_wait)
         if not received and not held:
             received = batch_lane.receive(room, 0)
+            self._batch_waiting = bool(received)
         self._drained = len(received) < room
         now_mono, now = time.monotonic(), time.time()
         with self._in_hand_lock:

@@ -211,6 +211,30 @@ def test_realtime_is_served_before_batch(parts):
     assert results.get("acme", "b1").status == "done"
 
 
+def test_a_batch_backlog_is_taken_without_waiting_on_the_idle_realtime_lane(parts):
+    # GIVEN a worker whose idle long poll is 10 s, and more requests on the batch lane
+    # than one receive takes
+    worker, realtime, batch, results, _, _ = parts
+    worker._poll_wait = 10
+    for i in range(25):
+        send(batch, f"b{i}", inputs=[[1] * 64] * 64)  # a full batch each
+
+    # WHEN it works until the batch lane is empty, and on until it is idle
+    turns = 0
+    while batch.visible and turns < 100:
+        worker.step()
+        turns += 1
+    looks = len(realtime.waits)
+    drain(worker)
+
+    # THEN only its first look at the realtime lane waited; while the batch lane had
+    # work it only glanced there (wait 0), and once that was empty it waited again
+    assert all(results.get("acme", f"b{i}").status == "done" for i in range(25))
+    assert realtime.waits[0] == 10 and looks >= 3
+    assert set(realtime.waits[1:looks]) == {0}
+    assert 10 in realtime.waits[looks:]
+
+
 def test_stop_releases_what_was_received_but_not_started(parts):
     worker, realtime, _, results, _, _ = parts
     for i in range(3):

@@ -114,9 +114,13 @@ class WorkerSettings(Settings):
     worker_model: str
     artifacts_bucket: str
     artifacts_cache: str = "/tmp/switchyard-artifacts"
-    # An idle worker's long poll: longer polls cost fewer SQS requests an hour; a
-    # SIGTERM waits for the poll in progress (well inside ECS's stop timeout).
-    poll_wait_seconds: int = Field(default=10, ge=0, le=20)
+    # An idle worker's long poll of the realtime lane, after which it looks at the
+    # batch lane (SQS cannot long-poll two queues at once): batch work waits at most
+    # this long to be noticed by an idle worker, while a realtime arrival wakes the
+    # poll at once. 1 s costs an idle worker two receives a second (7,200 an hour,
+    # under $0.003); a longer poll is cheaper and leaves a dropped file's first
+    # chunk waiting. A SIGTERM waits for the poll in progress.
+    poll_wait_seconds: int = Field(default=1, ge=0, le=20)
     # Touched once the worker has loaded its versions and polls (the container's
     # health check in ECS, the supervisor locally).
     ready_file: str | None = None
