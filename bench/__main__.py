@@ -29,7 +29,8 @@ SECTIONS = (
     "aws_calls",
     "emulator_backlog",
     "backlog",
-    "batch_jobs",
+    "batch_memory",
+    "batch_realtime",
     "end_to_end",
     "peer_litserve",
     "scaling",
@@ -77,7 +78,7 @@ def run(
     from bench import model_limit
 
     models: dict[str, Any] = {}
-    if only & {"model_limit", "worker_efficiency", "aws_calls", "backlog", "batch_jobs"}:
+    if only & {"model_limit", "worker_efficiency", "aws_calls", "backlog", "batch_realtime"}:
         models = (
             section(
                 "load_models",
@@ -124,11 +125,17 @@ def run(
         results["sections"]["backlog"] = section(
             "backlog", lambda: backlog.run(models[TEXT_MODEL], quick, log)
         )
-    if "batch_jobs" in only and models:
+    if "batch_memory" in only:
         from bench import batch_jobs
 
-        results["sections"]["batch_jobs"] = section(
-            "batch_jobs", lambda: batch_jobs.run(models[TEXT_MODEL], quick, log)
+        results["sections"]["batch_memory"] = section(
+            "batch_memory", lambda: batch_jobs.memory_run(quick, log)
+        )
+    if "batch_realtime" in only and models:
+        from bench import batch_jobs
+
+        results["sections"]["batch_realtime"] = section(
+            "batch_realtime", lambda: batch_jobs.realtime_run(models[TEXT_MODEL], quick, log)
         )
     models.clear()  # free the in-process models before the platform's own start
     if "end_to_end" in only:

@@ -209,7 +209,3 @@ def realtime_run(model: LoadedModel, quick: bool, log: Callable[[str], None]) ->
         "model_limit_after": round(after, 1),
         "job_share_of_model_limit": round(ratio(job["lines_per_s"], limit) or 0.0, 3),
     }
-
-
-def run(model: LoadedModel, quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
-    return {"memory": memory_run(quick, log), "realtime": realtime_run(model, quick, log)}

@@ -609,11 +609,10 @@ MEMORY_ROLES = ("splitter", "worker digits-cnn", "router", "supervisor", "emulat
 
 
 def _batch_jobs(s: dict[str, Any]) -> list[str]:
-    section = s.get("batch_jobs")
-    if not section:
+    mem, rt = s.get("batch_memory"), s.get("batch_realtime")
+    if not mem and not rt:
         return []
     out = ["## Batch jobs: memory as the file grows, realtime beside a job", ""]
-    mem = section.get("memory")
     if mem:
         out += [
             f"Files of images dropped in the drop bucket one after another, `{mem['model']}` "
@@ -637,7 +636,6 @@ def _batch_jobs(s: dict[str, Any]) -> list[str]:
             ),
             "",
         ]
-    rt = section.get("realtime")
     if rt:
         alone, beside, job = rt["alone"], rt["beside_job"], rt["job"]
         out += [

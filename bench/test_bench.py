@@ -309,7 +309,9 @@ def test_batch_jobs_section_renders_goals_beside_the_figures():
     }
     from bench.report import _batch_jobs
 
-    text = "\n".join(_batch_jobs({"batch_jobs": section}))
+    text = "\n".join(
+        _batch_jobs({"batch_memory": section["memory"], "batch_realtime": section["realtime"]})
+    )
     assert "| 10,000 | 1.6 MiB | succeeded | 4.0 s | 2,500.0 | 100 → 120 |" in text
     assert "**1.25×** of p99 alone (goal: within 1.5×)" in text
     assert "**0.91×** of the model's own limit" in text

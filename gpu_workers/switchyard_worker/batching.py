@@ -6,7 +6,9 @@ Pure logic with an injectable clock, so every rule is unit-tested without queues
 - messages are taken round-robin across tenants, oldest first within a tenant, so
   one tenant's burst cannot fill every batch while another waits;
 - a message that was delivered before (a retry) runs alone, so a poison message
-  cannot drag its neighbours to the DLQ with it.
+  cannot drag its neighbours to the DLQ with it;
+- realtime work held beside batch-lane work runs first: a batch job's chunks in
+  hand wait for the realtime requests that arrived after them.
 """
 
 from __future__ import annotations
@@ -69,6 +71,11 @@ class BatchAssembler:
         return list(self._pool)
 
     @property
+    def holds_only_batch_lane(self) -> bool:
+        """Work in hand, all of it from the batch lane."""
+        return bool(self._pool) and all(p.received.lane == "batch" for p in self._pool)
+
+    @property
     def held_inputs(self) -> int:
         return sum(p.size for p in self._pool)
 
@@ -92,14 +99,18 @@ class BatchAssembler:
         """The next batch if one is due (or ``force``), else an empty list."""
         if not self._pool or (not force and self.wants_more()):
             return []
-        oldest = self._pool[0]
+        realtime = [p for p in self._pool if p.received.lane != "batch"]
+        oldest = realtime[0] if realtime else self._pool[0]
         if oldest.is_retry or oldest.message is None:
             self._pool.remove(oldest)
             return [oldest]
         candidates = [
             p
             for p in self._pool
-            if p.version == oldest.version and not p.is_retry and p.message is not None
+            if p.version == oldest.version
+            and p.received.lane == oldest.received.lane
+            and not p.is_retry
+            and p.message is not None
         ]
         by_tenant: dict[str, list[Pending]] = {}
         for p in candidates:

@@ -159,6 +159,8 @@ class Worker:
         """One turn: receive what the pending batch still wants, run it when due."""
         if self._assembler.wants_more():
             self._receive()
+        elif self._assembler.holds_only_batch_lane:
+            self._glance_at_realtime()
         batch = self._assembler.take(force=self._stopping.is_set())
         if batch:
             self._execute(batch)
@@ -183,6 +185,15 @@ class Worker:
             received = batch_lane.receive(room, 0)
             self._batch_waiting = bool(received)
         self._drained = len(received) < room
+        self._hold(received)
+
+    def _glance_at_realtime(self) -> None:
+        """Before each batch of batch-lane work in hand, take whatever realtime work
+        has arrived (no wait): it runs first, so a request waits behind at most one
+        batch of a job's chunks, not all that were received."""
+        self._hold(self._lanes[0].receive(_RECEIVE_MAX, 0))
+
+    def _hold(self, received: list[Received]) -> None:
         now_mono, now = time.monotonic(), time.time()
         with self._in_hand_lock:
             for r in received:

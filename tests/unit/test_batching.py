@@ -107,3 +107,19 @@ def test_drain_returns_everything_not_started():
     a.add(pending("t2"))
     assert len(a.drain()) == 2
     assert a.held == []
+
+
+def test_realtime_work_runs_before_batch_lane_work_held_before_it():
+    clock = Clock()
+    a = assembler(clock, size=4)
+    chunks = [pending("acme", n=4, at=100.0) for _ in range(3)]
+    for chunk in chunks:
+        chunk.received = Received("{}", "c", "c", 1, "acme", "batch")
+        a.add(chunk)
+    assert a.holds_only_batch_lane
+    late = pending("globex", n=1, at=101.0)
+    a.add(late)
+    assert not a.holds_only_batch_lane
+    clock.now = 102.0
+    assert a.take() == [late]
+    assert a.take() == [chunks[0]]

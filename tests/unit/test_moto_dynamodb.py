@@ -107,3 +107,86 @@ def test_apply_is_idempotent_and_undo_puts_moto_back():
     finally:
         moto_dynamodb.undo()
     assert DynamoDBBackend.__dict__["put_item"] is own
+
+
+def tables(ddb) -> None:
+    for name in ("results", "jobs"):
+        ddb.create_table(
+            TableName=name,
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+
+
+def chunk_done(ddb, rid: str, job_status: str = "queued") -> None:
+    """A chunk's result and its job's count, as one transaction (as the workers
+    write them): only while the job is still ``job_status``."""
+    ddb.transact_write_items(
+        TransactItems=[
+            {"Put": {"TableName": "results", "Item": {"pk": {"S": rid}, "status": {"S": "done"}}}},
+            {
+                "Update": {
+                    "TableName": "jobs",
+                    "Key": {"pk": {"S": "job"}},
+                    "UpdateExpression": "ADD chunks :one",
+                    "ConditionExpression": "#st = :st",
+                    "ExpressionAttributeNames": {"#st": "status"},
+                    "ExpressionAttributeValues": {":one": {"N": "1"}, ":st": {"S": job_status}},
+                }
+            },
+        ]
+    )
+
+
+@pytest.fixture
+def tables_may_not_be_copied(monkeypatch):
+    """A deep copy of a whole table fails (moto's own transaction makes one)."""
+    from moto.dynamodb.models.table import Table
+
+    def refuse(self, memo):
+        raise AssertionError("a whole table was copied")
+
+    monkeypatch.setattr(Table, "__deepcopy__", refuse, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
+
+
+def test_moto_as_it_is_copies_every_table_a_transaction_names(tables_may_not_be_copied):
+    # The cost the fix is for (a chunk's transaction copied the whole results table):
+    # if moto stops copying tables, this fails, and that part of the fix can go.
+    with mock_aws():
+        ddb = boto3.client("dynamodb", region_name="us-east-1")
+        tables(ddb)
+        ddb.put_item(TableName="jobs", Item={"pk": {"S": "job"}, "status": {"S": "queued"}})
+        with pytest.raises(AssertionError, match="a whole table was copied"):
+            chunk_done(ddb, "c1")
+
+
+def test_with_the_fix_a_transaction_copies_no_table_and_is_still_all_or_nothing(
+    tables_may_not_be_copied, fixed
+):
+    with mock_aws():
+        ddb = boto3.client("dynamodb", region_name="us-east-1")
+        tables(ddb)
+        ddb.put_item(TableName="jobs", Item={"pk": {"S": "job"}, "status": {"S": "queued"}})
+        ddb.put_item(TableName="results", Item={"pk": {"S": "c2"}, "status": {"S": "queued"}})
+
+        # GIVEN a transaction that succeeds: both of its writes are made
+        chunk_done(ddb, "c1")
+        job = ddb.get_item(TableName="jobs", Key={"pk": {"S": "job"}})["Item"]
+        assert job["chunks"] == {"N": "1"}
+
+        # WHEN one fails on its second write's condition, over an item that existed
+        # and (another time) one that did not
+        for rid in ("c2", "c3"):
+            with pytest.raises(ClientError) as failed:
+                chunk_done(ddb, rid, job_status="cancelled")
+            assert failed.value.response["Error"]["Code"] == "TransactionCanceledException"
+
+        # THEN neither left anything behind: the items are as they were
+        item = ddb.get_item(TableName="results", Key={"pk": {"S": "c2"}})["Item"]
+        assert item == {"pk": {"S": "c2"}, "status": {"S": "queued"}}
+        assert "Item" not in ddb.get_item(TableName="results", Key={"pk": {"S": "c3"}})
+        job = ddb.get_item(TableName="jobs", Key={"pk": {"S": "job"}})["Item"]
+        assert job["chunks"] == {"N": "1"}

@@ -355,3 +355,23 @@ def test_when_storing_fails_the_messages_go_back_at_once(parts):
     drain(worker)
     assert realtime.depth == 1 and len(realtime.visible) == 1  # released, not held
     assert worker._in_hand == {}
+
+
+def test_a_realtime_request_waits_behind_one_batch_of_a_job_not_all_received(parts):
+    # GIVEN a worker that took five full batches from the batch lane at once
+    worker, realtime, batch, results, runtime, _ = parts
+    for i in range(5):
+        send(batch, f"b{i}", inputs=[[1] * 64] * 64)
+    worker.step()  # receives them all and runs the first
+    assert len(worker._assembler.held) == 4
+
+    # WHEN a realtime request arrives
+    send(realtime, "r1", inputs=[[1] * 64] * 2)
+    worker.step()
+
+    # THEN it runs next, before the batch-lane work already in hand
+    assert [len(call) for call in runtime.calls] == [64, 2]
+    drain(worker)
+    assert all(
+        results.get("acme", rid).status == "done" for rid in ["r1", *(f"b{i}" for i in range(5))]
+    )
