@@ -33,7 +33,7 @@ from typing import Any
 from aws_lambda_powertools import Logger
 from pydantic import ValidationError
 
-from switchyard.jobs import Job, JobStore, finish_if_answered
+from switchyard.jobs import STOPPED, Job, JobStore, finish_if_answered
 from switchyard.payloads import PayloadMissing, PayloadStore
 from switchyard.queues import Received, WorkQueue, load_inputs
 from switchyard.registry import ModelVersion, Registry
@@ -442,7 +442,7 @@ class Worker:
             job = self._jobs.get(*key)
             cached = (job.status if job else "queued", now)
             self._job_status[key] = cached
-        return cached[0] in ("cancelled", "failed")
+        return cached[0] in STOPPED
 
     def _finish_job(self, tenant: str, job_id: str) -> None:
         assert self._jobs is not None

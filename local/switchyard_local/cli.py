@@ -112,11 +112,12 @@ def _aws_target(args: argparse.Namespace, manifest: Manifest) -> Target:
     names = manifest.names(args.stage)
     account = aws.client("sts", region).get_caller_identity()["Account"]
     stage = manifest.stages[args.stage]
+
+    def queue_url(name: str) -> str:
+        return f"https://sqs.{region}.amazonaws.com/{account}/{name}"
+
     queues = {
-        model: {
-            lane: f"https://sqs.{region}.amazonaws.com/{account}/{names.queue(model, lane)}"
-            for lane in LANES
-        }
+        model: {lane: queue_url(names.queue(model, lane)) for lane in LANES}
         for model in manifest.models
     }
     settings = Settings(
@@ -138,7 +139,7 @@ def _aws_target(args: argparse.Namespace, manifest: Manifest) -> Target:
         ),
         drop_bucket=names.cloud_bucket(names.batch_drop_bucket, account, region),
         jobs_table=names.jobs_table,
-        drop_queue=f"https://sqs.{region}.amazonaws.com/{account}/{names.batch_drop_queue}",
+        drop_queue=queue_url(names.batch_drop_queue),
         webhook_secret_prefix=names.webhook_secret_prefix,
     )
 

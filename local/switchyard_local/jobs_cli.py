@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from switchyard.callbacks import JobEvents, secrets_reader
+from switchyard.callbacks import JobEvents, cancel, secrets_reader
 from switchyard.jobs import TERMINAL, Job, JobRejected, JobStore, job_for_file, job_view
 
 WATCH_EVERY_S = 1.0
@@ -163,10 +163,9 @@ def _follow(store: JobStore, job: Job) -> int:
 def _cancel(args: argparse.Namespace) -> int:
     target, store, tenant = _store(args)
     _job(store, tenant, args.job_id)
-    job, ended = store.cancel(tenant, args.job_id)
+    events = JobEvents.on_queue(target.client("sqs"), target.drop_queue)
+    job = cancel(store, tenant, args.job_id, events)
     assert job is not None
-    if ended:
-        JobEvents.on_queue(target.client("sqs"), target.drop_queue).ended(job)
     if job.status != "cancelled":
         raise JobsError(f"job {args.job_id} already ended: {job.display_status}")
     print(f"cancelled {args.job_id}")

@@ -54,6 +54,7 @@ from switchyard.callbacks import (
 )
 from switchyard.jobs import (
     MAX_REPORTED_ERRORS,
+    STOPPED,
     Job,
     JobRejected,
     JobStore,
@@ -186,7 +187,7 @@ class Splitter:
     def split(self, job: Job, remaining_ms: Any) -> Job:
         """Go on with ``job``'s split from its recorded boundary until the file ends
         or the invocation's budget does (then a continuation is sent)."""
-        if job.status in ("cancelled", "failed"):
+        if job.status in STOPPED:
             return job
         if job.split_done:
             # Split already: its output may be due (every chunk answered, and no live
@@ -245,11 +246,11 @@ class Splitter:
     def _fail(self, job: Job, reason: str) -> Job:
         """End a job that cannot go on: ``failed``, its callback asked for."""
         log.warning("job failed", extra={"job_id": job.job_id, "reason": reason})
-        if self.jobs.fail(job, reason):
-            failed = self.jobs.get(job.tenant, job.job_id)
-            if failed is not None:
-                self._ended(failed)
-        return self.jobs.get(job.tenant, job.job_id) or job
+        ended = self.jobs.fail(job, reason)
+        failed = self.jobs.get(job.tenant, job.job_id) or job
+        if ended:
+            self._ended(failed)
+        return failed
 
     def _ended(self, job: Job) -> None:
         if self.events is not None:
@@ -345,16 +346,15 @@ def splitter_of(adapters: Adapters) -> Splitter:
     settings = adapters.settings
     sqs = adapters.client("sqs")
 
-    def continue_to(tenant: str, job_id: str) -> None:
-        sqs.send_message(
-            QueueUrl=settings.drop_queue_url,
-            MessageBody=json.dumps({CONTINUE: {"tenant": tenant, "job_id": job_id}}),
-        )
+    # One queue takes both: continuations of long splits, and ended jobs' callbacks.
+    events = JobEvents.on_queue(sqs, settings.drop_queue_url)
 
-    jobs = JobStore(adapters.client("dynamodb"), settings.jobs_table)
+    def continue_to(tenant: str, job_id: str) -> None:
+        events.send(json.dumps({CONTINUE: {"tenant": tenant, "job_id": job_id}}), 0)
+
     return Splitter(
         s3=adapters.client("s3"),
-        jobs=jobs,
+        jobs=JobStore(adapters.client("dynamodb"), settings.jobs_table),
         results=adapters.results,
         registry=adapters.registry,
         queues={model: lanes.batch for model, lanes in adapters.queues.items()},
@@ -365,7 +365,7 @@ def splitter_of(adapters: Adapters) -> Splitter:
         slice_bytes=settings.split_slice_bytes,
         max_slices=settings.split_max_slices,
         continue_to=continue_to,
-        events=JobEvents.on_queue(sqs, settings.drop_queue_url),
+        events=events,
         secret_of=secrets_reader(adapters.client("secretsmanager"), settings.webhook_secret_prefix)
         if settings.webhook_secret_prefix
         else None,

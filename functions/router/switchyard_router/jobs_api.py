@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from switchyard.callbacks import JobEvents
+from switchyard.callbacks import JobEvents, cancel
 from switchyard.jobs import TERMINAL, Job, JobRejected, JobStore, job_for_file
 from switchyard.registry import Registry
 from switchyard.signatures import FieldError
@@ -179,10 +179,8 @@ class JobsApi:
         """Cancel the tenant's job: the job after (``cancelled``, or as it had
         ended already); its callback is asked for if this cancel ended it."""
         self.get(tenant, job_id)
-        job, ended = self.store.cancel(tenant, job_id)
+        job = cancel(self.store, tenant, job_id, self.events)
         assert job is not None
-        if ended and self.events is not None:
-            self.events.ended(job)
         return job
 
     def _own_key(self, tenant: str, submission: JobSubmission) -> str:

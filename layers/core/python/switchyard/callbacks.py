@@ -102,6 +102,15 @@ class JobEvents:
             self.send(json.dumps({JOB_ENDED: ref}), delay_s)
 
 
+def cancel(jobs: JobStore, tenant: str, job_id: str, events: JobEvents | None) -> Job | None:
+    """Cancel a job (``JobStore.cancel``) and, if this call ended it, ask for its
+    callback: the job after, None if there is none."""
+    job, ended = jobs.cancel(tenant, job_id)
+    if job is not None and ended and events is not None:
+        events.ended(job)
+    return job
+
+
 def call_back(
     ref: dict[str, Any],
     jobs: JobStore,

@@ -29,6 +29,8 @@ from switchyard.tables import JOBS
 
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 TERMINAL: tuple[JobStatus, ...] = ("succeeded", "failed", "cancelled")
+# Ended without an output: the split stops and chunks not yet run are not run.
+STOPPED: tuple[JobStatus, ...] = ("cancelled", "failed")
 MAX_REPORTED_ERRORS = 100
 
 
