@@ -33,7 +33,9 @@ class FakeQueue:
     def send(self, body: str, group: str) -> None:
         self.visible.append({"body": body, "group": group, "id": f"m{next(_ids)}", "count": 0})
 
-    def receive(self, max_messages: int, wait_seconds: int) -> list[Received]:
+    def receive(
+        self, max_messages: int, wait_seconds: int, visibility_seconds: int | None = None
+    ) -> list[Received]:
         self.waits.append(wait_seconds)
         out = []
         while self.visible and len(out) < max_messages:

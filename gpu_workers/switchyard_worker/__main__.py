@@ -21,6 +21,7 @@ from pathlib import Path
 
 from switchyard.artifacts import fetch_artifact
 from switchyard.callbacks import JobEvents
+from switchyard.generation import DynamoDBTokenStream
 from switchyard.jobs import JobStore
 from switchyard.registry import ModelVersion
 from switchyard.settings import SettingsError, WorkerSettings, get_settings
@@ -90,6 +91,9 @@ def main(standby_seconds: float | None = None) -> None:
         job_ended=JobEvents.on_queue(adapters.client("sqs"), settings.drop_queue_url).ended
         if settings.drop_queue_url
         else None,
+        stream=DynamoDBTokenStream(adapters.client("dynamodb"), settings.results_table),
+        stream_flush_seconds=settings.stream_flush_seconds,
+        generation_visibility_seconds=settings.generation_visibility_seconds,
     )
     worker.install_signal_handlers()
     # `kill -USR1` prints every thread's stack to the log: how to see what a worker

@@ -7,6 +7,7 @@ never reaches this module.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import tarfile
 import threading
 import time
@@ -26,6 +27,7 @@ class ModelRuntime(Protocol):
 RUNTIME_LIBRARIES: dict[str, tuple[str, ...]] = {
     "sentence-transformers": ("sentence_transformers",),
     "torchscript-classifier": ("torch",),
+    "causal-lm": ("transformers",),
 }
 
 
@@ -95,6 +97,31 @@ class TorchScriptClassifier:
         return outputs
 
 
+class CausalLM:
+    """A generative model from an unpacked Hugging Face directory. It is not run a
+    batch at a time: its decoder steps the worker's running batch
+    (``switchyard_worker.generation.Continuous``). On a GPU with vLLM installed (the
+    GPU image) the decoder is vLLM's engine; otherwise ``transformers``."""
+
+    def __init__(self, model_dir: Path) -> None:
+        import torch
+
+        from switchyard_worker.generation import TransformersDecoder, VllmDecoder
+
+        self.decoder: Any
+        if torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None:
+            self.decoder = VllmDecoder(model_dir)
+        else:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            self.decoder = TransformersDecoder(model_dir, device)
+
+    def predict(self, inputs: list[Any]) -> list[Any]:
+        raise TypeError("a generative model runs through continuous batching, not predict")
+
+
+GENERATIVE_RUNTIMES = frozenset({"causal-lm"})
+
+
 class FaultyRuntime:
     """Wraps a runtime with the switchable faults a version record asks for, for
     drills and fault tests: ``fail_every_call``, ``fail_call_every`` (n),
@@ -129,6 +156,8 @@ def load_runtime(record: ModelVersion, artifact: Path, workdir: Path) -> ModelRu
         runtime = SentenceEmbedder(_unpack(artifact, workdir / record.sha256))
     elif record.runtime == "torchscript-classifier":
         runtime = TorchScriptClassifier(artifact, record.labels)
+    elif record.runtime == "causal-lm":
+        return CausalLM(_unpack(artifact, workdir / record.sha256))
     else:
         raise ValueError(f"runtime {record.runtime!r} is not available in this worker image")
     return FaultyRuntime(runtime, record.faults) if record.faults else runtime

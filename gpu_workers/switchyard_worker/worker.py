@@ -19,10 +19,21 @@ Delivery is at-least-once, so the order of effects is what keeps it exact:
 
 A batch's results are stored and its messages deleted on their own thread, in
 batch order, while the model runs the next batch (``stages.InOrder``).
+
+A generative model's worker batches continuously instead (``generation``): a
+receiver thread long-polls while the running batch has room, and the main loop
+lets arrivals join between decode steps. A streamed request's tokens are written
+as chunks (``switchyard.generation``) as they come, the first at once and then at
+most every ``stream_flush_seconds``, on their own thread and in order, the last one
+before the result. A redelivered streamed request continues from the tokens its
+chunks hold. Its messages are held with a short visibility
+(``generation_visibility_seconds``, extended while they run), so a request whose
+worker died is taken up again within seconds.
 """
 
 from __future__ import annotations
 
+import queue as stdlib_queue
 import signal
 import threading
 import time
@@ -33,16 +44,30 @@ from typing import Any
 from aws_lambda_powertools import Logger
 from pydantic import ValidationError
 
+from switchyard.generation import (
+    Chunk,
+    TokenStream,
+    as_request,
+    over_context,
+    tokens_written,
+)
 from switchyard.jobs import STOPPED, Job, JobStore, finish_if_answered
 from switchyard.payloads import PayloadMissing, PayloadStore
 from switchyard.queues import Received, WorkQueue, load_inputs
 from switchyard.registry import ModelVersion, Registry
 from switchyard.results import ResultStore
-from switchyard.schemas import RETRIES_EXHAUSTED, ErrorInfo, QueueMessage, ResultRecord
+from switchyard.schemas import (
+    RETRIES_EXHAUSTED,
+    ErrorInfo,
+    GenerationSignature,
+    QueueMessage,
+    ResultRecord,
+)
 from switchyard.signatures import check_inputs
 from switchyard.telemetry import COUNT, MILLISECONDS, PredictionLog, emit_metrics, prediction_record
 from switchyard_worker.batching import BatchAssembler, Pending
-from switchyard_worker.runtimes import ModelRuntime, OutputCountMismatch
+from switchyard_worker.generation import Continuous, Sequence
+from switchyard_worker.runtimes import GENERATIVE_RUNTIMES, ModelRuntime, OutputCountMismatch
 from switchyard_worker.stages import InOrder
 
 log = Logger(service="switchyard-worker")
@@ -78,6 +103,9 @@ class Worker:
         jobs: JobStore | None = None,
         job_output_s3: Any = None,
         job_ended: Callable[[Job], None] | None = None,
+        stream: TokenStream | None = None,
+        stream_flush_seconds: float = 0.05,
+        generation_visibility_seconds: int = 10,
     ) -> None:
         self.model = model
         self.worker_id = worker_id
@@ -111,6 +139,17 @@ class Worker:
         self._writers = ThreadPoolExecutor(max_workers=8, thread_name_prefix="result-writer")
         self._finisher = InOrder(self._finish, name="result-finisher")
         self.batches_run = 0
+        # Generative models (continuous batching): the running batch per version,
+        # what the receiver thread has taken in, the messages being generated, and
+        # the thread that writes their token streams.
+        self.generative = False
+        self._stream = stream
+        self._stream_flush = stream_flush_seconds
+        self._generation_visibility = generation_visibility_seconds
+        self._batches: dict[str, Continuous] = {}
+        self._arrivals: stdlib_queue.Queue[Pending] = stdlib_queue.Queue()
+        self._generating: dict[str, _Generating] = {}
+        self._stream_writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stream-writer")
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -118,6 +157,9 @@ class Worker:
         """Load every active version now, so the first request does not pay for it."""
         for record in self._registry.versions(self.model):
             self._versions[record.version] = record
+            if record.runtime in GENERATIVE_RUNTIMES:
+                self.generative = True
+                self._visibility = self._generation_visibility
             if record.status == "active":
                 try:
                     self._runtime(record)
@@ -134,13 +176,19 @@ class Worker:
     def run(self, ready: Callable[[], None] | None = None) -> None:
         heartbeat = threading.Thread(target=self._heartbeat, name="visibility", daemon=True)
         heartbeat.start()
+        if self.generative:
+            threading.Thread(target=self._take_in, name="receiver", daemon=True).start()
         if ready:
             ready()
         log.info("polling", extra={"model": self.model, "worker": self.worker_id})
         try:
             while not self._stopping.is_set():
                 self.step()
+            while self.generative and self._generating_now():
+                self._generation_step()  # SIGTERM: the running batch finishes
         finally:
+            self._release_arrivals()
+            self._stream_writer.shutdown(wait=True)
             leftover = self._assembler.drain()
             self._release([p.received for p in leftover], 0)
             self._finisher.close()
@@ -157,6 +205,9 @@ class Worker:
 
     def step(self) -> None:
         """One turn: receive what the pending batch still wants, run it when due."""
+        if self.generative:
+            self._generation_step()
+            return
         if self._assembler.wants_more():
             self._receive()
         elif self._assembler.holds_only_batch_lane:
@@ -194,12 +245,16 @@ class Worker:
         self._hold(self._lanes[0].receive(_RECEIVE_MAX, 0))
 
     def _hold(self, received: list[Received]) -> None:
+        for pending in self._keep(received):
+            self._assembler.add(pending)
+
+    def _keep(self, received: list[Received]) -> list[Pending]:
+        """Received messages, held (their visibility extended) and decoded."""
         now_mono, now = time.monotonic(), time.time()
         with self._in_hand_lock:
             for r in received:
                 self._in_hand[r.receipt_handle] = r
-        for r in received:
-            self._assembler.add(self._decode(r, now_mono, now))
+        return [self._decode(r, now_mono, now) for r in received]
 
     def _pause(self, seconds: float) -> None:
         """Sleep, waking early once a stop is asked for. Not ``Event.wait``: the SIGTERM
@@ -251,6 +306,26 @@ class Worker:
     # -- running -----------------------------------------------------------------
 
     def _execute(self, batch: list[Pending]) -> None:
+        answered, runnable = self._triage(batch)
+        if runnable:
+            try:
+                outputs = self._run(runnable)
+            except BatchFailed as failed:
+                self._failed(runnable, str(failed))
+            else:
+                answered.extend(
+                    (p, self._record(p, "done", outputs=out, timing=timing))
+                    for p, (out, timing) in zip(runnable, outputs, strict=True)
+                )
+        if answered:
+            self._finisher.submit(answered)
+        self.batches_run += 1
+
+    def _triage(
+        self, batch: list[Pending]
+    ) -> tuple[list[tuple[Pending, ResultRecord]], list[Pending]]:
+        """What to answer without running (expired, cancelled, invalid) and what to
+        run; undecodable messages are released, those answered already deleted."""
         undecodable = [p for p in batch if p.message is None]
         if undecodable:
             self._release([p.received for p in undecodable], 0)
@@ -269,19 +344,7 @@ class Worker:
                 answered.append((p, self._record(p, "error", error=p.error)))
             else:
                 runnable.append(p)
-        if runnable:
-            try:
-                outputs = self._run(runnable)
-            except BatchFailed as failed:
-                self._failed(runnable, str(failed))
-            else:
-                answered.extend(
-                    (p, self._record(p, "done", outputs=out, timing=timing))
-                    for p, (out, timing) in zip(runnable, outputs, strict=True)
-                )
-        if answered:
-            self._finisher.submit(answered)
-        self.batches_run += 1
+        return answered, runnable
 
     def _failed(self, runnable: list[Pending], reason: str) -> None:
         """A failed batch: each request's attempt is counted and its message released
@@ -499,6 +562,225 @@ class Worker:
             shadow_of=m.shadow_of,
         )
 
+    # -- generation (continuous batching) ----------------------------------------
+
+    def _take_in(self) -> None:
+        """The receiver thread: while the running batches have room, long-poll the
+        realtime lane (the batch lane when it is empty) and hand what arrives to the
+        main loop, which lets it join between two decode steps."""
+        realtime, batch_lane = self._lanes
+        while not self._stopping.is_set():
+            room = self._generation_room()
+            if room <= 0:
+                self._pause(0.005)
+                continue
+            try:
+                want = min(room, _RECEIVE_MAX)
+                received = realtime.receive(want, self._poll_wait, self._visibility)
+                if not received and not self._stopping.is_set():
+                    received = batch_lane.receive(want, 0, self._visibility)
+            except Exception:  # noqa: BLE001 - the next poll tries again
+                log.exception("receive failed")
+                self._pause(1.0)
+                continue
+            for pending in self._keep(received):
+                self._arrivals.put(pending)
+            if self._stopping.is_set():
+                self._release_arrivals()
+
+    def _generation_room(self) -> int:
+        """Sequences the running batches can still take, less those waiting to join."""
+        active = [v for v in self._versions.values() if v is not None and v.status == "active"]
+        capacity = max((v.max_batch_size for v in active), default=1)
+        running = sum(len(g.sequences) for g in list(self._generating.values()))
+        return capacity - running - self._arrivals.qsize()
+
+    def _generating_now(self) -> bool:
+        return any(b.running for b in self._batches.values())
+
+    def _generation_step(self) -> None:
+        """Let arrivals join, then advance every running batch by one token."""
+        arrivals = []
+        try:
+            wait = 0 if self._generating_now() else _PAUSE_SLICE_S
+            arrivals.append(
+                self._arrivals.get(timeout=wait) if wait else self._arrivals.get_nowait()
+            )
+            while True:
+                arrivals.append(self._arrivals.get_nowait())
+        except stdlib_queue.Empty:
+            pass
+        if arrivals and not self._stopping.is_set():
+            self._admit(arrivals)
+        elif arrivals:
+            self._release([p.received for p in arrivals], 0)
+        for version, running in list(self._batches.items()):
+            if not running.running:
+                continue
+            record = self._versions.get(version)
+            if record is not None and record.faults.get("step_delay_seconds"):
+                # A drill's slow model: each decode step takes this much longer.
+                time.sleep(float(record.faults["step_delay_seconds"]))
+            try:
+                ended = running.step()
+            except Exception as exc:  # noqa: BLE001 - its requests go back for retry
+                self._generation_failed(version, running.abandon(), exc)
+                continue
+            for sequence in ended:
+                self._sequence_ended(sequence)
+
+    def _admit(self, arrivals: list[Pending]) -> None:
+        answered, runnable = self._triage(arrivals)
+        for p in runnable:
+            try:
+                sequences = self._sequences(p)
+            except _Refused as refused:
+                answered.append((p, self._record(p, "error", error=refused.error)))
+                continue
+            except Exception as exc:  # noqa: BLE001 - the version did not load, etc.
+                self._failed([p], f"{type(exc).__name__}: {exc}"[:300])
+                continue
+            assert p.message is not None
+            work = _Generating(pending=p, sequences=sequences, started=time.time())
+            self._generating[p.message.request_id] = work
+            running = self._batches[p.version]
+            for sequence in sequences:
+                if sequence.done:  # resumed after its last token: nothing left to run
+                    continue
+                running.join(sequence)
+            if all(sq.done for sq in sequences):
+                self._generation_done(work)
+        if answered:
+            self._finisher.submit(answered)
+
+    def _sequences(self, p: Pending) -> list[Sequence]:
+        """The message's inputs as sequences, each checked against the context; a
+        streamed one continues from the tokens its stream already holds."""
+        m = p.message
+        assert m is not None and p.inputs is not None
+        record = self._version(p.version)
+        assert record is not None
+        runtime = self._runtime(record)
+        decoder = runtime.decoder  # type: ignore[attr-defined]
+        if p.version not in self._batches:
+            self._batches[p.version] = Continuous(decoder, record.max_batch_size)
+        signature = record.signature
+        assert isinstance(signature, GenerationSignature)
+        sequences = []
+        for i, item in enumerate(p.inputs):
+            request = as_request(item)
+            prompt = decoder.tokenizer.encode(request.prompt)
+            field = f"inputs[{i}]"
+            context = min(signature.context_length, decoder.context_length)
+            why = over_context(
+                len(prompt),
+                request.max_tokens,
+                signature.model_copy(update={"context_length": context}),
+            )
+            if why:
+                raise _Refused(ErrorInfo(code="invalid_input", message=why, field=field))
+            key = m.request_id if len(p.inputs) == 1 else f"{m.request_id}/{i}"
+            sequence = Sequence(
+                key=key, request=request, prompt_ids=prompt, seed=request.seed_for(key)
+            )
+            if request.stream and len(p.inputs) == 1 and self._stream is not None:
+                self._resume(sequence, m)
+                sequence.on_token = _Streamer(self, m, sequence).on_token
+            sequences.append(sequence)
+        return sequences
+
+    def _resume(self, sequence: Sequence, m: QueueMessage) -> None:
+        """Continue a streamed request from the tokens already written (a worker that
+        ran it before died): they are forced, not sampled again."""
+        assert self._stream is not None
+        written = tokens_written(self._stream, m.tenant, m.request_id)
+        for chunk in written:
+            sequence.ids.extend(chunk.ids)
+            sequence.pieces.extend(chunk.pieces)
+            sequence.finish_reason = chunk.finish_reason
+        sequence.emitted = "".join(sequence.pieces)
+        if written:
+            log.info(
+                "stream resumed",
+                extra={"request_id": m.request_id, "tokens": len(sequence.ids),
+                       "worker": self.worker_id},
+            )  # fmt: skip
+
+    def _sequence_ended(self, sequence: Sequence) -> None:
+        request_id = sequence.key.split("/")[0]
+        work = self._generating.get(request_id)
+        if work is not None and all(s.done for s in work.sequences):
+            self._generation_done(work)
+
+    def _generation_done(self, work: _Generating) -> None:
+        """Store the result after the stream's last chunk (same writer thread, so a
+        reader that sees the result has its tokens)."""
+        p = work.pending
+        m = p.message
+        assert m is not None
+        self._generating.pop(m.request_id, None)
+        first = min((s.first_token_at for s in work.sequences if s.first_token_at), default=None)
+        now = time.time()
+        timing = {
+            "received_at": p.received_at,
+            "batch_started_at": work.started,
+            "queue_wait_ms": (p.received_at - m.enqueued_at) * 1000,
+            "compute_ms": (now - work.started) * 1000,
+            "batch_size": float(len(self._batches[p.version].running) + 1),
+        }
+        if first is not None:
+            timing["first_token_ms"] = (first - m.enqueued_at) * 1000
+        record = self._record(
+            p, "done", outputs=[s.output() for s in work.sequences], timing=timing
+        )
+        self._stream_writer.submit(self._finisher.submit, [(p, record)])
+        self._emit(
+            p.version,
+            batch_size=len(self._batches[p.version].running) + 1,
+            compute_ms=timing["compute_ms"],
+            queue_wait_ms=timing["queue_wait_ms"],
+        )
+
+    def _generation_failed(self, version: str, sequences: list[Sequence], exc: Exception) -> None:
+        reason = f"{type(exc).__name__}: {exc}"[:300]
+        log.warning(
+            "decode step failed; its requests released for retry",
+            extra={"version": version, "sequences": len(sequences), "error": reason},
+        )
+        failed = []
+        for request_id in dict.fromkeys(s.key.split("/")[0] for s in sequences):
+            work = self._generating.pop(request_id, None)
+            if work is not None:
+                failed.append(work.pending)
+        if failed:
+            self._emit(version, item_errors=len(failed))
+            self._failed(failed, reason)
+
+    def _release_arrivals(self) -> None:
+        left = []
+        try:
+            while True:
+                left.append(self._arrivals.get_nowait())
+        except stdlib_queue.Empty:
+            pass
+        if left:
+            self._release([p.received for p in left], 0)
+
+    def _write_chunk(self, m: QueueMessage, chunk: Chunk, streamer: _Streamer) -> None:
+        """On the stream writer: one chunk, once. Another worker's chunk at the same
+        place means it holds the request too: this one stops writing its stream."""
+        assert self._stream is not None
+        if streamer.disowned:
+            return
+        try:
+            if not self._stream.put(
+                m.tenant, m.request_id, chunk, int(time.time() + self._result_ttl)
+            ):
+                streamer.disowned = True
+                log.warning("stream written by another worker", extra={"request_id": m.request_id})
+        except Exception:  # noqa: BLE001 - the reader falls back to the result's text
+            log.exception("stream chunk write failed", extra={"request_id": m.request_id})
+
     # -- visibility --------------------------------------------------------------
 
     def _heartbeat(self) -> None:
@@ -578,3 +860,49 @@ class Worker:
             values["ItemErrors"] = (COUNT, float(item_errors))
         if values:
             emit_metrics(values, model=self.model, version=version)
+
+
+class _Refused(Exception):
+    def __init__(self, error: ErrorInfo) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+class _Generating:
+    """A message whose sequences are in a running batch."""
+
+    def __init__(self, pending: Pending, sequences: list[Sequence], started: float) -> None:
+        self.pending = pending
+        self.sequences = sequences
+        self.started = started
+
+
+class _Streamer:
+    """Gathers a streamed sequence's tokens into chunks: the first token at once (the
+    caller's time to first token), then at most every ``stream_flush_seconds``, and
+    the last with how it ended."""
+
+    def __init__(self, worker: Worker, message: QueueMessage, sequence: Sequence) -> None:
+        self._worker = worker
+        self._message = message
+        self._start = len(sequence.ids)  # tokens before it are written already
+        self._ids: list[int] = []
+        self._pieces: list[str] = []
+        self._flushed_at = 0.0
+        self.disowned = False
+
+    def on_token(self, sequence: Sequence, index: int, token: int, piece: str) -> None:
+        self._ids.append(token)
+        self._pieces.append(piece)
+        now = time.monotonic()
+        if not sequence.done and now - self._flushed_at < self._worker._stream_flush:
+            return
+        chunk = Chunk(start=self._start, ids=self._ids, pieces=self._pieces)
+        if sequence.done:
+            output = sequence.output()
+            chunk.finish_reason = output["finish_reason"]
+            chunk.usage = output["usage"]
+        self._worker._stream_writer.submit(self._worker._write_chunk, self._message, chunk, self)
+        self._start += len(self._ids)
+        self._ids, self._pieces = [], []
+        self._flushed_at = now

@@ -1,8 +1,9 @@
 """What API Gateway does in front of the router, for the local platform.
 
-Like API Gateway on the platform's REST API, for every ``/v1/`` call it:
+Like API Gateway on the platform's REST API, for every ``/v1/`` and ``/openai/`` call it:
 
-- refuses a call without an enabled API key (403, the gateway's own answer);
+- refuses a call without an enabled API key, sent as ``x-api-key`` or as
+  ``Authorization: Bearer`` (403, the gateway's own answer);
 - meters the key against its usage plan (rate and burst as a token bucket, and a
   quota per period) and refuses a call over a limit (429) before the router runs;
 - passes the verified key's *id* in the request context
@@ -34,7 +35,7 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 # The API's resources; anything else (health, docs) is the local server's own.
-API_PREFIX = "/v1/"
+API_PREFIXES = ("/v1/", "/openai/")
 KEYS_CACHE_SECONDS = 30.0
 
 
@@ -168,8 +169,8 @@ class ApiGatewayStandIn:
         self._meter = meter or UsageMeter()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith(API_PREFIX):
-            value = _header(scope, b"x-api-key")
+        if scope["type"] == "http" and scope["path"].startswith(API_PREFIXES):
+            value = _header(scope, b"x-api-key") or _bearer(scope)
             key = self._keys(value) if value else None
             if key is None or value is None:
                 await _reply(send, FORBIDDEN)
@@ -187,6 +188,15 @@ def _header(scope: Scope, name: bytes) -> str | None:
     for key, value in scope.get("headers", []):
         if key.lower() == name:
             return value.decode("latin-1")
+    return None
+
+
+def _bearer(scope: Scope) -> str | None:
+    """The key of ``Authorization: Bearer <key>`` (the OpenAI client's way of sending
+    it; in AWS the API's key authorizer takes it the same way)."""
+    value = _header(scope, b"authorization")
+    if value and value[:7].lower() == "bearer ":
+        return value[7:].strip() or None
     return None
 
 

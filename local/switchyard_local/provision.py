@@ -19,7 +19,7 @@ from switchyard.routing import RoutingDocument
 from switchyard.schemas import LANES
 from switchyard.settings import Settings
 from switchyard.wiring import build_adapters
-from switchyard_local.models import artifact_path
+from switchyard_local.models import TOKENIZER_NAME, artifact_path
 from switchyard_local.traffic import describe
 
 
@@ -303,7 +303,14 @@ def register_demo_models(provisioned: Provisioned, models_dir: Path) -> list[Mod
             uri, digest = publish_artifact(
                 s3, provisioned.names.artifacts_bucket, model, version, path
             )
-            record = spec.version_record(model, version, uri, digest)
+            extra = {}
+            tokenizer = path.with_name(TOKENIZER_NAME)
+            if tokenizer.exists():  # a generation model's: the router counts tokens with it
+                tokenizer_uri, tokenizer_digest = publish_artifact(
+                    s3, provisioned.names.artifacts_bucket, model, version, tokenizer
+                )
+                extra = {"tokenizer_uri": tokenizer_uri, "tokenizer_sha256": tokenizer_digest}
+            record = spec.version_record(model, version, uri, digest, **extra)
             try:
                 registry.register(record)
             except VersionExists:

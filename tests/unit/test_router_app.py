@@ -247,6 +247,21 @@ EXPECTED_STATUSES = {
     },
     ("get", "/v1/requests/{request_id}"): {"200", "404", "422"},
     ("delete", "/v1/requests/{request_id}"): {"200", "404", "409", "422"},
+    ("post", "/v1/models/{model}/generate"): {
+        "200",
+        "202",
+        "400",
+        "404",
+        "409",
+        "413",
+        "422",
+        "504",
+    },
+    ("get", "/openai/v1/models"): {"200"},
+    ("get", "/openai/v1/models/{model}"): {"200", "404"},
+    ("post", "/openai/v1/completions"): {"200", "202", "400", "404", "409", "504"},
+    ("post", "/openai/v1/chat/completions"): {"200", "202", "400", "404", "409", "504"},
+    ("post", "/openai/v1/embeddings"): {"200", "400", "404", "504"},
 }
 
 

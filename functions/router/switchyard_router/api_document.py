@@ -180,6 +180,89 @@ PREDICT: dict[int | str, dict[str, Any]] = {
     504: {"model": FailedPrediction, "description": "The work expired before it could run"},
 }
 
+
+class Usage(TypedDict):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class Generation(TypedDict):
+    """A generation's text, why it ended (``stop``: the end of text or a stop
+    sequence; ``length``: max_tokens or the context) and its token counts."""
+
+    request_id: str
+    model: str
+    version: str
+    status: Literal["done"]
+    text: str
+    finish_reason: Literal["stop", "length"]
+    usage: Usage
+
+
+GENERATE: dict[int | str, dict[str, Any]] = {
+    **PREDICT,
+    200: {
+        "model": Generation,
+        "description": 'The text (with stream: server-sent events, a data: {"token"} '
+        'per token and a last data: {"done": true, "finish_reason", "usage"})',
+        "headers": _ROUTED,
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    },
+    400: {
+        "model": ErrorBody,
+        "description": "A body that is not JSON or over the size limit, a prompt and "
+        "max_tokens over the model's context, or a model that does not generate",
+    },
+}
+
+
+class OpenAIErrorDetail(TypedDict):
+    message: str
+    type: str
+    param: str | None
+    code: str
+
+
+class OpenAIError(TypedDict):
+    """OpenAI's error body, on every ``/openai/v1`` route."""
+
+    error: OpenAIErrorDetail
+
+
+_OPENAI_BAD = {"model": OpenAIError, "description": "A bad parameter (named in param)"}
+_OPENAI_UNKNOWN = {"model": OpenAIError, "description": "No such model"}
+
+OPENAI_MODELS: dict[int | str, dict[str, Any]] = {
+    **COMMON,
+    200: {"description": "The models, as OpenAI's model objects"},
+}
+OPENAI_MODEL: dict[int | str, dict[str, Any]] = {**OPENAI_MODELS, 404: _OPENAI_UNKNOWN}
+OPENAI_GENERATE: dict[int | str, dict[str, Any]] = {
+    **COMMON,
+    200: {
+        "description": "The completion (with stream: server-sent events of chunks, then "
+        "data: [DONE])",
+        "headers": _ROUTED,
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    },
+    202: {
+        "model": Accepted,
+        "description": "The deadline passed before the first token; poll the Location",
+    },
+    400: _OPENAI_BAD,
+    404: _OPENAI_UNKNOWN,
+    409: {"model": OpenAIError, "description": "The request was cancelled while it waited"},
+    504: {"model": OpenAIError, "description": "The work expired before it could run"},
+}
+OPENAI_EMBEDDINGS: dict[int | str, dict[str, Any]] = {
+    **COMMON,
+    200: {"description": "The embeddings, as OpenAI's list of embedding objects"},
+    400: _OPENAI_BAD,
+    404: _OPENAI_UNKNOWN,
+    504: {"model": OpenAIError, "description": "The embeddings were not ready in time"},
+}
+
 _UNKNOWN_REQUEST = {"model": ErrorBody, "description": "No such request for this API key"}
 _BAD_ID = {"model": ErrorBody, "description": "A request id over 64 characters"}
 
@@ -213,8 +296,11 @@ def finish(app: FastAPI) -> None:
             schemes[API_KEY_SCHEME] = {"type": "apiKey", "in": "header", "name": "x-api-key"}
             for path, operations in document["paths"].items():
                 for operation in operations.values():
-                    if path.startswith("/v1/"):
+                    if path.startswith(("/v1/", "/openai/")):
                         operation["security"] = [{API_KEY_SCHEME: []}]
+                    if path.startswith("/openai/"):
+                        # A malformed parameter there is OpenAI's 400, not FastAPI's 422.
+                        operation["responses"].pop("422", None)
                     for parameter in operation.get("parameters", []):
                         _drop_null(parameter["schema"])
         return app.openapi_schema

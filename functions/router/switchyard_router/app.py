@@ -22,13 +22,18 @@ from starlette.routing import Match
 from starlette.types import Scope
 
 from switchyard.auth import TenantDirectory, verified_key_id
+from switchyard.generation import TokenStream
 from switchyard.jobs import job_view
+from switchyard.results import ResultStore
 from switchyard.schemas import FORBIDDEN, ResultRecord
 from switchyard.signatures import FieldError
 from switchyard.telemetry import COUNT, MILLISECONDS, emit_metrics
 from switchyard_router import api_document
+from switchyard_router.generate_api import GenerationCall, NativeFormat, generate
 from switchyard_router.jobs_api import JOB_BODY, JobsApi, parse_submission
 from switchyard_router.logic import MAX_DEADLINE_MS, Admitted, PredictService, RequestRejected
+from switchyard_router.openai_api import add_openai_routes, is_openai_path
+from switchyard_router.openai_api import error_body as openai_error
 
 log = logging.getLogger("switchyard.router")
 
@@ -79,6 +84,9 @@ class RouterDeps:
     tenants: TenantDirectory
     max_body_bytes: int
     jobs: JobsApi | None = None  # batch jobs, where the router has the jobs table
+    # Generation: the token streams workers write, and the results they end in.
+    stream: TokenStream | None = None
+    results: ResultStore | None = None
 
 
 def create_app(deps: RouterDeps) -> FastAPI:
@@ -99,19 +107,30 @@ def create_app(deps: RouterDeps) -> FastAPI:
         return tenant
 
     @app.exception_handler(RequestRejected)
-    async def _rejected(_: Request, exc: RequestRejected) -> JSONResponse:
+    async def _rejected(request: Request, exc: RequestRejected) -> JSONResponse:
+        if is_openai_path(request.url.path):
+            param = _param(exc.errors[0].field) if exc.errors else None
+            message = exc.message
+            if exc.code == "invalid_input" and exc.errors:
+                message = f"{param}: {exc.errors[0].message}"
+            return openai_error(exc.status, exc.code, message, param)
         return _error(exc.status, exc.code, exc.message, exc.errors)
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = [
             FieldError(".".join(str(p) for p in e["loc"][1:]) or str(e["loc"][0]), e["msg"])
             for e in exc.errors()
         ]
+        if is_openai_path(request.url.path):
+            return openai_error(400, "invalid_parameter", errors[0].message, errors[0].field)
         return _error(422, "invalid_request", "the request is not valid", errors)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if is_openai_path(request.url.path):
+            code = "model_not_found" if exc.status_code == 404 else "http_error"
+            return openai_error(exc.status_code, code, str(exc.detail))
         response = _error(exc.status_code, "http_error", str(exc.detail))
         response.headers.update(exc.headers or {})
         if exc.status_code == 405:
@@ -119,9 +138,12 @@ def create_app(deps: RouterDeps) -> FastAPI:
         return response
 
     @app.exception_handler(Exception)
-    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error")
-        return _error(500, "internal_error", "the platform failed to handle the request")
+        message = "the platform failed to handle the request"
+        if is_openai_path(request.url.path):
+            return openai_error(500, "internal_error", message)
+        return _error(500, "internal_error", message)
 
     @app.get("/healthz", tags=["platform"], response_model=None, responses=api_document.HEALTH)
     def healthz() -> dict[str, str]:
@@ -223,6 +245,45 @@ def create_app(deps: RouterDeps) -> FastAPI:
             )
         return _status_body(record)
 
+    @app.post(
+        "/v1/models/{model}/generate",
+        tags=["generate"],
+        response_model=None,
+        openapi_extra={"requestBody": _GENERATE_BODY},
+        responses=api_document.GENERATE,
+    )
+    async def generate_route(
+        request: Request,
+        model: Annotated[str, Path(max_length=64, examples=["pydoc-gpt"])],
+        is_async: Annotated[bool, Query(alias="async")] = False,
+        deadline_ms: Annotated[
+            int | None, Header(alias="x-deadline-ms", ge=1, le=MAX_DEADLINE_MS)
+        ] = None,
+        pinned: Annotated[
+            str | None, Header(alias="x-model-version", min_length=1, max_length=64)
+        ] = None,
+    ) -> Any:
+        """Generate text: ``{"prompt", "max_tokens", "temperature", "top_p", "seed",
+        "stop", "stream"}``. Streamed, the answer is server-sent events, one
+        ``data: {"token": ...}`` per token and a last ``data: {"done": true, ...}``
+        with ``finish_reason`` and ``usage``; otherwise one JSON answer."""
+        tenant = tenant_of(request)
+        body = _generation_body(await _read_body(request, deps.max_body_bytes))
+        call = GenerationCall(
+            model=model,
+            tenant=tenant,
+            request=body,
+            headers=dict(request.headers),
+            deadline_ms=deadline_ms,
+            is_async=is_async,
+            pinned=pinned,
+            base_path=_base_path(request),
+        )
+        return await run_in_threadpool(
+            generate, deps.service, deps.stream, deps.results, call, NativeFormat()
+        )
+
+    add_openai_routes(app, deps, tenant_of)
     if deps.jobs is not None:
         _job_routes(app, deps.jobs, tenant_of, deps.max_body_bytes)
     api_document.finish(app)
@@ -280,6 +341,57 @@ def _job_routes(app: FastAPI, jobs: JobsApi, tenant_of: Any, max_body_bytes: int
                 status_code=409,
             )
         return body
+
+
+_GENERATE_BODY = {
+    "required": True,
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "required": ["prompt"],
+                "additionalProperties": False,
+                "properties": {
+                    "prompt": {"type": "string", "minLength": 1},
+                    "max_tokens": {"type": "integer", "minimum": 1, "default": 16},
+                    "temperature": {"type": "number", "minimum": 0, "maximum": 2, "default": 1},
+                    "top_p": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+                    "seed": {"type": "integer", "minimum": 0},
+                    "stop": {"type": "array", "items": {"type": "string"}, "maxItems": 4},
+                    "stream": {"type": "boolean", "default": False},
+                },
+            },
+            "examples": {
+                "streamed": {"value": {"prompt": "Return the", "max_tokens": 32, "stream": True}}
+            },
+        }
+    },
+}
+
+
+def _generation_body(body: bytes) -> dict[str, Any]:
+    try:
+        document = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RequestRejected(
+            400,
+            "malformed_json",
+            f"the body is not valid JSON: {exc}",
+            [FieldError("body", str(exc))],
+        ) from None
+    if not isinstance(document, dict):
+        raise RequestRejected(
+            422,
+            "invalid_input",
+            "the body must be a JSON object",
+            [FieldError("body", "not an object")],
+        )
+    return document
+
+
+def _param(field: str) -> str:
+    """A field of the platform's request as the caller named it (``inputs[0].x``: x)."""
+    return field.removeprefix("inputs[0].").removeprefix("inputs[0]") or "body"
 
 
 def _allowed_methods(app: FastAPI, scope: Scope) -> str:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from switchyard.generation import PromptTokens, as_request, over_context
 from switchyard.payloads import PayloadStore
 from switchyard.queues import ModelLanes, encode_message
 from switchyard.registry import ModelVersion, Registry
@@ -27,7 +28,7 @@ from switchyard.routing import (
     role_of,
     shadow_version,
 )
-from switchyard.schemas import ErrorInfo, QueueMessage, ResultRecord
+from switchyard.schemas import ErrorInfo, GenerationSignature, QueueMessage, ResultRecord
 from switchyard.signatures import FieldError, check_inputs
 
 MAX_DEADLINE_MS = 28_000  # below API Gateway's 29 s integration timeout
@@ -85,10 +86,12 @@ class VersionCache:
         self._ttl = ttl_seconds
         self._entries: dict[str, tuple[float, dict[str, ModelVersion]]] = {}
 
-    def versions(self, model: str) -> dict[str, ModelVersion]:
+    def versions(self, model: str, fresh: bool = False) -> dict[str, ModelVersion]:
+        """``fresh``: read the registry now (a version asked for by name that the
+        cache does not have may have been registered since)."""
         now = time.monotonic()
         entry = self._entries.get(model)
-        if entry is None or now - entry[0] >= self._ttl:
+        if fresh or entry is None or now - entry[0] >= self._ttl:
             entry = (now, {v.version: v for v in self._registry.versions(model)})
             self._entries[model] = entry
         return entry[1]
@@ -109,8 +112,10 @@ class PredictService:
         sync_grace_seconds: int = 60,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
+        prompt_tokens: PromptTokens | None = None,
     ) -> None:
         self._endpoints = endpoints
+        self._prompt_tokens = prompt_tokens
         self._versions = VersionCache(registry)
         self._results = results
         self._payloads = payloads
@@ -137,6 +142,8 @@ class PredictService:
 
     def pinned_version(self, model: str, version: str) -> ModelVersion:
         """The version a caller asked for by name; 404 unless it is active."""
+        if version not in self._versions.versions(model):
+            self._versions.versions(model, fresh=True)
         record = self.active_version(model, version)
         if record is None:
             active = sorted(
@@ -203,6 +210,8 @@ class PredictService:
             raise RequestRejected(
                 422, "invalid_input", f"inputs do not match {model}'s signature", errors
             )
+        if isinstance(version.signature, GenerationSignature):
+            self._check_context(version, inputs)
         budget_ms = deadline_ms if deadline_ms is not None else version.default_deadline_ms
         now = self._clock()
         request_id = uuid.uuid4().hex
@@ -306,6 +315,30 @@ class PredictService:
             )
         )
         return admitted
+
+    def active_versions(self, model: str) -> list[ModelVersion]:
+        return [v for v in self._versions.versions(model).values() if v.status == "active"]
+
+    def _check_context(self, version: ModelVersion, inputs: list[Any]) -> None:
+        """Refuse (400) a generation whose prompt and max_tokens are over the model's
+        context, counted with the version's own tokenizer, before anything is queued."""
+        signature = version.signature
+        assert isinstance(signature, GenerationSignature)
+        if self._prompt_tokens is None or not version.tokenizer_uri or not version.tokenizer_sha256:
+            return  # the worker refuses it instead (an error result)
+        for i, item in enumerate(inputs):
+            request = as_request(item)
+            count = self._prompt_tokens.count(
+                version.tokenizer_uri, version.tokenizer_sha256, request.prompt
+            )
+            why = over_context(count, request.max_tokens, signature)
+            if why:
+                raise RequestRejected(
+                    400,
+                    "context_length_exceeded",
+                    why,
+                    [FieldError(f"inputs[{i}].prompt", why)],
+                )
 
     def _send_copy(self, admitted: Admitted, version: str, kind: str) -> None:
         """Send the request again to another version: a shadow copy on the batch

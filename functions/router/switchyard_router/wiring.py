@@ -3,8 +3,12 @@ Lambda init in the cloud, at start locally)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from switchyard.artifacts import fetch_artifact
 from switchyard.auth import KeyIdDirectory
 from switchyard.callbacks import JobEvents
+from switchyard.generation import DynamoDBTokenStream, PromptTokens
 from switchyard.jobs import JobStore
 from switchyard.routing import CachedRouting, RoutingSource, appconfig_extension_fetcher
 from switchyard.settings import RouterSettings
@@ -24,6 +28,8 @@ def build_deps(settings: RouterSettings) -> RouterDeps:
             settings.appconfig_extension_url,
         )
         routing = CachedRouting(fetch, settings.routing_cache_seconds)
+    s3 = adapters.client("s3")
+    tokenizers = Path(settings.tokenizer_cache)
     service = PredictService(
         endpoints=adapters.queues,
         registry=adapters.registry,
@@ -34,6 +40,7 @@ def build_deps(settings: RouterSettings) -> RouterDeps:
         claim_check_bytes=settings.claim_check_bytes,
         max_age_seconds=settings.max_age_seconds,
         sync_grace_seconds=settings.sync_grace_seconds,
+        prompt_tokens=PromptTokens(lambda uri, sha: fetch_artifact(s3, uri, sha, tokenizers)),
     )
     jobs = None
     if settings.jobs_table and settings.batch_drop_bucket:
@@ -53,4 +60,6 @@ def build_deps(settings: RouterSettings) -> RouterDeps:
         tenants=KeyIdDirectory(settings.tenant_keys),
         max_body_bytes=settings.max_body_bytes,
         jobs=jobs,
+        stream=DynamoDBTokenStream(adapters.client("dynamodb"), settings.results_table),
+        results=adapters.results,
     )

@@ -174,7 +174,7 @@ class Tenant(_Strict):
 class ModelSpec(_Strict):
     """Everything the platform needs to give a model its endpoint."""
 
-    runtime: Literal["sentence-transformers", "torchscript-classifier", "vllm"]
+    runtime: Literal["sentence-transformers", "torchscript-classifier", "causal-lm"]
     compute: Literal["cpu", "gpu"]
     instance_types: tuple[str, ...]
     signature: Signature

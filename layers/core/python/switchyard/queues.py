@@ -35,7 +35,12 @@ class WorkQueue(Protocol):
 
     def send(self, body: str, group: str) -> None: ...
 
-    def receive(self, max_messages: int, wait_seconds: int) -> list[Received]: ...
+    def receive(
+        self, max_messages: int, wait_seconds: int, visibility_seconds: int | None = None
+    ) -> list[Received]:
+        """Up to ``max_messages``; ``visibility_seconds`` overrides the queue's
+        visibility timeout for these messages."""
+        ...
 
     def delete(self, messages: Sequence[Received]) -> None: ...
 
@@ -59,12 +64,16 @@ class SqsWorkQueue:
     def send(self, body: str, group: str) -> None:
         self._sqs.send_message(QueueUrl=self.url, MessageBody=body, MessageGroupId=group)
 
-    def receive(self, max_messages: int, wait_seconds: int) -> list[Received]:
+    def receive(
+        self, max_messages: int, wait_seconds: int, visibility_seconds: int | None = None
+    ) -> list[Received]:
+        extra = {} if visibility_seconds is None else {"VisibilityTimeout": visibility_seconds}
         response = self._sqs.receive_message(
             QueueUrl=self.url,
             MaxNumberOfMessages=min(max_messages, SQS_BATCH_LIMIT),
             WaitTimeSeconds=wait_seconds,
             MessageSystemAttributeNames=["ApproximateReceiveCount", "MessageGroupId"],
+            **extra,
         )
         return [
             Received(

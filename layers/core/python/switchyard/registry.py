@@ -35,6 +35,10 @@ class ModelVersion(BaseModel):
     max_wait_ms: int
     default_deadline_ms: int
     fallback: str | None = None
+    # Generation models: the tokenizer (tokenizer.json beside the artifact) the
+    # router counts prompt tokens with, and its sha256.
+    tokenizer_uri: str | None = None
+    tokenizer_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     # Switchable faults for drills and tests (e.g. {"fail_every_call": true}).
     faults: dict[str, Any] = Field(default_factory=dict)
     created_at: float = Field(default_factory=time.time)

@@ -45,7 +45,22 @@ class TensorSignature(BaseModel):
     maximum: float | None = None
 
 
-Signature = Annotated[TextSignature | TensorSignature, Field(discriminator="kind")]
+class GenerationSignature(BaseModel):
+    """Each input is a generation request (``switchyard.generation.GenerationRequest``,
+    or a bare prompt string): its prompt and ``max_tokens`` together fit in
+    ``context_length`` tokens, and ``max_tokens`` is at most ``max_tokens``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["generation"] = "generation"
+    context_length: int = Field(gt=0)
+    max_tokens: int = Field(gt=0)
+    max_chars: int = Field(gt=0)
+
+
+Signature = Annotated[
+    TextSignature | TensorSignature | GenerationSignature, Field(discriminator="kind")
+]
 
 
 class LineError(BaseModel):

@@ -89,6 +89,9 @@ class RouterSettings(Settings):
     # The batch-drop queue, where a cancelled job's callback is asked for
     # (switchyard.callbacks).
     drop_queue_url: str | None = None
+    # Where a generation model's tokenizer (read from the registry's artifact
+    # location, checked against its sha256) is kept once fetched.
+    tokenizer_cache: str = "/tmp/switchyard-tokenizers"
 
 
 class SplitterSettings(Settings):
@@ -131,6 +134,14 @@ class WorkerSettings(Settings):
     # The batch-drop queue: the worker that ends a job asks there for its callback
     # (switchyard.callbacks).
     drop_queue_url: str | None = None
+    # Generative models. A streamed request's tokens are written at most this often
+    # after its first (each write is one DynamoDB item; a reader sees tokens this
+    # much later at worst).
+    stream_flush_seconds: float = Field(default=0.05, ge=0, le=5)
+    # Their messages are held with this visibility (extended while they run), so the
+    # requests of a worker that died are taken up again this soon, not after the
+    # queue's visibility timeout.
+    generation_visibility_seconds: int = Field(default=10, ge=3, le=300)
 
 
 class SettingsError(RuntimeError):

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from switchyard.schemas import Signature, TensorSignature, TextSignature
+from switchyard.schemas import GenerationSignature, Signature, TensorSignature, TextSignature
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,10 @@ def check_inputs(
 def check_item(item: Any, signature: Signature, field: str) -> list[FieldError]:
     if isinstance(signature, TextSignature):
         return _check_text(item, signature, field)
+    if isinstance(signature, GenerationSignature):
+        from switchyard.generation import check_generation  # it imports FieldError
+
+        return check_generation(item, signature, field)
     return _check_tensor(item, signature, field)
 
 

@@ -1,0 +1,177 @@
+"""One generation, from admission to the caller's last byte, for both APIs that
+generate: the platform's own (``POST /v1/models/{model}/generate``) and the
+OpenAI-compatible one (``/openai/v1/completions`` and ``chat/completions``).
+
+A generation is admitted like any request (``PredictService.submit``: the version,
+its signature, the context check, the realtime queue). Then:
+- async: 202 and its location, as for predict;
+- not streamed: the router waits for the result up to the deadline, as for predict;
+- streamed: the router waits, up to the deadline, for the first token; then it
+  answers 200 and passes tokens on as server-sent events as the worker writes them
+  (``TokenReader``), until the generation ends or ``MAX_STREAM_SECONDS`` pass. A
+  deadline with no first token is answered 202 and the location, like any request
+  that outlives its deadline.
+
+Each API formats the same events its own way (a :class:`Format`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from switchyard.generation import TokenStream
+from switchyard.results import ResultStore
+from switchyard.schemas import GenerationSignature, ResultRecord
+from switchyard_router.logic import Admitted, PredictService, RequestRejected
+from switchyard_router.streaming import SSE_HEADERS, Ending, Piece, TokenReader, sse
+
+# A stream is cut after this long (API Gateway's REST response streaming allows
+# up to 15 minutes; a generation of 256 tokens takes seconds).
+MAX_STREAM_SECONDS = 300
+
+
+class Format(Protocol):
+    """How one API answers a generation."""
+
+    def answer(self, record: ResultRecord, admitted: Admitted) -> dict[str, Any]: ...
+
+    def events(self, admitted: Admitted, items: Iterator[Piece | Ending]) -> Iterator[bytes]: ...
+
+    def failure(self, record: ResultRecord) -> Response: ...
+
+
+@dataclass
+class GenerationCall:
+    model: str
+    tenant: str
+    request: dict[str, Any]  # a generation request (switchyard.generation)
+    headers: Mapping[str, str]
+    deadline_ms: int | None = None
+    is_async: bool = False
+    pinned: str | None = None
+    base_path: str = ""
+
+
+def require_generative(service: PredictService, model: str) -> None:
+    """A model that does not generate is refused before anything is queued."""
+    if model not in service.models:
+        raise RequestRejected(404, "unknown_model", f"model {model!r} does not exist")
+    versions = service.active_versions(model)
+    if versions and not any(isinstance(v.signature, GenerationSignature) for v in versions):
+        raise RequestRejected(400, "wrong_task", f"model {model!r} does not generate text", [])
+
+
+def generate(
+    service: PredictService,
+    stream: TokenStream | None,
+    results: ResultStore,
+    call: GenerationCall,
+    fmt: Format,
+) -> Response:
+    require_generative(service, call.model)
+    admitted = service.submit(
+        model=call.model,
+        tenant=call.tenant,
+        inputs=[call.request],
+        sticky_headers=call.headers,
+        deadline_ms=call.deadline_ms,
+        is_async=call.is_async,
+        pinned=call.pinned,
+    )
+    headers = {"x-model-version": admitted.version, "x-request-id": admitted.request_id}
+    location = f"{call.base_path}/v1/requests/{admitted.request_id}"
+    accepted = {
+        "request_id": admitted.request_id,
+        "model": admitted.model,
+        "version": admitted.version,
+        "status": "queued",
+        "location": location,
+    }
+    if call.is_async:
+        return JSONResponse(accepted, 202, headers={**headers, "Location": location})
+    if not call.request.get("stream") or stream is None:
+        record = service.wait(admitted, call.tenant)
+        if record is None:
+            return JSONResponse(accepted, 202, headers={**headers, "Location": location})
+        if record.status != "done":
+            return fmt.failure(record)
+        return JSONResponse(fmt.answer(record, admitted), headers=headers)
+    reader = TokenReader(stream, results, call.tenant, admitted.request_id)
+    first = reader.first(admitted.deadline)
+    if first is None:
+        return JSONResponse(accepted, 202, headers={**headers, "Location": location})
+    if isinstance(first[0], Ending) and first[0].failed:
+        assert first[0].record is not None
+        return fmt.failure(first[0].record)
+    until = time.monotonic() + MAX_STREAM_SECONDS
+
+    def items() -> Iterator[Piece | Ending]:
+        yield from first
+        yield from reader.rest(until)
+
+    return StreamingResponse(
+        fmt.events(admitted, items()),
+        media_type="text/event-stream",
+        headers={**SSE_HEADERS, **headers},
+    )
+
+
+class NativeFormat:
+    """``POST /v1/models/{model}/generate``: ``data: {"token": ...}`` per token, then
+    ``data: {"done": true, "finish_reason", "usage"}``; or one JSON answer."""
+
+    def answer(self, record: ResultRecord, admitted: Admitted) -> dict[str, Any]:
+        output = (record.outputs or [{}])[0]
+        return {
+            "request_id": record.request_id,
+            "model": record.model,
+            "version": record.version,
+            "status": record.status,
+            "text": output.get("text", ""),
+            "finish_reason": output.get("finish_reason"),
+            "usage": output.get("usage", {}),
+        }
+
+    def events(self, admitted: Admitted, items: Iterator[Piece | Ending]) -> Iterator[bytes]:
+        for item in items:
+            if isinstance(item, Piece):
+                yield sse({"token": item.text})
+            elif item.failed:
+                assert item.record is not None
+                error = item.record.error
+                yield sse(
+                    {
+                        "error": {
+                            "code": error.code if error else item.record.status,
+                            "message": error.message if error else item.record.status,
+                        }
+                    }
+                )
+            else:
+                yield sse(
+                    {
+                        "done": True,
+                        "request_id": admitted.request_id,
+                        "finish_reason": item.finish_reason,
+                        "usage": item.usage,
+                    }
+                )
+
+    def failure(self, record: ResultRecord) -> Response:
+        code = record.error.code if record.error else record.status
+        status = {"invalid_input": 422, "expired": 504, "cancelled": 409}.get(code, 500)
+        message = record.error.message if record.error else f"the request ended {record.status}"
+        return JSONResponse(
+            {
+                "request_id": record.request_id,
+                "status": record.status,
+                "code": code,
+                "message": message,
+            },
+            status_code=status,
+        )

@@ -1,0 +1,415 @@
+"""The OpenAI-compatible API under ``/openai/v1``: ``models``, ``completions``,
+``chat/completions`` (streamed or not) and ``embeddings``, so that the official
+``openai`` client works unchanged with ``base_url=<api>/openai/v1`` and a tenant's
+API key (sent as ``Authorization: Bearer``).
+
+Each call becomes the platform's own request (a generation request, or a predict
+of the embedding model) and goes through the same admission, queues and workers;
+only the shapes differ. Errors have OpenAI's body
+(``{"error": {"message", "type", "param", "code"}}``) and statuses: 400 for a bad
+parameter, 404 for an unknown model, 401/403 for a key, 429 over a usage plan.
+What the platform does not do (``n`` > 1, log probabilities, tools, penalties) is
+refused with 400 and the parameter's name, never ignored.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from switchyard.generation import CHAT_ROLES, CHAT_STOP, MAX_STOPS, render_chat
+from switchyard.schemas import ResultRecord, TextSignature
+from switchyard_router import api_document
+from switchyard_router.generate_api import GenerationCall, generate
+from switchyard_router.logic import Admitted, RequestRejected
+from switchyard_router.streaming import Ending, Piece, sse
+
+PREFIX = "/openai/v1"
+
+# Parameters accepted only at the value that means "not used".
+_NEUTRAL = {
+    "n": (1, None),
+    "presence_penalty": (0, 0.0, None),
+    "frequency_penalty": (0, 0.0, None),
+    "logprobs": (None, False),
+    "top_logprobs": (None, 0),
+    "echo": (False, None),
+    "best_of": (1, None),
+    "suffix": (None,),
+    "logit_bias": (None,),
+    "tools": (None,),
+    "tool_choice": (None, "none"),
+    "parallel_tool_calls": (None,),
+    "response_format": (None, {"type": "text"}),
+}
+_IGNORED = {"user", "stream_options", "metadata", "store", "service_tier"}
+_COMMON = {"model", "max_tokens", "temperature", "top_p", "seed", "stop", "stream"}
+
+
+def is_openai_path(path: str) -> bool:
+    return "/openai/v1/" in path or path.endswith("/openai/v1")
+
+
+def error_body(status: int, code: str, message: str, param: str | None = None) -> JSONResponse:
+    """OpenAI's error shape; 422 (the platform's invalid input) is OpenAI's 400."""
+    status = 400 if status == 422 else status
+    kind = {
+        401: "authentication_error",
+        403: "permission_error",
+        404: "invalid_request_error",
+        429: "rate_limit_error",
+    }.get(status, "invalid_request_error" if status < 500 else "server_error")
+    return JSONResponse(
+        {"error": {"message": message, "type": kind, "param": param, "code": code}},
+        status_code=status,
+    )
+
+
+def _bad(param: str, message: str) -> RequestRejected:
+    from switchyard.signatures import FieldError
+
+    return RequestRejected(400, "invalid_parameter", message, [FieldError(param, message)])
+
+
+def _object(body: bytes) -> dict[str, Any]:
+    try:
+        document = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise _bad("body", f"the body is not valid JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise _bad("body", "the body must be a JSON object")
+    if not isinstance(document.get("model"), str) or not document["model"]:
+        raise _bad("model", "model is required: a model's name (GET /openai/v1/models)")
+    return document
+
+
+def _check_known(document: dict[str, Any], allowed: set[str]) -> None:
+    for name, value in document.items():
+        if name in allowed or name in _IGNORED:
+            continue
+        if name in _NEUTRAL:
+            if value not in _NEUTRAL[name]:
+                raise _bad(name, f"{name}={json.dumps(value)} is not supported by this platform")
+            continue
+        raise _bad(name, f"unrecognized request argument: {name}")
+
+
+def _stops(value: Any) -> list[str]:
+    if value is None:
+        return []
+    stops = [value] if isinstance(value, str) else value
+    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+        raise _bad("stop", "stop must be a string or a list of strings")
+    if len(stops) > MAX_STOPS:
+        raise _bad("stop", f"at most {MAX_STOPS} stop sequences")
+    return stops
+
+
+def _sampling(document: dict[str, Any], max_tokens: Any) -> dict[str, Any]:
+    """The generation request's sampling fields, as given (the signature checks
+    their values and names the field)."""
+    request: dict[str, Any] = {"stream": bool(document.get("stream", False))}
+    for name in ("temperature", "top_p", "seed"):
+        if document.get(name) is not None:
+            request[name] = document[name]
+    if max_tokens is not None:
+        request["max_tokens"] = max_tokens
+    return request
+
+
+def completion_request(document: dict[str, Any]) -> dict[str, Any]:
+    _check_known(document, _COMMON | {"prompt"})
+    prompt = document.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        raise _bad("prompt", "prompt must be a string (one prompt per request)")
+    return {
+        "prompt": prompt,
+        "stop": _stops(document.get("stop")),
+        **_sampling(document, document.get("max_tokens")),
+    }
+
+
+def chat_request(document: dict[str, Any]) -> dict[str, Any]:
+    _check_known(document, _COMMON | {"messages", "max_completion_tokens"})
+    messages = document.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise _bad("messages", "messages must be a non-empty list")
+    turns = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in CHAT_ROLES:
+            raise _bad(f"messages[{i}].role", f"role must be one of {sorted(CHAT_ROLES)}")
+        content = message.get("content")
+        if isinstance(content, list):  # content parts: text only
+            if not all(isinstance(p, dict) and p.get("type") == "text" for p in content):
+                raise _bad(f"messages[{i}].content", "only text content parts are supported")
+            content = "".join(str(p.get("text", "")) for p in content)
+        if not isinstance(content, str):
+            raise _bad(f"messages[{i}].content", "content must be a string")
+        turns.append({"role": message["role"], "content": content})
+    stops = _stops(document.get("stop"))
+    max_tokens = document.get("max_completion_tokens", document.get("max_tokens"))
+    return {
+        "prompt": render_chat(turns),
+        "stop": [*stops, CHAT_STOP],
+        **_sampling(document, max_tokens),
+    }
+
+
+class _Completions:
+    """``text_completion`` objects (and chunks)."""
+
+    kind = "text_completion"
+    prefix = "cmpl-"
+
+    def __init__(self, model: str, include_usage: bool) -> None:
+        self._model = model
+        self._include_usage = include_usage
+        self._created = int(time.time())
+
+    def _envelope(self, admitted: Admitted, obj: str) -> dict[str, Any]:
+        return {
+            "id": f"{self.prefix}{admitted.request_id}",
+            "object": obj,
+            "created": self._created,
+            "model": self._model,
+            "system_fingerprint": f"{admitted.model}-{admitted.version}",
+        }
+
+    def _choice(self, text: str, finish: str | None, final: bool) -> dict[str, Any]:
+        return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+
+    def answer(self, record: ResultRecord, admitted: Admitted) -> dict[str, Any]:
+        output = (record.outputs or [{}])[0]
+        return {
+            **self._envelope(admitted, self.kind),
+            "choices": [
+                self._choice(output.get("text", ""), output.get("finish_reason"), final=True)
+            ],
+            "usage": output.get("usage", {}),
+        }
+
+    def _chunk_kind(self) -> str:
+        return self.kind
+
+    def _opening(self, admitted: Admitted) -> list[bytes]:
+        return []
+
+    def events(self, admitted: Admitted, items: Iterator[Piece | Ending]) -> Iterator[bytes]:
+        chunk = self._envelope(admitted, self._chunk_kind())
+        usage_field = {"usage": None} if self._include_usage else {}
+        yield from self._opening(admitted)
+        for item in items:
+            if isinstance(item, Piece):
+                yield sse(
+                    {**chunk, "choices": [self._choice(item.text, None, False)], **usage_field}
+                )
+                continue
+            if item.failed:
+                assert item.record is not None
+                error = item.record.error
+                yield sse(
+                    {
+                        "error": {
+                            "message": error.message if error else item.record.status,
+                            "type": "server_error",
+                            "param": None,
+                            "code": error.code if error else item.record.status,
+                        }
+                    }
+                )
+                return
+            yield sse(
+                {**chunk, "choices": [self._choice("", item.finish_reason, True)], **usage_field}
+            )
+            if self._include_usage:
+                yield sse({**chunk, "choices": [], "usage": item.usage})
+        yield sse("[DONE]")
+
+    def failure(self, record: ResultRecord) -> Response:
+        code = record.error.code if record.error else record.status
+        status = {"invalid_input": 400, "expired": 504, "cancelled": 409}.get(code, 500)
+        message = record.error.message if record.error else f"the request ended {record.status}"
+        return error_body(status, code, message)
+
+
+class _ChatCompletions(_Completions):
+    kind = "chat.completion"
+    prefix = "chatcmpl-"
+
+    def _chunk_kind(self) -> str:
+        return "chat.completion.chunk"
+
+    def _choice(self, text: str, finish: str | None, final: bool) -> dict[str, Any]:
+        return {
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "logprobs": None,
+            "finish_reason": finish,
+        }
+
+    def _delta(self, delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
+        return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+
+    def _opening(self, admitted: Admitted) -> list[bytes]:
+        chunk = self._envelope(admitted, self._chunk_kind())
+        usage_field = {"usage": None} if self._include_usage else {}
+        return [
+            sse(
+                {
+                    **chunk,
+                    "choices": [self._delta({"role": "assistant", "content": ""}, None)],
+                    **usage_field,
+                }
+            )
+        ]
+
+    def events(self, admitted: Admitted, items: Iterator[Piece | Ending]) -> Iterator[bytes]:
+        # Chat chunks carry deltas, not text: the same events with their choices swapped.
+        for event in super().events(admitted, items):
+            if event.startswith(b"data: {") and b'"choices":[{' in event:
+                document = json.loads(event[6:])
+                choice = document["choices"][0]
+                if "delta" not in choice:
+                    text = choice["message"]["content"]
+                    delta = {"content": text} if text else {}
+                    document["choices"] = [self._delta(delta, choice["finish_reason"])]
+                event = sse(document)
+            yield event
+
+
+def add_openai_routes(app: FastAPI, deps: Any, tenant_of: Callable[[Request], str]) -> None:
+    """Register the routes on the router app (``deps``: its RouterDeps)."""
+    from switchyard_router.app import _read_body
+
+    service = deps.service
+
+    @app.get(f"{PREFIX}/models", tags=["openai"], responses=api_document.OPENAI_MODELS)
+    def models(request: Request) -> Any:
+        tenant_of(request)
+        data = []
+        for entry in service.catalog():
+            created = min((v["created_at"] for v in entry["versions"]), default=0)
+            data.append(
+                {
+                    "id": entry["model"],
+                    "object": "model",
+                    "created": int(created),
+                    "owned_by": "switchyard",
+                }
+            )
+        return {"object": "list", "data": data}
+
+    @app.get(f"{PREFIX}/models/{{model}}", tags=["openai"], responses=api_document.OPENAI_MODEL)
+    def model(request: Request, model: str) -> Any:
+        tenant_of(request)
+        for entry in service.catalog():
+            if entry["model"] == model:
+                created = min((v["created_at"] for v in entry["versions"]), default=0)
+                return {"id": model, "object": "model", "created": int(created),
+                        "owned_by": "switchyard"}  # fmt: skip
+        raise RequestRejected(404, "model_not_found", f"The model {model!r} does not exist")
+
+    async def _generation(request: Request, chat: bool) -> Response:
+        tenant = tenant_of(request)
+        document = _object(await _read_body(request, deps.max_body_bytes))
+        body = chat_request(document) if chat else completion_request(document)
+        options = document.get("stream_options") or {}
+        include_usage = bool(isinstance(options, dict) and options.get("include_usage"))
+        fmt = (_ChatCompletions if chat else _Completions)(document["model"], include_usage)
+        _known_model(service, document["model"])
+        call = GenerationCall(
+            model=document["model"],
+            tenant=tenant,
+            request=body,
+            headers=dict(request.headers),
+        )
+        return await run_in_threadpool(generate, service, deps.stream, deps.results, call, fmt)
+
+    @app.post(f"{PREFIX}/completions", tags=["openai"], responses=api_document.OPENAI_GENERATE)
+    async def completions(request: Request) -> Response:
+        return await _generation(request, chat=False)
+
+    @app.post(f"{PREFIX}/chat/completions", tags=["openai"], responses=api_document.OPENAI_GENERATE)
+    async def chat_completions(request: Request) -> Response:
+        return await _generation(request, chat=True)
+
+    @app.post(f"{PREFIX}/embeddings", tags=["openai"], responses=api_document.OPENAI_EMBEDDINGS)
+    async def embeddings(request: Request) -> Response:
+        tenant = tenant_of(request)
+        document = _object(await _read_body(request, deps.max_body_bytes))
+        _check_known(document, {"model", "input", "encoding_format", "dimensions"})
+        model = document["model"]
+        _known_model(service, model)
+        inputs = document.get("input")
+        if isinstance(inputs, str):
+            inputs = [inputs]
+        if not isinstance(inputs, list) or not all(isinstance(i, str) for i in inputs):
+            raise _bad("input", "input must be a string or a list of strings")
+        encoding = document.get("encoding_format") or "float"
+        if encoding not in ("float", "base64"):
+            raise _bad("encoding_format", "encoding_format must be 'float' or 'base64'")
+        versions = service.active_versions(model)
+        if versions and not all(
+            isinstance(v.signature, TextSignature) and v.runtime == "sentence-transformers"
+            for v in versions
+        ):
+            raise RequestRejected(400, "wrong_task", f"model {model!r} does not embed text")
+        return await run_in_threadpool(
+            _embed, service, tenant, model, inputs, encoding, document.get("dimensions"),
+            dict(request.headers),
+        )  # fmt: skip
+
+
+def _known_model(service: Any, model: str) -> None:
+    if model not in service.models:
+        raise RequestRejected(404, "model_not_found", f"The model {model!r} does not exist", [])
+
+
+def _embed(
+    service: Any,
+    tenant: str,
+    model: str,
+    inputs: list[str],
+    encoding: str,
+    dimensions: Any,
+    headers: dict[str, str],
+) -> Response:
+    admitted = service.submit(
+        model=model, tenant=tenant, inputs=inputs, sticky_headers=headers, deadline_ms=None
+    )
+    record = service.wait(admitted, tenant)
+    if record is None:
+        return error_body(504, "timeout", "the embeddings were not ready within the deadline")
+    if record.status != "done" or record.outputs is None:
+        code = record.error.code if record.error else record.status
+        message = record.error.message if record.error else f"the request ended {record.status}"
+        return error_body(400 if code == "invalid_input" else 500, code, message)
+    if dimensions is not None and any(len(v) != dimensions for v in record.outputs):
+        return error_body(400, "invalid_parameter", f"{model} embeds in "
+                          f"{len(record.outputs[0])} dimensions", "dimensions")  # fmt: skip
+    data = []
+    for i, vector in enumerate(record.outputs):
+        embedding: Any = vector
+        if encoding == "base64":
+            embedding = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+        data.append({"object": "embedding", "index": i, "embedding": embedding})
+    tokens = sum(len(text.split()) for text in inputs)
+    return JSONResponse(
+        {
+            "object": "list",
+            "data": data,
+            "model": model,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        },
+        headers={"x-request-id": admitted.request_id, "x-model-version": record.version},
+    )

@@ -1,0 +1,402 @@
+"""Continuous batching for generative models.
+
+A :class:`Sequence` is one generation request in the worker. :class:`Continuous`
+holds the running batch of one version: between two decode steps, sequences that
+arrived join (their prompts are prefilled and their key/value caches merged into
+the batch's) and sequences that ended leave (their rows are dropped), so a short
+request never waits for a long one, and a new one waits at most one step.
+
+Each token is sampled with a generator seeded by the request's seed and the
+token's index, so a request sampled again (after a crash) draws the same numbers;
+and a sequence that resumes a request continues from the tokens already streamed
+(``forced``), which it takes as given rather than samples again.
+
+Two decoders implement the same step: :class:`TransformersDecoder` (``transformers``
+on CPU or one GPU, a key/value cache per row, left-padded) and
+:class:`VllmDecoder` (vLLM's engine, which batches continuously itself; GPU
+images only).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from switchyard.generation import GenerationRequest
+
+
+@dataclass
+class Sequence:
+    """One input's generation. ``ids`` are the completion's tokens so far (the
+    forced ones first); ``text`` is what they decode to, of which ``emitted`` has
+    been handed on (the rest could still turn out to begin a stop sequence, or be
+    part of a character)."""
+
+    key: str  # "<request id>/<input index>"
+    request: GenerationRequest
+    prompt_ids: list[int]
+    seed: int
+    ids: list[int] = field(default_factory=list)
+    pieces: list[str] = field(default_factory=list)
+    emitted: str = ""
+    finish_reason: str | None = None
+    started_at: float = field(default_factory=time.time)
+    first_token_at: float | None = None
+    # Set by whoever owns the sequence (the worker): called with each token's index,
+    # id and the text it added.
+    on_token: Callable[[Sequence, int, int, str], None] | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None
+
+    def output(self) -> dict[str, Any]:
+        return {
+            "text": self.emitted,
+            "finish_reason": self.finish_reason,
+            "usage": {
+                "prompt_tokens": len(self.prompt_ids),
+                "completion_tokens": len(self.ids),
+                "total_tokens": len(self.prompt_ids) + len(self.ids),
+            },
+        }
+
+
+class Tokenizer(Protocol):
+    eos_id: int
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+
+class Decoder(Protocol):
+    """One decode step for a set of sequences: the logits (or chosen tokens) of
+    each one's next token. Sequences it has not seen are prefilled; sequences it
+    holds but is not given are dropped."""
+
+    context_length: int
+    tokenizer: Tokenizer
+
+    def next_tokens(self, sequences: list[Sequence]) -> list[int]: ...
+
+    def reset(self) -> None: ...
+
+
+def held_back(text: str, stops: list[str]) -> int:
+    """How many characters at the end of ``text`` might begin a stop sequence (or
+    are an incomplete character): they wait for the next token."""
+    hold = 1 if text.endswith("\ufffd") else 0
+    for stop in stops:
+        for k in range(min(len(stop) - 1, len(text)), hold, -1):
+            if text.endswith(stop[:k]):
+                hold = k
+                break
+    return hold
+
+
+def advance(sequence: Sequence, token: int, tokenizer: Tokenizer, context_length: int) -> str:
+    """Add a token to a sequence, deciding whether it ends it; the text it hands on."""
+    sequence.ids.append(token)
+    request = sequence.request
+    text = tokenizer.decode(sequence.ids)
+    finish = None
+    cut = len(text)
+    if token == tokenizer.eos_id:
+        finish = "stop"
+        text = tokenizer.decode(sequence.ids[:-1])
+        cut = len(text)
+    for stop in request.stop:
+        at = text.find(stop, max(len(sequence.emitted) - len(stop) + 1, 0))
+        if at != -1 and at < cut:
+            cut, finish = at, "stop"
+    if finish is None and (
+        len(sequence.ids) >= request.max_tokens
+        or len(sequence.prompt_ids) + len(sequence.ids) >= context_length
+    ):
+        finish = "length"
+    if finish is None:
+        cut = len(text) - held_back(text, request.stop)
+    piece = text[len(sequence.emitted) : max(cut, len(sequence.emitted))]
+    sequence.emitted += piece
+    sequence.pieces.append(piece)
+    sequence.finish_reason = finish
+    if sequence.first_token_at is None:
+        sequence.first_token_at = time.time()
+    return piece
+
+
+class Continuous:
+    """The running batch of one version: :meth:`step` advances every sequence by one
+    token, after letting in those that joined and letting out those that ended."""
+
+    def __init__(self, decoder: Decoder, max_sequences: int) -> None:
+        self.decoder = decoder
+        self.max_sequences = max_sequences
+        self.running: list[Sequence] = []
+        self.steps = 0
+
+    @property
+    def room(self) -> int:
+        return self.max_sequences - len(self.running)
+
+    def join(self, sequence: Sequence) -> None:
+        self.running.append(sequence)
+
+    def step(self) -> list[Sequence]:
+        """One decode step; returns the sequences that ended in it (they leave)."""
+        live = [s for s in self.running if not s.done]
+        if not live:
+            ended, self.running = self.running, []
+            return ended
+        try:
+            tokens = self.decoder.next_tokens(live)
+        except Exception:
+            self.decoder.reset()
+            raise
+        self.steps += 1
+        for sequence, token in zip(live, tokens, strict=True):
+            index = len(sequence.ids)
+            piece = advance(sequence, token, self.decoder.tokenizer, self.decoder.context_length)
+            if sequence.on_token is not None:
+                sequence.on_token(sequence, index, token, piece)
+        ended = [s for s in self.running if s.done]
+        self.running = [s for s in self.running if not s.done]
+        return ended
+
+    def abandon(self) -> list[Sequence]:
+        """Every running sequence, out of the batch (its step failed)."""
+        out, self.running = self.running, []
+        self.decoder.reset()
+        return out
+
+
+# -- transformers ------------------------------------------------------------------
+
+
+class HuggingFaceTokenizer:
+    def __init__(self, model_dir: Path) -> None:
+        from transformers import PreTrainedTokenizerFast
+
+        self._tokenizer = PreTrainedTokenizerFast.from_pretrained(
+            str(model_dir), local_files_only=True
+        )
+        self.eos_id = int(self._tokenizer.eos_token_id)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: list[int]) -> str:
+        return str(self._tokenizer.decode(ids, skip_special_tokens=False))
+
+
+def sample(logits: Any, sequence: Sequence, index: int) -> int:
+    """The token at ``index`` of a sequence: greedy at temperature 0, else drawn
+    (nucleus, ``top_p``) with a generator seeded by the request's seed and the index."""
+    import torch
+
+    request = sequence.request
+    if request.temperature == 0:
+        return int(torch.argmax(logits))
+    probabilities = torch.softmax(logits.float() / request.temperature, dim=-1)
+    if request.top_p < 1.0:
+        ordered, order = torch.sort(probabilities, descending=True)
+        keep = torch.cumsum(ordered, dim=-1) - ordered < request.top_p
+        ordered = ordered * keep
+        probabilities = torch.zeros_like(probabilities).scatter(0, order, ordered)
+    generator = torch.Generator().manual_seed((sequence.seed + 1_000_003 * index) % (2**63))
+    return int(torch.multinomial(probabilities, 1, generator=generator))
+
+
+class TransformersDecoder:
+    """A causal LM in ``transformers`` with a batch key/value cache: rows are left-
+    padded to a common length; a joining row is prefilled on its own and padded in,
+    a leaving row is dropped, and columns that only padding uses are trimmed."""
+
+    def __init__(self, model_dir: Path, device: str = "cpu") -> None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        self._torch = torch
+        self._device = device
+        self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True).to(
+            device
+        )
+        self.model.eval()
+        self.tokenizer = HuggingFaceTokenizer(model_dir)
+        self.context_length = int(self.model.config.max_position_embeddings)
+        self.reset()
+
+    def reset(self) -> None:
+        self._rows: list[str] = []
+        self._kv: list[tuple[Any, Any]] = []
+        self._mask: Any = None  # [rows, columns], 1 where a token is
+        self._last: dict[str, int] = {}
+
+    def next_tokens(self, sequences: list[Sequence]) -> list[int]:
+        torch = self._torch
+        with torch.inference_mode():
+            keep = [i for i, key in enumerate(self._rows) if key in {s.key for s in sequences}]
+            if len(keep) != len(self._rows):
+                self._select(keep)
+            logits: dict[str, Any] = {}
+            if self._rows:
+                logits.update(self._decode_step([s for s in sequences if s.key in self._rows]))
+            joining = [s for s in sequences if s.key not in set(self._rows)]
+            if joining:
+                logits.update(self._prefill(joining))
+            out = []
+            for s in sequences:
+                token = sample(logits[s.key], s, len(s.ids))
+                self._last[s.key] = token
+                out.append(token)
+            return out
+
+    def _decode_step(self, sequences: list[Sequence]) -> dict[str, Any]:
+        torch = self._torch
+        from transformers import DynamicCache
+
+        order = {key: i for i, key in enumerate(self._rows)}
+        assert sorted(order[s.key] for s in sequences) == list(range(len(self._rows)))
+        tokens = torch.tensor([[self._last[key]] for key in self._rows], device=self._device)
+        positions = self._mask.sum(dim=1, keepdim=True)
+        mask = torch.cat([self._mask, torch.ones_like(positions)], dim=1)
+        out = self.model(
+            input_ids=tokens,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=DynamicCache(self._kv),
+            use_cache=True,
+        )
+        self._kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+        self._mask = mask
+        return {key: out.logits[i, -1] for i, key in enumerate(self._rows)}
+
+    def _prefill(self, sequences: list[Sequence]) -> dict[str, Any]:
+        torch = self._torch
+        inputs = [s.prompt_ids + s.ids for s in sequences]
+        width = max(len(ids) for ids in inputs)
+        pad = self.tokenizer.eos_id
+        tokens = torch.tensor([[pad] * (width - len(x)) + x for x in inputs], device=self._device)
+        mask = torch.tensor(
+            [[0] * (width - len(x)) + [1] * len(x) for x in inputs], device=self._device
+        )
+        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
+        out = self.model(
+            input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True
+        )
+        kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+        self._merge(kv, mask)
+        self._rows.extend(s.key for s in sequences)
+        return {s.key: out.logits[i, -1] for i, s in enumerate(sequences)}
+
+    def _merge(self, kv: list[tuple[Any, Any]], mask: Any) -> None:
+        torch = self._torch
+        if not self._rows:
+            self._kv, self._mask = kv, mask
+            return
+        width = max(self._mask.shape[1], mask.shape[1])
+
+        def left_pad(t: Any, columns: int, dim: int) -> Any:
+            if columns == 0:
+                return t
+            shape = list(t.shape)
+            shape[dim] = columns
+            return torch.cat([torch.zeros(shape, dtype=t.dtype, device=t.device), t], dim=dim)
+
+        mine, theirs = width - self._mask.shape[1], width - mask.shape[1]
+        self._kv = [
+            (
+                torch.cat([left_pad(k0, mine, 2), left_pad(k1, theirs, 2)]),
+                torch.cat([left_pad(v0, mine, 2), left_pad(v1, theirs, 2)]),
+            )
+            for (k0, v0), (k1, v1) in zip(self._kv, kv, strict=True)
+        ]
+        self._mask = torch.cat([left_pad(self._mask, mine, 1), left_pad(mask, theirs, 1)])
+
+    def _select(self, keep: list[int]) -> None:
+        torch = self._torch
+        for key in [k for i, k in enumerate(self._rows) if i not in keep]:
+            self._last.pop(key, None)
+        self._rows = [self._rows[i] for i in keep]
+        if not keep:
+            self.reset()
+            return
+        index = torch.tensor(keep, device=self._device)
+        mask = self._mask.index_select(0, index)
+        first = int((mask.sum(dim=0) > 0).nonzero()[0])  # columns before it: padding only
+        self._mask = mask[:, first:]
+        self._kv = [
+            (k.index_select(0, index)[:, :, first:], v.index_select(0, index)[:, :, first:])
+            for k, v in self._kv
+        ]
+
+
+# -- vLLM (GPU images) -------------------------------------------------------------
+
+
+class VllmDecoder:
+    """vLLM's engine under the same step: each sequence is one engine request (its
+    prompt and forced tokens as the prompt's token ids, its own seed and sampling),
+    and the engine's continuous batching does the joining and leaving. One engine
+    step yields at most one new token per request (no speculative decoding)."""
+
+    def __init__(self, model_dir: Path) -> None:
+        from vllm import EngineArgs, LLMEngine
+
+        self._engine = LLMEngine.from_engine_args(
+            EngineArgs(model=str(model_dir), tokenizer=str(model_dir), enforce_eager=True)
+        )
+        self.tokenizer = HuggingFaceTokenizer(model_dir)
+        self.context_length = int(self._engine.model_config.max_model_len)
+        self._known: set[str] = set()
+        self._pending: dict[str, list[int]] = {}  # produced, not yet handed on
+        self._consumed: dict[str, int] = {}  # of the engine's cumulative token ids
+
+    def reset(self) -> None:
+        for key in list(self._known):
+            self._forget(key)
+
+    def _forget(self, key: str) -> None:
+        self._engine.abort_request(key)
+        self._known.discard(key)
+        self._pending.pop(key, None)
+        self._consumed.pop(key, None)
+
+    def next_tokens(self, sequences: list[Sequence]) -> list[int]:
+        from vllm import SamplingParams, TokensPrompt
+
+        wanted = {s.key for s in sequences}
+        for key in self._known - wanted:
+            self._forget(key)
+        for s in sequences:
+            if s.key in self._known:
+                continue
+            r = s.request
+            self._engine.add_request(
+                s.key,
+                TokensPrompt(prompt_token_ids=s.prompt_ids + s.ids),
+                SamplingParams(
+                    max_tokens=r.max_tokens - len(s.ids),
+                    temperature=r.temperature,
+                    top_p=r.top_p,
+                    seed=(s.seed + 1_000_003 * len(s.ids)) % (2**63),
+                    ignore_eos=False,
+                    detokenize=False,
+                ),
+            )
+            self._known.add(s.key)
+            self._pending[s.key] = []
+            self._consumed[s.key] = 0
+        while any(not self._pending[s.key] for s in sequences):
+            for output in self._engine.step():
+                key = output.request_id
+                if key not in self._known:
+                    continue
+                produced = list(output.outputs[0].token_ids)
+                self._pending[key].extend(produced[self._consumed[key] :])
+                self._consumed[key] = len(produced)
+        return [self._pending[s.key].pop(0) for s in sequences]

@@ -1,0 +1,231 @@
+"""Generation on the local platform: the official ``openai`` client against
+``/openai/v1``, the native generate stream, and a stream whose worker is killed
+mid-way. Every request goes through the router, the model's realtime queue and a
+worker batching continuously, as in the cloud."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import httpx
+import openai
+import pytest
+
+from switchyard.registry import DynamoDBRegistry
+
+MODEL = "pydoc-gpt"
+PROMPT = "Return the"
+
+
+@pytest.fixture
+def client(platform):
+    return openai.OpenAI(base_url=f"{platform.url}/openai/v1", api_key=platform.api_key)
+
+
+def sse_events(response: httpx.Response) -> list:
+    events = []
+    for line in response.iter_lines():
+        if line.startswith("data: "):
+            events.append(line[6:] if line[6:] == "[DONE]" else json.loads(line[6:]))
+    return events
+
+
+def test_the_openai_client_lists_the_models(client):
+    models = client.models.list()
+    assert {m.id for m in models} == {"minilm-embed", "digits-cnn", MODEL}
+    assert all(m.object == "model" and m.owned_by == "switchyard" for m in models)
+    assert client.models.retrieve(MODEL).id == MODEL
+
+
+def test_a_streamed_chat_completion_is_the_same_text_as_the_whole_answer(client):
+    asked = {
+        "model": MODEL,
+        "messages": [{"role": "system", "content": "Answer briefly."},
+                     {"role": "user", "content": "What does a parser return?"}],
+        "max_tokens": 40,
+        "temperature": 0.9,
+        "seed": 1234,
+    }  # fmt: skip
+    whole = client.chat.completions.create(**asked)
+    choice = whole.choices[0]
+    assert whole.object == "chat.completion" and whole.model == MODEL
+    assert choice.message.role == "assistant" and choice.message.content
+    assert choice.finish_reason in ("stop", "length")
+    assert "\nUser:" not in choice.message.content  # the end of the turn is a stop
+    assert whole.usage.completion_tokens <= 40
+    assert whole.usage.total_tokens == whole.usage.prompt_tokens + whole.usage.completion_tokens
+
+    chunks = list(
+        client.chat.completions.create(**asked, stream=True, stream_options={"include_usage": True})
+    )
+    assert all(c.object == "chat.completion.chunk" for c in chunks)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert text == choice.message.content  # same seed: same tokens, whole or streamed
+    assert finishes[-1] == choice.finish_reason and not any(finishes[:-1])
+    assert len(chunks) > 3  # it came in pieces, not at once
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+
+
+def test_completions_honour_max_tokens_and_stop_whole_and_streamed(client):
+    long = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=12, temperature=0)
+    assert long.object == "text_completion"
+    assert long.choices[0].finish_reason == "length"
+    assert long.usage.completion_tokens == 12
+    streamed = client.completions.create(
+        model=MODEL, prompt=PROMPT, max_tokens=12, temperature=0, stream=True
+    )
+    assert "".join(c.choices[0].text for c in streamed if c.choices) == long.choices[0].text
+
+    # A stop sequence taken from the text itself: the answer ends just before it.
+    text = long.choices[0].text
+    stop = text.strip().split()[1]
+    cut = client.completions.create(
+        model=MODEL, prompt=PROMPT, max_tokens=12, temperature=0, stop=[stop]
+    )
+    assert cut.choices[0].finish_reason == "stop"
+    assert cut.choices[0].text == text[: text.index(stop)]
+    pieces = client.completions.create(
+        model=MODEL, prompt=PROMPT, max_tokens=12, temperature=0, stop=[stop], stream=True
+    )
+    assert "".join(c.choices[0].text for c in pieces if c.choices) == cut.choices[0].text
+
+
+def test_embeddings_are_the_models_vectors_in_float_and_base64(client, platform, http):
+    sentences = ["a sentence to embed", "another one"]
+    native = http.post(
+        "/v1/models/minilm-embed/predict",
+        json={"inputs": sentences},
+        headers={"x-api-key": platform.api_key},
+    ).json()["outputs"]
+    as_base64 = client.embeddings.create(model="minilm-embed", input=sentences)  # the default
+    as_float = client.embeddings.create(
+        model="minilm-embed", input=sentences[0], encoding_format="float"
+    )
+    assert [d.index for d in as_base64.data] == [0, 1]
+    for got, want in zip(as_base64.data, native, strict=True):
+        assert got.embedding == pytest.approx(want, abs=1e-6)
+    assert as_float.data[0].embedding == pytest.approx(native[0], abs=1e-6)
+
+
+def test_openai_errors_have_openais_types_statuses_and_bodies(client, platform):
+    with pytest.raises(openai.NotFoundError) as unknown:
+        client.completions.create(model="no-such-model", prompt="x", max_tokens=4)
+    assert unknown.value.body["code"] == "model_not_found"
+    with pytest.raises(openai.PermissionDeniedError):
+        openai.OpenAI(base_url=f"{platform.url}/openai/v1", api_key="not-a-key").models.list()
+    with pytest.raises(openai.BadRequestError) as hot:
+        client.completions.create(model=MODEL, prompt="x", max_tokens=4, temperature=5)
+    assert hot.value.body["param"] == "temperature"
+    assert hot.value.body["type"] == "invalid_request_error"
+    with pytest.raises(openai.BadRequestError) as many:
+        client.completions.create(model=MODEL, prompt="x", max_tokens=4, n=2)
+    assert many.value.body["param"] == "n"
+    with pytest.raises(openai.BadRequestError) as too_long:
+        client.completions.create(model=MODEL, prompt="word " * 600, max_tokens=8)
+    assert too_long.value.body["code"] == "context_length_exceeded"
+    with pytest.raises(openai.BadRequestError) as over:
+        client.completions.create(model=MODEL, prompt="x", max_tokens=100_000)
+    assert over.value.body["param"] == "max_tokens"
+    with pytest.raises(openai.BadRequestError) as wrong_task:
+        client.embeddings.create(model=MODEL, input="x")
+    assert wrong_task.value.body["code"] == "wrong_task"
+
+
+def test_the_native_generate_streams_tokens_then_how_it_ended(platform, http):
+    headers = {"x-api-key": platform.api_key}
+    body = {"prompt": PROMPT, "max_tokens": 24, "temperature": 0.7, "seed": 99}
+    whole = http.post(f"/v1/models/{MODEL}/generate", json=body, headers=headers)
+    assert whole.status_code == 200, whole.text
+    answer = whole.json()
+    with http.stream(
+        "POST", f"/v1/models/{MODEL}/generate", json={**body, "stream": True}, headers=headers
+    ) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = sse_events(response)
+    tokens = [e["token"] for e in events if "token" in e]
+    assert events[-1]["done"] is True
+    assert events[-1]["usage"] == answer["usage"]
+    assert "".join(tokens) == answer["text"]
+    assert len(tokens) > 5
+
+    queued = http.post(f"/v1/models/{MODEL}/generate?async=true", json=body, headers=headers)
+    assert queued.status_code == 202
+    deadline = time.monotonic() + 60
+    while (status := http.get(queued.headers["Location"], headers=headers).json())[
+        "status"
+    ] == "queued":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert status["outputs"][0]["text"] == answer["text"]  # the same seed, the same text
+
+    refused = http.post(
+        f"/v1/models/{MODEL}/generate", json={"prompt": PROMPT, "top_k": 3}, headers=headers
+    )
+    assert refused.status_code == 422
+    assert refused.json()["errors"][0]["field"] == "inputs[0].top_k"
+    not_generative = http.post(
+        "/v1/models/minilm-embed/generate", json={"prompt": PROMPT}, headers=headers
+    )
+    assert not_generative.status_code == 400
+
+
+def test_a_worker_killed_mid_stream_leaves_the_callers_text_whole_in_order(platform, http):
+    """A slow version (each decode step 80 ms longer) is streamed; after a few
+    tokens its worker is SIGKILLed. The request's message comes back after the
+    generation visibility (10 s), the new worker continues from the tokens already
+    streamed, and the caller's text is the request's result: complete, in order,
+    no token twice."""
+    registry = DynamoDBRegistry(
+        platform.client("dynamodb"), platform.info["settings"]["registry_table"]
+    )
+    v1 = registry.get(MODEL, "v1")
+    slow = v1.model_copy(
+        update={"version": "slow", "faults": {"step_delay_seconds": 0.08}, "created_at": 0.0}
+    )
+    registry.register(slow)
+    headers = {"x-api-key": platform.api_key, "x-model-version": "slow"}
+    body = {"prompt": PROMPT, "max_tokens": 120, "temperature": 0.8, "seed": 5, "stream": True}
+    pieces: list[str] = []
+    try:
+        with http.stream(
+            "POST", f"/v1/models/{MODEL}/generate", json=body, headers=headers, timeout=120
+        ) as response:
+            assert response.status_code == 200
+            request_id = response.headers["x-request-id"]
+            killed = False
+            events = []
+            for line in response.iter_lines():
+                if not line.startswith("data: "):
+                    continue
+                event = json.loads(line[6:])
+                events.append(event)
+                if "token" in event:
+                    pieces.append(event["token"])
+                if len(pieces) >= 10 and not killed:
+                    os.kill(platform.worker_pid(MODEL), signal.SIGKILL)
+                    killed = True
+    finally:
+        platform.client("dynamodb").update_item(
+            TableName=platform.info["settings"]["registry_table"],
+            Key={"model": {"S": MODEL}, "version": {"S": "slow"}},
+            UpdateExpression="SET #s = :r",
+            ExpressionAttributeNames={"#s": "status"},
+            ExpressionAttributeValues={":r": {"S": "retired"}},
+        )
+    assert killed
+    assert events[-1].get("done") is True, events[-3:]
+    result = http.get(f"/v1/requests/{request_id}", headers={"x-api-key": platform.api_key})
+    output = result.json()["outputs"][0]
+    assert "".join(pieces) == output["text"]
+    assert events[-1]["usage"]["completion_tokens"] == output["usage"]["completion_tokens"] == 120
+    resumed = [
+        e for e in platform.worker_log_events()
+        if e.get("message") == "stream resumed" and e.get("request_id") == request_id
+    ]  # fmt: skip
+    assert resumed and resumed[0]["tokens"] >= 10
