@@ -1,20 +1,35 @@
-"""The tenants' door: one REST API, an API key per tenant, a usage plan per tier."""
+"""The tenants' door: one REST API, an API key per tenant, a usage plan per tier,
+and a key authorizer that takes the key from ``x-api-key`` or a Bearer token."""
 
 from __future__ import annotations
 
 import json
 
-from aws_cdk import Tags
+from aws_cdk import Duration, Tags
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from stacks.cloud import API_INTEGRATION_TIMEOUT, LOG_RETENTION, Deployment
+from stacks.cloud import (
+    API_INTEGRATION_TIMEOUT,
+    AUTHORIZER_MEMORY_MB,
+    AUTHORIZER_TIMEOUT,
+    LOG_RETENTION,
+    STREAM_INTEGRATION_TIMEOUT,
+    Deployment,
+)
+from stacks.functions import PlatformFunction
 from stacks.nag import acknowledge
 from switchyard.auth import TENANT_TAG
 from switchyard.manifest import ModelSpec
-from switchyard.schemas import FORBIDDEN, PAYLOAD_TOO_LARGE, QUOTA_EXCEEDED, THROTTLED
+from switchyard.schemas import (
+    FORBIDDEN,
+    PAYLOAD_TOO_LARGE,
+    QUOTA_EXCEEDED,
+    THROTTLED,
+    UNAUTHORIZED,
+)
 
 # One access-log line per request, with the key (tenant) that made it.
 _ACCESS_LOG = {
@@ -38,16 +53,70 @@ _VALIDATION_MESSAGE = (
 )
 
 
+class KeyAuthorizer(Construct):
+    """The REQUEST authorizer in front of every method (functions/key_authorizer):
+    it names the caller's key, from ``x-api-key`` or ``Authorization: Bearer``, and
+    API Gateway checks that key against the usage plans as it would a header key.
+
+    No identity sources and no results cache. API Gateway answers 401 without calling
+    the authorizer when any identity source is missing, so naming both headers would
+    refuse every caller that sends one of them, and naming one would refuse the
+    other's; a cache keyed on one header would hand a cached key (and its tenant and
+    quota) to a request that carries another key in the other header. The authorizer
+    is a few lines of standard library: running it on every request is cheap.
+    """
+
+    def __init__(
+        self, scope: Construct, construct_id: str, *, deployment: Deployment, code: lambda_.Code
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.function = PlatformFunction(
+            self,
+            "Function",
+            deployment=deployment,
+            code=code,
+            description="Switchyard API key authorizer: x-api-key or Authorization: Bearer",
+            environment={},
+            layers=[],
+            timeout=AUTHORIZER_TIMEOUT,
+            memory_size=AUTHORIZER_MEMORY_MB,
+            tracing=False,
+        )
+        self.authorizer = apigw.RequestAuthorizer(
+            self,
+            "Authorizer",
+            handler=self.function.function,
+            identity_sources=[],
+            results_cache_ttl=Duration.seconds(0),
+        )
+        # Optional without a cache; CDK would write an empty string for none.
+        cfn = self.authorizer.node.default_child
+        assert isinstance(cfn, apigw.CfnAuthorizer)
+        cfn.add_property_deletion_override("IdentitySource")
+
+
 class Api(Construct):
     """REST API Gateway: every method needs an API key; each key belongs to one
-    tenant (tag ``switchyard:tenant``) and to its tier's usage plan."""
+    tenant (tag ``switchyard:tenant``) and to its tier's usage plan. The key source
+    is the key authorizer, so a tenant may send its key as ``x-api-key`` or as a
+    Bearer token (the ``openai`` client's way)."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, deployment: Deployment) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        deployment: Deployment,
+        authorizer_code: lambda_.Code,
+    ) -> None:
         super().__init__(scope, construct_id)
         names = deployment.names
         manifest = deployment.manifest
         self.access_logs = logs.LogGroup(
             self, "AccessLogs", retention=LOG_RETENTION, removal_policy=deployment.removal_policy
+        )
+        self.key_authorizer = KeyAuthorizer(
+            self, "KeyAuthorizer", deployment=deployment, code=authorizer_code
         )
         self.rest_api = apigw.RestApi(
             self,
@@ -55,8 +124,13 @@ class Api(Construct):
             rest_api_name=names.rest_api,
             description="Switchyard: function-per-model inference",
             endpoint_types=[apigw.EndpointType.REGIONAL],
-            api_key_source_type=apigw.ApiKeySourceType.HEADER,
-            default_method_options=apigw.MethodOptions(api_key_required=True),
+            api_key_source_type=apigw.ApiKeySourceType.AUTHORIZER,
+            # The usage plans still apply: the authorizer only names the key.
+            default_method_options=apigw.MethodOptions(
+                api_key_required=True,
+                authorization_type=apigw.AuthorizationType.CUSTOM,
+                authorizer=self.key_authorizer.authorizer,
+            ),
             cloud_watch_role=True,
             deploy_options=apigw.StageOptions(
                 stage_name=deployment.stage,
@@ -75,14 +149,14 @@ class Api(Construct):
             "API Gateway's account-level logging role; AWS's managed policy is the "
             "documented grant for the stage's execution logs.",
         )
-        for rule in ("AwsSolutions-APIG4", "AwsSolutions-COG4"):
-            acknowledge(
-                self.rest_api,
-                rule,
-                "Tenants are machine clients identified by API keys bound to usage "
-                "plans; the router resolves each key to its tenant and scopes every "
-                "result to it. There are no end users to put in a Cognito pool.",
-            )
+        acknowledge(
+            self.rest_api,
+            "AwsSolutions-COG4",
+            "Tenants are machine clients identified by API keys bound to usage plans "
+            "(through the key authorizer on every method); the router resolves each key "
+            "to its tenant and scopes every result to it. There are no end users to put "
+            "in a Cognito pool.",
+        )
         acknowledge(
             self.rest_api,
             "AwsSolutions-APIG3",
@@ -96,6 +170,7 @@ class Api(Construct):
 
         v1 = self.rest_api.root.add_resource("v1")
         self._models = v1.add_resource("models")
+        self._model_resources: dict[str, apigw.Resource] = {}
         self._request = v1.add_resource("requests").add_resource("{request_id}")
         self._jobs = v1.add_resource("jobs")
         self._job = self._jobs.add_resource("{job_id}")
@@ -151,6 +226,7 @@ class Api(Construct):
             "invalid_input",
         )
         for name, kind, answer in (
+            ("NoKey", apigw.ResponseType.UNAUTHORIZED, UNAUTHORIZED),
             ("BadKey", apigw.ResponseType.INVALID_API_KEY, FORBIDDEN),
             ("Throttled", apigw.ResponseType.THROTTLED, THROTTLED),
             ("Quota", apigw.ResponseType.QUOTA_EXCEEDED, QUOTA_EXCEEDED),
@@ -158,13 +234,35 @@ class Api(Construct):
         ):
             respond(name, kind, str(answer.status), answer.message, answer.code)
 
-    def _integration(self, function: lambda_.IFunction) -> apigw.LambdaIntegration:
+    def _integration(
+        self, function: lambda_.IFunction, *, stream: bool = False
+    ) -> apigw.LambdaIntegration:
+        """A Lambda proxy integration. Streamed: API Gateway invokes the function with
+        InvokeWithResponseStream (the ``response-streaming-invocations`` URI) and
+        passes its response on as it comes, for up to the stream timeout."""
+        if not stream:
+            return apigw.LambdaIntegration(
+                function, proxy=True, timeout=API_INTEGRATION_TIMEOUT, allow_test_invoke=False
+            )
         return apigw.LambdaIntegration(
-            function, proxy=True, timeout=API_INTEGRATION_TIMEOUT, allow_test_invoke=False
+            function,
+            proxy=True,
+            timeout=STREAM_INTEGRATION_TIMEOUT,
+            allow_test_invoke=False,
+            response_transfer_mode=apigw.ResponseTransferMode.STREAM,
         )
 
-    def add_predict_route(self, model: str, spec: ModelSpec, function: lambda_.IFunction) -> None:
-        """POST /v1/models/<model>/predict → that model's router function.
+    def _model(self, model: str) -> apigw.Resource:
+        """/v1/models/<model>"""
+        if model not in self._model_resources:
+            self._model_resources[model] = self._models.add_resource(model)
+        return self._model_resources[model]
+
+    def add_predict_route(
+        self, model: str, spec: ModelSpec, function: lambda_.IFunction, *, stream: bool = False
+    ) -> None:
+        """POST /v1/models/<model>/predict → that model's router function (streamed
+        when that function runs under the Lambda Web Adapter).
 
         The gateway checks the body's shape (an object with 1..max inputs and no
         other field) before a function runs; the router checks the signature.
@@ -198,12 +296,32 @@ class Api(Construct):
                 },
             ),
         )
-        self._models.add_resource(model).add_resource("predict").add_method(
+        self._model(model).add_resource("predict").add_method(
             "POST",
-            self._integration(function),
+            self._integration(function, stream=stream),
             request_validator=self.validator,
             request_models={"application/json": body},
         )
+
+    def add_generate_route(self, model: str, function: lambda_.IFunction) -> None:
+        """POST /v1/models/<model>/generate → a generation model's router function,
+        streamed (server-sent events when the body asks for a stream). The router
+        checks the body against the model's signature; the gateway only the key."""
+        self._model(model).add_resource("generate").add_method(
+            "POST", self._integration(function, stream=True)
+        )
+
+    def add_openai_routes(self, function: lambda_.IFunction) -> None:
+        """GET and POST /openai/v1/{proxy+} → the OpenAI-compatible function, streamed:
+        models, chat/completions, completions, embeddings. The model is named in the
+        body, so these are not per-model routes, and the router answers the paths
+        it does not serve."""
+        proxy = (
+            self.rest_api.root.add_resource("openai").add_resource("v1").add_resource("{proxy+}")
+        )
+        integration = self._integration(function, stream=True)
+        for method in ("GET", "POST"):
+            proxy.add_method(method, integration)
 
     def add_platform_routes(self, function: lambda_.IFunction) -> None:
         """GET /v1/models, GET and DELETE (cancel) /v1/requests/{request_id}, and the

@@ -31,6 +31,7 @@ MANIFEST_FILE = REPO_ROOT / "manifest.toml"
 CORE_LAYER_DIR = REPO_ROOT / "layers" / "core"
 ROUTER_DIR = REPO_ROOT / "functions" / "router"
 SPLITTER_DIR = REPO_ROOT / "functions" / "batch_splitter"
+KEY_AUTHORIZER_DIR = REPO_ROOT / "functions" / "key_authorizer"
 WORKER_DOCKERFILE = "gpu_workers/Dockerfile"  # relative to REPO_ROOT, the build context
 BUILD_DIR = REPO_ROOT / "build"
 DEPS_CACHE = BUILD_DIR / "lambda-deps"
@@ -103,6 +104,8 @@ ROUTER = LambdaCode("router", ROUTER_DIR, ROUTER_DIR / "requirements.txt", CORE_
 SPLITTER = LambdaCode(
     "splitter", SPLITTER_DIR, SPLITTER_DIR / "requirements.txt", CORE_REQUIREMENTS
 )
+# The API's key authorizer: the standard library only, no layer.
+KEY_AUTHORIZER = LambdaCode("key-authorizer", KEY_AUTHORIZER_DIR, None)
 
 
 def bundle(asset: LambdaCode, output_dir: Path, target: PipTarget) -> None:
@@ -233,9 +236,9 @@ def lay_out_image(output_dir: Path, dockerfile: Path = REPO_ROOT / WORKER_DOCKER
 
 @dataclass(frozen=True)
 class Layouts:
-    """The deployed layouts on disk. Mount ``layer`` at ``/opt``, ``router`` or
-    ``splitter`` at ``/var/task`` and ``worker`` at ``/app``, and they are what AWS
-    runs."""
+    """The deployed layouts on disk. Mount ``layer`` at ``/opt``, ``router``,
+    ``splitter`` or ``key_authorizer`` at ``/var/task`` and ``worker`` at ``/app``, and
+    they are what AWS runs."""
 
     layer: Path
     router: Path
@@ -243,6 +246,8 @@ class Layouts:
     worker: Path
     # What the Lambda runtime itself provides beside the layer (boto3).
     lambda_runtime: Path
+    # The API's key authorizer (runs without the layer).
+    key_authorizer: Path
 
     @property
     def layer_python(self) -> Path:
@@ -269,6 +274,7 @@ def build_layouts(target: PipTarget = HOST_TARGET, root: Path = LAYOUTS_DIR) -> 
         splitter=lambda_asset(SPLITTER),
         worker=worker,
         lambda_runtime=install_requirements(_runtime_requirements(), None, target),
+        key_authorizer=lambda_asset(KEY_AUTHORIZER),
     )
 
 

@@ -48,6 +48,40 @@ APPCONFIG_EXTENSION_LAYER = {
 # How often the extension asks AppConfig for a new routing document.
 APPCONFIG_POLL_SECONDS = 15
 
+# --- Streaming: generation and the OpenAI-compatible API --------------------------
+# Python on Lambda has no response streaming of its own, so the functions that stream
+# (a generation model's router, the OpenAI-compatible API) run the router app under
+# uvicorn behind the AWS Lambda Web Adapter, which streams what the app writes back
+# through Lambda's streaming response (docs/deploying.md, "Generation and streaming").
+# Its public layer, pinned (account and version) so deploys are repeatable; the
+# layer's name follows the functions' architecture.
+WEB_ADAPTER_LAYER = "arn:aws:lambda:{region}:753240598075:layer:{name}:25"
+WEB_ADAPTER_LAYER_NAME = {
+    lambda_.Architecture.X86_64.name: "LambdaAdapterLayerX86",
+    lambda_.Architecture.ARM_64.name: "LambdaAdapterLayerArm64",
+}[LAMBDA_ARCHITECTURE.name]
+# The adapter runs the function's handler as a program (functions/router/run.sh,
+# which execs uvicorn on the router app), waits until the app answers its readiness
+# path, and forwards each event to it as an HTTP request on this port.
+WEB_ADAPTER_HANDLER = "run.sh"
+WEB_ADAPTER_ENVIRONMENT = {
+    "AWS_LAMBDA_EXEC_WRAPPER": "/opt/bootstrap",
+    "AWS_LWA_INVOKE_MODE": "response_stream",
+    "PORT": "8080",
+    "AWS_LWA_READINESS_CHECK_PATH": "/healthz",
+}
+# API Gateway streams a REST integration's response for up to 15 minutes (the
+# integration timeout may then go past 29 s), and closes a stream idle for 5 minutes
+# (Regional endpoint). A streaming router ends its response before the integration
+# gives up, as a buffered one answers before 29 s.
+STREAM_INTEGRATION_TIMEOUT = Duration.minutes(15)
+STREAMING_ROUTER_TIMEOUT = Duration.minutes(14)
+
+# --- The key authorizer -------------------------------------------------------------
+# A few lines of standard library per request (no results cache: see stacks/api.py).
+AUTHORIZER_TIMEOUT = Duration.seconds(5)
+AUTHORIZER_MEMORY_MB = 256
+
 # --- AppConfig rollouts (prod; dev deploys all at once) ---------------------------
 CONFIG_LINEAR_STEP_PERCENT = 20.0
 CONFIG_LINEAR_DURATION = Duration.minutes(10)
@@ -135,6 +169,12 @@ class Deployment:
         pays nothing for NAT while idle: its workers sit in public subnets with no
         inbound rule. Prod keeps them private."""
         return 2 if self.settings.private_workers else 0
+
+    def web_adapter_arn(self) -> str:
+        """The Lambda Web Adapter layer in the manifest's region."""
+        return WEB_ADAPTER_LAYER.format(
+            region=self.manifest.platform.region, name=WEB_ADAPTER_LAYER_NAME
+        )
 
     def appconfig_extension_arn(self, scope: Construct) -> str:
         override = scope.node.try_get_context("appconfig_extension_arn")

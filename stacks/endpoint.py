@@ -11,7 +11,6 @@ from stacks.api import Api
 from stacks.cloud import (
     APPCONFIG_POLL_SECONDS,
     ROUTER_MEMORY_MB,
-    ROUTER_TIMEOUT,
     WORKER_READY_FILE,
     Deployment,
 )
@@ -23,6 +22,22 @@ from stacks.observability import ModelAlarms, ModelDashboard
 from stacks.queues import ModelQueues
 from switchyard.manifest import ModelSpec
 from switchyard.settings import RouterSettings, WorkerSettings
+
+# Why routers may read and write any object of these buckets (cdk-nag's IAM5).
+PAYLOADS_REASON = (
+    "Claim-check payloads are keyed by request id, made per request; the router "
+    "writes large inputs and reads large outputs."
+)
+ARTIFACTS_READ_REASON = (
+    "A generation model's router counts prompt tokens with the tokenizer.json of the "
+    "version it routes to, read where the registry says (beside the artifact, checked "
+    "by sha256); versions, and so keys, are registered after deploy."
+)
+
+
+def generates(spec: ModelSpec) -> bool:
+    """A generative model: its router streams tokens and serves /generate."""
+    return spec.signature.kind == "generation" or spec.runtime == "causal-lm"
 
 
 @dataclass(frozen=True)
@@ -68,6 +83,9 @@ class ModelEndpoint(Construct):
             canary_alarms=self.alarms.canary,
         )
         own_queues = {model: self.queues.urls()}
+        # A generation model's router streams (its every route: see RouterServing).
+        self.generates = generates(spec)
+        serving = shared.code.router_serving(stream=self.generates)
 
         self.router = PlatformFunction(
             self,
@@ -91,9 +109,11 @@ class ModelEndpoint(Construct):
                 ),
                 "AWS_APPCONFIG_EXTENSION_PREFETCH_LIST": self.routing.extension_path,
                 "AWS_APPCONFIG_EXTENSION_POLL_INTERVAL_SECONDS": str(APPCONFIG_POLL_SECONDS),
+                **serving.environment,
             },
-            layers=[shared.code.core_layer, shared.code.appconfig_extension],
-            timeout=ROUTER_TIMEOUT,
+            layers=[shared.code.core_layer, shared.code.appconfig_extension, *serving.layers],
+            handler=serving.handler,
+            timeout=serving.timeout,
             memory_size=ROUTER_MEMORY_MB,
         )
         router_role = self.router.role
@@ -103,13 +123,17 @@ class ModelEndpoint(Construct):
         grant_items(storage.results_table, router_role)
         self.routing.grant_read(router_role)
         grant_objects(
-            names.payloads_bucket,
-            router_role,
-            ["s3:GetObject", "s3:PutObject"],
-            "Claim-check payloads are keyed by request id, made per request; the router "
-            "writes large inputs and reads large outputs.",
+            names.payloads_bucket, router_role, ["s3:GetObject", "s3:PutObject"], PAYLOADS_REASON
         )
-        shared.api.add_predict_route(model, spec, self.router.function)
+        shared.api.add_predict_route(model, spec, self.router.function, stream=serving.stream)
+        if self.generates:
+            # Streamed tokens are chunk items beside the request's result, read in
+            # order with a Query; prompts are counted with the version's tokenizer.
+            storage.results_table.grant(router_role, "dynamodb:Query")
+            grant_objects(
+                names.artifacts_bucket, router_role, ["s3:GetObject"], ARTIFACTS_READ_REASON
+            )
+            shared.api.add_generate_route(model, self.router.function)
 
         worker_environment = {
             **settings_environment(

@@ -4,6 +4,7 @@ and the environment contract of ``switchyard.settings``."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from aws_cdk import Duration, Stack
@@ -12,13 +13,17 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from stacks.assets import CORE_LAYER, ROUTER, SPLITTER
+from stacks.assets import CORE_LAYER, KEY_AUTHORIZER, ROUTER, SPLITTER
 from stacks.bundling import python_code
 from stacks.cloud import (
     LAMBDA_ARCHITECTURE,
     LAMBDA_RUNTIME,
     LOG_RETENTION,
     METRICS_NAMESPACE,
+    ROUTER_TIMEOUT,
+    STREAMING_ROUTER_TIMEOUT,
+    WEB_ADAPTER_ENVIRONMENT,
+    WEB_ADAPTER_HANDLER,
     Deployment,
 )
 from stacks.data import Storage
@@ -26,9 +31,28 @@ from stacks.nag import acknowledge
 from switchyard.settings import Settings, to_environment
 
 
+@dataclass(frozen=True)
+class RouterServing:
+    """How a function runs the router app.
+
+    Buffered: Mangum's handler answers each event whole, within API Gateway's 29 s.
+    Streamed: the Lambda Web Adapter starts uvicorn on the same app (``run.sh``) and
+    streams its response; API Gateway must then invoke the function with
+    InvokeWithResponseStream (a STREAM integration) on every method it serves, since
+    a streamed response is not the JSON a buffered proxy integration expects.
+    """
+
+    stream: bool
+    handler: str
+    timeout: Duration
+    environment: Mapping[str, str]
+    layers: tuple[lambda_.ILayerVersion, ...]
+
+
 class FunctionCode(Construct):
-    """Code the functions share: the core layer, the AppConfig extension layer, and
-    one router bundle that every model's router function runs."""
+    """Code the functions share: the core layer, the AppConfig extension and Lambda
+    Web Adapter layers, one router bundle that every router function runs, and the
+    splitter's and the key authorizer's code."""
 
     def __init__(self, scope: Construct, construct_id: str, *, deployment: Deployment) -> None:
         super().__init__(scope, construct_id)
@@ -43,15 +67,32 @@ class FunctionCode(Construct):
         self.appconfig_extension = lambda_.LayerVersion.from_layer_version_arn(
             self, "AppConfigExtension", deployment.appconfig_extension_arn(self)
         )
+        self.web_adapter = lambda_.LayerVersion.from_layer_version_arn(
+            self, "WebAdapter", deployment.web_adapter_arn()
+        )
         self.router = python_code(ROUTER)
         self.splitter = python_code(SPLITTER)
+        self.key_authorizer = python_code(KEY_AUTHORIZER)
+
+    def router_serving(self, *, stream: bool) -> RouterServing:
+        """Buffered through Mangum, or streamed through the Lambda Web Adapter."""
+        if not stream:
+            return RouterServing(False, "handler.handler", ROUTER_TIMEOUT, {}, ())
+        return RouterServing(
+            True,
+            WEB_ADAPTER_HANDLER,
+            STREAMING_ROUTER_TIMEOUT,
+            WEB_ADAPTER_ENVIRONMENT,
+            (self.web_adapter,),
+        )
 
 
 class PlatformFunction(Construct):
     """A Python function with its own role and log group, and nothing else.
 
     The role starts empty (no managed policy): the caller grants exactly the
-    tables, queues and buckets this function touches.
+    tables, queues and buckets this function touches. ``tracing`` adds X-Ray (and
+    its grant); a function that calls nothing (the key authorizer) goes without.
     """
 
     def __init__(
@@ -66,6 +107,8 @@ class PlatformFunction(Construct):
         layers: list[lambda_.ILayerVersion],
         timeout: Duration,
         memory_size: int,
+        handler: str = "handler.handler",
+        tracing: bool = True,
     ) -> None:
         super().__init__(scope, construct_id)
         self.role = iam.Role(
@@ -83,7 +126,7 @@ class PlatformFunction(Construct):
             "Function",
             runtime=LAMBDA_RUNTIME,
             architecture=LAMBDA_ARCHITECTURE,
-            handler="handler.handler",
+            handler=handler,
             code=code,
             description=description,
             role=self.role,
@@ -92,14 +135,15 @@ class PlatformFunction(Construct):
             environment=dict(environment),
             timeout=timeout,
             memory_size=memory_size,
-            tracing=lambda_.Tracing.ACTIVE,
+            tracing=lambda_.Tracing.ACTIVE if tracing else lambda_.Tracing.DISABLED,
         )
-        acknowledge(
-            self.role,
-            "AwsSolutions-IAM5[Resource::*]",
-            "X-Ray's PutTraceSegments and PutTelemetryRecords take no resource; "
-            "Powertools Tracer needs them to trace each request through the platform.",
-        )
+        if tracing:
+            acknowledge(
+                self.role,
+                "AwsSolutions-IAM5[Resource::*]",
+                "X-Ray's PutTraceSegments and PutTelemetryRecords take no resource; "
+                "Powertools Tracer needs them to trace each request through the platform.",
+            )
 
 
 def settings_environment(

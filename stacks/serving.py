@@ -1,4 +1,5 @@
-"""What serves requests: API, functions, AppConfig, cluster and one endpoint per model."""
+"""What serves requests: API, functions, AppConfig, cluster, one endpoint per model,
+and the functions behind the routes that belong to no one model."""
 
 from __future__ import annotations
 
@@ -7,11 +8,16 @@ from constructs import Construct
 
 from stacks.api import Api
 from stacks.batch import BatchIngest
-from stacks.cloud import ROUTER_MEMORY_MB, ROUTER_TIMEOUT, Deployment
+from stacks.cloud import APPCONFIG_POLL_SECONDS, ROUTER_MEMORY_MB, ROUTER_TIMEOUT, Deployment
 from stacks.compute import Compute
 from stacks.configuration import RoutingConfiguration
 from stacks.data import DataStack, grant_items, grant_objects, grant_registry_read
-from stacks.endpoint import ModelEndpoint, SharedServing
+from stacks.endpoint import (
+    ARTIFACTS_READ_REASON,
+    PAYLOADS_REASON,
+    ModelEndpoint,
+    SharedServing,
+)
 from stacks.functions import FunctionCode, PlatformFunction, settings_environment
 from switchyard.settings import RouterSettings
 
@@ -30,11 +36,12 @@ class ServingStack(Stack):
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)  # type: ignore[arg-type]
         storage = data.storage
+        code = FunctionCode(self, "Code", deployment=deployment)
         self.shared = SharedServing(
-            api=Api(self, "Api", deployment=deployment),
+            api=Api(self, "Api", deployment=deployment, authorizer_code=code.key_authorizer),
             compute=Compute(self, "Compute", deployment=deployment),
             configuration=RoutingConfiguration(self, "Routing", deployment=deployment),
-            code=FunctionCode(self, "Code", deployment=deployment),
+            code=code,
             storage=storage,
             prediction_log=data.prediction_log,
         )
@@ -50,6 +57,7 @@ class ServingStack(Stack):
             for model, spec in deployment.manifest.models.items()
         }
         self.requests = self._requests_function(deployment)
+        self.openai = self._openai_function(deployment)
         self.batch = BatchIngest(
             self,
             "Batch",
@@ -112,4 +120,63 @@ class ServingStack(Stack):
             "submitted file's size and ETag are read there (HeadObject).",
         )
         self.shared.api.add_platform_routes(function.function)
+        return function
+
+    def _openai_function(self, deployment: Deployment) -> PlatformFunction:
+        """The router app for the OpenAI-compatible API (``/openai/v1``): the model is
+        named in each body, so one function serves every model, with each model's
+        realtime queue, routing document and results (streamed chunks included).
+        Streamed through the Lambda Web Adapter, like a generation model's router."""
+        storage = self.shared.storage
+        code = self.shared.code
+        names = deployment.names
+        serving = code.router_serving(stream=True)
+        routings = [endpoint.routing for endpoint in self.endpoints.values()]
+        function = PlatformFunction(
+            self,
+            "OpenAI",
+            deployment=deployment,
+            code=code.router,
+            description="Switchyard router for the OpenAI-compatible API under /openai/v1",
+            environment={
+                **settings_environment(
+                    self,
+                    RouterSettings,
+                    deployment=deployment,
+                    storage=storage,
+                    queues={m: e.queues.urls() for m, e in self.endpoints.items()},
+                    service="router",
+                    tenant_keys=self.shared.api.tenant_keys,
+                    # Each model's document lives in its own environment (named after
+                    # the model), so no one environment is named here.
+                    routing_source="appconfig-extension",
+                    appconfig_application=names.appconfig_application,
+                    **deployment.manifest.router_settings_values(),
+                ),
+                "AWS_APPCONFIG_EXTENSION_PREFETCH_LIST": ",".join(
+                    routing.extension_path for routing in routings
+                ),
+                "AWS_APPCONFIG_EXTENSION_POLL_INTERVAL_SECONDS": str(APPCONFIG_POLL_SECONDS),
+                **serving.environment,
+            },
+            layers=[code.core_layer, code.appconfig_extension, *serving.layers],
+            handler=serving.handler,
+            timeout=serving.timeout,
+            memory_size=ROUTER_MEMORY_MB,
+        )
+        role = function.role
+        # Synchronous and streamed requests only: the realtime lane of every model.
+        for endpoint in self.endpoints.values():
+            endpoint.queues.realtime.grant_send_messages(role)
+            endpoint.routing.grant_read(role)
+        grant_registry_read(storage.registry_table, role)
+        # Requests recorded as queued, their results read, and a generation's streamed
+        # chunks read in order (a Query over the request's chunk keys).
+        grant_items(storage.results_table, role)
+        storage.results_table.grant(role, "dynamodb:Query")
+        grant_objects(
+            names.payloads_bucket, role, ["s3:GetObject", "s3:PutObject"], PAYLOADS_REASON
+        )
+        grant_objects(names.artifacts_bucket, role, ["s3:GetObject"], ARTIFACTS_READ_REASON)
+        self.shared.api.add_openai_routes(function.function)
         return function

@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from stacks.assets import Layouts
 
-Function = Literal["router", "splitter"]
+Function = Literal["router", "splitter", "key_authorizer"]
 
 # Where AWS puts each layout.
 LAYER_PATH = Path("/opt/python")
@@ -97,7 +97,32 @@ class Launcher:
             {APP_ROOT: self.layouts.worker}, list(THIRD_PARTY), ["-m", "switchyard_worker.check"]
         )
 
+    def streaming_router(self, bin_dir: Path) -> Command:
+        """The router function as it runs under the Lambda Web Adapter: its
+        ``run.sh``, which serves the app over HTTP on ``$PORT`` for the adapter to
+        stream. ``python`` on its path is this interpreter, isolated as in Lambda
+        (no site-packages: only the layouts and the runtime's SDK); ``bin_dir`` is
+        where that command is written."""
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        python = bin_dir / "python"
+        python.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -S -P "$@"\n')
+        python.chmod(0o755)
+        mounts = self._function_mounts("router")
+        task = TASK_ROOT if self.exact_paths else self.layouts.router
+        command = self._python(mounts, [self.layouts.lambda_runtime], [])
+        argv = ["sh", str(task / "run.sh")]
+        if self.exact_paths:
+            argv = _in_mount_namespace(mounts, argv)
+        env = {
+            **command.env,
+            "LAMBDA_TASK_ROOT": str(task),
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+        return Command(argv, env)
+
     def _function_mounts(self, function: Function) -> dict[Path, Path]:
+        if function == "key_authorizer":  # standard library only: no layer
+            return {TASK_ROOT: self.layouts.key_authorizer}
         task = self.layouts.router if function == "router" else self.layouts.splitter
         return {TASK_ROOT: task, LAYER_PATH: self.layouts.layer_python}
 

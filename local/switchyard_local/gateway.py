@@ -2,8 +2,9 @@
 
 Like API Gateway on the platform's REST API, for every ``/v1/`` and ``/openai/`` call it:
 
-- refuses a call without an enabled API key, sent as ``x-api-key`` or as
-  ``Authorization: Bearer`` (403, the gateway's own answer);
+- refuses a call without an API key (401: the key authorizer finds none in
+  ``x-api-key`` or ``Authorization: Bearer``) or with a key that is not enabled
+  (403), with the gateway's own answers;
 - meters the key against its usage plan (rate and burst as a token bucket, and a
   quota per period) and refuses a call over a limit (429) before the router runs;
 - passes the verified key's *id* in the request context
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from switchyard.schemas import FORBIDDEN, QUOTA_EXCEEDED, THROTTLED, GatewayAnswer
+from switchyard.schemas import FORBIDDEN, QUOTA_EXCEEDED, THROTTLED, UNAUTHORIZED, GatewayAnswer
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -171,8 +172,11 @@ class ApiGatewayStandIn:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].startswith(API_PREFIXES):
             value = _header(scope, b"x-api-key") or _bearer(scope)
-            key = self._keys(value) if value else None
-            if key is None or value is None:
+            if value is None:
+                await _reply(send, UNAUTHORIZED)
+                return
+            key = self._keys(value)
+            if key is None:
                 await _reply(send, FORBIDDEN)
                 return
             refusal = self._meter.admit(value, key.plan) if key.plan else None

@@ -138,7 +138,7 @@ def test_digits_cnn_returns_a_class_and_its_probabilities(platform, http):
 @pytest.mark.parametrize(
     ("path", "body", "headers", "status", "field"),
     [
-        ("/v1/models/digits-cnn/predict", {"inputs": [DIGIT_ZERO]}, {}, 403, None),
+        ("/v1/models/digits-cnn/predict", {"inputs": [DIGIT_ZERO]}, {}, 401, None),
         (
             "/v1/models/digits-cnn/predict",
             {"inputs": [DIGIT_ZERO]},

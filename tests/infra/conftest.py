@@ -20,7 +20,23 @@ from aws_cdk.assertions import Template  # noqa: E402
 
 from stacks.app import Platform, add_platform, app_context  # noqa: E402
 from stacks.assets import MANIFEST_FILE  # noqa: E402
+from stacks.endpoint import generates  # noqa: E402
 from switchyard.manifest import Manifest, load_manifest  # noqa: E402
+
+# A generation model, for a manifest that has none of its own.
+GENERATION_MODEL = """
+[models.tiny-gpt]
+runtime = "causal-lm"
+compute = "gpu"
+instance_types = ["g5.xlarge"]
+signature = { kind = "generation", context_length = 256, max_tokens = 64, max_chars = 2000 }
+max_inputs_per_request = 1
+max_batch_size = 8
+max_wait_ms = 0
+default_deadline_ms = 20000
+slo_p99_ms = 10000
+demo_versions = ["v1"]
+"""
 
 
 @dataclass
@@ -69,6 +85,22 @@ def dev(synth: Callable[[Manifest, str], Synthesized], manifest: Manifest) -> Sy
 @pytest.fixture(scope="session")
 def prod(synth: Callable[[Manifest, str], Synthesized], manifest: Manifest) -> Synthesized:
     return synth(manifest, "prod")
+
+
+@pytest.fixture(scope="session")
+def generative(
+    synth: Callable[[Manifest, str], Synthesized],
+    manifest: Manifest,
+    dev: Synthesized,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Synthesized:
+    """dev from a manifest that serves generation models beside the others: the
+    project's own once it has one, else the project's plus :data:`GENERATION_MODEL`."""
+    if any(generates(spec) for spec in manifest.models.values()):
+        return dev
+    path = tmp_path_factory.mktemp("generative") / "manifest.toml"
+    path.write_text(MANIFEST_FILE.read_text() + GENERATION_MODEL)
+    return synth(load_manifest(path), "dev")
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import operator
 import re
@@ -39,6 +40,70 @@ def actions_of(statements_: list[dict[str, Any]]) -> set[str]:
         value = statement["Action"]
         actions.update([value] if isinstance(value, str) else value)
     return actions
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def granted(statements_: list[dict[str, Any]], action: str) -> list[str]:
+    """The resources (as JSON text) that ``action`` is allowed on."""
+    return [
+        json.dumps(resource)
+        for statement in statements_
+        if statement.get("Effect") == "Allow" and action in actions_of([statement])
+        for resource in as_list(statement["Resource"])
+    ]
+
+
+def router_function(template: Template, model: str) -> tuple[str, dict[str, Any]]:
+    """``model``'s own router function (logical id, resource)."""
+    for name, fn in template.find_resources("AWS::Lambda::Function").items():
+        env = fn["Properties"].get("Environment", {}).get("Variables", {})
+        if env.get("SWITCHYARD_APPCONFIG_ENVIRONMENT") == model:
+            return name, fn
+    raise AssertionError(f"no router function for {model}")
+
+
+def resource_paths(template: Template) -> dict[str, str]:
+    """API resource logical id -> its full path (``/v1/models/{model}``...)."""
+    resources = template.find_resources("AWS::ApiGateway::Resource")
+
+    def path(name: str) -> str:
+        props = resources[name]["Properties"]
+        parent = props["ParentId"]
+        above = path(parent["Ref"]) if "Ref" in parent else ""
+        return f"{above}/{props['PathPart']}"
+
+    return {name: path(name) for name in resources}
+
+
+def methods_at(template: Template, path: str) -> dict[str, dict[str, Any]]:
+    """The methods on the API resource at ``path``, by HTTP method."""
+    paths = resource_paths(template)
+    return {
+        m["Properties"]["HttpMethod"]: m
+        for m in template.find_resources("AWS::ApiGateway::Method").values()
+        if paths.get(m["Properties"]["ResourceId"].get("Ref", "")) == path
+    }
+
+
+def integrated_function(resource: dict[str, Any]) -> str:
+    """The logical id of the one Lambda function a proxy method (or an authorizer)
+    invokes."""
+    found = re.findall(r'"Fn::GetAtt": \["([A-Za-z0-9]+)", "Arn"\]', json.dumps(resource))
+    assert len(set(found)) == 1, f"not one function: {found}"
+    return found[0]
+
+
+def joined(value: Any, token: str = "<token>") -> str:
+    """A template string with each deploy-time reference replaced by ``token``."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and "Fn::Join" in value:
+        separator, parts = value["Fn::Join"]
+        return separator.join(joined(p, token) for p in parts)
+    return token
 
 
 # What CloudWatch metric math the alarms use, as Python: arithmetic, comparisons,

@@ -1,11 +1,16 @@
-"""REST API Gateway: keys on every method, usage plans per tier, validation, logs, metrics."""
+"""REST API Gateway: keys on every method (x-api-key or Bearer, through the key
+authorizer), usage plans per tier, validation, logs, metrics."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from aws_cdk.assertions import Match, Template
 
 from switchyard.auth import TENANT_TAG
 from switchyard.manifest import Manifest
+
+from .helpers import actions_of, integrated_function, statements
 
 
 def test_every_method_requires_an_api_key(serving_template: Template) -> None:
@@ -158,6 +163,79 @@ def test_a_body_over_the_payload_limit_is_answered_with_the_documented_error(
             "StatusCode": "413",
             "ResponseTemplates": {
                 "application/json": Match.string_like_regexp('"code": "payload_too_large"')
+            },
+        },
+    )
+
+
+def _authorizer(template: Template) -> tuple[str, dict[str, Any]]:
+    (found,) = template.find_resources("AWS::ApiGateway::Authorizer").items()
+    return found
+
+
+def test_keys_come_from_the_key_authorizer(serving_template: Template) -> None:
+    # API Gateway checks the key the authorizer names (x-api-key or a Bearer token)
+    # against the usage plans, as it checked the x-api-key header before
+    serving_template.has_resource_properties(
+        "AWS::ApiGateway::RestApi", {"ApiKeySourceType": "AUTHORIZER"}
+    )
+
+
+def test_every_method_goes_through_the_key_authorizer(serving_template: Template) -> None:
+    name, _ = _authorizer(serving_template)
+    methods = serving_template.find_resources("AWS::ApiGateway::Method")
+    for method_name, method in methods.items():
+        props = method["Properties"]
+        assert props["AuthorizationType"] == "CUSTOM", method_name
+        assert props["AuthorizerId"] == {"Ref": name}, method_name
+        # and still needs a key, so the usage plans apply
+        assert props["ApiKeyRequired"] is True, method_name
+
+
+def test_the_authorizer_runs_on_every_request_and_caches_nothing(
+    serving_template: Template,
+) -> None:
+    _, authorizer = _authorizer(serving_template)
+    props = authorizer["Properties"]
+    assert props["Type"] == "REQUEST"
+    # no cache that could hand one key's answer to a request with another, and no
+    # identity source (API Gateway would refuse a request that lacks any of them)
+    assert props["AuthorizerResultTtlInSeconds"] == 0
+    assert "IdentitySource" not in props
+    function = integrated_function(authorizer)
+    fn = serving_template.find_resources("AWS::Lambda::Function")[function]["Properties"]
+    assert fn["Handler"] == "handler.handler"
+    assert not fn.get("Layers") and "TracingConfig" not in fn
+
+
+def test_the_authorizer_role_writes_only_its_log_group(serving_template: Template) -> None:
+    _, authorizer = _authorizer(serving_template)
+    function = integrated_function(authorizer)
+    fn = serving_template.find_resources("AWS::Lambda::Function")[function]["Properties"]
+    role = fn["Role"]["Fn::GetAtt"][0]
+    granted = statements(serving_template, role)
+    assert actions_of(granted) == {"logs:CreateLogStream", "logs:PutLogEvents"}
+    (statement,) = granted
+    log_group = statement["Resource"]["Fn::GetAtt"][0]
+    assert serving_template.find_resources("AWS::Logs::LogGroup").get(log_group)
+    assert (
+        serving_template.find_resources(
+            "AWS::IAM::Role", {"Properties": {"ManagedPolicyArns": Match.any_value()}}
+        ).get(role)
+        is None
+    )
+
+
+def test_a_request_without_a_key_is_answered_401_like_the_router(
+    serving_template: Template,
+) -> None:
+    serving_template.has_resource_properties(
+        "AWS::ApiGateway::GatewayResponse",
+        {
+            "ResponseType": "UNAUTHORIZED",
+            "StatusCode": "401",
+            "ResponseTemplates": {
+                "application/json": Match.string_like_regexp('"code": "unauthorized"')
             },
         },
     )

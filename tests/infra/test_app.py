@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from stacks.cloud import WEB_ADAPTER_HANDLER
+
 from .conftest import REPO_ROOT, Synthesized
 
 
@@ -68,3 +70,37 @@ def test_lambda_code_is_bundled_for_the_lambda_runtime(dev: Synthesized) -> None
     assert (router / "handler.py").exists() and (router / "switchyard_router").is_dir()
     assert (router / "mangum").is_dir() and (router / "fastapi").is_dir()
     assert not (router / "torch").exists(), "no torch on the router's cold-start path"
+
+
+def test_the_key_authorizer_ships_its_handler_alone(dev: Synthesized) -> None:
+    outdir = Path(dev.app.outdir)
+    template = dev.serving.to_json()["Resources"]
+    (authorizer,) = [v for v in template.values() if v["Type"] == "AWS::ApiGateway::Authorizer"]
+    function = next(
+        v
+        for k, v in template.items()
+        if v["Type"] == "AWS::Lambda::Function" and k in json.dumps(authorizer)
+    )
+    s3_key = function["Properties"]["Code"]["S3Key"]
+    asset = outdir / f"asset.{s3_key.removesuffix('.zip')}"
+    # the standard library only: no packages, no layer
+    shipped = {p.name for p in asset.iterdir() if p.name != "__pycache__"}
+    assert shipped == {"handler.py"}
+
+
+def test_streaming_functions_ship_their_handler_as_an_executable(dev: Synthesized) -> None:
+    # The Lambda Web Adapter runs the handler (run.sh) as a program.
+    outdir = Path(dev.app.outdir)
+    template = dev.serving.to_json()["Resources"]
+    streaming = [
+        v["Properties"]
+        for v in template.values()
+        if v["Type"] == "AWS::Lambda::Function"
+        and v["Properties"].get("Handler") == WEB_ADAPTER_HANDLER
+    ]
+    assert streaming, "the OpenAI-compatible function streams"
+    for props in streaming:
+        asset = outdir / f"asset.{props['Code']['S3Key'].removesuffix('.zip')}"
+        script = asset / WEB_ADAPTER_HANDLER
+        assert script.is_file() and os.access(script, os.X_OK), f"{script} is not executable"
+        assert (asset / "uvicorn").is_dir(), "run.sh serves the app with uvicorn"

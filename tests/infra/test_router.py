@@ -1,34 +1,34 @@
-"""Router Lambda per model: FastAPI through Mangum, current runtime, Powertools, the
-AppConfig extension, least privilege, and a timeout below the integration's."""
+"""Router Lambda per model: FastAPI through Mangum (or, for a generation model,
+uvicorn under the Lambda Web Adapter), current runtime, Powertools, the AppConfig
+extension, least privilege, and a timeout below the integration's."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from aws_cdk.assertions import Match, Template
 
-from stacks.cloud import APPCONFIG_EXTENSION_LAYER, LAMBDA_RUNTIME
+from stacks.cloud import (
+    API_INTEGRATION_TIMEOUT,
+    APPCONFIG_EXTENSION_LAYER,
+    LAMBDA_RUNTIME,
+    STREAM_INTEGRATION_TIMEOUT,
+    WEB_ADAPTER_HANDLER,
+)
+from stacks.endpoint import generates
 from switchyard.manifest import Manifest
 
-from .helpers import actions_of, logical_id, statements
+from .helpers import actions_of, as_list, logical_id, methods_at, router_function, statements
 
 
-def _router(template: Template, model: str) -> tuple[str, dict[str, Any]]:
-    functions = template.find_resources("AWS::Lambda::Function")
-    for name, fn in functions.items():
-        env = fn["Properties"].get("Environment", {}).get("Variables", {})
-        if env.get("SWITCHYARD_APPCONFIG_ENVIRONMENT") == model:
-            return name, fn
-    raise AssertionError(f"no router function for {model}")
-
-
-def test_each_model_has_a_mangum_router_on_a_current_runtime(
+def test_each_model_has_a_router_on_a_current_runtime(
     serving_template: Template, manifest: Manifest
 ) -> None:
-    for model in manifest.models:
-        _, fn = _router(serving_template, model)
-        assert fn["Properties"]["Handler"] == "handler.handler"  # handler = Mangum(app)
+    for model, spec in manifest.models.items():
+        _, fn = router_function(serving_template, model)
+        # handler = Mangum(app); a generation model's runs the same app under uvicorn
+        expected = WEB_ADAPTER_HANDLER if generates(spec) else "handler.handler"
+        assert fn["Properties"]["Handler"] == expected
         assert fn["Properties"]["Runtime"] == LAMBDA_RUNTIME.name == "python3.14"
         assert fn["Properties"]["TracingConfig"] == {"Mode": "Active"}
 
@@ -38,7 +38,7 @@ def test_router_environment_follows_the_settings_contract(
 ) -> None:
     names = manifest.names("dev")
     for model in manifest.models:
-        _, fn = _router(serving_template, model)
+        _, fn = router_function(serving_template, model)
         env = fn["Properties"]["Environment"]["Variables"]
         assert env["SWITCHYARD_STAGE"] == "dev"
         assert env["SWITCHYARD_ROUTING_SOURCE"] == "appconfig-extension"
@@ -62,12 +62,13 @@ def test_router_carries_the_core_and_appconfig_extension_layers(
 ) -> None:
     core = logical_id(serving_template, "AWS::Lambda::LayerVersion", Match.any_value())
     for model in manifest.models:
-        _, fn = _router(serving_template, model)
+        _, fn = router_function(serving_template, model)
         layers = {json.dumps(layer) for layer in fn["Properties"]["Layers"]}
-        assert layers == {
+        # (and a generation model's the Lambda Web Adapter: tests/infra/test_streaming.py)
+        assert {
             json.dumps({"Ref": core}),
             json.dumps(APPCONFIG_EXTENSION_LAYER[manifest.platform.region]),
-        }
+        } <= layers
 
 
 def test_router_answers_before_the_api_gives_up(
@@ -77,10 +78,16 @@ def test_router_answers_before_the_api_gives_up(
         m["Properties"]["Integration"]["TimeoutInMillis"]
         for m in serving_template.find_resources("AWS::ApiGateway::Method").values()
     }
-    assert integration_ms == {29_000}
+    # 29 s buffered; a streamed response may last up to the stream timeout
+    buffered_ms = API_INTEGRATION_TIMEOUT.to_milliseconds()
+    stream_ms = STREAM_INTEGRATION_TIMEOUT.to_milliseconds()
+    assert integration_ms <= {buffered_ms, stream_ms} and buffered_ms == 29_000
     for model, spec in manifest.models.items():
-        _, fn = _router(serving_template, model)
-        assert spec.default_deadline_ms < fn["Properties"]["Timeout"] * 1000 < 29_000
+        _, fn = router_function(serving_template, model)
+        (predict,) = methods_at(serving_template, f"/v1/models/{model}/predict").values()
+        limit_ms = predict["Properties"]["Integration"]["TimeoutInMillis"]
+        assert limit_ms == (stream_ms if generates(spec) else buffered_ms)
+        assert spec.default_deadline_ms < fn["Properties"]["Timeout"] * 1000 < limit_ms
 
 
 def test_router_role_reaches_only_its_own_queues_tables_and_profile(
@@ -88,7 +95,7 @@ def test_router_role_reaches_only_its_own_queues_tables_and_profile(
 ) -> None:
     names = manifest.names("dev")
     for model in manifest.models:
-        _, fn = _router(serving_template, model)
+        _, fn = router_function(serving_template, model)
         role = fn["Properties"]["Role"]["Fn::GetAtt"][0]
         granted = statements(serving_template, role)
         assert (
@@ -98,7 +105,7 @@ def test_router_role_reaches_only_its_own_queues_tables_and_profile(
             is None
         ), "the router role has no managed policy"
         send = [s for s in granted if "sqs:SendMessage" in actions_of([s])]
-        queue_refs = {json.dumps(r) for s in send for r in _as_list(s["Resource"])}
+        queue_refs = {json.dumps(r) for s in send for r in as_list(s["Resource"])}
         own = {
             logical_id(serving_template, "AWS::SQS::Queue", {"QueueName": names.queue(model, lane)})
             for lane in ("realtime", "batch")
@@ -109,7 +116,3 @@ def test_router_role_reaches_only_its_own_queues_tables_and_profile(
         assert "*" not in json.dumps(appconfig[0]["Resource"])
         assert not any(a.endswith("*") for a in actions_of(granted) if a.startswith("s3:"))
         assert not {"dynamodb:DeleteItem", "dynamodb:BatchWriteItem"} & actions_of(granted)
-
-
-def _as_list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else [value]

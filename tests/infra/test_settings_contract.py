@@ -61,8 +61,9 @@ def test_every_function_reads_a_complete_valid_environment(
     serving_template: Template, manifest: Manifest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     environments = lambda_environments(serving_template)
-    # GIVEN a router per model, the requests router and the splitter
-    assert len(environments) == len(manifest.models) + 2
+    # GIVEN a router per model, the requests router, the OpenAI-compatible router and
+    # the splitter
+    assert len(environments) == len(manifest.models) + 3
     for env in environments.values():
         # WHEN each reads its settings as its handler does at init
         settings = read_settings(kind_of(env), env, monkeypatch)

@@ -93,13 +93,28 @@ def test_the_router_learns_the_verified_keys_id_never_its_value_alone():
     assert reached[0]["requestContext"]["identity"]["apiKeyId"] == "id-123"
 
 
-def test_calls_without_a_known_key_are_forbidden_at_the_gateway():
+def test_calls_without_a_known_key_are_refused_at_the_gateway():
     client, reached = gated({"k": ApiKey("id-k", None)}, Clocks())
-    for headers in ({}, {"x-api-key": ""}, {"x-api-key": "not-a-key"}):
+    # No key at all: the key authorizer's 401; a key it does not know: 403.
+    for headers, status, code in (
+        ({}, 401, "unauthorized"),
+        ({"x-api-key": ""}, 401, "unauthorized"),
+        ({"authorization": "Bearer "}, 401, "unauthorized"),
+        ({"authorization": "Basic k"}, 401, "unauthorized"),
+        ({"x-api-key": "not-a-key"}, 403, "forbidden"),
+        ({"authorization": "Bearer not-a-key"}, 403, "forbidden"),
+    ):
         response = client.get("/v1/models", headers=headers)
-        assert response.status_code == 403
-        assert response.json()["code"] == "forbidden"
+        assert response.status_code == status, headers
+        assert response.json()["code"] == code
     assert reached == []
+
+
+def test_a_bearer_key_is_a_key_like_x_api_key():
+    client, reached = gated({"secret-value": ApiKey("id-123", None)}, Clocks())
+    response = client.get("/v1/models", headers={"authorization": "Bearer secret-value"})
+    assert response.status_code == 200
+    assert reached[0]["requestContext"]["identity"]["apiKeyId"] == "id-123"
     # The local server's own pages need no key (API Gateway does not route them).
     assert client.get("/healthz").status_code == 200
 

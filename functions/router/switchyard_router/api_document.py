@@ -20,6 +20,7 @@ from switchyard.schemas import (
     PAYLOAD_TOO_LARGE,
     QUOTA_EXCEEDED,
     THROTTLED,
+    UNAUTHORIZED,
     ErrorInfo,
     GatewayAnswer,
     Status,
@@ -134,7 +135,8 @@ _ROUTED = {
 # What every route may answer: the gateway's refusals, a method the path does not
 # take, and the platform's own failure.
 COMMON: dict[int | str, dict[str, Any]] = {
-    403: _gateway("No API key, or one the gateway does not know", FORBIDDEN),
+    401: _gateway("No API key (x-api-key, or Authorization: Bearer)", UNAUTHORIZED),
+    403: _gateway("An API key the gateway does not know", FORBIDDEN),
     405: {
         "model": ErrorBody,
         "description": "The path does not take this method; Allow lists those it takes",

@@ -156,12 +156,14 @@ def appconfig_extension_fetcher(
     application: str, environment: str, base_url: str = "http://localhost:2772"
 ) -> Callable[[str], bytes]:
     """Reads documents through the AppConfig Lambda extension's local HTTP API
-    (``localhost:2772`` in Lambda; the local platform runs a stand-in elsewhere)."""
+    (``localhost:2772`` in Lambda; the local platform runs a stand-in elsewhere).
+    With no ``environment``, each model's document is in the environment named
+    after the model (the cloud's layout, read by a router that serves every model)."""
 
     def fetch(model: str) -> bytes:
         url = (
             f"{base_url}/applications/{application}"
-            f"/environments/{environment}/configurations/{model}"
+            f"/environments/{environment or model}/configurations/{model}"
         )
         with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - loopback
             return response.read()

@@ -166,6 +166,10 @@ class GatewayAnswer:
         return {"message": self.message, "code": self.code}
 
 
+# A request with no key at all: the API's key authorizer refuses it.
+UNAUTHORIZED = GatewayAnswer(
+    401, "unauthorized", "Unauthorized: send an API key as x-api-key or Authorization: Bearer"
+)
 FORBIDDEN = GatewayAnswer(403, "forbidden", "Forbidden: a valid x-api-key is required")
 THROTTLED = GatewayAnswer(429, "throttled", "Too many requests for this API key's usage plan")
 QUOTA_EXCEEDED = GatewayAnswer(429, "quota_exceeded", "This API key's daily quota is spent")
