@@ -193,3 +193,67 @@ class EchoRuntime:
             raise RuntimeError("model exploded")
         outputs = [{"n": len(x)} for x in inputs]
         return outputs[:-1] if self.drop_one else outputs
+
+
+class FakeTokenStream:
+    """Chunks by (tenant, request id), in token order; a chunk is written once."""
+
+    def __init__(self, log: list[tuple[str, Any]] | None = None) -> None:
+        self.chunks: dict[tuple[str, str], dict[int, Any]] = {}
+        self.log = log if log is not None else []
+
+    def put(self, tenant: str, request_id: str, chunk: Any, expires_at: int) -> bool:
+        mine = self.chunks.setdefault((tenant, request_id), {})
+        if chunk.start in mine:
+            return False
+        mine[chunk.start] = chunk
+        self.log.append(("chunk", request_id))
+        return True
+
+    def after(self, tenant: str, request_id: str, index: int) -> list[Any]:
+        mine = self.chunks.get((tenant, request_id), {})
+        return [mine[start] for start in sorted(mine) if start >= index]
+
+
+class CharTokenizer:
+    """One token per character (ids are code points); token 0 ends the text."""
+
+    eos_id = 0
+
+    def encode(self, text: str) -> list[int]:
+        return [ord(c) for c in text]
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(chr(i) for i in ids if i)
+
+
+class ScriptDecoder:
+    """A decoder for logic tests: each sequence writes out ``script`` from where its
+    completion stands (so a resumed sequence continues it), one character a step;
+    ``fail_at_step`` makes a step raise."""
+
+    context_length = 512
+
+    def __init__(self, script: str, fail_at_step: int | None = None) -> None:
+        self.tokenizer = CharTokenizer()
+        self.script = script
+        self.fail_at_step = fail_at_step
+        self.steps: list[list[str]] = []  # the sequences of each step
+        self.resets = 0
+
+    def next_tokens(self, sequences: list[Any]) -> list[int]:
+        self.steps.append([s.key for s in sequences])
+        if self.fail_at_step is not None and len(self.steps) == self.fail_at_step:
+            raise RuntimeError("decode step exploded")
+        return [ord(self.script[len(s.ids) % len(self.script)]) for s in sequences]
+
+    def reset(self) -> None:
+        self.resets += 1
+
+
+class GenerativeRuntime:
+    def __init__(self, decoder: Any) -> None:
+        self.decoder = decoder
+
+    def predict(self, inputs: list[Any]) -> list[Any]:
+        raise TypeError("generative")

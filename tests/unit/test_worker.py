@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from switchyard.generation import Chunk
 from switchyard.schemas import QueueMessage, ResultRecord
 from switchyard_worker.worker import Worker
 from tests.fakes import EchoRuntime, FakePayloads, FakeQueue, FakeRegistry, FakeResults
@@ -375,3 +376,114 @@ def test_a_realtime_request_waits_behind_one_batch_of_a_job_not_all_received(par
     assert all(
         results.get("acme", rid).status == "done" for rid in ["r1", *(f"b{i}" for i in range(5))]
     )
+
+
+# -- generative models: continuous batching ----------------------------------------------
+
+
+@pytest.fixture
+def generating(manifest):
+    from tests.fakes import FakeTokenStream, GenerativeRuntime, ScriptDecoder
+
+    record = manifest.models["pydoc-gpt"].version_record(
+        "pydoc-gpt", "v1", "s3://a/m.tar", "0" * 64, created_at=1.0
+    )
+    log: list = []
+    realtime, batch = FakeQueue("realtime"), FakeQueue("batch")
+    realtime.log = batch.log = log
+    results, stream = FakeResults(log), FakeTokenStream(log)
+    decoder = ScriptDecoder("The quick brown fox.")
+    worker = Worker(
+        model="pydoc-gpt",
+        worker_id="w1",
+        realtime=realtime,
+        batch=batch,
+        registry=FakeRegistry(record),
+        results=results,
+        payloads=FakePayloads(),
+        load_runtime=lambda r: GenerativeRuntime(decoder),
+        visibility_timeout=60,
+        poll_wait_seconds=0,
+        max_receive_count=realtime.max_receive_count,
+        stream=stream,
+        stream_flush_seconds=3600,  # one chunk for the first token, one at the end
+    )
+    worker.preload()
+    return worker, realtime, results, stream, decoder, log
+
+
+def ask(queue, rid, **request):
+    message = QueueMessage(
+        request_id=rid,
+        tenant="acme",
+        model="pydoc-gpt",
+        version="v1",
+        inputs=[{"prompt": "Say", **request}],
+        n_inputs=1,
+        enqueued_at=time.time(),
+        expires_at=time.time() + 3600,
+    )
+    queue.send(message.model_dump_json(), "acme")
+
+
+def generate_all(worker, queue, steps=100):
+    for pending in worker._keep(queue.receive(10, 0)):
+        worker._arrivals.put(pending)
+    for _ in range(steps):
+        worker.step()
+    worker._stream_writer.submit(lambda: None).result()
+    worker.wait_for_results()
+
+
+def test_a_generation_is_stored_after_its_stream_then_its_message_deleted(generating):
+    worker, realtime, results, stream, _, log = generating
+    assert worker.generative and worker._visibility == 10  # held briefly, extended
+    ask(realtime, "g1", max_tokens=9, stream=True)
+    ask(realtime, "g2", max_tokens=3)  # not streamed: no chunks
+    generate_all(worker, realtime)
+    first = results.get("acme", "g1").outputs[0]
+    assert first["text"] == "The quick" and first["finish_reason"] == "length"
+    assert first["usage"]["completion_tokens"] == 9
+    assert results.get("acme", "g2").outputs[0]["text"] == "The"
+    chunks = stream.after("acme", "g1", 0)
+    assert [(c.start, len(c.ids)) for c in chunks] == [(0, 1), (1, 8)]  # first token at once
+    assert chunks[-1].finish_reason == "length"
+    assert ("acme", "g2") not in stream.chunks
+    g1 = [kind for kind, rid in log if rid == "g1"]
+    assert g1 == ["chunk", "chunk", "result"]  # the stream's last chunk before the result
+    assert [kind for kind, _ in log if kind in ("result", "delete")][-2:] == ["result", "delete"]
+    assert realtime.depth == 0 and not realtime.in_flight
+
+
+def test_a_redelivered_stream_continues_from_the_tokens_already_written(generating):
+    worker, realtime, results, stream, decoder, _ = generating
+    # GIVEN a worker died after streaming the first 4 tokens of g1
+    stream.put("acme", "g1", Chunk(0, [ord(c) for c in "The "], ["T", "h", "e", " "]), 0)
+    ask(realtime, "g1", max_tokens=9, stream=True)
+    generate_all(worker, realtime)
+    # THEN it is not sampled again: the new tokens follow the old in the stream
+    assert results.get("acme", "g1").outputs[0]["usage"]["completion_tokens"] == 9
+    chunks = stream.after("acme", "g1", 0)
+    assert [c.start for c in chunks] == [0, 4, 5]
+    assert decoder.steps[0] == ["g1"] and len(decoder.steps) == 5  # 9 tokens less 4
+
+
+def test_a_decode_step_that_fails_releases_its_requests_for_retry(generating):
+    worker, realtime, results, _, decoder, _ = generating
+    decoder.fail_at_step = 2
+    ask(realtime, "g1", max_tokens=5)
+    generate_all(worker, realtime, steps=5)
+    assert results.get("acme", "g1") is None or results.get("acme", "g1").status == "queued"
+    assert realtime.depth == 1 and not realtime.in_flight  # back in the queue
+    generate_all(worker, realtime)
+    assert results.get("acme", "g1").outputs[0]["text"] == "The q"
+
+
+def test_a_prompt_over_the_context_is_answered_invalid_without_running(generating):
+    worker, realtime, results, _, decoder, _ = generating
+    ask(realtime, "g1", max_tokens=256)
+    decoder.context_length = 100  # the model's own context is shorter than the signature's
+    generate_all(worker, realtime)
+    record = results.get("acme", "g1")
+    assert record.status == "error" and record.error.code == "invalid_input"
+    assert "context" in record.error.message and decoder.steps == []
