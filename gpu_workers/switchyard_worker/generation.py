@@ -205,6 +205,7 @@ def sample(logits: Any, sequence: Sequence, index: int) -> int:
     if request.top_p < 1.0:
         ordered, order = torch.sort(probabilities, descending=True)
         keep = torch.cumsum(ordered, dim=-1) - ordered < request.top_p
+        keep[0] = True  # the likeliest token always stays, however small top_p is
         ordered = ordered * keep
         probabilities = torch.zeros_like(probabilities).scatter(0, order, ordered)
     generator = torch.Generator().manual_seed((sequence.seed + 1_000_003 * index) % (2**63))

@@ -229,3 +229,35 @@ def test_a_worker_killed_mid_stream_leaves_the_callers_text_whole_in_order(platf
         if e.get("message") == "stream resumed" and e.get("request_id") == request_id
     ]  # fmt: skip
     assert resumed and resumed[0]["tokens"] >= 10
+
+
+def test_a_batch_job_of_prompts_gets_one_generation_per_line(platform, http):
+    """Generation requests (or bare prompts) as a job's lines ride the batch lane;
+    each line's output is its generation, a bad line its error."""
+    from tests.e2e.test_batch_drop import wait_for
+    from tests.e2e.test_jobs_api import output_lines
+
+    headers = {"x-api-key": platform.api_key}
+    inputs = [
+        {"prompt": PROMPT, "max_tokens": 6, "temperature": 0},
+        "Open the file",
+        {"prompt": PROMPT, "max_tokens": 100_000},
+        {"prompt": "Read", "max_tokens": 5, "seed": 3, "stream": True},
+    ]
+    response = http.post("/v1/jobs", json={"model": MODEL, "inputs": inputs}, headers=headers)
+    assert response.status_code == 202, response.text
+    location = response.json()["location"]
+
+    def succeeded() -> dict | None:
+        body = http.get(location, headers=headers).json()
+        return body if body["status"] == "succeeded" else None
+
+    done = wait_for(succeeded, timeout_s=120)
+    lines = output_lines(platform, done["output_uri"])
+    assert [line["line"] for line in lines] == [1, 2, 3, 4]
+    whole = http.post(f"/v1/models/{MODEL}/generate", json=inputs[0], headers=headers).json()
+    assert lines[0]["output"]["text"] == whole["text"]
+    assert lines[0]["output"]["usage"]["completion_tokens"] == 6
+    assert lines[1]["output"]["usage"]["completion_tokens"] == 16  # the default max_tokens
+    assert lines[2]["error"]["code"] == "invalid_input"
+    assert lines[3]["output"]["usage"]["completion_tokens"] == 5

@@ -324,3 +324,13 @@ def test_a_sampled_sequence_resumed_from_its_streamed_tokens_continues_the_same(
         running.step()
     assert resumed.ids == whole.ids and resumed.emitted == whole.emitted
     assert json.dumps(resumed.output()) == json.dumps(whole.output())
+
+
+def test_a_top_p_too_small_for_any_token_still_keeps_the_likeliest():
+    import torch
+
+    from switchyard_worker.generation import sample
+
+    logits = torch.tensor([0.0, 3.0, 1.0])
+    tiny = sequence(temperature=1.0, top_p=5e-324)
+    assert {sample(logits, tiny, i) for i in range(20)} == {1}

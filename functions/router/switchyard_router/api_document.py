@@ -202,6 +202,48 @@ class Generation(TypedDict):
     usage: Usage
 
 
+# Each server-sent event: its data is JSON, a token's text and then how the
+# generation ended (or why it did not); OpenAI's is a chunk object per event, then
+# the text [DONE].
+_NATIVE_DATA = {
+    "oneOf": [
+        {"type": "object", "required": ["token"], "properties": {"token": {"type": "string"}}},
+        {
+            "type": "object",
+            "required": ["done", "finish_reason", "usage"],
+            "properties": {
+                "done": {"const": True},
+                "request_id": {"type": "string"},
+                "finish_reason": {"enum": ["stop", "length", "timeout"]},
+                "usage": {"type": "object"},
+            },
+        },
+        {"type": "object", "required": ["error"], "properties": {"error": {"type": "object"}}},
+    ]
+}
+
+
+def _event(data: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": ["data"],
+        "properties": {
+            "data": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "contentSchema": data,
+            }
+        },
+    }
+
+
+_NATIVE_EVENT = _event(_NATIVE_DATA)
+_OPENAI_EVENT = {
+    "type": "object",
+    "required": ["data"],
+    "properties": {"data": {"type": "string", "description": "a chunk (JSON), or [DONE]"}},
+}
+
 GENERATE: dict[int | str, dict[str, Any]] = {
     **PREDICT,
     200: {
@@ -209,7 +251,7 @@ GENERATE: dict[int | str, dict[str, Any]] = {
         "description": 'The text (with stream: server-sent events, a data: {"token"} '
         'per token and a last data: {"done": true, "finish_reason", "usage"})',
         "headers": _ROUTED,
-        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        "content": {"text/event-stream": {"schema": _NATIVE_EVENT}},
     },
     400: {
         "model": ErrorBody,
@@ -246,7 +288,7 @@ OPENAI_GENERATE: dict[int | str, dict[str, Any]] = {
         "description": "The completion (with stream: server-sent events of chunks, then "
         "data: [DONE])",
         "headers": _ROUTED,
-        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        "content": {"text/event-stream": {"schema": _OPENAI_EVENT}},
     },
     202: {
         "model": Accepted,

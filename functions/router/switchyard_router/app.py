@@ -130,8 +130,9 @@ def create_app(deps: RouterDeps) -> FastAPI:
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if is_openai_path(request.url.path):
             code = "model_not_found" if exc.status_code == 404 else "http_error"
-            return openai_error(exc.status_code, code, str(exc.detail))
-        response = _error(exc.status_code, "http_error", str(exc.detail))
+            response = openai_error(exc.status_code, code, str(exc.detail))
+        else:
+            response = _error(exc.status_code, "http_error", str(exc.detail))
         response.headers.update(exc.headers or {})
         if exc.status_code == 405:
             response.headers["Allow"] = _allowed_methods(app, request.scope)
@@ -259,8 +260,23 @@ def create_app(deps: RouterDeps) -> FastAPI:
         deadline_ms: Annotated[
             int | None, Header(alias="x-deadline-ms", ge=1, le=MAX_DEADLINE_MS)
         ] = None,
+        user_id: Annotated[
+            str | None,
+            Header(
+                alias="x-user-id",
+                max_length=256,
+                description="The default sticky key: the same value keeps its version",
+            ),
+        ] = None,
         pinned: Annotated[
-            str | None, Header(alias="x-model-version", min_length=1, max_length=64)
+            str | None,
+            Header(
+                alias="x-model-version",
+                min_length=1,
+                max_length=64,
+                description="Pin the request to this version: no canary assignment, "
+                "shadow or fallback",
+            ),
         ] = None,
     ) -> Any:
         """Generate text: ``{"prompt", "max_tokens", "temperature", "top_p", "seed",

@@ -23,6 +23,10 @@ from switchyard.signatures import FieldError
 from switchyard_router.logic import RequestRejected
 
 MAX_INPUTS = 10_000  # per submission with inputs (a larger job is a dropped file)
+# An http(s) URL with a host and no whitespace. The whitespace is spelled out (not
+# \s), so the router and the API document's readers mean the same characters.
+_BLANK = " \t\n\r\f\v"
+CALLBACK_URL_PATTERN = f"^https?://[^{_BLANK}/?#]+([/?#][^{_BLANK}]*)?$"
 
 
 class JobSubmission(BaseModel):
@@ -34,9 +38,7 @@ class JobSubmission(BaseModel):
     model: str = Field(min_length=1, max_length=64)
     inputs: list[Any] | None = Field(default=None, min_length=1, max_length=MAX_INPUTS)
     input_uri: str | None = Field(default=None, min_length=6, max_length=1024)
-    callback_url: str | None = Field(
-        default=None, max_length=2048, pattern=r"^https?://[^\s/?#]+([/?#]\S*)?$"
-    )
+    callback_url: str | None = Field(default=None, max_length=2048, pattern=CALLBACK_URL_PATTERN)
 
     @model_validator(mode="before")
     @classmethod
@@ -81,7 +83,7 @@ JOB_BODY = {
                     "callback_url": {
                         "type": "string",
                         "maxLength": 2048,
-                        "pattern": r"^https?://[^\s/?#]+([/?#]\S*)?$",
+                        "pattern": CALLBACK_URL_PATTERN,
                         "description": "POSTed the job's summary when it ends, signed "
                         "(X-Switchyard-Signature: sha256=HMAC of the body with the "
                         "tenant's webhook secret)",

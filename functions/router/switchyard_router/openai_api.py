@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import struct
 import time
 from collections.abc import Callable, Iterator
@@ -52,6 +53,105 @@ _NEUTRAL = {
 }
 _IGNORED = {"user", "stream_options", "metadata", "store", "service_tier"}
 _COMMON = {"model", "max_tokens", "temperature", "top_p", "seed", "stop", "stream"}
+
+
+_SAMPLING = {
+    "model": {"type": "string", "minLength": 1, "description": "A model (GET models)"},
+    "max_tokens": {"type": "integer", "minimum": 1},
+    "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+    "top_p": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+    "seed": {"type": "integer", "minimum": 0},
+    "stop": {
+        "anyOf": [
+            {"type": "string", "minLength": 1, "maxLength": 64},
+            {
+                "type": "array",
+                "maxItems": MAX_STOPS,
+                "items": {"type": "string", "minLength": 1, "maxLength": 64},
+            },
+            {"type": "null"},
+        ]
+    },
+    "stream": {"type": "boolean"},
+    "stream_options": {
+        "type": "object",
+        "properties": {"include_usage": {"type": "boolean"}},
+        "additionalProperties": False,
+    },
+    "n": {"const": 1},
+    "user": {"type": "string"},
+}
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """An optional OpenAI parameter: its value, or null for "not given"."""
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def _body(required: list[str], properties: dict[str, Any], example: dict[str, Any]) -> dict:
+    properties = {
+        name: schema if name in required or name == "stop" else _nullable(schema)
+        for name, schema in properties.items()
+    }
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "required": required,
+                        "additionalProperties": False,
+                        "properties": properties,
+                    },
+                    "example": example,
+                }
+            },
+        }
+    }
+
+
+COMPLETION_BODY = _body(
+    ["model", "prompt"],
+    {**_SAMPLING, "prompt": {"type": "string", "minLength": 1, "pattern": "\\S"}},
+    {"model": "pydoc-gpt", "prompt": "Return the", "max_tokens": 16, "stream": True},
+)
+CHAT_BODY = _body(
+    ["model", "messages"],
+    {
+        **_SAMPLING,
+        "max_completion_tokens": {"type": "integer", "minimum": 1},
+        "messages": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "required": ["role", "content"],
+                "properties": {
+                    "role": {"enum": sorted(CHAT_ROLES)},
+                    "content": {"type": "string"},
+                },
+            },
+        },
+    },
+    {"model": "pydoc-gpt", "messages": [{"role": "user", "content": "What does open do?"}]},
+)
+EMBEDDINGS_BODY = _body(
+    ["model", "input"],
+    {
+        "model": _SAMPLING["model"],
+        "input": {
+            "anyOf": [
+                {"type": "string", "minLength": 1},
+                {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
+            ]
+        },
+        "encoding_format": {"enum": ["float", "base64"]},
+        "dimensions": {"type": "integer", "minimum": 1},
+        "user": {"type": "string"},
+    },
+    {"model": "minilm-embed", "input": ["a sentence to embed"]},
+)
 
 
 def is_openai_path(path: str) -> bool:
@@ -92,6 +192,15 @@ def _object(body: bytes) -> dict[str, Any]:
 
 
 def _check_known(document: dict[str, Any], allowed: set[str]) -> None:
+    if document.get("user") is not None and not isinstance(document["user"], str):
+        raise _bad("user", "user must be a string")
+    options = document.get("stream_options")
+    if options is not None and (
+        not isinstance(options, dict)
+        or set(options) - {"include_usage"}
+        or not isinstance(options.get("include_usage", False), bool)
+    ):
+        raise _bad("stream_options", "stream_options takes include_usage, a boolean")
     for name, value in document.items():
         if name in allowed or name in _IGNORED:
             continue
@@ -116,13 +225,32 @@ def _stops(value: Any) -> list[str]:
 def _sampling(document: dict[str, Any], max_tokens: Any) -> dict[str, Any]:
     """The generation request's sampling fields, as given (the signature checks
     their values and names the field)."""
-    request: dict[str, Any] = {"stream": bool(document.get("stream", False))}
-    for name in ("temperature", "top_p", "seed"):
+    stream = document.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise _bad("stream", "stream must be a boolean")
+    request: dict[str, Any] = {"stream": bool(stream)}
+    for name in ("temperature", "top_p"):
         if document.get(name) is not None:
             request[name] = document[name]
+    if document.get("seed") is not None:
+        request["seed"] = _whole(document["seed"], "seed", minimum=0)
     if max_tokens is not None:
-        request["max_tokens"] = max_tokens
+        request["max_tokens"] = _whole(max_tokens, "max_tokens", minimum=1)
     return request
+
+
+def _whole(value: Any, name: str, minimum: int) -> int:
+    """A JSON integer (1.0 is one too), at least ``minimum``."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value != int(value)
+    ):
+        raise _bad(name, f"{name} must be an integer")
+    if value < minimum:
+        raise _bad(name, f"{name} must be at least {minimum}")
+    return int(value)
 
 
 def completion_request(document: dict[str, Any]) -> dict[str, Any]:
@@ -146,7 +274,8 @@ def chat_request(document: dict[str, Any]) -> dict[str, Any]:
         raise _bad("messages", "messages must be a non-empty list")
     turns = []
     for i, message in enumerate(messages):
-        if not isinstance(message, dict) or message.get("role") not in CHAT_ROLES:
+        role = message.get("role") if isinstance(message, dict) else None
+        if not isinstance(role, str) or role not in CHAT_ROLES:
             raise _bad(f"messages[{i}].role", f"role must be one of {sorted(CHAT_ROLES)}")
         content = message.get("content")
         if isinstance(content, list):  # content parts: text only
@@ -157,7 +286,14 @@ def chat_request(document: dict[str, Any]) -> dict[str, Any]:
             raise _bad(f"messages[{i}].content", "content must be a string")
         turns.append({"role": message["role"], "content": content})
     stops = _stops(document.get("stop"))
-    max_tokens = document.get("max_completion_tokens", document.get("max_tokens"))
+    # max_completion_tokens is OpenAI's newer name; given both, it wins, and the
+    # older is still checked.
+    max_tokens = document.get("max_completion_tokens")
+    legacy = document.get("max_tokens")
+    if max_tokens is None:
+        max_tokens = legacy
+    elif legacy is not None:
+        _whole(legacy, "max_tokens", minimum=1)
     return {
         "prompt": render_chat(turns),
         "stop": [*stops, CHAT_STOP],
@@ -335,15 +471,30 @@ def add_openai_routes(app: FastAPI, deps: Any, tenant_of: Callable[[Request], st
         )
         return await run_in_threadpool(generate, service, deps.stream, deps.results, call, fmt)
 
-    @app.post(f"{PREFIX}/completions", tags=["openai"], responses=api_document.OPENAI_GENERATE)
+    @app.post(
+        f"{PREFIX}/completions",
+        tags=["openai"],
+        responses=api_document.OPENAI_GENERATE,
+        openapi_extra=COMPLETION_BODY,
+    )
     async def completions(request: Request) -> Response:
         return await _generation(request, chat=False)
 
-    @app.post(f"{PREFIX}/chat/completions", tags=["openai"], responses=api_document.OPENAI_GENERATE)
+    @app.post(
+        f"{PREFIX}/chat/completions",
+        tags=["openai"],
+        responses=api_document.OPENAI_GENERATE,
+        openapi_extra=CHAT_BODY,
+    )
     async def chat_completions(request: Request) -> Response:
         return await _generation(request, chat=True)
 
-    @app.post(f"{PREFIX}/embeddings", tags=["openai"], responses=api_document.OPENAI_EMBEDDINGS)
+    @app.post(
+        f"{PREFIX}/embeddings",
+        tags=["openai"],
+        responses=api_document.OPENAI_EMBEDDINGS,
+        openapi_extra=EMBEDDINGS_BODY,
+    )
     async def embeddings(request: Request) -> Response:
         tenant = tenant_of(request)
         document = _object(await _read_body(request, deps.max_body_bytes))
@@ -395,8 +546,8 @@ def _embed(
         message = record.error.message if record.error else f"the request ended {record.status}"
         return error_body(400 if code == "invalid_input" else 500, code, message)
     if dimensions is not None and any(len(v) != dimensions for v in record.outputs):
-        return error_body(400, "invalid_parameter", f"{model} embeds in "
-                          f"{len(record.outputs[0])} dimensions", "dimensions")  # fmt: skip
+        message = f"{model} embeds in {len(record.outputs[0])} dimensions"
+        return error_body(400, "wrong_dimensions", message, "dimensions")
     data = []
     for i, vector in enumerate(record.outputs):
         embedding: Any = vector

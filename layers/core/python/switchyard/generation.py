@@ -46,7 +46,8 @@ class GenerationRequest(BaseModel):
     id, so a redelivered request samples the same tokens (but such a request is no
     one's to cache: the caller did not ask for a repeatable answer)."""
 
-    model_config = ConfigDict(extra="forbid")
+    # Strict: a JSON string is not a number here, nor true a 1.
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     prompt: str = Field(min_length=1)
     max_tokens: int = Field(default=16, ge=1)
