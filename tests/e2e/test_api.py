@@ -210,7 +210,7 @@ def test_async_requests_are_private_to_their_tenant(platform, http):
 def test_models_lists_the_registry_and_health_and_docs_answer(platform, http):
     models = http.get("/v1/models", headers=auth(platform)).json()["models"]
     listed = {m["model"]: [v["version"] for v in m["versions"]] for m in models}
-    assert listed == {"digits-cnn": ["v1", "v2"], "minilm-embed": ["v1"]}
+    assert listed == {"digits-cnn": ["v1", "v2"], "minilm-embed": ["v1"], "pydoc-gpt": ["v1"]}
     assert http.get("/healthz").json() == {"status": "ok"}
     assert http.get("/docs").status_code == 200
     assert "/v1/models/{model}/predict" in http.get("/openapi.json").json()["paths"]
