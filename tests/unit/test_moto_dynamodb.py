@@ -190,3 +190,83 @@ def test_with_the_fix_a_transaction_copies_no_table_and_is_still_all_or_nothing(
         assert "Item" not in ddb.get_item(TableName="results", Key={"pk": {"S": "c3"}})
         job = ddb.get_item(TableName="jobs", Key={"pk": {"S": "job"}})["Item"]
         assert job["chunks"] == {"N": "1"}
+
+
+def queries() -> list:
+    """Queries of one partition among others, of every kind the platform and
+    DynamoDB's users make: ranges, prefixes, paging, both directions."""
+    with mock_aws():
+        ddb = boto3.client("dynamodb", region_name="us-east-1")
+        ddb.create_table(
+            TableName="results",
+            KeySchema=[
+                {"AttributeName": "tenant", "KeyType": "HASH"},
+                {"AttributeName": "request_id", "KeyType": "RANGE"},
+            ],
+            AttributeDefinitions=[
+                {"AttributeName": "tenant", "AttributeType": "S"},
+                {"AttributeName": "request_id", "AttributeType": "S"},
+            ],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        for tenant in ("acme", "globex"):
+            for i in range(40):
+                for key in (f"r{i:03d}", f"r{i:03d}#t{i % 7:06d}"):
+                    ddb.put_item(
+                        TableName="results",
+                        Item={
+                            "tenant": {"S": tenant},
+                            "request_id": {"S": key},
+                            "n": {"N": str(i)},
+                        },
+                    )
+        asked = [
+            (
+                "#pk = :t AND #sk BETWEEN :lo AND :hi",
+                {":lo": {"S": "r010#t"}, ":hi": {"S": "r010#t~"}},
+            ),
+            ("#pk = :t AND #sk BETWEEN :lo AND :hi", {":lo": {"S": "r005"}, ":hi": {"S": "r020"}}),
+            ("#pk = :t AND begins_with(#sk, :p)", {":p": {"S": "r03"}}),
+            ("#pk = :t AND #sk > :lo", {":lo": {"S": "r035"}}),
+            ("#pk = :t", {}),
+        ]
+        answers = []
+        for condition, values in asked:
+            for forward in (True, False):
+                request = {
+                    "TableName": "results",
+                    "KeyConditionExpression": condition,
+                    "ExpressionAttributeNames": {
+                        "#pk": "tenant",
+                        **({"#sk": "request_id"} if "#sk" in condition else {}),
+                    },
+                    "ExpressionAttributeValues": {":t": {"S": "acme"}, **values},
+                    "ScanIndexForward": forward,
+                    "Limit": 7,
+                }
+                pages = []
+                while True:
+                    page = ddb.query(**request)
+                    pages.append([item["request_id"]["S"] for item in page["Items"]])
+                    if "LastEvaluatedKey" not in page:
+                        break
+                    request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+                answers.append(pages)
+        return answers
+
+
+def test_a_query_answers_the_same_when_it_reads_its_partition_only(monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
+    # GIVEN moto's answers, which read every item of the table for each query
+    expected = queries()
+    assert any(len(pages) > 1 for pages in expected)  # paging is exercised
+    assert expected[0] == [["r010#t000003"]] and expected[1] == [["r010#t000003"]]
+    # WHEN a query reads its partition, narrowed to its range, instead
+    moto_dynamodb.apply()
+    try:
+        answered = queries()
+    finally:
+        moto_dynamodb.undo()
+    # THEN every query and every page answers the same
+    assert answered == expected
