@@ -33,6 +33,7 @@ worker died is taken up again within seconds.
 
 from __future__ import annotations
 
+import functools
 import queue as stdlib_queue
 import signal
 import threading
@@ -149,7 +150,9 @@ class Worker:
         self._batches: dict[str, Continuous] = {}
         self._arrivals: stdlib_queue.Queue[Pending] = stdlib_queue.Queue()
         self._generating: dict[str, _Generating] = {}
-        self._stream_writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stream-writer")
+        # One write in flight per stream (so each stream's chunks land in order), up
+        # to this many streams' writes at once.
+        self._stream_writer = ThreadPoolExecutor(max_workers=4, thread_name_prefix="stream-writer")
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -642,6 +645,8 @@ class Worker:
                 continue
             assert p.message is not None
             work = _Generating(pending=p, sequences=sequences, started=time.time())
+            streamers = [getattr(sq.on_token, "__self__", None) for sq in sequences]
+            work.streamer = next((w for w in streamers if isinstance(w, _Streamer)), None)
             self._generating[p.message.request_id] = work
             running = self._batches[p.version]
             for sequence in sequences:
@@ -685,7 +690,8 @@ class Worker:
             )
             if request.stream and len(p.inputs) == 1 and self._stream is not None:
                 self._resume(sequence, m)
-                sequence.on_token = _Streamer(self, m, sequence).on_token
+                streamer = _Streamer(self, m, sequence)
+                sequence.on_token = streamer.on_token
             sequences.append(sequence)
         return sequences
 
@@ -713,8 +719,7 @@ class Worker:
             self._generation_done(work)
 
     def _generation_done(self, work: _Generating) -> None:
-        """Store the result after the stream's last chunk (same writer thread, so a
-        reader that sees the result has its tokens)."""
+        """Store the result; a streamed one after its stream's last chunk."""
         p = work.pending
         m = p.message
         assert m is not None
@@ -733,7 +738,11 @@ class Worker:
         record = self._record(
             p, "done", outputs=[s.output() for s in work.sequences], timing=timing
         )
-        self._stream_writer.submit(self._finisher.submit, [(p, record)])
+        store = functools.partial(self._finisher.submit, [(p, record)])
+        if work.streamer is not None:
+            work.streamer.after_last(store)  # a reader that sees the result has its tokens
+        else:
+            store()
         self._emit(
             p.version,
             batch_size=len(self._batches[p.version].running) + 1,
@@ -869,18 +878,23 @@ class _Refused(Exception):
 
 
 class _Generating:
-    """A message whose sequences are in a running batch."""
+    """A message whose sequences are in a running batch (a streamed one's writer)."""
 
     def __init__(self, pending: Pending, sequences: list[Sequence], started: float) -> None:
         self.pending = pending
         self.sequences = sequences
         self.started = started
+        self.streamer: _Streamer | None = None
 
 
 class _Streamer:
-    """Gathers a streamed sequence's tokens into chunks: the first token at once (the
-    caller's time to first token), then at most every ``stream_flush_seconds``, and
-    the last with how it ended."""
+    """Gathers a streamed sequence's tokens into chunks and writes them, in order,
+    with at most one write of its own in flight: the first token at once (the
+    caller's time to first token), then what has gathered when the last write is
+    done and ``stream_flush_seconds`` have passed, and the last chunk with how the
+    generation ended. When writes are slower than tokens come (many streams, a busy
+    table), chunks grow rather than queue. ``after_last`` runs once the last chunk
+    is written (or cannot be): the request's result is stored then."""
 
     def __init__(self, worker: Worker, message: QueueMessage, sequence: Sequence) -> None:
         self._worker = worker
@@ -888,21 +902,71 @@ class _Streamer:
         self._start = len(sequence.ids)  # tokens before it are written already
         self._ids: list[int] = []
         self._pieces: list[str] = []
+        self._ending: dict[str, Any] | None = None
         self._flushed_at = 0.0
+        self._writing = False
+        self._last_written = sequence.done  # resumed after its end: nothing to write
+        self._then: Callable[[], None] | None = None
+        self._lock = threading.Lock()
         self.disowned = False
 
     def on_token(self, sequence: Sequence, index: int, token: int, piece: str) -> None:
-        self._ids.append(token)
-        self._pieces.append(piece)
-        now = time.monotonic()
-        if not sequence.done and now - self._flushed_at < self._worker._stream_flush:
-            return
-        chunk = Chunk(start=self._start, ids=self._ids, pieces=self._pieces)
-        if sequence.done:
-            output = sequence.output()
-            chunk.finish_reason = output["finish_reason"]
-            chunk.usage = output["usage"]
-        self._worker._stream_writer.submit(self._worker._write_chunk, self._message, chunk, self)
-        self._start += len(self._ids)
-        self._ids, self._pieces = [], []
-        self._flushed_at = now
+        with self._lock:
+            self._ids.append(token)
+            self._pieces.append(piece)
+            if sequence.done:
+                output = sequence.output()
+                self._ending = {"finish_reason": output["finish_reason"], "usage": output["usage"]}
+            if self._writing or not self._due():
+                return
+            self._writing = True
+        self._worker._stream_writer.submit(self._write)
+
+    def after_last(self, then: Callable[[], None]) -> None:
+        with self._lock:
+            if not self._last_written:
+                self._then = then
+                return
+        then()
+
+    def _due(self) -> bool:
+        first = self._flushed_at == 0.0
+        waited = time.monotonic() - self._flushed_at >= self._worker._stream_flush
+        return bool(self._ids) and (first or waited or self._ending is not None)
+
+    def _write(self) -> None:
+        """On a stream writer thread: write what has gathered, then again while more
+        is due; the last chunk runs ``after_last``'s callback."""
+        while True:
+            with self._lock:
+                if not self._ids or self.disowned:
+                    self._writing = False
+                    last = self.disowned and self._ending is not None
+                    break
+                chunk = Chunk(start=self._start, ids=self._ids, pieces=self._pieces)
+                last = self._ending is not None
+                if last:
+                    chunk.finish_reason = self._ending["finish_reason"]
+                    chunk.usage = self._ending["usage"]
+                self._start += len(self._ids)
+                self._ids, self._pieces = [], []
+                self._flushed_at = time.monotonic()
+            self._worker._write_chunk(self._message, chunk, self)
+            if last:
+                with self._lock:
+                    self._writing = False
+                break
+            with self._lock:
+                if not self._due():
+                    self._writing = False
+                    last = False
+                    break
+        if last:
+            self._finished()
+
+    def _finished(self) -> None:
+        with self._lock:
+            self._last_written = True
+            then, self._then = self._then, None
+        if then is not None:
+            then()

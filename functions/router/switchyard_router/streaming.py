@@ -23,6 +23,7 @@ from switchyard.schemas import ResultRecord
 
 _FIRST_POLL_S = 0.01
 _MAX_POLL_S = 0.05
+_STREAM_POLL_S = 0.05  # after the first token: a look per chunk the worker writes
 _RECORD_EVERY_S = 0.5  # with nothing new for this long, read the request's record
 
 
@@ -70,21 +71,22 @@ class TokenReader:
     def first(self, deadline: float) -> list[Piece | Ending] | None:
         """What the stream holds once its first token (or its end) is there, or None
         if the monotonic ``deadline`` passes first."""
-        return self._until(deadline)
+        return self._until(deadline, _FIRST_POLL_S)
 
     def rest(self, deadline: float) -> Iterator[Piece | Ending]:
         """Everything after what was passed on, until the stream ends or the deadline
         passes (then an Ending whose finish_reason is ``timeout``)."""
         while self.ending is None:
-            got = self._until(deadline)
+            self._sleep(_STREAM_POLL_S)  # what it has was just passed on
+            got = self._until(deadline, _STREAM_POLL_S)
             if got is None:
                 self.ending = Ending(finish_reason="timeout")
                 yield self.ending
                 return
             yield from got
 
-    def _until(self, deadline: float) -> list[Piece | Ending] | None:
-        interval = _FIRST_POLL_S
+    def _until(self, deadline: float, first_interval: float) -> list[Piece | Ending] | None:
+        interval = first_interval
         quiet_since = time.monotonic()
         while True:
             got = self._look()
