@@ -6,8 +6,10 @@ Sections run one after another, never side by side, so that each has the machine
 to itself: model limit, worker efficiency, AWS calls and router cold start (on a
 private emulator), the emulator's SQS under a backlog, async bursts draining on the
 local platform, end to end on the local platform (micro-batching on, then off),
-and the LitServe peer. A section that fails is recorded and the others still run;
-the exit status is non-zero if any failed.
+the LitServe peer, scaling from zero, and generation (time to first token and
+tokens/s of streamed ``pydoc-gpt``: bare transformers, the platform, LitServe). A
+section that fails is recorded and the others still run; the exit status is
+non-zero if any failed.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ SECTIONS = (
     "end_to_end",
     "peer_litserve",
     "scaling",
+    "generation",
 )
 
 
@@ -154,6 +157,12 @@ def run(
         from bench import scaling
 
         results["sections"]["scaling"] = section("scaling", lambda: scaling.run(quick, log))
+    if "generation" in only:
+        from bench import generation
+
+        results["sections"]["generation"] = section(
+            "generation", lambda: generation.run(quick, log)
+        )
     from bench import report
 
     e2e = results["sections"].get("end_to_end") or {}

@@ -37,6 +37,17 @@ def peer_server(
     max_batch_size: int = 32, batch_timeout: float = 0.010, ready_timeout: float = 240
 ) -> Iterator[tuple[str, int]]:
     """A running LitServe peer on a loopback port, and its process id; stopped on exit."""
+    args = ["--max-batch-size", str(max_batch_size), "--batch-timeout", str(batch_timeout)]
+    with litserve_process("bench.peer_server", args, ready_timeout) as running:
+        yield running
+
+
+@contextmanager
+def litserve_process(
+    module: str, args: list[str], ready_timeout: float = 240
+) -> Iterator[tuple[str, int]]:
+    """``python -m <module> --port N <args>`` (a LitServe server) on a loopback port,
+    healthy, and its process id; its process group is stopped on exit."""
     port = free_port()
     env = {
         **os.environ,
@@ -45,17 +56,7 @@ def peer_server(
         "TOKENIZERS_PARALLELISM": "false",
     }
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "bench.peer_server",
-            "--port",
-            str(port),
-            "--max-batch-size",
-            str(max_batch_size),
-            "--batch-timeout",
-            str(batch_timeout),
-        ],
+        [sys.executable, "-m", module, "--port", str(port), *args],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,

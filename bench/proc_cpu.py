@@ -66,7 +66,10 @@ def role(pid: int) -> str:
         return f"worker {model}".strip()
     if "switchyard_local" in cmd or "switchyard up" in cmd:
         return "supervisor"
-    if "peer_server" in cmd or "litserve" in cmd or "multiprocessing" in cmd:
+    # The peers' servers, and LitServe's spawned workers (multiprocessing).
+    if any(
+        n in cmd for n in ("peer_server", "peer_generation_server", "litserve", "multiprocessing")
+    ):
         return "litserve"
     return "other"
 
@@ -86,9 +89,11 @@ def self_cpu() -> float:
 
 class CpuMeter:
     """CPU by role across a process tree, between ``start()`` and ``stop()``; the
-    tree is listed at start, so processes must already be running."""
+    tree is listed at start, so processes must already be running. With no root,
+    only this process (the load generator, or a model run in it) and the rest of
+    the machine are metered."""
 
-    def __init__(self, root_pid: int) -> None:
+    def __init__(self, root_pid: int | None) -> None:
         self.root_pid = root_pid
         self._pids: dict[int, str] = {}
         self._start: dict[int, float] = {}
@@ -96,7 +101,8 @@ class CpuMeter:
         self._machine = 0.0
 
     def start(self) -> None:
-        self._pids = {p: role(p) for p in descendants(self.root_pid)}
+        tree = descendants(self.root_pid) if self.root_pid is not None else []
+        self._pids = {p: role(p) for p in tree}
         self._start = {p: cpu_seconds(p) for p in self._pids}
         self._self = self_cpu()
         self._machine = machine_busy_seconds()

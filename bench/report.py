@@ -322,6 +322,7 @@ def markdown(results: dict[str, Any], images: list[str]) -> str:
     lines += _backlog(s)
     lines += _batch_jobs(s)
     lines += _scaling(s)
+    lines += _generation(s)
     lines += _end_to_end(s, results)
     lines += _breakdown(s)
     lines += _aws(s)
@@ -461,6 +462,33 @@ def _summary(results: dict[str, Any]) -> list[str]:
                     ),
                     0,
                 ),
+            ]
+        )
+    gen = s.get("generation", {})
+    ours = {
+        lv["concurrency"]: lv for lv in gen.get("targets", {}).get("platform", {}).get("levels", [])
+    }
+    bare = {
+        lv["concurrency"]: lv for lv in gen.get("targets", {}).get("bare", {}).get("levels", [])
+    }
+    if 1 in ours and 1 in bare:
+        rows.append(
+            [
+                "generation: TTFT p50 at one stream, platform vs bare transformers "
+                f"(+{fmt(ours[1]['ttft_p50_ms'] - bare[1]['ttft_p50_ms'])} ms; goal ≤ +100 ms)",
+                f"{fmt(ours[1]['ttft_p50_ms'])} ms",
+                f"{fmt(bare[1]['ttft_p50_ms'])} ms",
+                times(ratio(ours[1]["ttft_p50_ms"], bare[1]["ttft_p50_ms"]), 1),
+            ]
+        )
+    top = gen.get("batching_gain_streams")
+    if top in ours and 1 in ours:
+        rows.append(
+            [
+                f"generation: platform tokens/s at {top} streams vs at one",
+                f"{fmt(ours[top]['tokens_per_s'])} tokens/s",
+                f"{fmt(ours[1]['tokens_per_s'])} tokens/s",
+                times(gen.get("batching_gain")),
             ]
         )
     if not rows:
@@ -790,6 +818,129 @@ def _scaling(s: dict[str, Any]) -> list[str]:
             "",
         ]
     return out
+
+
+GENERATION_TARGETS = {
+    "bare": "bare transformers",
+    "platform": "platform",
+    "platform_openai": "platform, OpenAI API",
+    "litserve": "LitServe",
+}
+
+
+def _generation(s: dict[str, Any]) -> list[str]:
+    g = s.get("generation")
+    if not g:
+        return []
+    targets = {k: g["targets"][k] for k in GENERATION_TARGETS if k in g["targets"]}
+    rows = [
+        [
+            n,
+            GENERATION_TARGETS[name],
+            f"{fmt(lv['ttft_p50_ms'])} ms",
+            f"{fmt(lv['ttft_p99_ms'])} ms",
+            f"**{fmt(lv['tokens_per_s'])}**",
+            fmt(lv["stream_tokens_per_s_p50"]),
+            f"{lv['ok']} / {lv['requests']}",
+        ]
+        for n in g["concurrency"]
+        for name, t in targets.items()
+        for lv in t["levels"]
+        if lv["concurrency"] == n
+    ]
+    seen = {
+        r for t in targets.values() for lv in t["levels"] for r in lv.get("cpu_ms_per_token", {})
+    }
+    roles = sorted(seen, key=lambda r: (r == "load generator", r))
+    cpu_rows = [
+        [
+            lv["concurrency"],
+            GENERATION_TARGETS[name],
+            *[fmt(lv["cpu_ms_per_token"].get(r), 2) for r in roles],
+            pct(lv.get("others_busy_share")),
+            fmt(lv.get("results_table_items"), 0),
+        ]
+        for name, t in targets.items()
+        for lv in t["levels"]
+        if "cpu_ms_per_token" in lv
+    ]
+    cpu = [
+        "CPU milliseconds per streamed token, by process (*load generator* is this "
+        "process: the HTTP client, and for bare transformers the model too), and the "
+        "share of the machine that other work took meanwhile; for the platform, the "
+        "items its results table held after the level (results and the streams' chunks):",
+        "",
+        table(["streams", "target", *roles, "other work", "table items"], cpu_rows),
+        "",
+    ]
+    top = max(
+        targets.get("platform", {}).get("levels", []),
+        key=lambda lv: lv["concurrency"],
+        default=None,
+    )
+    costs = {k: v for k, v in (top or {}).get("cpu_ms_per_token", {}).items() if v is not None}
+    if costs:
+        largest = max(costs, key=lambda k: costs[k])
+        workers = [v for k, v in costs.items() if k.startswith("worker")]
+        cpu.append(
+            f"At {top['concurrency']} streams the platform's largest CPU cost per token is "
+            f"the {largest} ({fmt(costs[largest], 2)} ms; the worker "
+            f"{fmt(workers[0] if workers else None, 2)} ms)."
+            + (
+                " Locally the emulator carries the token streams (the worker's chunk "
+                "writes, the router's polls of each stream), a cost that DynamoDB, not the "
+                "serving machine, pays in the cloud."
+                if largest == "emulator"
+                else ""
+            )
+        )
+        cpu.append("")
+    overhead = g.get("ttft_overhead_p50_ms") or {}
+    met = {True: "met", False: "**not met**", None: "–"}
+    return [
+        "## Generation: time to first token and tokens/s, streamed",
+        "",
+        f"`{g['model']}` streamed, every request a docstring-like prompt with `max_tokens` "
+        f"{g['max_tokens']}, temperature {g['temperature']} and a seed of its own; N streams "
+        "in a closed loop (each sends its next request when its last one ends; requests "
+        "per level: "
+        + ", ".join(f"{n}: {c}" for n, c in g["requests_per_level"].items())
+        + "). TTFT runs from the call to the first token; tokens/s is every stream's "
+        "completion tokens over the level's wall time; *per stream* is the median "
+        "stream's own rate after its first token (`bench/generation.py`).",
+        "",
+        *[f"- {GENERATION_TARGETS[name]}: {t['how']}." for name, t in targets.items()],
+        "",
+        table(
+            [
+                "streams",
+                "target",
+                "TTFT p50",
+                "TTFT p99",
+                "tokens/s",
+                "per stream tokens/s",
+                "ok / sent",
+            ],
+            rows,
+        ),
+        "",
+        *(cpu if cpu_rows else []),
+        "The platform's TTFT over the bare runtime's, p50: "
+        + ", ".join(f"{n} stream(s) {fmt(v)} ms" for n, v in overhead.items())
+        + f"; at one stream {met[g.get('ttft_overhead_met')]} "
+        f"(goal ≤ {fmt(g['ttft_overhead_goal_ms'], 0)} ms). The platform's tokens/s at "
+        f"{g.get('batching_gain_streams')} streams over at one: "
+        f"**{times(g.get('batching_gain'))}**, {met[g.get('batching_gain_met')]} "
+        f"(goal ≥ {fmt(g['batching_gain_goal'], 0)}×: continuous batching).",
+        "",
+        *[
+            f"Failed at {lv['concurrency']} stream(s) on {GENERATION_TARGETS[name]}: "
+            f"{lv['errors']} request(s), the first with `{lv['first_error']}`.\n"
+            for name, t in targets.items()
+            for lv in t["levels"]
+            if lv["errors"]
+        ],
+    ]
 
 
 def _model_limit(s: dict[str, Any]) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import tomllib
 from collections import Counter
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from bench import generation as gen
 from bench.aws_calls import Call, item_size, read_units, summarise, write_units
 from bench.common import ROOT, digit_images, percentile, ratio, sentences
 from bench.end_to_end import breakdown
@@ -315,6 +317,217 @@ def test_batch_jobs_section_renders_goals_beside_the_figures():
     assert "| 10,000 | 1.6 MiB | succeeded | 4.0 s | 2,500.0 | 100 → 120 |" in text
     assert "**1.25×** of p99 alone (goal: within 1.5×)" in text
     assert "**0.91×** of the model's own limit" in text
+
+
+# -- generation ----------------------------------------------------------------------
+
+
+def _native(*events) -> list[tuple[float, str]]:
+    """SSE lines as the router writes them, each with its arrival time."""
+    out = []
+    for at, event in events:
+        out += [(at, f"data: {json.dumps(event)}"), (at, "")]
+    return out
+
+
+def test_native_stream_gives_ttft_from_the_first_token_and_tokens_from_usage():
+    # GIVEN a stream sent at 10.0 s whose first token comes 80 ms later; one event
+    # carries two tokens, as a chunk read at once may
+    lines = [(10.05, ": keep-alive")] + _native(
+        (10.08, {"token": "Return"}),
+        (10.09, {"token": " the value"}),
+        (10.20, {"done": True, "finish_reason": "length", "usage": {"completion_tokens": 3}}),
+    )
+    # WHEN it is read
+    out = gen.read_stream(lines, started=10.0)
+    # THEN TTFT is to the first token event, and the count is the answer's own
+    assert out.ttft_ms == pytest.approx(80)
+    assert out.tokens == 3
+    assert out.finish_reason == "length"
+    assert out.seconds == pytest.approx(0.2)
+    assert out.ok
+
+
+def test_openai_stream_skips_the_finish_chunk_and_stops_at_done():
+    chunk = {"object": "text_completion", "usage": None}
+    lines = _native(
+        (1.03, {**chunk, "choices": [{"index": 0, "text": "a", "finish_reason": None}]}),
+        (1.04, {**chunk, "choices": [{"index": 0, "text": "b", "finish_reason": None}]}),
+        (1.05, {**chunk, "choices": [{"index": 0, "text": "", "finish_reason": "length"}]}),
+    ) + [(1.06, "data: [DONE]"), (1.07, "data: {not json after the end")]
+    out = gen.read_stream(lines, started=1.0)
+    # without usage, the token events are counted: the finish chunk is none
+    assert out.ttft_ms == pytest.approx(30)
+    assert (out.tokens, out.finish_reason) == (2, "length")
+    with_usage = lines[:6] + _native(
+        (1.055, {**chunk, "choices": [], "usage": {"completion_tokens": 5}})
+    )
+    assert gen.read_stream(with_usage, started=1.0).tokens == 5
+
+
+def test_a_stream_that_errors_or_brings_no_token_is_not_ok():
+    failed = gen.read_stream(
+        _native((2.1, {"token": "x"}), (2.2, {"error": {"code": "expired"}})), started=2.0
+    )
+    assert not failed.ok and "expired" in failed.error
+    empty = gen.read_stream(_native((2.1, {"done": True, "usage": {"completion_tokens": 0}})), 2.0)
+    assert not empty.ok and empty.error == "the stream ended without a token"
+    garbled = gen.read_stream(_native((2.1, {"token": "x"})) + [(2.2, "data: <html>")], 2.0)
+    assert not garbled.ok and garbled.error == "not an event: <html>"
+
+
+def test_a_level_summary_counts_only_streams_that_streamed():
+    outcomes = [
+        gen.StreamOutcome(ttft_ms=10.0, tokens=64, seconds=0.65),
+        gen.StreamOutcome(ttft_ms=30.0, tokens=64, seconds=1.03),
+        gen.StreamOutcome(error="HTTP 503: busy"),
+    ]
+    out = gen.summarise(2, outcomes, wall_s=1.6)
+    assert (out["requests"], out["ok"], out["errors"]) == (3, 2, 1)
+    assert out["first_error"] == "HTTP 503: busy"
+    assert out["ttft_p50_ms"] == 20.0
+    assert out["ttft_p99_ms"] == pytest.approx(29.8)
+    assert out["tokens_per_s"] == 80.0  # 128 tokens over 1.6 s, the failed one adds none
+    # after its first token, each stream ran 63 tokens in 0.64 s and 1.0 s
+    assert out["stream_tokens_per_s_p50"] == pytest.approx((63 / 0.64 + 63 / 1.0) / 2, abs=0.1)
+    assert math.isnan(gen.summarise(1, [gen.StreamOutcome(error="x")], 1.0)["ttft_p50_ms"])
+
+
+def test_goals_read_ttft_overhead_at_one_stream_and_gain_at_the_most_streams():
+    def level(n, p50, rate):
+        return {"concurrency": n, "ttft_p50_ms": p50, "tokens_per_s": rate}
+
+    targets = {
+        "bare": {"levels": [level(1, 6.0, 450.0), level(8, 60.0, 220.0)]},
+        "platform": {
+            "levels": [level(1, 96.0, 200.0), level(4, 120.0, 500.0), level(8, 150.0, 390.0)]
+        },
+    }
+    out = gen.verdicts(targets)
+    assert out["ttft_overhead_p50_ms"] == {"1": 90.0, "8": 90.0}
+    assert out["ttft_overhead_met"] is True
+    assert out["batching_gain_streams"] == 8
+    assert out["batching_gain"] == 1.95 and out["batching_gain_met"] is False
+    targets["platform"]["levels"][0]["ttft_p50_ms"] = 107.0
+    assert gen.verdicts(targets)["ttft_overhead_met"] is False
+    assert gen.verdicts({})["batching_gain"] is None
+
+
+def test_closed_loop_runs_each_request_once_never_more_than_n_at_a_time():
+    import asyncio
+
+    running, most, seen = 0, 0, []
+
+    async def one(i: int) -> gen.StreamOutcome:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await asyncio.sleep(0.001 * (i % 3))
+        seen.append(i)
+        running -= 1
+        return gen.StreamOutcome(ttft_ms=1.0, tokens=i)
+
+    outcomes, wall = asyncio.run(gen.closed_loop(one, 3, 10))
+    assert sorted(seen) == list(range(10)) and most == 3
+    assert [o.tokens for o in outcomes] == list(range(10))  # in request order
+    assert wall > 0
+
+
+def test_requests_are_the_same_for_every_target_and_levels_are_bounded():
+    assert (
+        gen.request_body(3) == gen.request_body(3)
+        and gen.request_body(3)["seed"] != gen.request_body(4)["seed"]
+    )
+    assert gen.request_body(0)["max_tokens"] == 64 and gen.request_body(0)["temperature"] == 0.8
+    assert [gen.requests_per_level(n, quick=False) for n in (1, 2, 4, 8)] == [24, 24, 24, 48]
+    assert [gen.requests_per_level(n, quick=True) for n in (1, 8)] == [8, 16]
+
+
+def test_the_token_queue_skips_the_prompt_and_ends():
+    import torch
+
+    streamer = gen.TokenQueue()
+    streamer.put(torch.tensor([[5, 6, 7]]))  # the prompt
+    assert streamer.first_at is None
+    streamer.put(torch.tensor([11]))
+    streamer.put(torch.tensor([12]))
+    streamer.end()
+    assert list(streamer) == [11, 12] and streamer.count == 2 and streamer.first_at
+
+
+def test_cpu_per_token_divides_by_the_tokens_and_others_by_the_capacity():
+    out = gen.cpu_summary({"emulator": 1.5, "worker pydoc-gpt": 0.5}, 1.0, 500, capacity_s=10.0)
+    assert out == {
+        "cpu_ms_per_token": {"emulator": 3.0, "worker pydoc-gpt": 1.0},
+        "others_busy_share": 0.1,
+    }
+    assert gen.cpu_summary({"x": 1.0}, 0.0, 0, 0.0)["cpu_ms_per_token"] == {"x": None}
+
+
+def test_generation_section_renders_the_table_and_the_goals():
+    from bench.report import _generation
+
+    lv = {
+        "ttft_p50_ms": 5.8,
+        "ttft_p99_ms": 8.0,
+        "tokens_per_s": 452.8,
+        "stream_tokens_per_s_p50": 460.0,
+        "ok": 24,
+        "requests": 24,
+        "errors": 0,
+        "first_error": None,
+    }
+    section = {
+        "model": "pydoc-gpt v1",
+        "max_tokens": 64,
+        "temperature": 0.8,
+        "concurrency": [1, 8],
+        "requests_per_level": {"1": 24, "8": 48},
+        "targets": {
+            "bare": {"how": "threads", "levels": [{**lv, "concurrency": 1}]},
+            "platform": {
+                "how": "queues",
+                "levels": [
+                    {
+                        **lv,
+                        "concurrency": 1,
+                        "ttft_p50_ms": 90.0,
+                        "cpu_ms_per_token": {"emulator": 1.8, "worker": 2.75},
+                        "others_busy_share": 0.05,
+                        "results_table_items": 1200,
+                    },
+                    {
+                        **lv,
+                        "concurrency": 8,
+                        "errors": 2,
+                        "ok": 46,
+                        "first_error": "HTTP 500",
+                        "cpu_ms_per_token": {"emulator": 19.3, "worker": 1.5},
+                        "others_busy_share": 0.0,
+                    },
+                ],
+            },
+        },
+        "ttft_overhead_p50_ms": {"1": 84.2},
+        "ttft_overhead_goal_ms": 100.0,
+        "ttft_overhead_met": True,
+        "batching_gain_streams": 8,
+        "batching_gain": 1.5,
+        "batching_gain_goal": 2.0,
+        "batching_gain_met": False,
+    }
+    text = "\n".join(_generation({"generation": section}))
+    assert "| 1 | bare transformers | 5.8 ms | 8.0 ms | **452.8** | 460.0 | 24 / 24 |" in text
+    assert "| 8 | platform | 5.8 ms | 8.0 ms | **452.8** | 460.0 | 46 / 24 |" in text
+    assert "1 stream(s) 84.2 ms; at one stream met (goal ≤ 100 ms)" in text
+    assert "**1.50×**, **not met** (goal ≥ 2×" in text
+    assert "| streams | target | emulator | worker | other work | table items |" in text
+    assert "| 1 | platform | 1.80 | 2.75 | 5 % | 1,200 |" in text
+    assert (
+        "At 8 streams the platform's largest CPU cost per token is the emulator (19.30 ms;" in text
+    )
+    assert "the worker 1.50 ms). Locally the emulator carries the token streams" in text
+    assert "Failed at 8 stream(s) on platform: 2 request(s), the first with `HTTP 500`" in text
 
 
 # -- the soak's analysis ---------------------------------------------------------------
