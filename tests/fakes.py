@@ -211,8 +211,17 @@ class FakeTokenStream:
         return True
 
     def after(self, tenant: str, request_id: str, index: int) -> list[Any]:
+        self.log.append(("after", request_id))
         mine = self.chunks.get((tenant, request_id), {})
         return [mine[start] for start in sorted(mine) if start >= index]
+
+    def at(self, places: list[tuple[str, str, int]]) -> dict[tuple[str, str, int], Any]:
+        self.log.append(("at", len(places)))
+        return {
+            (t, r, n): self.chunks[(t, r)][n]
+            for t, r, n in places
+            if n in self.chunks.get((t, r), {})
+        }
 
 
 class CharTokenizer:

@@ -5,6 +5,7 @@ against ``transformers``' own greedy generate on a small GPT-2 made here."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -334,3 +335,54 @@ def test_a_top_p_too_small_for_any_token_still_keeps_the_likeliest():
     logits = torch.tensor([0.0, 3.0, 1.0])
     tiny = sequence(temperature=1.0, top_p=5e-324)
     assert {sample(logits, tiny, i) for i in range(20)} == {1}
+
+
+def test_a_hub_reads_every_stream_in_one_call_per_look_and_each_gets_its_own_tokens():
+    import threading
+
+    from switchyard_router.streaming import StreamHub
+
+    stream = FakeTokenStream()
+    hub = StreamHub(stream, interval_s=0.005)
+    readers = {
+        rid: TokenReader(stream, FakeResults(), "acme", rid, hub=hub) for rid in ("r1", "r2", "r3")
+    }
+    texts: dict[str, list] = {}
+
+    def follow(rid: str) -> None:
+        texts[rid] = list(readers[rid].rest(deadline=time.monotonic() + 10))
+
+    threads = [threading.Thread(target=follow, args=(rid,)) for rid in readers]
+    for t in threads:
+        t.start()
+    for i in range(5):  # each stream's chunks, written as a worker writes them
+        for rid in readers:
+            last = i == 4
+            chunk = Chunk(i * 2, [1, 2], [f"{rid}.{i}a", f"{rid}.{i}b"])
+            if last:
+                chunk.finish_reason, chunk.usage = "length", {"completion_tokens": 10}
+            stream.put("acme", rid, chunk, 0)
+        time.sleep(0.02)
+    for t in threads:
+        t.join(10)
+    for rid, got in texts.items():
+        assert [p.text for p in got if isinstance(p, Piece)] == [
+            f"{rid}.{i}{half}" for i in range(5) for half in "ab"
+        ]
+        assert got[-1] == Ending("length", {"completion_tokens": 10})
+    looks = [n for kind, n in stream.log if kind == "at"]
+    assert looks and max(looks) == 3  # the three streams in one read
+    assert not [kind for kind, _ in stream.log if kind == "after"]  # no Query per stream
+
+
+def test_a_hub_reader_falls_back_to_a_query_for_a_chunk_that_does_not_begin_where_it_looks():
+    from switchyard_router.streaming import StreamHub
+
+    stream = FakeTokenStream()
+    stream.put("acme", "r1", Chunk(0, [1, 2], ["a", "b"]), 0)
+    # another worker's chunk overlapping the first: it begins at token 1, not 2
+    stream.put("acme", "r1", Chunk(1, [2, 3], ["b", "c"], "length", {"n": 3}), 0)
+    reader = TokenReader(stream, FakeResults(), "acme", "r1", hub=StreamHub(stream, 0.005))
+    got = list(reader.rest(deadline=time.monotonic() + 5))
+    assert [p.text for p in got if isinstance(p, Piece)] == ["a", "b", "c"]
+    assert got[-1] == Ending("length", {"n": 3})

@@ -34,6 +34,7 @@ from switchyard_router.jobs_api import JOB_BODY, JobsApi, parse_submission
 from switchyard_router.logic import MAX_DEADLINE_MS, Admitted, PredictService, RequestRejected
 from switchyard_router.openai_api import add_openai_routes, is_openai_path
 from switchyard_router.openai_api import error_body as openai_error
+from switchyard_router.streaming import StreamHub
 
 log = logging.getLogger("switchyard.router")
 
@@ -87,6 +88,7 @@ class RouterDeps:
     # Generation: the token streams workers write, and the results they end in.
     stream: TokenStream | None = None
     results: ResultStore | None = None
+    hub: StreamHub | None = None  # reads every stream of this process together
 
 
 def create_app(deps: RouterDeps) -> FastAPI:
@@ -296,7 +298,7 @@ def create_app(deps: RouterDeps) -> FastAPI:
             base_path=_base_path(request),
         )
         return await run_in_threadpool(
-            generate, deps.service, deps.stream, deps.results, call, NativeFormat()
+            generate, deps.service, deps.stream, deps.results, call, NativeFormat(), deps.hub
         )
 
     add_openai_routes(app, deps, tenant_of)

@@ -28,7 +28,14 @@ from switchyard.generation import TokenStream
 from switchyard.results import ResultStore
 from switchyard.schemas import GenerationSignature, ResultRecord
 from switchyard_router.logic import Admitted, PredictService, RequestRejected
-from switchyard_router.streaming import SSE_HEADERS, Ending, Piece, TokenReader, sse
+from switchyard_router.streaming import (
+    SSE_HEADERS,
+    Ending,
+    Piece,
+    StreamHub,
+    TokenReader,
+    sse,
+)
 
 # A stream is cut after this long (API Gateway's REST response streaming allows
 # up to 15 minutes; a generation of 256 tokens takes seconds).
@@ -72,6 +79,7 @@ def generate(
     results: ResultStore,
     call: GenerationCall,
     fmt: Format,
+    hub: StreamHub | None = None,
 ) -> Response:
     require_generative(service, call.model)
     admitted = service.submit(
@@ -101,7 +109,7 @@ def generate(
         if record.status != "done":
             return fmt.failure(record)
         return JSONResponse(fmt.answer(record, admitted), headers=headers)
-    reader = TokenReader(stream, results, call.tenant, admitted.request_id)
+    reader = TokenReader(stream, results, call.tenant, admitted.request_id, hub=hub)
     first = reader.first(admitted.deadline)
     if first is None:
         return JSONResponse(accepted, 202, headers={**headers, "Location": location})

@@ -469,7 +469,9 @@ def add_openai_routes(app: FastAPI, deps: Any, tenant_of: Callable[[Request], st
             request=body,
             headers=dict(request.headers),
         )
-        return await run_in_threadpool(generate, service, deps.stream, deps.results, call, fmt)
+        return await run_in_threadpool(
+            generate, service, deps.stream, deps.results, call, fmt, deps.hub
+        )
 
     @app.post(
         f"{PREFIX}/completions",

@@ -12,12 +12,15 @@ before the chunk) ends with the rest of the result's text.
 from __future__ import annotations
 
 import json
+import logging
+import queue
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from switchyard.generation import TokenStream
+from switchyard.generation import Chunk, TokenStream
 from switchyard.results import ResultStore
 from switchyard.schemas import ResultRecord
 
@@ -25,6 +28,65 @@ _FIRST_POLL_S = 0.01
 _MAX_POLL_S = 0.05
 _STREAM_POLL_S = 0.05  # after the first token: a look per chunk the worker writes
 _RECORD_EVERY_S = 0.5  # with nothing new for this long, read the request's record
+
+log = logging.getLogger("switchyard.router")
+
+
+class _Watch:
+    """One stream the hub reads: where its next chunk begins, and what it found."""
+
+    def __init__(self, tenant: str, request_id: str, cursor: int) -> None:
+        self.tenant = tenant
+        self.request_id = request_id
+        self.cursor = cursor  # the token its next chunk begins at
+        self.found: queue.Queue[Chunk] = queue.Queue()
+
+
+class StreamHub:
+    """Every stream this router process passes on, read together after their first
+    token: each look is one read of every stream's next chunk by its exact key
+    (``TokenStream.at``, a BatchGetItem), so n streams cost one call per look, not n
+    Queries. In Lambda a function instance holds one stream at a time and the hub
+    reads one key; the local router holds them all."""
+
+    def __init__(self, stream: TokenStream, interval_s: float = _STREAM_POLL_S) -> None:
+        self._stream = stream
+        self._interval = interval_s
+        self._watches: dict[int, _Watch] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, tenant: str, request_id: str, cursor: int) -> _Watch:
+        watch = _Watch(tenant, request_id, cursor)
+        with self._lock:
+            self._watches[id(watch)] = watch
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="stream-hub", daemon=True)
+                self._thread.start()
+        return watch
+
+    def forget(self, watch: _Watch) -> None:
+        with self._lock:
+            self._watches.pop(id(watch), None)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self._interval)
+            with self._lock:
+                watches = list(self._watches.values())
+                if not watches:
+                    self._thread = None
+                    return
+            try:
+                found = self._stream.at([(w.tenant, w.request_id, w.cursor) for w in watches])
+            except Exception:  # noqa: BLE001 - each reader falls back to its own Query
+                log.exception("reading the streams' next chunks failed")
+                continue
+            for w in watches:
+                chunk = found.get((w.tenant, w.request_id, w.cursor))
+                if chunk is not None:
+                    w.cursor = chunk.end
+                    w.found.put(chunk)
 
 
 @dataclass
@@ -58,8 +120,10 @@ class TokenReader:
         request_id: str,
         *,
         sleep: Callable[[float], None] = time.sleep,
+        hub: StreamHub | None = None,
     ) -> None:
         self._stream = stream
+        self._hub = hub
         self._results = results
         self._tenant = tenant
         self._request_id = request_id
@@ -76,6 +140,9 @@ class TokenReader:
     def rest(self, deadline: float) -> Iterator[Piece | Ending]:
         """Everything after what was passed on, until the stream ends or the deadline
         passes (then an Ending whose finish_reason is ``timeout``)."""
+        if self._hub is not None:
+            yield from self._from_hub(self._hub, deadline)
+            return
         while self.ending is None:
             self._sleep(_STREAM_POLL_S)  # what it has was just passed on
             got = self._until(deadline, _STREAM_POLL_S)
@@ -84,6 +151,28 @@ class TokenReader:
                 yield self.ending
                 return
             yield from got
+
+    def _from_hub(self, hub: StreamHub, deadline: float) -> Iterator[Piece | Ending]:
+        """The rest as the hub finds it; quiet for a while, a Query (a chunk that does
+        not begin where the last ended: another worker's) and the record."""
+        watch = hub.watch(self._tenant, self._request_id, self.next_index)
+        try:
+            while self.ending is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self.ending = Ending(finish_reason="timeout")
+                    yield self.ending
+                    return
+                try:
+                    chunk = watch.found.get(timeout=min(_RECORD_EVERY_S, left))
+                except queue.Empty:
+                    got = self._look(whole=True) or self._from_record()
+                    watch.cursor = max(watch.cursor, self.next_index)
+                else:
+                    got = self._take([chunk])
+                yield from got
+        finally:
+            hub.forget(watch)
 
     def _until(self, deadline: float, first_interval: float) -> list[Piece | Ending] | None:
         interval = first_interval
@@ -95,7 +184,7 @@ class TokenReader:
             now = time.monotonic()
             if now - quiet_since >= _RECORD_EVERY_S:
                 quiet_since = now
-                ended = self._from_record()
+                ended = self._look(whole=True) or self._from_record()
                 if ended:
                     return ended
             if now >= deadline:
@@ -103,9 +192,17 @@ class TokenReader:
             self._sleep(min(interval, max(deadline - now, 0)))
             interval = min(interval * 1.5, _MAX_POLL_S)
 
-    def _look(self) -> list[Piece | Ending]:
+    def _look(self, whole: bool = False) -> list[Piece | Ending]:
+        """What the chunks after the last token passed on add; ``whole``: read every
+        chunk, for one that begins before that token and ends after it (another
+        worker's, cut elsewhere)."""
+        start = 0 if whole else self.next_index
+        return self._take(self._stream.after(self._tenant, self._request_id, start))
+
+    def _take(self, chunks: list[Chunk]) -> list[Piece | Ending]:
+        """What these chunks (in order) add after the last token passed on."""
         out: list[Piece | Ending] = []
-        for chunk in self._stream.after(self._tenant, self._request_id, self.next_index):
+        for chunk in chunks:
             if chunk.start > self.next_index:
                 break  # a gap: its chunk is not written yet
             skip = self.next_index - chunk.start
@@ -127,7 +224,7 @@ class TokenReader:
         if record.status != "done":
             self.ending = Ending(record=record)
             return [self.ending]
-        got = self._look()  # its last chunk may have landed since
+        got = self._look(whole=True)  # its last chunk may have landed since
         if got and self.ending is not None:
             return got
         output = (record.outputs or [{}])[0]

@@ -16,6 +16,7 @@ from switchyard.wiring import build_adapters
 from switchyard_router.app import RouterDeps
 from switchyard_router.jobs_api import JobsApi
 from switchyard_router.logic import PredictService
+from switchyard_router.streaming import StreamHub
 
 
 def build_deps(settings: RouterSettings) -> RouterDeps:
@@ -55,11 +56,13 @@ def build_deps(settings: RouterSettings) -> RouterDeps:
             if settings.drop_queue_url
             else None,
         )
+    stream = DynamoDBTokenStream(adapters.client("dynamodb"), settings.results_table)
     return RouterDeps(
         service=service,
         tenants=KeyIdDirectory(settings.tenant_keys),
         max_body_bytes=settings.max_body_bytes,
         jobs=jobs,
-        stream=DynamoDBTokenStream(adapters.client("dynamodb"), settings.results_table),
+        stream=stream,
         results=adapters.results,
+        hub=StreamHub(stream),
     )

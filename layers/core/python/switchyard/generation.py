@@ -182,6 +182,11 @@ class TokenStream(Protocol):
         """The chunks whose first token is ``index`` or later, in order."""
         ...
 
+    def at(self, places: list[tuple[str, str, int]]) -> dict[tuple[str, str, int], Chunk]:
+        """The chunks that begin exactly at these (tenant, request id, token) places,
+        those written so far, in one read."""
+        ...
+
 
 def chunk_key(request_id: str, start: int) -> str:
     return f"{request_id}#t{start:06d}"
@@ -241,12 +246,36 @@ class DynamoDBTokenStream:
         }
         while True:
             response = self._ddb.query(**request)
-            for item in response.get("Items", []):
-                doc = json.loads(item["chunk"]["S"])
-                chunks.append(Chunk(**doc))
+            chunks.extend(_chunk_of(item) for item in response.get("Items", []))
             if "LastEvaluatedKey" not in response:
                 return chunks
             request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+    def at(self, places: list[tuple[str, str, int]]) -> dict[tuple[str, str, int], Chunk]:
+        found: dict[tuple[str, str, int], Chunk] = {}
+        wanted = list(dict.fromkeys(places))
+        for i in range(0, len(wanted), _BATCH_GET_LIMIT):
+            keys: list[dict[str, Any]] = [
+                {RESULTS.partition: {"S": t}, RESULTS.sort: {"S": chunk_key(r, n)}}
+                for t, r, n in wanted[i : i + _BATCH_GET_LIMIT]
+            ]
+            while keys:
+                response = self._ddb.batch_get_item(
+                    RequestItems={self._table: {"Keys": keys, "ConsistentRead": True}}
+                )
+                for item in response.get("Responses", {}).get(self._table, []):
+                    request_id = item[RESULTS.sort]["S"].rsplit("#t", 1)[0]
+                    chunk = _chunk_of(item)
+                    found[(item[RESULTS.partition]["S"], request_id, chunk.start)] = chunk
+                keys = response.get("UnprocessedKeys", {}).get(self._table, {}).get("Keys", [])
+        return found
+
+
+_BATCH_GET_LIMIT = 100
+
+
+def _chunk_of(item: dict[str, Any]) -> Chunk:
+    return Chunk(**json.loads(item["chunk"]["S"]))
 
 
 def tokens_written(stream: TokenStream, tenant: str, request_id: str) -> list[Chunk]:
