@@ -37,6 +37,7 @@ SECTIONS = (
     "peer_litserve",
     "scaling",
     "generation",
+    "stream_transport",
 )
 
 
@@ -162,6 +163,12 @@ def run(
 
         results["sections"]["generation"] = section(
             "generation", lambda: generation.run(quick, log)
+        )
+    if "stream_transport" in only:
+        from bench import stream_transport
+
+        results["sections"]["stream_transport"] = section(
+            "stream_transport", lambda: stream_transport.run(quick, log)
         )
     from bench import report
 

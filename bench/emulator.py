@@ -21,6 +21,7 @@ STAGE = "dev"
 class Emulator:
     url: str
     provisioned: Any  # switchyard_local.provision.Provisioned
+    pid: int = 0  # the emulator's process
 
     @property
     def api_keys(self) -> dict[str, str]:
@@ -47,6 +48,6 @@ def emulator() -> Iterator[Emulator]:
     running = start_emulator(workdir / "moto.log")
     try:
         provisioned = provision(load_manifest(MANIFEST_FILE), STAGE, running.url, REGION)
-        yield Emulator(running.url, provisioned)
+        yield Emulator(running.url, provisioned, running.pid)
     finally:
         running.stop()

@@ -323,6 +323,7 @@ def markdown(results: dict[str, Any], images: list[str]) -> str:
     lines += _batch_jobs(s)
     lines += _scaling(s)
     lines += _generation(s)
+    lines += _stream_transport(s)
     lines += _end_to_end(s, results)
     lines += _breakdown(s)
     lines += _aws(s)
@@ -941,6 +942,43 @@ def _generation(s: dict[str, Any]) -> list[str]:
             if lv["errors"]
         ],
     ]
+
+
+def _stream_transport(s: dict[str, Any]) -> list[str]:
+    t = s.get("stream_transport")
+    if not t:
+        return []
+    names = [n for n in t if isinstance(t[n], dict)]
+    rows = [
+        [
+            name,
+            fmt(t[name].get("delay_ms_p50"), 1, " ms"),
+            fmt(t[name].get("delay_ms_p99"), 1, " ms"),
+            fmt(t[name].get("setup_ms_p50"), 1, " ms") if "setup_ms_p50" in t[name] else "none",
+            fmt(t[name].get("calls_per_stream"), 1),
+            fmt(t[name].get("emulator_cpu_ms_per_chunk"), 2, " ms"),
+            f"{t[name].get('delivered')} / {t[name].get('chunks')}",
+        ]
+        for name in names
+    ]
+    return [
+        "## Streaming transport",
+        "",
+        f"How a streamed generation's chunks could travel from the worker to the router, on "
+        f"the local emulator (`bench/stream_transport.py`): {t['streams']} streams at once, "
+        f"each {t['chunks_per_stream']} chunks written {t['gap_ms']:g} ms apart, a reader per "
+        "stream. *Delay* runs from a chunk's write to its reader having it; *calls* are the "
+        "AWS calls a stream cost, writer and reader; *setup* is what a stream needs before "
+        "its first chunk. The platform uses the results table with the hub "
+        "([generation.md](generation.md#why-the-results-table-carries-the-stream)).",
+        "",
+        table(
+            ["transport", "delay p50", "delay p99", "setup p50", "calls per stream",
+             "emulator CPU per chunk", "delivered"],
+            rows,
+        ),
+        "",
+    ]  # fmt: skip
 
 
 def _model_limit(s: dict[str, Any]) -> list[str]:

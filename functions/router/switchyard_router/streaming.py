@@ -77,16 +77,23 @@ class StreamHub:
                 if not watches:
                     self._thread = None
                     return
-            try:
-                found = self._stream.at([(w.tenant, w.request_id, w.cursor) for w in watches])
-            except Exception:  # noqa: BLE001 - each reader falls back to its own Query
-                log.exception("reading the streams' next chunks failed")
-                continue
-            for w in watches:
-                chunk = found.get((w.tenant, w.request_id, w.cursor))
-                if chunk is not None:
-                    w.cursor = chunk.end
-                    w.found.put(chunk)
+            # Streams that had a chunk are read again at once: the next may be there
+            # too (a reader that fell behind catches up in one look, not one a look).
+            while watches:
+                try:
+                    found = self._stream.at([(w.tenant, w.request_id, w.cursor) for w in watches])
+                except Exception:  # noqa: BLE001 - each reader falls back to its own Query
+                    log.exception("reading the streams' next chunks failed")
+                    break
+                moved = []
+                for w in watches:
+                    chunk = found.get((w.tenant, w.request_id, w.cursor))
+                    if chunk is not None:
+                        w.cursor = chunk.end
+                        w.found.put(chunk)
+                        if chunk.finish_reason is None:
+                            moved.append(w)
+                watches = moved
 
 
 @dataclass
