@@ -18,12 +18,18 @@ def test_demo_models_are_uploaded_and_registered_with_their_sha256(
         ("minilm-embed", "v1"),
         ("digits-cnn", "v1"),
         ("digits-cnn", "v2"),
+        ("pydoc-gpt", "v1"),
     }
     registry = DynamoDBRegistry(clients("dynamodb"), manifest.names("dev").registry_table)
     stored = registry.get("digits-cnn", "v2")
     assert stored is not None
     assert stored.sha256 == sha256_file(models_dir / "digits-cnn" / "v2" / "model.pt")
     assert stored.max_batch_size == manifest.models["digits-cnn"].max_batch_size
+    assert stored.tokenizer_uri is None
+    # a generation model's version names its tokenizer too, checked like its artifact
+    gpt = registry.get("pydoc-gpt", "v1")
+    assert gpt is not None and gpt.tokenizer_uri and gpt.tokenizer_uri.endswith("/tokenizer.json")
+    assert gpt.tokenizer_sha256 == sha256_file(models_dir / "pydoc-gpt" / "v1" / "tokenizer.json")
 
 
 def test_a_version_record_cannot_be_overwritten(manifest, provisioned, clients, models_dir):

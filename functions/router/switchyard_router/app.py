@@ -7,7 +7,6 @@ a rejected request.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from switchyard.schemas import FORBIDDEN, ResultRecord
 from switchyard.signatures import FieldError
 from switchyard.telemetry import COUNT, MILLISECONDS, emit_metrics
 from switchyard_router import api_document
+from switchyard_router.answers import json_object, queued, routed_headers
 from switchyard_router.generate_api import GenerationCall, NativeFormat, generate
 from switchyard_router.jobs_api import JOB_BODY, JobsApi, parse_submission
 from switchyard_router.logic import MAX_DEADLINE_MS, Admitted, PredictService, RequestRejected
@@ -77,6 +77,28 @@ _PREDICT_BODY = {
         }
     },
 }
+
+
+# The parameters every route that admits a request takes.
+AsyncQuery = Annotated[bool, Query(alias="async")]
+DeadlineHeader = Annotated[int | None, Header(alias="x-deadline-ms", ge=1, le=MAX_DEADLINE_MS)]
+StickyHeader = Annotated[
+    str | None,
+    Header(
+        alias="x-user-id",
+        max_length=256,
+        description="The default sticky key: the same value keeps its version",
+    ),
+]
+PinHeader = Annotated[
+    str | None,
+    Header(
+        alias="x-model-version",
+        min_length=1,
+        max_length=64,
+        description="Pin the request to this version: no canary assignment, shadow or fallback",
+    ),
+]
 
 
 @dataclass
@@ -166,28 +188,10 @@ def create_app(deps: RouterDeps) -> FastAPI:
     async def predict(
         request: Request,
         model: Annotated[str, Path(max_length=64, examples=["digits-cnn", "minilm-embed"])],
-        is_async: Annotated[bool, Query(alias="async")] = False,
-        deadline_ms: Annotated[
-            int | None, Header(alias="x-deadline-ms", ge=1, le=MAX_DEADLINE_MS)
-        ] = None,
-        user_id: Annotated[
-            str | None,
-            Header(
-                alias="x-user-id",
-                max_length=256,
-                description="The default sticky key: the same value keeps its version",
-            ),
-        ] = None,
-        pinned: Annotated[
-            str | None,
-            Header(
-                alias="x-model-version",
-                min_length=1,
-                max_length=64,
-                description="Pin the request to this version: no canary assignment, "
-                "shadow or fallback",
-            ),
-        ] = None,
+        is_async: AsyncQuery = False,
+        deadline_ms: DeadlineHeader = None,
+        user_id: StickyHeader = None,
+        pinned: PinHeader = None,
     ) -> JSONResponse:
         tenant = tenant_of(request)
         inputs, version = _parse_body(await _read_body(request, deps.max_body_bytes))
@@ -258,35 +262,17 @@ def create_app(deps: RouterDeps) -> FastAPI:
     async def generate_route(
         request: Request,
         model: Annotated[str, Path(max_length=64, examples=["pydoc-gpt"])],
-        is_async: Annotated[bool, Query(alias="async")] = False,
-        deadline_ms: Annotated[
-            int | None, Header(alias="x-deadline-ms", ge=1, le=MAX_DEADLINE_MS)
-        ] = None,
-        user_id: Annotated[
-            str | None,
-            Header(
-                alias="x-user-id",
-                max_length=256,
-                description="The default sticky key: the same value keeps its version",
-            ),
-        ] = None,
-        pinned: Annotated[
-            str | None,
-            Header(
-                alias="x-model-version",
-                min_length=1,
-                max_length=64,
-                description="Pin the request to this version: no canary assignment, "
-                "shadow or fallback",
-            ),
-        ] = None,
+        is_async: AsyncQuery = False,
+        deadline_ms: DeadlineHeader = None,
+        user_id: StickyHeader = None,
+        pinned: PinHeader = None,
     ) -> Any:
         """Generate text: ``{"prompt", "max_tokens", "temperature", "top_p", "seed",
         "stop", "stream"}``. Streamed, the answer is server-sent events, one
         ``data: {"token": ...}`` per token and a last ``data: {"done": true, ...}``
         with ``finish_reason`` and ``usage``; otherwise one JSON answer."""
         tenant = tenant_of(request)
-        body = _generation_body(await _read_body(request, deps.max_body_bytes))
+        body = json_object(await _read_body(request, deps.max_body_bytes))
         call = GenerationCall(
             model=model,
             tenant=tenant,
@@ -387,26 +373,6 @@ _GENERATE_BODY = {
 }
 
 
-def _generation_body(body: bytes) -> dict[str, Any]:
-    try:
-        document = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise RequestRejected(
-            400,
-            "malformed_json",
-            f"the body is not valid JSON: {exc}",
-            [FieldError("body", str(exc))],
-        ) from None
-    if not isinstance(document, dict):
-        raise RequestRejected(
-            422,
-            "invalid_input",
-            "the body must be a JSON object",
-            [FieldError("body", "not an object")],
-        )
-    return document
-
-
 def _param(field: str) -> str:
     """A field of the platform's request as the caller named it (``inputs[0].x``: x)."""
     return field.removeprefix("inputs[0].").removeprefix("inputs[0]") or "body"
@@ -450,21 +416,13 @@ def _predict_sync(
         is_async=is_async,
         pinned=pinned,
     )
-    location = f"{base_path}/v1/requests/{admitted.request_id}"
-    accepted = {
-        "request_id": admitted.request_id,
-        "model": admitted.model,
-        "version": admitted.version,
-        "status": "queued",
-        "location": location,
-    }
-    headers = {"x-model-version": admitted.version, "x-request-id": admitted.request_id}
     if is_async:
-        return JSONResponse(accepted, status_code=202, headers={**headers, "Location": location})
+        return queued(admitted, base_path)
     record = service.wait(admitted, tenant)
     if record is None:
         _emit_request(admitted, error=admitted.fell_back == "failure")
-        return JSONResponse(accepted, status_code=202, headers={**headers, "Location": location})
+        return queued(admitted, base_path)
+    headers = routed_headers(admitted)
     body = _status_body(record, admitted.timings)
     body["fallback"] = record.version != admitted.version
     headers["x-model-version"] = record.version
@@ -521,22 +479,7 @@ def _too_large(size: int, limit: int) -> RequestRejected:
 
 def _parse_body(body: bytes) -> tuple[Any, str | None]:
     """The inputs, and the version ``params`` pins (if any)."""
-    try:
-        document = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise RequestRejected(
-            400,
-            "malformed_json",
-            f"the body is not valid JSON: {exc}",
-            [FieldError("body", str(exc))],
-        ) from None
-    if not isinstance(document, dict):
-        raise RequestRejected(
-            422,
-            "invalid_input",
-            "the body must be a JSON object",
-            [FieldError("body", "not an object")],
-        )
+    document = json_object(body)
     if "inputs" not in document:
         raise RequestRejected(
             422, "invalid_input", "the body has no inputs", [FieldError("inputs", "is required")]

@@ -27,6 +27,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from switchyard.generation import TokenStream
 from switchyard.results import ResultStore
 from switchyard.schemas import GenerationSignature, ResultRecord
+from switchyard_router.answers import queued, routed_headers
 from switchyard_router.logic import Admitted, PredictService, RequestRejected
 from switchyard_router.streaming import (
     SSE_HEADERS,
@@ -91,28 +92,20 @@ def generate(
         is_async=call.is_async,
         pinned=call.pinned,
     )
-    headers = {"x-model-version": admitted.version, "x-request-id": admitted.request_id}
-    location = f"{call.base_path}/v1/requests/{admitted.request_id}"
-    accepted = {
-        "request_id": admitted.request_id,
-        "model": admitted.model,
-        "version": admitted.version,
-        "status": "queued",
-        "location": location,
-    }
+    headers = routed_headers(admitted)
     if call.is_async:
-        return JSONResponse(accepted, 202, headers={**headers, "Location": location})
+        return queued(admitted, call.base_path)
     if not call.request.get("stream") or stream is None:
         record = service.wait(admitted, call.tenant)
         if record is None:
-            return JSONResponse(accepted, 202, headers={**headers, "Location": location})
+            return queued(admitted, call.base_path)
         if record.status != "done":
             return fmt.failure(record)
         return JSONResponse(fmt.answer(record, admitted), headers=headers)
     reader = TokenReader(stream, results, call.tenant, admitted.request_id, hub=hub)
     first = reader.first(admitted.deadline)
     if first is None:
-        return JSONResponse(accepted, 202, headers={**headers, "Location": location})
+        return queued(admitted, call.base_path)
     if isinstance(first[0], Ending) and first[0].failed:
         assert first[0].record is not None
         return fmt.failure(first[0].record)

@@ -20,6 +20,7 @@ from switchyard.callbacks import JobEvents, cancel
 from switchyard.jobs import TERMINAL, Job, JobRejected, JobStore, job_for_file
 from switchyard.registry import Registry
 from switchyard.signatures import FieldError
+from switchyard_router.answers import json_body
 from switchyard_router.logic import RequestRejected
 
 MAX_INPUTS = 10_000  # per submission with inputs (a larger job is a dropped file)
@@ -110,15 +111,7 @@ JOB_BODY = {
 
 def parse_submission(body: bytes) -> JobSubmission:
     """The submission in a request body; a mistake is refused with its fields."""
-    try:
-        document = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise RequestRejected(
-            400,
-            "malformed_json",
-            f"the body is not valid JSON: {exc}",
-            [FieldError("body", str(exc))],
-        ) from None
+    document = json_body(body)
     try:
         return JobSubmission.model_validate(document)
     except ValidationError as exc:

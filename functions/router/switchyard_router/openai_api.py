@@ -29,6 +29,7 @@ from starlette.concurrency import run_in_threadpool
 from switchyard.generation import CHAT_ROLES, CHAT_STOP, MAX_STOPS, render_chat
 from switchyard.schemas import ResultRecord, TextSignature
 from switchyard_router import api_document
+from switchyard_router.answers import json_body
 from switchyard_router.generate_api import GenerationCall, generate
 from switchyard_router.logic import Admitted, RequestRejected
 from switchyard_router.streaming import Ending, Piece, sse
@@ -180,10 +181,7 @@ def _bad(param: str, message: str) -> RequestRejected:
 
 
 def _object(body: bytes) -> dict[str, Any]:
-    try:
-        document = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise _bad("body", f"the body is not valid JSON: {exc}") from None
+    document = json_body(body)
     if not isinstance(document, dict):
         raise _bad("body", "the body must be a JSON object")
     if not isinstance(document.get("model"), str) or not document["model"]:

@@ -1,0 +1,55 @@
+"""What the router's routes share: a JSON body read, and the answer to a request
+that is queued (async, or past its deadline)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi.responses import JSONResponse
+
+from switchyard.signatures import FieldError
+from switchyard_router.logic import Admitted, RequestRejected
+
+
+def json_body(body: bytes) -> Any:
+    """The body's JSON; a body that is not JSON is refused (400, ``malformed_json``)."""
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RequestRejected(
+            400,
+            "malformed_json",
+            f"the body is not valid JSON: {exc}",
+            [FieldError("body", str(exc))],
+        ) from None
+
+
+def json_object(body: bytes) -> dict[str, Any]:
+    """The body's JSON object; anything else is refused (422, ``invalid_input``)."""
+    document = json_body(body)
+    if not isinstance(document, dict):
+        raise RequestRejected(
+            422,
+            "invalid_input",
+            "the body must be a JSON object",
+            [FieldError("body", "not an object")],
+        )
+    return document
+
+
+def routed_headers(admitted: Admitted) -> dict[str, str]:
+    return {"x-model-version": admitted.version, "x-request-id": admitted.request_id}
+
+
+def queued(admitted: Admitted, base_path: str) -> JSONResponse:
+    """202: the request is queued, and where its result will be."""
+    location = f"{base_path}/v1/requests/{admitted.request_id}"
+    body = {
+        "request_id": admitted.request_id,
+        "model": admitted.model,
+        "version": admitted.version,
+        "status": "queued",
+        "location": location,
+    }
+    return JSONResponse(body, 202, headers={**routed_headers(admitted), "Location": location})
