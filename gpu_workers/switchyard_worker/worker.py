@@ -689,7 +689,8 @@ class Worker:
                 key=key, request=request, prompt_ids=prompt, seed=request.seed_for(key)
             )
             if request.stream and len(p.inputs) == 1 and self._stream is not None:
-                self._resume(sequence, m)
+                if p.received.receive_count > 1:  # only a redelivery has a stream to resume
+                    self._resume(sequence, m)
                 streamer = _Streamer(self, m, sequence)
                 sequence.on_token = streamer.on_token
             sequences.append(sequence)

@@ -460,6 +460,7 @@ def test_a_redelivered_stream_continues_from_the_tokens_already_written(generati
     # GIVEN a worker died after streaming the first 4 tokens of g1
     stream.put("acme", "g1", Chunk(0, [ord(c) for c in "The "], ["T", "h", "e", " "]), 0)
     ask(realtime, "g1", max_tokens=9, stream=True)
+    realtime.set_visibility(realtime.receive(10, 0), 0)  # its first receive, by the dead one
     generate_all(worker, realtime)
     # THEN it is not sampled again: the new tokens follow the old in the stream
     assert results.get("acme", "g1").outputs[0]["usage"]["completion_tokens"] == 9

@@ -185,7 +185,7 @@ class TokenReader:
         interval = first_interval
         quiet_since = time.monotonic()
         while True:
-            got = self._look()
+            got = self._look_next()
             if got:
                 return got
             now = time.monotonic()
@@ -198,6 +198,18 @@ class TokenReader:
                 return None
             self._sleep(min(interval, max(deadline - now, 0)))
             interval = min(interval * 1.5, _MAX_POLL_S)
+
+    def _look_next(self) -> list[Piece | Ending]:
+        """The chunk that begins at the next token, read by its key (a Query reads a
+        range; this reads one item), and each one after it that is there."""
+        out: list[Piece | Ending] = []
+        while self.ending is None:
+            place = (self._tenant, self._request_id, self.next_index)
+            chunk = self._stream.at([place]).get(place)
+            if chunk is None:
+                break
+            out += self._take([chunk])
+        return out
 
     def _look(self, whole: bool = False) -> list[Piece | Ending]:
         """What the chunks after the last token passed on add; ``whole``: read every
