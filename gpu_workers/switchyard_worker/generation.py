@@ -152,11 +152,7 @@ class Continuous:
         if not live:
             ended, self.running = self.running, []
             return ended
-        try:
-            tokens = self.decoder.next_tokens(live)
-        except Exception:
-            self.decoder.reset()
-            raise
+        tokens = self.decoder.next_tokens(live)  # raises: the caller abandons the batch
         self.steps += 1
         for sequence, token in zip(live, tokens, strict=True):
             index = len(sequence.ids)
@@ -240,13 +236,15 @@ class TransformersDecoder:
     def next_tokens(self, sequences: list[Sequence]) -> list[int]:
         torch = self._torch
         with torch.inference_mode():
-            keep = [i for i, key in enumerate(self._rows) if key in {s.key for s in sequences}]
+            wanted = {s.key for s in sequences}
+            keep = [i for i, key in enumerate(self._rows) if key in wanted]
             if len(keep) != len(self._rows):
                 self._select(keep)
+            held = set(self._rows)
             logits: dict[str, Any] = {}
-            if self._rows:
-                logits.update(self._decode_step([s for s in sequences if s.key in self._rows]))
-            joining = [s for s in sequences if s.key not in set(self._rows)]
+            if held:
+                logits.update(self._decode_step([s for s in sequences if s.key in held]))
+            joining = [s for s in sequences if s.key not in held]
             if joining:
                 logits.update(self._prefill(joining))
             out = []

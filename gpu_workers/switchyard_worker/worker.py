@@ -636,7 +636,7 @@ class Worker:
         answered, runnable = self._triage(arrivals)
         for p in runnable:
             try:
-                sequences = self._sequences(p)
+                sequences, streamer = self._sequences(p)
             except _Refused as refused:
                 answered.append((p, self._record(p, "error", error=refused.error)))
                 continue
@@ -644,9 +644,7 @@ class Worker:
                 self._failed([p], f"{type(exc).__name__}: {exc}"[:300])
                 continue
             assert p.message is not None
-            work = _Generating(pending=p, sequences=sequences, started=time.time())
-            streamers = [getattr(sq.on_token, "__self__", None) for sq in sequences]
-            work.streamer = next((w for w in streamers if isinstance(w, _Streamer)), None)
+            work = _Generating(p, sequences, time.time(), streamer)
             self._generating[p.message.request_id] = work
             running = self._batches[p.version]
             for sequence in sequences:
@@ -658,9 +656,10 @@ class Worker:
         if answered:
             self._finisher.submit(answered)
 
-    def _sequences(self, p: Pending) -> list[Sequence]:
-        """The message's inputs as sequences, each checked against the context; a
-        streamed one continues from the tokens its stream already holds."""
+    def _sequences(self, p: Pending) -> tuple[list[Sequence], _Streamer | None]:
+        """The message's inputs as sequences, each checked against the context, and
+        the writer of its stream if it is streamed (one input only), which continues
+        from the tokens the stream already holds."""
         m = p.message
         assert m is not None and p.inputs is not None
         record = self._version(p.version)
@@ -672,16 +671,13 @@ class Worker:
         signature = record.signature
         assert isinstance(signature, GenerationSignature)
         sequences = []
+        streamer = None
         for i, item in enumerate(p.inputs):
             request = as_request(item)
             prompt = decoder.tokenizer.encode(request.prompt)
             field = f"inputs[{i}]"
             context = min(signature.context_length, decoder.context_length)
-            why = over_context(
-                len(prompt),
-                request.max_tokens,
-                signature.model_copy(update={"context_length": context}),
-            )
+            why = over_context(len(prompt), request.max_tokens, context)
             if why:
                 raise _Refused(ErrorInfo(code="invalid_input", message=why, field=field))
             key = m.request_id if len(p.inputs) == 1 else f"{m.request_id}/{i}"
@@ -694,7 +690,7 @@ class Worker:
                 streamer = _Streamer(self, m, sequence)
                 sequence.on_token = streamer.on_token
             sequences.append(sequence)
-        return sequences
+        return sequences, streamer
 
     def _resume(self, sequence: Sequence, m: QueueMessage) -> None:
         """Continue a streamed request from the tokens already written (a worker that
@@ -727,12 +723,13 @@ class Worker:
         self._generating.pop(m.request_id, None)
         first = min((s.first_token_at for s in work.sequences if s.first_token_at), default=None)
         now = time.time()
+        batch_size = len(self._batches[p.version].running) + 1  # it has just left
         timing = {
             "received_at": p.received_at,
             "batch_started_at": work.started,
             "queue_wait_ms": (p.received_at - m.enqueued_at) * 1000,
             "compute_ms": (now - work.started) * 1000,
-            "batch_size": float(len(self._batches[p.version].running) + 1),
+            "batch_size": float(batch_size),
         }
         if first is not None:
             timing["first_token_ms"] = (first - m.enqueued_at) * 1000
@@ -746,7 +743,7 @@ class Worker:
             store()
         self._emit(
             p.version,
-            batch_size=len(self._batches[p.version].running) + 1,
+            batch_size=batch_size,
             compute_ms=timing["compute_ms"],
             queue_wait_ms=timing["queue_wait_ms"],
         )
@@ -881,11 +878,17 @@ class _Refused(Exception):
 class _Generating:
     """A message whose sequences are in a running batch (a streamed one's writer)."""
 
-    def __init__(self, pending: Pending, sequences: list[Sequence], started: float) -> None:
+    def __init__(
+        self,
+        pending: Pending,
+        sequences: list[Sequence],
+        started: float,
+        streamer: _Streamer | None,
+    ) -> None:
         self.pending = pending
         self.sequences = sequences
         self.started = started
-        self.streamer: _Streamer | None = None
+        self.streamer = streamer
 
 
 class _Streamer:

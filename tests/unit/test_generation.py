@@ -85,9 +85,8 @@ def test_generation_inputs_are_checked_with_the_field_at_fault():
     assert [e.field for e in too_many] == ["inputs[0].max_tokens"]
     assert check_generation({"prompt": "   "}, SIG, "f")[0].field == "f.prompt"
     assert check_generation([1, 2], SIG, "f")[0].field == "f"
-    assert over_context(60, 4, SIG) is None and "over the model's context" in over_context(
-        61, 4, SIG
-    )
+    assert over_context(60, 4, SIG.context_length) is None
+    assert "over the model's context" in over_context(61, 4, SIG.context_length)
 
 
 def test_a_request_without_a_seed_samples_from_its_own_id_and_is_not_repeatable():

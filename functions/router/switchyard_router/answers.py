@@ -1,5 +1,5 @@
-"""What the router's routes share: a JSON body read, and the answer to a request
-that is queued (async, or past its deadline)."""
+"""What the router's routes share: a JSON body read, the answer to a request that
+is queued (async, or past its deadline), and the status of one that failed."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
+from switchyard.schemas import ResultRecord
 from switchyard.signatures import FieldError
 from switchyard_router.logic import Admitted, RequestRejected
 
@@ -36,6 +37,13 @@ def json_object(body: bytes) -> dict[str, Any]:
             [FieldError("body", "not an object")],
         )
     return document
+
+
+def failure_of(record: ResultRecord) -> tuple[int, str]:
+    """A request that ended without its outputs: the status that answers it (its
+    inputs refused 422, expired 504, cancelled 409, anything else 500) and its code."""
+    code = record.error.code if record.error else record.status
+    return {"invalid_input": 422, "expired": 504, "cancelled": 409}.get(code, 500), code
 
 
 def routed_headers(admitted: Admitted) -> dict[str, str]:

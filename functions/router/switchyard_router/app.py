@@ -28,7 +28,7 @@ from switchyard.schemas import FORBIDDEN, ResultRecord
 from switchyard.signatures import FieldError
 from switchyard.telemetry import COUNT, MILLISECONDS, emit_metrics
 from switchyard_router import api_document
-from switchyard_router.answers import json_object, queued, routed_headers
+from switchyard_router.answers import failure_of, json_object, queued, routed_headers
 from switchyard_router.generate_api import GenerationCall, NativeFormat, generate
 from switchyard_router.jobs_api import JOB_BODY, JobsApi, parse_submission
 from switchyard_router.logic import MAX_DEADLINE_MS, Admitted, PredictService, RequestRejected
@@ -428,8 +428,7 @@ def _predict_sync(
     headers["x-model-version"] = record.version
     if record.status in ("error", "expired", "cancelled"):
         assert record.error is not None or record.status == "cancelled"
-        code = record.error.code if record.error else record.status
-        status = {"invalid_input": 422, "expired": 504, "cancelled": 409}.get(code, 500)
+        status, _ = failure_of(record)
         message = record.error.message if record.error else "the request was cancelled"
         _emit_request(admitted, error=status >= 500 or admitted.fell_back == "failure")
         return JSONResponse({**body, "message": message}, status, headers=headers)

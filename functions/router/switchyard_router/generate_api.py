@@ -27,7 +27,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from switchyard.generation import TokenStream
 from switchyard.results import ResultStore
 from switchyard.schemas import GenerationSignature, ResultRecord
-from switchyard_router.answers import queued, routed_headers
+from switchyard_router.answers import failure_of, queued, routed_headers
 from switchyard_router.logic import Admitted, PredictService, RequestRejected
 from switchyard_router.streaming import (
     SSE_HEADERS,
@@ -144,15 +144,10 @@ class NativeFormat:
                 yield sse({"token": item.text})
             elif item.failed:
                 assert item.record is not None
+                _, code = failure_of(item.record)
                 error = item.record.error
-                yield sse(
-                    {
-                        "error": {
-                            "code": error.code if error else item.record.status,
-                            "message": error.message if error else item.record.status,
-                        }
-                    }
-                )
+                message = error.message if error else item.record.status
+                yield sse({"error": {"code": code, "message": message}})
             else:
                 yield sse(
                     {
@@ -164,8 +159,7 @@ class NativeFormat:
                 )
 
     def failure(self, record: ResultRecord) -> Response:
-        code = record.error.code if record.error else record.status
-        status = {"invalid_input": 422, "expired": 504, "cancelled": 409}.get(code, 500)
+        status, code = failure_of(record)
         message = record.error.message if record.error else f"the request ended {record.status}"
         return JSONResponse(
             {

@@ -331,7 +331,7 @@ class PredictService:
             count = self._prompt_tokens.count(
                 version.tokenizer_uri, version.tokenizer_sha256, request.prompt
             )
-            why = over_context(count, request.max_tokens, signature)
+            why = over_context(count, request.max_tokens, signature.context_length)
             if why:
                 raise RequestRejected(
                     400,

@@ -29,7 +29,7 @@ from starlette.concurrency import run_in_threadpool
 from switchyard.generation import CHAT_ROLES, CHAT_STOP, MAX_STOPS, render_chat
 from switchyard.schemas import ResultRecord, TextSignature
 from switchyard_router import api_document
-from switchyard_router.answers import json_body
+from switchyard_router.answers import failure_of, json_body
 from switchyard_router.generate_api import GenerationCall, generate
 from switchyard_router.logic import Admitted, RequestRejected
 from switchyard_router.streaming import Ending, Piece, sse
@@ -319,16 +319,19 @@ class _Completions:
             "system_fingerprint": f"{admitted.model}-{admitted.version}",
         }
 
-    def _choice(self, text: str, finish: str | None, final: bool) -> dict[str, Any]:
+    def _choice(self, text: str, finish: str | None) -> dict[str, Any]:
+        """The choice of a whole answer."""
         return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+
+    def _streamed(self, text: str, finish: str | None) -> dict[str, Any]:
+        """The choice of a streamed chunk."""
+        return self._choice(text, finish)
 
     def answer(self, record: ResultRecord, admitted: Admitted) -> dict[str, Any]:
         output = (record.outputs or [{}])[0]
         return {
             **self._envelope(admitted, self.kind),
-            "choices": [
-                self._choice(output.get("text", ""), output.get("finish_reason"), final=True)
-            ],
+            "choices": [self._choice(output.get("text", ""), output.get("finish_reason"))],
             "usage": output.get("usage", {}),
         }
 
@@ -344,34 +347,25 @@ class _Completions:
         yield from self._opening(admitted)
         for item in items:
             if isinstance(item, Piece):
-                yield sse(
-                    {**chunk, "choices": [self._choice(item.text, None, False)], **usage_field}
-                )
+                yield sse({**chunk, "choices": [self._streamed(item.text, None)], **usage_field})
                 continue
             if item.failed:
                 assert item.record is not None
+                _, code = failure_of(item.record)
                 error = item.record.error
+                message = error.message if error else item.record.status
                 yield sse(
-                    {
-                        "error": {
-                            "message": error.message if error else item.record.status,
-                            "type": "server_error",
-                            "param": None,
-                            "code": error.code if error else item.record.status,
-                        }
-                    }
-                )
+                    {"error": {"message": message, "type": "server_error", "param": None,
+                               "code": code}}
+                )  # fmt: skip
                 return
-            yield sse(
-                {**chunk, "choices": [self._choice("", item.finish_reason, True)], **usage_field}
-            )
+            yield sse({**chunk, "choices": [self._streamed("", item.finish_reason)], **usage_field})
             if self._include_usage:
                 yield sse({**chunk, "choices": [], "usage": item.usage})
         yield sse("[DONE]")
 
     def failure(self, record: ResultRecord) -> Response:
-        code = record.error.code if record.error else record.status
-        status = {"invalid_input": 400, "expired": 504, "cancelled": 409}.get(code, 500)
+        status, code = failure_of(record)  # error_body answers 422 as OpenAI's 400
         message = record.error.message if record.error else f"the request ended {record.status}"
         return error_body(status, code, message)
 
@@ -383,13 +377,17 @@ class _ChatCompletions(_Completions):
     def _chunk_kind(self) -> str:
         return "chat.completion.chunk"
 
-    def _choice(self, text: str, finish: str | None, final: bool) -> dict[str, Any]:
+    def _choice(self, text: str, finish: str | None) -> dict[str, Any]:
         return {
             "index": 0,
             "message": {"role": "assistant", "content": text},
             "logprobs": None,
             "finish_reason": finish,
         }
+
+    def _streamed(self, text: str, finish: str | None) -> dict[str, Any]:
+        """Chat chunks carry deltas: the text a token added, or nothing."""
+        return self._delta({"content": text} if text else {}, finish)
 
     def _delta(self, delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
         return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
@@ -407,19 +405,6 @@ class _ChatCompletions(_Completions):
             )
         ]
 
-    def events(self, admitted: Admitted, items: Iterator[Piece | Ending]) -> Iterator[bytes]:
-        # Chat chunks carry deltas, not text: the same events with their choices swapped.
-        for event in super().events(admitted, items):
-            if event.startswith(b"data: {") and b'"choices":[{' in event:
-                document = json.loads(event[6:])
-                choice = document["choices"][0]
-                if "delta" not in choice:
-                    text = choice["message"]["content"]
-                    delta = {"content": text} if text else {}
-                    document["choices"] = [self._delta(delta, choice["finish_reason"])]
-                event = sse(document)
-            yield event
-
 
 def add_openai_routes(app: FastAPI, deps: Any, tenant_of: Callable[[Request], str]) -> None:
     """Register the routes on the router app (``deps``: its RouterDeps)."""
@@ -430,27 +415,14 @@ def add_openai_routes(app: FastAPI, deps: Any, tenant_of: Callable[[Request], st
     @app.get(f"{PREFIX}/models", tags=["openai"], responses=api_document.OPENAI_MODELS)
     def models(request: Request) -> Any:
         tenant_of(request)
-        data = []
-        for entry in service.catalog():
-            created = min((v["created_at"] for v in entry["versions"]), default=0)
-            data.append(
-                {
-                    "id": entry["model"],
-                    "object": "model",
-                    "created": int(created),
-                    "owned_by": "switchyard",
-                }
-            )
-        return {"object": "list", "data": data}
+        return {"object": "list", "data": [_model_object(e) for e in service.catalog()]}
 
     @app.get(f"{PREFIX}/models/{{model}}", tags=["openai"], responses=api_document.OPENAI_MODEL)
     def model(request: Request, model: str) -> Any:
         tenant_of(request)
         for entry in service.catalog():
             if entry["model"] == model:
-                created = min((v["created_at"] for v in entry["versions"]), default=0)
-                return {"id": model, "object": "model", "created": int(created),
-                        "owned_by": "switchyard"}  # fmt: skip
+                return _model_object(entry)
         raise RequestRejected(404, "model_not_found", f"The model {model!r} does not exist")
 
     async def _generation(request: Request, chat: bool) -> Response:
@@ -519,6 +491,17 @@ def add_openai_routes(app: FastAPI, deps: Any, tenant_of: Callable[[Request], st
             _embed, service, tenant, model, inputs, encoding, document.get("dimensions"),
             dict(request.headers),
         )  # fmt: skip
+
+
+def _model_object(entry: dict[str, Any]) -> dict[str, Any]:
+    """A catalog entry as OpenAI's model object (created: its first version's time)."""
+    created = min((v["created_at"] for v in entry["versions"]), default=0)
+    return {
+        "id": entry["model"],
+        "object": "model",
+        "created": int(created),
+        "owned_by": "switchyard",
+    }
 
 
 def _known_model(service: Any, model: str) -> None:

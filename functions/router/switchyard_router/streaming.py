@@ -2,9 +2,12 @@
 
 The worker writes a streamed request's tokens as chunks in the results table
 (``switchyard.generation``); :class:`TokenReader` reads what follows the last token
-it passed on, in order, each token once. It looks often while tokens come (10 ms,
-backing off to 50 ms when none do) and, when nothing new arrives for a while,
-reads the request's record: an error, expiry or cancellation ends the stream, and
+it passed on, in order, each token once. It waits for the first token by reading
+the chunk at token 0 by its key (from every 10 ms, backing off to 50 ms); after
+that the process's :class:`StreamHub` reads every stream's next chunk together.
+When nothing new arrives for a while, it reads the whole stream once (a chunk
+another worker cut elsewhere) and the request's record: an error, expiry or
+cancellation ends the stream, and
 a request answered without its last chunk (its worker wrote the result and died
 before the chunk) ends with the rest of the result's text.
 """

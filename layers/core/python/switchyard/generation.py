@@ -122,13 +122,13 @@ def render_chat(messages: list[dict[str, str]]) -> str:
     return "\n".join(lines) + "\nAssistant:"
 
 
-def over_context(prompt_tokens: int, max_tokens: int, sig: GenerationSignature) -> str | None:
+def over_context(prompt_tokens: int, max_tokens: int, context_length: int) -> str | None:
     """Why a request does not fit the model's context, or None if it does."""
-    if prompt_tokens + max_tokens <= sig.context_length:
+    if prompt_tokens + max_tokens <= context_length:
         return None
     return (
         f"the prompt is {prompt_tokens} tokens and max_tokens {max_tokens}: "
-        f"{prompt_tokens + max_tokens} is over the model's context of {sig.context_length}"
+        f"{prompt_tokens + max_tokens} is over the model's context of {context_length}"
     )
 
 
