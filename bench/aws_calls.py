@@ -258,7 +258,7 @@ class Harness:
         self.ddb = emu.client("dynamodb")
 
     def _register(self) -> None:
-        from bench.stand_ins import version_record
+        from tests.fakes import version_record
 
         self.splitter.registry.register(version_record(TEXT_MODEL))
 

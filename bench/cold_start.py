@@ -96,24 +96,18 @@ class _Noop:
 
 
 def warm_cpu(requests: int) -> dict[str, Any]:
-    from bench.stand_ins import (
-        MemoryPayloads,
-        MemoryQueue,
-        MemoryRegistry,
-        MemoryResults,
-        version_record,
-    )
     from switchyard.auth import KeyIdDirectory
     from switchyard.queues import ModelLanes
     from switchyard.schemas import ResultRecord
     from switchyard_router.app import RouterDeps, create_app
     from switchyard_router.logic import PredictService
+    from tests.fakes import FakePayloads, FakeQueue, FakeRegistry, FakeResults, version_record
 
     record = version_record(TEXT_MODEL)
-    results = MemoryResults()
+    results = FakeResults()
     embedding = [round(((i * 7919) % 1000) / 1000 - 0.5, 7) for i in range(384)]
     stand_in_cpu = [0.0]
-    realtime, batch = MemoryQueue("realtime"), MemoryQueue("batch")
+    realtime, batch = FakeQueue("realtime"), FakeQueue("batch")
 
     def instant_worker(body: str) -> None:
         started = time.process_time()
@@ -140,9 +134,9 @@ def warm_cpu(requests: int) -> dict[str, Any]:
         **accepted_kwargs(
             PredictService.__init__,
             endpoints={TEXT_MODEL: ModelLanes(realtime=realtime, batch=batch)},
-            registry=MemoryRegistry(record),
+            registry=FakeRegistry(record),
             results=results,
-            payloads=MemoryPayloads(),
+            payloads=FakePayloads(),
             routing=None,
             result_ttl_seconds=86_400,
             claim_check_bytes=200_000,

@@ -45,6 +45,7 @@ from bench.platform_proc import RunningPlatform, local_platform
 from bench.proc_cpu import descendants, role
 from bench.report import clean, fmt, table
 from switchyard.schemas import FINAL_STATUSES
+from tests.e2e.worker_log import delivery_events
 
 DEFAULT_MINUTES = 30.0
 DEFAULT_RATE = 6.0  # predicts/s: about half of what the platform sustains on this machine
@@ -504,13 +505,15 @@ def read_worker_log(lines: Sequence[str]) -> WorkerLog:
     stored: dict[str, list[str]] = defaultdict(list)
     suppressed: Counter[str] = Counter()
     events: Counter[str] = Counter()
+    logged = []
     for line in lines:
         if not line.startswith("{"):
             continue
         try:
-            event = json.loads(line)
+            logged.append(json.loads(line))
         except ValueError:
             continue
+    for event in delivery_events(logged):
         message, rid = event.get("message"), event.get("request_id")
         if message in WORKER_EVENTS:
             events[message] += 1

@@ -590,10 +590,12 @@ def test_memory_summary_skips_each_process_warm_up_and_judges_growth():
 
 def test_worker_log_reads_the_delivery_events():
     lines = [
-        '{"message": "result stored", "request_id": "a", "status": "done"}',
-        '{"message": "duplicate suppressed", "request_id": "a", "status": "done"}',
-        '{"message": "result stored", "request_id": "b", "status": "expired"}',
-        '{"message": "result stored", "request_id": "b", "status": "done"}',
+        '{"message": "results stored", "results": ['
+        '{"request_id": "a", "status": "done", "receive_count": 1, "stored": true}, '
+        '{"request_id": "b", "status": "expired", "receive_count": 1, "stored": true}]}',
+        '{"message": "results stored", "results": ['
+        '{"request_id": "a", "status": "done", "receive_count": 2, "stored": false}, '
+        '{"request_id": "b", "status": "done", "receive_count": 2, "stored": true}]}',
         '{"message": "polling"}',
         '{"_aws": {}, "BatchSize": [1.0]}',
         "Traceback (most recent call last):",

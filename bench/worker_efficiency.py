@@ -3,11 +3,11 @@ fed through an in-memory queue at saturation, against the model limit.
 
 The queue is filled before the worker starts, so the worker never waits for work:
 what it achieves is its own ceiling. Queues, registry, results and payloads are
-in-memory stand-ins, so the figure isolates the worker's code (decode, validate,
-assemble, run, record, store, delete) from the AWS round trips, which the
-end-to-end section measures. Every call into the model is timed, so the time per
-batch splits into the bare model, the runtime's output conversion, and the rest of
-the loop.
+the test suite's in-memory fakes (``tests/fakes.py``), so the figure isolates the
+worker's code (decode, validate, assemble, run, record, store, delete) from the AWS
+round trips, which the end-to-end section measures. Every call into the model is
+timed, so the time per batch splits into the bare model, the runtime's output
+conversion, and the rest of the loop.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from typing import Any
 
 from bench.common import accepted_kwargs, quiet_output
 from bench.model_limit import LoadedModel, throughput
-from bench.stand_ins import (
+from tests.fakes import (
     DroppedPredictionLog,
-    MemoryPayloads,
-    MemoryQueue,
-    MemoryRegistry,
-    MemoryResults,
+    FakePayloads,
+    FakeQueue,
+    FakeRegistry,
+    FakeResults,
     version_record,
 )
 
@@ -43,12 +43,12 @@ class TimedRuntime:
         return out
 
 
-def _fill(queue: MemoryQueue, model: LoadedModel, record: Any, count: int) -> None:
+def _fill(queue: FakeQueue, model: LoadedModel, record: Any, count: int) -> None:
     from switchyard.queues import encode_message
     from switchyard.schemas import QueueMessage
 
     now = time.time()
-    payloads = MemoryPayloads()
+    payloads = FakePayloads()
     for i in range(count):
         tenant = ("acme", "globex")[i % 2]
         message = QueueMessage(
@@ -69,8 +69,9 @@ def saturate(model: LoadedModel, messages: int, time_limit: float) -> dict[str, 
     from switchyard_worker.worker import Worker
 
     record = version_record(model.name)
-    realtime, batch = MemoryQueue("realtime"), MemoryQueue("batch")
-    results = MemoryResults(expect=messages)
+    realtime = FakeQueue("realtime", long_poll=True)
+    batch = FakeQueue("batch", long_poll=True)
+    results = FakeResults()
     timed = TimedRuntime(model.runtime)
     worker = Worker(
         **accepted_kwargs(
@@ -79,9 +80,9 @@ def saturate(model: LoadedModel, messages: int, time_limit: float) -> dict[str, 
             worker_id="bench-worker",
             realtime=realtime,
             batch=batch,
-            registry=MemoryRegistry(record),
+            registry=FakeRegistry(record),
             results=results,
-            payloads=MemoryPayloads(),
+            payloads=FakePayloads(),
             load_runtime=lambda _record: timed,
             visibility_timeout=60,
             poll_wait_seconds=1,
@@ -94,7 +95,7 @@ def saturate(model: LoadedModel, messages: int, time_limit: float) -> dict[str, 
     thread = threading.Thread(target=worker.run, name="bench-worker", daemon=True)
     start = time.perf_counter()
     thread.start()
-    finished = results.all_done.wait(time_limit)
+    finished = results.wait_for(messages, time_limit)
     end = results.completed_at[-1] if results.completed_at else time.perf_counter()
     worker.stop()
     thread.join(10)

@@ -1,11 +1,19 @@
-"""In-memory fakes of the core's interfaces, for unit tests of domain logic only.
-Integration and e2e tests use the emulator over its wire protocol instead."""
+"""In-memory fakes of the core's interfaces, for unit tests of domain logic and for
+the benchmarks that measure the platform's own code with no AWS round trip in the
+way (``bench/worker_efficiency.py``, ``bench/cold_start.py``). Integration and e2e
+tests use the emulator over its wire protocol instead.
+
+They are thread-safe where the worker needs it: it stores results and deletes
+messages on its own threads, and its heartbeat runs beside the loop."""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from switchyard.auth import KeyIdDirectory
@@ -17,9 +25,21 @@ from switchyard_local.gateway import ApiGatewayStandIn, ApiKey
 _ids = itertools.count(1)
 
 
+def version_record(model: str, version: str = "v1", manifest: Path | None = None, **update: Any):
+    """The registry record the platform would hold for ``model``, from the manifest."""
+    from stacks.assets import MANIFEST_FILE
+    from switchyard.manifest import load_manifest
+
+    spec = load_manifest(manifest or MANIFEST_FILE).models[model]
+    record = spec.version_record(model, version, f"s3://models/{model}/{version}", "0" * 64)
+    return record.model_copy(update=update) if update else record
+
+
 @dataclass
 class FakeQueue:
-    """A queue with receive counts, visibility and a DLQ, like SQS."""
+    """A queue with receive counts, visibility and a DLQ, like SQS. With
+    ``long_poll`` an empty receive waits for a send (up to its wait), as SQS does;
+    ``on_send`` takes each sent body instead of queueing it (an instant worker)."""
 
     lane: Lane = "realtime"
     max_receive_count: int = 5
@@ -29,13 +49,27 @@ class FakeQueue:
     deleted: list[str] = field(default_factory=list)
     log: list[tuple[str, Any]] = field(default_factory=list)
     waits: list[int] = field(default_factory=list)  # each receive's long-poll wait
+    long_poll: bool = False
+    on_send: Callable[[str], None] | None = None
+    _cond: threading.Condition = field(default_factory=threading.Condition, repr=False)
 
     def send(self, body: str, group: str) -> None:
-        self.visible.append({"body": body, "group": group, "id": f"m{next(_ids)}", "count": 0})
+        if self.on_send is not None:
+            self.on_send(body)
+            return
+        with self._cond:
+            self.visible.append({"body": body, "group": group, "id": f"m{next(_ids)}", "count": 0})
+            self._cond.notify()
 
     def receive(
         self, max_messages: int, wait_seconds: int, visibility_seconds: int | None = None
     ) -> list[Received]:
+        with self._cond:
+            if self.long_poll and not self.visible and wait_seconds > 0:
+                self._cond.wait(wait_seconds)
+            return self._take(max_messages, wait_seconds)
+
+    def _take(self, max_messages: int, wait_seconds: int) -> list[Received]:
         self.waits.append(wait_seconds)
         out = []
         while self.visible and len(out) < max_messages:
@@ -52,18 +86,21 @@ class FakeQueue:
         return out
 
     def delete(self, messages: Sequence[Received]) -> None:
-        for m in messages:
-            self.log.append(("delete", m.message_id))
-            self.in_flight.pop(m.receipt_handle)
-            self.deleted.append(m.message_id)
+        with self._cond:
+            for m in messages:
+                self.log.append(("delete", m.message_id))
+                self.in_flight.pop(m.receipt_handle)
+                self.deleted.append(m.message_id)
 
     def set_visibility(self, messages: Sequence[Received], seconds: int) -> None:
-        for m in messages:
-            self.log.append(("visibility", (m.message_id, seconds)))
-            if seconds <= 30:  # a release (retry backoff), not a heartbeat extension
-                msg = self.in_flight.pop(m.receipt_handle, None)
-                if msg is not None:
-                    self.visible.append(msg)
+        with self._cond:
+            for m in messages:
+                self.log.append(("visibility", (m.message_id, seconds)))
+                if seconds <= 30:  # a release (retry backoff), not a heartbeat extension
+                    msg = self.in_flight.pop(m.receipt_handle, None)
+                    if msg is not None:
+                        self.visible.append(msg)
+                        self._cond.notify()
 
     @property
     def depth(self) -> int:
@@ -87,23 +124,40 @@ class FakeRegistry:
 
 
 class FakeResults:
+    """Results by (tenant, request id); a final result is written once. It counts the
+    final results stored (``done``, ``completed_at``) and can be waited on."""
+
     def __init__(self, log: list[tuple[str, Any]] | None = None) -> None:
         self.items: dict[tuple[str, str], ResultRecord] = {}
         self.log = log if log is not None else []
+        self.completed_at: list[float] = []  # perf_counter of each final result
+        self._stored = threading.Condition()
+
+    @property
+    def done(self) -> int:
+        return len(self.completed_at)
+
+    def wait_for(self, count: int, timeout: float) -> bool:
+        """True once ``count`` final results are stored, False after ``timeout``."""
+        with self._stored:
+            return self._stored.wait_for(lambda: self.done >= count, timeout)
 
     def put_queued(self, record: ResultRecord) -> None:
         assert (record.tenant, record.request_id) not in self.items
         self.items[(record.tenant, record.request_id)] = record
 
     def complete(self, record: ResultRecord, also: dict | None = None) -> bool:
-        key = (record.tenant, record.request_id)
-        current = self.items.get(key)
-        if current is not None and current.status != "queued":
-            self.log.append(("duplicate", record.request_id))
-            return False
-        self.items[key] = record
-        self.log.append(("result", record.request_id))
-        return True
+        with self._stored:
+            key = (record.tenant, record.request_id)
+            current = self.items.get(key)
+            if current is not None and current.status != "queued":
+                self.log.append(("duplicate", record.request_id))
+                return False
+            self.items[key] = record
+            self.log.append(("result", record.request_id))
+            self.completed_at.append(time.perf_counter())
+            self._stored.notify_all()
+            return True
 
     def get(self, tenant: str, request_id: str) -> ResultRecord | None:
         return self.items.get((tenant, request_id))
@@ -143,6 +197,36 @@ class FakeResults:
 
     def reopen(self, tenant: str, request_id: str) -> bool:
         return False
+
+
+class FakeResultCache:
+    """Cached outputs by (tenant, model, version, key); every read and write logged."""
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple[str, str, str, str], Any] = {}
+        self.log: list[tuple[str, Any]] = []
+
+    def get(self, tenant: str, model: str, version: str, key: str) -> list[Any] | None:
+        self.log.append(("get", (tenant, model, version)))
+        entry = self.entries.get((tenant, model, version, key))
+        return None if entry is None or entry.expires_at <= time.time() else entry.outputs
+
+    def put(self, entries: list[Any]) -> int:
+        self.log.append(("put", len(entries)))
+        for e in entries:
+            self.entries[(e.tenant, e.model, e.version, e.key)] = e
+        return len(entries)
+
+
+class DroppedPredictionLog:
+    """Takes prediction-log records and keeps only their count: the worker still pays
+    for building them, as it does on the platform."""
+
+    def __init__(self) -> None:
+        self.records = 0
+
+    def write(self, records: list[dict[str, Any]]) -> None:
+        self.records += len(records)
 
 
 class FakePayloads:

@@ -79,6 +79,7 @@ def main(standby_seconds: float | None = None) -> None:
         batch=lanes.batch,
         registry=adapters.registry,
         results=adapters.results,
+        cache=adapters.cache,
         payloads=adapters.payloads,
         load_runtime=runtime_for,
         visibility_timeout=settings.visibility_timeout_seconds,

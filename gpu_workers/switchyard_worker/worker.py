@@ -56,6 +56,7 @@ from switchyard.jobs import STOPPED, Job, JobStore, finish_if_answered
 from switchyard.payloads import PayloadMissing, PayloadStore
 from switchyard.queues import Received, WorkQueue, load_inputs
 from switchyard.registry import ModelVersion, Registry
+from switchyard.result_cache import CacheEntry, ResultCache
 from switchyard.results import ResultStore
 from switchyard.schemas import (
     RETRIES_EXHAUSTED,
@@ -75,6 +76,7 @@ log = Logger(service="switchyard-worker")
 
 RuntimeLoader = Callable[[ModelVersion], ModelRuntime]
 _RECEIVE_MAX = 10
+_WRITERS = 8  # result writes in flight at once
 _JOB_STATUS_SECONDS = 2.0  # how stale a job's cancelled-or-not may be
 _PAUSE_SLICE_S = 0.02  # how soon a pause notices a stop
 
@@ -95,6 +97,7 @@ class Worker:
         results: ResultStore,
         payloads: PayloadStore,
         load_runtime: RuntimeLoader,
+        cache: ResultCache | None = None,
         visibility_timeout: int,
         poll_wait_seconds: int = 1,
         prediction_log: PredictionLog | None = None,
@@ -113,6 +116,7 @@ class Worker:
         self._lanes = (realtime, batch)
         self._registry = registry
         self._results = results
+        self._cache = cache
         self._payloads = payloads
         self._load_runtime = load_runtime
         self._visibility = visibility_timeout
@@ -133,11 +137,17 @@ class Worker:
         self._versions: dict[str, ModelVersion | None] = {}
         self._runtimes: dict[str, ModelRuntime] = {}
         self._assembler = BatchAssembler(self._limits)
+        # Guards the assembler between the intake thread and the main thread; each
+        # tells the other through it (a batch added, a batch taken).
+        self._held = threading.Condition()
+        self._glanced = False  # the intake looked at realtime since the last batch
         self._stopping = threading.Event()
         self._drained = False  # the last receive found fewer messages than it asked for
         self._in_hand: dict[str, Received] = {}
         self._in_hand_lock = threading.Lock()
-        self._writers = ThreadPoolExecutor(max_workers=8, thread_name_prefix="result-writer")
+        self._writers = ThreadPoolExecutor(max_workers=_WRITERS, thread_name_prefix="result-writer")
+        # Metrics are printed (EMF) on their own thread, off the model's critical path.
+        self._metrics = ThreadPoolExecutor(max_workers=1, thread_name_prefix="metrics")
         self._finisher = InOrder(self._finish, name="result-finisher")
         self.batches_run = 0
         # Generative models (continuous batching): the running batch per version,
@@ -177,18 +187,27 @@ class Worker:
         signal.signal(signal.SIGINT, self.stop)
 
     def run(self, ready: Callable[[], None] | None = None) -> None:
+        """Serve until stopped. Two threads take turns at the model's pace: the intake
+        receives, decodes and validates the next batch while this thread runs the
+        model on the current one (a generative model's receiver feeds its running
+        batch instead)."""
         heartbeat = threading.Thread(target=self._heartbeat, name="visibility", daemon=True)
         heartbeat.start()
-        if self.generative:
-            threading.Thread(target=self._take_in, name="receiver", daemon=True).start()
+        taker = self._take_in if self.generative else self._intake
+        intake = threading.Thread(target=taker, name="intake", daemon=True)
+        intake.start()
         if ready:
             ready()
         log.info("polling", extra={"model": self.model, "worker": self.worker_id})
         try:
             while not self._stopping.is_set():
-                self.step()
+                if self.generative:
+                    self._generation_step()
+                else:
+                    self._run_next_batch()
             while self.generative and self._generating_now():
                 self._generation_step()  # SIGTERM: the running batch finishes
+            intake.join(self._poll_wait + 30)  # nothing more is added once it is back
         finally:
             self._release_arrivals()
             self._stream_writer.shutdown(wait=True)
@@ -196,6 +215,7 @@ class Worker:
             self._release([p.received for p in leftover], 0)
             self._finisher.close()
             self._writers.shutdown(wait=True)
+            self._metrics.shutdown(wait=True)
             self._job_outputs.shutdown(wait=True)
             log.info(
                 "stopped",
@@ -206,8 +226,49 @@ class Worker:
                 },
             )
 
+    # -- the pipeline: intake beside the model -----------------------------------
+
+    def _intake(self) -> None:
+        """The intake thread: receive and decode what the forming batch has room for,
+        while the main thread runs the one before. It stops taking more once the
+        forming batch is full (one batch ahead at most, so memory stays bounded) and
+        before each batch of batch-lane work it glances at the realtime lane."""
+        while not self._stopping.is_set():
+            with self._held:
+                if self._room() <= 0:
+                    if self._assembler.holds_only_batch_lane and not self._glanced:
+                        self._glanced = True
+                    else:
+                        self._held.wait(0.05)  # until the main thread takes a batch
+                        continue
+                    glance = True
+                else:
+                    glance = False
+            try:
+                if glance:
+                    self._glance_at_realtime()
+                else:
+                    self._receive()
+            except Exception:  # noqa: BLE001 - the next turn tries again
+                log.exception("receive failed")
+                self._pause(1.0)
+
+    def _run_next_batch(self) -> None:
+        """Take the next batch once it is due (full, or its oldest message has waited
+        its version's ``max_wait_ms``) and run it; otherwise wait for the intake."""
+        with self._held:
+            batch = self._assembler.take(force=False)
+            if not batch:
+                left = self._assembler.time_left() if self._assembler.held else 0.05
+                self._held.wait(min(max(left, 0.001), 0.05))
+                return
+            self._glanced = False
+            self._held.notify_all()
+        self._execute(batch)
+
     def step(self) -> None:
-        """One turn: receive what the pending batch still wants, run it when due."""
+        """One turn on this thread alone (the unit tests' handle on the loop): receive
+        what the pending batch still wants, run it when due."""
         if self.generative:
             self._generation_step()
             return
@@ -231,7 +292,7 @@ class Worker:
         and no leftovers beyond its room."""
         held = bool(self._assembler.held)
         if held and self._drained:
-            self._pause(max(self._assembler.time_left(), 0))
+            self._await_due()
         room = max(1, min(_RECEIVE_MAX, self._room()))
         realtime, batch_lane = self._lanes
         received = realtime.receive(room, 0 if held or self._batch_waiting else self._poll_wait)
@@ -247,9 +308,24 @@ class Worker:
         batch of a job's chunks, not all that were received."""
         self._hold(self._lanes[0].receive(_RECEIVE_MAX, 0))
 
+    def _await_due(self) -> None:
+        """The last look found the queue drained: let arrivals gather until the
+        forming batch is due, or, if it is due already (the model is busy with the
+        batch before), until that batch is taken, before looking again."""
+        left = self._assembler.time_left()
+        if left > 0:
+            self._pause(left)
+            return
+        with self._held:
+            if self._assembler.held and self._assembler.time_left() <= 0:
+                self._held.wait(0.25)
+
     def _hold(self, received: list[Received]) -> None:
-        for pending in self._keep(received):
-            self._assembler.add(pending)
+        kept = self._keep(received)
+        with self._held:
+            for pending in kept:
+                self._assembler.add(pending)
+            self._held.notify_all()
 
     def _keep(self, received: list[Received]) -> list[Pending]:
         """Received messages, held (their visibility extended) and decoded."""
@@ -471,19 +547,59 @@ class Worker:
     def _store_and_delete(self, answered: list[tuple[Pending, ResultRecord]]) -> None:
         if not answered:
             return
-        stored = list(self._writers.map(lambda pr: self._complete(pr[1]), answered))
-        for (p, record), fresh in zip(answered, stored, strict=True):
-            log.info(
-                "result stored" if fresh else "duplicate suppressed",
-                extra={
-                    "request_id": record.request_id,
-                    "status": record.status,
-                    "worker": self.worker_id,
-                    "receive_count": p.received.receive_count,
-                },
-            )
-        self._log_predictions([r for (_, r), fresh in zip(answered, stored, strict=True) if fresh])
+        # Up to _WRITERS writes at once, each writer storing its share in turn: one
+        # task per writer, not per result, so a batch of 64 is 8 hand-offs, not 64.
+        shares = [answered[i::_WRITERS] for i in range(min(_WRITERS, len(answered)))]
+        done = self._writers.map(lambda share: [self._complete(r) for _, r in share], shares)
+        by_share = list(done)
+        stored = [by_share[i % len(shares)][i // len(shares)] for i in range(len(answered))]
+        # One line per batch, not per request: at a light model's rate a log line per
+        # request costs more CPU than the model.
+        log.info(
+            "results stored",
+            extra={
+                "worker": self.worker_id,
+                "results": [
+                    {
+                        "request_id": record.request_id,
+                        "status": record.status,
+                        "receive_count": p.received.receive_count,
+                        "stored": fresh,
+                    }
+                    for (p, record), fresh in zip(answered, stored, strict=True)
+                ],
+            },
+        )
+        fresh = [(p, r) for (p, r), new in zip(answered, stored, strict=True) if new]
+        self._log_predictions([r for _, r in fresh])
+        self._fill_cache(fresh)
         self._delete([p.received for p, _ in answered])
+
+    def _fill_cache(self, stored: list[tuple[Pending, ResultRecord]]) -> None:
+        """Cache the outputs of the requests that asked for it (the router set their
+        ``cache_key``), for their version's cache time: one write per batch. A cache
+        outage loses entries, never results."""
+        if self._cache is None:
+            return
+        now = time.time()
+        entries = []
+        for p, record in stored:
+            m = p.message
+            if m is None or m.cache_key is None or record.status != "done" or not record.outputs:
+                continue
+            version = self._version(m.version)
+            if version is None or version.result_cache_seconds <= 0:
+                continue
+            expires = int(now + version.result_cache_seconds)
+            entries.append(
+                CacheEntry(m.tenant, m.model, m.version, m.cache_key, record.outputs, expires)
+            )
+        if not entries:
+            return
+        try:
+            self._cache.put(entries)
+        except Exception:  # noqa: BLE001 - the next repeat is run by the model instead
+            log.exception("result cache write failed", extra={"entries": len(entries)})
 
     def _complete(self, record: ResultRecord) -> bool:
         """Store a final result; a job's chunk is counted on its job in the same
@@ -546,7 +662,10 @@ class Worker:
         m = p.message
         assert m is not None
         completed = time.time()
-        return ResultRecord(
+        # Built from values the worker itself holds (a validated message and its own
+        # clock), so pydantic's validation is skipped: it cost more than a light
+        # model's inference per request.
+        return ResultRecord.model_construct(
             request_id=m.request_id,
             tenant=m.tenant,
             model=m.model,
@@ -866,7 +985,7 @@ class Worker:
         if item_errors:
             values["ItemErrors"] = (COUNT, float(item_errors))
         if values:
-            emit_metrics(values, model=self.model, version=version)
+            self._metrics.submit(emit_metrics, values, model=self.model, version=version)
 
 
 class _Refused(Exception):

@@ -115,3 +115,31 @@ def test_a_bad_setting_fails_the_cold_start_naming_it(platform, variable, value)
         environment[variable] = value
     with pytest.raises(LambdaInitError, match=variable):
         start_function(platform, "router", "broken-router", environment)
+
+
+def test_a_repeated_predict_is_answered_from_the_result_cache(
+    router: LambdaProcess, platform
+) -> None:
+    # GIVEN a sentence the workers answered for acme (the cache is filled just
+    # after the result is stored, so a repeat may find it a moment later)
+    body = {"inputs": ["a sentence asked about twice"]}
+    status, first, headers = answer(router.invoke(rest_event(platform, "POST", PREDICT, body=body)))
+    assert status == 200 and "x-cache" not in headers
+
+    # WHEN acme asks again, THEN the cache answers with the same outputs
+    def repeat() -> tuple[dict, dict] | None:
+        _, again, headers = answer(router.invoke(rest_event(platform, "POST", PREDICT, body=body)))
+        return (again, headers) if headers.get("x-cache") == "hit" else None
+
+    again, headers = wait_for(repeat, timeout_s=30, every_s=0.2)
+    assert again["outputs"] == first["outputs"] and again["request_id"] != first["request_id"]
+    assert headers["x-model-version"] == "v1" and "cache_ms" in again["timings"]
+    # and another tenant asking the same is answered by a worker, as is acme with no-cache
+    other = rest_event(platform, "POST", PREDICT, body=body, tenant="globex")
+    status, theirs, headers = answer(router.invoke(other))
+    assert status == 200 and "x-cache" not in headers and theirs["outputs"] == first["outputs"]
+    fresh = rest_event(platform, "POST", PREDICT, body=body)
+    fresh["headers"]["cache-control"] = "no-cache"
+    fresh["multiValueHeaders"]["cache-control"] = ["no-cache"]
+    status, _, headers = answer(router.invoke(fresh))
+    assert status == 200 and "x-cache" not in headers

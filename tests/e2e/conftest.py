@@ -19,6 +19,7 @@ import pytest
 from switchyard import aws
 from switchyard_local.models import build_all
 from switchyard_local.supervisor import free_port
+from tests.e2e.worker_log import delivery_events
 
 ROOT = Path(__file__).resolve().parents[2]
 READY = re.compile(r"^READY (http://127\.0\.0\.1:(\d+)) api_key=(\S+)$")
@@ -58,7 +59,7 @@ class Platform:
                         events.append(json.loads(line))
                     except ValueError:
                         continue
-        return events
+        return delivery_events(events)
 
     def queue_depth(self, model: str, lane: str = "realtime", dlq: bool = False) -> int:
         url = self.info["dlqs" if dlq else "queues"][model][lane]
@@ -94,9 +95,12 @@ def e2e_manifest(extra: str = "") -> str:
     """The manifest as the e2e platforms run it. A short visibility timeout, so that
     recovery after a killed worker is quick, a short rollout window, so that a
     rollout test watches a whole one quickly, and a tenant on a tier small enough to
-    run into its limits within a test."""
+    run into its limits within a test. The result cache is off: these tests send the
+    same inputs again and again and follow what the workers do with each request (the
+    cache is tried in tests/deploy, tests/integration and tests/unit)."""
     text = (ROOT / "manifest.toml").read_text()
     text = re.sub(r"visibility_timeout_seconds = \d+", "visibility_timeout_seconds = 10", text)
+    text = re.sub(r"(?m)^result_cache_seconds = \d+", "result_cache_seconds = 0", text)
     text = re.sub(r"(?m)^window_seconds = \d+", "window_seconds = 20", text)
     return text + TRIAL_TENANT + extra
 

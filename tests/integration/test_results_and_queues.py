@@ -155,3 +155,32 @@ def test_embeddings_are_stored_as_float32_and_read_back_exactly(manifest, provis
     packed = item("emb")
     assert "outputs" not in packed and len(packed["outputs_f32"]["B"]) == 4 + 4 * 3 * 384
     assert "outputs_f32" not in item("cls") and item("cls")["outputs"]["S"].startswith('[{"class"')
+
+
+def test_cached_outputs_are_kept_per_tenant_and_version_until_they_expire(
+    manifest, provisioned, clients
+):
+    from switchyard.result_cache import CacheEntry, DynamoDBResultCache, cache_key
+
+    names = manifest.names("dev")
+    cache = DynamoDBResultCache(clients("dynamodb"), names.results_table)
+    soon = int(time.time()) + 60
+    # GIVEN 60 entries (over BatchWriteItem's 25), one of them twice, one already expired
+    entries = [
+        CacheEntry("acme", "minilm-embed", "v1", cache_key([f"text {i}"]), [[i, 0.5]], soon)
+        for i in range(60)
+    ]
+    entries.append(entries[0])
+    entries.append(CacheEntry("acme", "minilm-embed", "v1", cache_key(["old"]), [[0]], 1))
+    # WHEN they are stored
+    stored = cache.put(entries)
+    # THEN each is stored once, and read back by its own tenant and version only
+    assert stored == 61
+    key = cache_key(["text 7"])
+    assert cache.get("acme", "minilm-embed", "v1", key) == [[7, 0.5]]
+    assert cache.get("globex", "minilm-embed", "v1", key) is None
+    assert cache.get("acme", "minilm-embed", "v2", key) is None
+    assert cache.get("acme", "minilm-embed", "v1", cache_key(["old"])) is None  # expired
+    # and the tenant's requests are untouched by its cache entries
+    results = store(manifest, clients)
+    assert results.get("acme", "r1") is None

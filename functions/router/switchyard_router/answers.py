@@ -47,7 +47,10 @@ def failure_of(record: ResultRecord) -> tuple[int, str]:
 
 
 def routed_headers(admitted: Admitted) -> dict[str, str]:
-    return {"x-model-version": admitted.version, "x-request-id": admitted.request_id}
+    headers = {"x-model-version": admitted.version, "x-request-id": admitted.request_id}
+    if admitted.cached is not None:
+        headers["x-cache"] = "hit"  # answered from the result cache, not by a worker
+    return headers
 
 
 def queued(admitted: Admitted, base_path: str) -> JSONResponse:
@@ -57,7 +60,7 @@ def queued(admitted: Admitted, base_path: str) -> JSONResponse:
         "request_id": admitted.request_id,
         "model": admitted.model,
         "version": admitted.version,
-        "status": "queued",
+        "status": "done" if admitted.cached is not None else "queued",
         "location": location,
     }
     return JSONResponse(body, 202, headers={**routed_headers(admitted), "Location": location})

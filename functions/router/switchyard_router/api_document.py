@@ -78,12 +78,13 @@ class AlreadyFinished(RequestStatus):
 
 
 class Accepted(TypedDict):
-    """A request that is queued; poll ``location`` for its result."""
+    """A request that is queued; poll ``location`` for its result. ``done`` when it
+    was answered from the result cache: its result is at ``location`` already."""
 
     request_id: str
     model: str
     version: str
-    status: Literal["queued"]
+    status: Literal["queued", "done"]
     location: str
 
 

@@ -415,6 +415,7 @@ def _predict_sync(
         deadline_ms=deadline_ms,
         is_async=is_async,
         pinned=pinned,
+        cache_lookup="no-cache" not in headers_in.get("cache-control", "").lower(),
     )
     if is_async:
         return queued(admitted, base_path)
@@ -442,14 +443,16 @@ def _emit_request(admitted: Admitted, *, error: bool) -> None:
     version: that is what canary alarms and rollback watch), per model, and per
     role (canary or stable), which the cloud's canary alarms compare. Pinned
     requests are counted per model and under the role "pinned" only: the caller
-    chose the version, so they are no sample of a rollout."""
+    chose the version, so they are no sample of a rollout; so are answers from the
+    result cache, under the role "cached"."""
     values = {
         "Requests": (COUNT, 1.0),
         "Latency": (MILLISECONDS, (time.time() - admitted.timings["received_at"]) * 1000),
         "Errors": (COUNT, 1.0 if error else 0.0),
         "Fallbacks": (COUNT, 1.0 if admitted.fell_back else 0.0),
     }
-    if admitted.role != "pinned":  # a caller's choice says nothing of a rollout
+    # A caller's choice, or an answer from the cache, says nothing of a rollout.
+    if admitted.role not in ("pinned", "cached"):
         emit_metrics(values, model=admitted.model, version=admitted.version)
     emit_metrics(values, model=admitted.model)
     emit_metrics(values, model=admitted.model, role=admitted.role)

@@ -19,6 +19,7 @@ from switchyard.generation import PromptTokens, as_request, over_context
 from switchyard.payloads import PayloadStore
 from switchyard.queues import ModelLanes, encode_message
 from switchyard.registry import ModelVersion, Registry
+from switchyard.result_cache import ResultCache, cache_key, cacheable
 from switchyard.results import ResultStore
 from switchyard.routing import (
     RoutingDocument,
@@ -76,6 +77,8 @@ class Admitted:
     # caller chose the version (kept out of the canary's judgement).
     role: str = "stable"
     timings: dict[str, float] = field(default_factory=dict)
+    # Answered from the result cache: nothing was queued, and this is the answer.
+    cached: ResultRecord | None = None
 
 
 class VersionCache:
@@ -113,8 +116,10 @@ class PredictService:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
         prompt_tokens: PromptTokens | None = None,
+        cache: ResultCache | None = None,
     ) -> None:
         self._endpoints = endpoints
+        self._cache = cache
         self._prompt_tokens = prompt_tokens
         self._versions = VersionCache(registry)
         self._results = results
@@ -187,6 +192,7 @@ class PredictService:
         lane: str = "realtime",
         is_async: bool = False,
         pinned: str | None = None,
+        cache_lookup: bool = True,
     ) -> Admitted:
         """Validate, record as queued, enqueue. Raises RequestRejected on bad input.
         The sticky key is the header the routing document names, else the tenant.
@@ -194,7 +200,12 @@ class PredictService:
 
         The work expires at a sync caller's deadline plus the hand-off's grace (the
         caller answered 202 at its deadline may still collect it), or after the
-        lane's maximum age for async work; the result's TTL is separate."""
+        lane's maximum age for async work; the result's TTL is separate.
+
+        A cacheable request (``switchyard.result_cache``) whose inputs this tenant
+        had answered by this version is answered from the cache instead of queued
+        (unless ``cache_lookup`` is off: the caller's ``Cache-Control: no-cache``);
+        a miss carries its cache key to the worker, which fills the entry."""
         started = self._clock()
         if model not in self._endpoints:
             raise RequestRejected(404, "unknown_model", f"model {model!r} does not exist")
@@ -210,13 +221,25 @@ class PredictService:
             raise RequestRejected(
                 422, "invalid_input", f"inputs do not match {model}'s signature", errors
             )
-        if isinstance(version.signature, GenerationSignature):
+        generative = isinstance(version.signature, GenerationSignature)
+        if generative:
             self._check_context(version, inputs)
         budget_ms = deadline_ms if deadline_ms is not None else version.default_deadline_ms
+        lane_name = "batch" if lane == "batch" else "realtime"
+        key = None
+        if (
+            self._cache is not None
+            and lane_name == "realtime"
+            and cacheable(version.result_cache_seconds, inputs, generative)
+        ):
+            key = cache_key(inputs)
+            if cache_lookup:
+                hit = self._from_cache(model, version, tenant, key, lane_name, is_async, started)
+                if hit is not None:
+                    return hit
         now = self._clock()
         request_id = uuid.uuid4().hex
         expires_at = int(now + self._ttl)
-        lane_name = "batch" if lane == "batch" else "realtime"
         work_expires_at = (
             now + self._max_age[lane_name]
             if is_async or lane_name == "batch"
@@ -245,6 +268,7 @@ class PredictService:
             n_inputs=len(inputs),
             enqueued_at=self._clock(),
             expires_at=work_expires_at,
+            cache_key=key,
         )
         endpoint = self._endpoints[model]
         queue = endpoint.batch if lane == "batch" else endpoint.realtime
@@ -316,6 +340,56 @@ class PredictService:
         )
         return admitted
 
+    def _from_cache(
+        self,
+        model: str,
+        version: ModelVersion,
+        tenant: str,
+        key: str,
+        lane: str,
+        is_async: bool,
+        started: float,
+    ) -> Admitted | None:
+        """The request answered from the cache, or None on a miss (or if the cache
+        cannot be read: then the request is queued as usual). An async answer is
+        stored as the request's result, so that reading it back works as always; a
+        sync one is answered at once and not stored."""
+        try:
+            outputs = self._cache.get(tenant, model, version.version, key)  # type: ignore[union-attr]
+        except Exception:  # noqa: BLE001 - a cache outage costs a model run, never an answer
+            log.exception("result cache read failed")
+            return None
+        if outputs is None:
+            return None
+        now = self._clock()
+        record = ResultRecord(
+            request_id=uuid.uuid4().hex,
+            tenant=tenant,
+            model=model,
+            version=version.version,
+            status="done",
+            lane="batch" if lane == "batch" else "realtime",
+            outputs=outputs,
+            timings={"received_at": now, "cache_ms": (now - started) * 1000},
+            created_at=started,
+            completed_at=now,
+            expires_at=int(now + self._ttl),
+            worker="result-cache",
+        )
+        if is_async:
+            self._results.complete(record)
+        return Admitted(
+            request_id=record.request_id,
+            model=model,
+            version=version.version,
+            tenant=tenant,
+            deadline=time.monotonic(),
+            budget_s=0.0,
+            role="cached",
+            timings={"received_at": started, "router_ms": (now - started) * 1000},
+            cached=record,
+        )
+
     def active_versions(self, model: str) -> list[ModelVersion]:
         return [v for v in self._versions.versions(model).values() if v.status == "active"]
 
@@ -374,6 +448,8 @@ class PredictService:
         Every look is a read of the results table, so the first one waits for most of
         the time recent requests of this model took, and later ones come at a fraction
         of it (5 to 50 ms) rather than as fast as possible."""
+        if admitted.cached is not None:
+            return admitted.cached
         started = time.monotonic()
         expected = self._expected_s.get(admitted.model, _FIRST_EXPECTED_S)
         interval = min(max(expected / 4, _MIN_POLL_S), _MAX_POLL_S)

@@ -35,6 +35,7 @@ def build_deps(settings: RouterSettings) -> RouterDeps:
         endpoints=adapters.queues,
         registry=adapters.registry,
         results=adapters.results,
+        cache=adapters.cache,
         payloads=adapters.payloads,
         routing=routing,
         result_ttl_seconds=settings.result_ttl_seconds,

@@ -184,6 +184,9 @@ class ModelSpec(_Strict):
     max_wait_ms: int = Field(ge=0, le=10_000)
     default_deadline_ms: int = Field(gt=0, le=29_000)
     slo_p99_ms: int = Field(gt=0, le=29_000)  # a canary over it and over stable's is rolled back
+    # Repeated inputs answered from the result cache for this long; 0 (the default)
+    # for a model whose outputs are not a function of its inputs alone.
+    result_cache_seconds: int = Field(default=0, ge=0, le=7 * 86_400)
     scaling: ModelScaling = ModelScaling()
     demo_versions: tuple[str, ...] = ()
 
@@ -203,6 +206,7 @@ class ModelSpec(_Strict):
             max_batch_size=self.max_batch_size,
             max_wait_ms=self.max_wait_ms,
             default_deadline_ms=self.default_deadline_ms,
+            result_cache_seconds=self.result_cache_seconds,
             **extra,
         )
 

@@ -35,6 +35,9 @@ class ModelVersion(BaseModel):
     max_wait_ms: int
     default_deadline_ms: int
     fallback: str | None = None
+    # How long a repeated request may be answered from the result cache (0: never,
+    # what a model that is not deterministic declares); see switchyard.result_cache.
+    result_cache_seconds: int = Field(default=0, ge=0)
     # Generation models: the tokenizer (tokenizer.json beside the artifact) the
     # router counts prompt tokens with, and its sha256.
     tokenizer_uri: str | None = None

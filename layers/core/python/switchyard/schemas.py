@@ -109,6 +109,9 @@ class QueueMessage(BaseModel):
     fallback: bool = False
     # Set on a batch job's chunk (the splitter's).
     job: JobChunk | None = None
+    # Set when the answer may be cached: the inputs' hash (switchyard.result_cache),
+    # under which the worker stores the outputs for the version's cache time.
+    cache_key: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
 
     @model_validator(mode="after")
     def _one_payload(self) -> QueueMessage:

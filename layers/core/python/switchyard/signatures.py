@@ -69,6 +69,8 @@ def _check_tensor(item: Any, sig: TensorSignature, field: str) -> list[FieldErro
         return [FieldError(field, f"must be a list of {length} numbers, got {_type_name(item)}")]
     if len(item) != length:
         return [FieldError(field, f"must hold exactly {length} numbers, got {len(item)}")]
+    if _plainly_in_range(item, sig):
+        return []
     for j, value in enumerate(item):
         where = f"{field}[{j}]"
         # bool is an int in Python, but never a pixel value.
@@ -81,6 +83,22 @@ def _check_tensor(item: Any, sig: TensorSignature, field: str) -> list[FieldErro
         if sig.maximum is not None and value > sig.maximum:
             return [FieldError(where, f"is {value}; the maximum is {sig.maximum:g}")]
     return []
+
+
+def _plainly_in_range(item: list[Any], sig: TensorSignature) -> bool:
+    """The common case, checked at C speed: every value an int or float (never a
+    bool), finite and within bounds. When it fails, the caller walks the list to
+    name the first offending value."""
+    if not set(map(type, item)) <= _NUMBER_TYPES:
+        return False
+    if not all(map(math.isfinite, item)):
+        return False
+    if sig.minimum is not None and min(item) < sig.minimum:
+        return False
+    return sig.maximum is None or max(item) <= sig.maximum
+
+
+_NUMBER_TYPES = {int, float}
 
 
 def _type_name(value: Any) -> str:

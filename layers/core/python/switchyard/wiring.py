@@ -14,6 +14,7 @@ from switchyard import aws
 from switchyard.payloads import S3PayloadStore
 from switchyard.queues import ModelLanes, SqsWorkQueue
 from switchyard.registry import DynamoDBRegistry
+from switchyard.result_cache import DynamoDBResultCache
 from switchyard.results import DynamoDBResultStore
 from switchyard.settings import Settings
 from switchyard.telemetry import FirehosePredictionLog
@@ -26,6 +27,7 @@ class Adapters:
     settings: Settings
     registry: DynamoDBRegistry
     results: DynamoDBResultStore
+    cache: DynamoDBResultCache
     payloads: S3PayloadStore
     queues: dict[str, ModelLanes]
 
@@ -49,6 +51,7 @@ def build_adapters(settings: Settings) -> Adapters:
         results=DynamoDBResultStore(
             client("dynamodb"), settings.results_table, payloads, settings.result_inline_bytes
         ),
+        cache=DynamoDBResultCache(client("dynamodb"), settings.results_table),
         payloads=payloads,
         queues={
             model: ModelLanes(

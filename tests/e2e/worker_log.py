@@ -1,0 +1,27 @@
+"""Reading the workers' JSON log lines: the e2e tests and the soak count deliveries
+from them."""
+
+from __future__ import annotations
+
+
+def delivery_events(events: list[dict]) -> list[dict]:
+    """The workers' log events with each batch's ``results stored`` line read as one
+    event per request: ``result stored`` (written) or ``duplicate suppressed`` (the
+    request had already ended), with its ``request_id``, ``status`` and
+    ``receive_count``."""
+    out = []
+    for e in events:
+        if e.get("message") != "results stored":
+            out.append(e)
+            continue
+        for r in e.get("results", []):
+            message = "result stored" if r["stored"] else "duplicate suppressed"
+            out.append(
+                {
+                    **r,
+                    "message": message,
+                    "worker": e.get("worker"),
+                    "timestamp": e.get("timestamp"),
+                }
+            )
+    return out

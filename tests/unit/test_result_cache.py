@@ -1,0 +1,209 @@
+"""The result cache's rules: what is cacheable, how the router answers a repeat
+without queueing it, and how the worker fills the cache."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from switchyard.queues import ModelLanes
+from switchyard.result_cache import CacheEntry, cache_key, cacheable
+from switchyard.schemas import QueueMessage
+from switchyard_router.app import RouterDeps, create_app
+from switchyard_router.logic import PredictService
+from switchyard_worker.worker import Worker
+from tests.fakes import (
+    EchoRuntime,
+    FakePayloads,
+    FakeQueue,
+    FakeRegistry,
+    FakeResultCache,
+    FakeResults,
+    behind_api_gateway,
+    tenant_keys,
+)
+
+KEYS = {"k-acme": "acme", "k-globex": "globex"}
+IMAGE = [1] * 64
+OTHER = [2] * 64
+
+
+def test_the_key_is_the_inputs_canonical_json():
+    assert cache_key([{"a": 1, "b": [1.5, 2]}]) == cache_key([{"b": [1.5, 2], "a": 1}])
+    assert cache_key(["a"]) != cache_key(["a "]) != cache_key([["a"]])
+    assert len(cache_key(["a"])) == 64
+
+
+@pytest.mark.parametrize(
+    ("seconds", "inputs", "generative", "expected"),
+    [
+        (3600, ["text"], False, True),
+        (0, ["text"], False, False),  # the model declares no cache time
+        (3600, [{"prompt": "p", "temperature": 0}], True, True),  # greedy
+        (3600, [{"prompt": "p", "temperature": 0.8, "seed": 7}], True, True),
+        (3600, [{"prompt": "p", "temperature": 0.8}], True, False),  # sampled, no seed
+        (3600, [{"prompt": "p", "temperature": 0, "stream": True}], True, False),
+    ],
+)
+def test_what_may_be_cached(seconds, inputs, generative, expected):
+    assert cacheable(seconds, inputs, generative) is expected
+
+
+@pytest.fixture
+def world(digits_v1):
+    results, cache = FakeResults(), FakeResultCache()
+    queue = FakeQueue("realtime")
+    service = PredictService(
+        endpoints={"digits-cnn": ModelLanes(realtime=queue, batch=FakeQueue("batch"))},
+        registry=FakeRegistry(digits_v1),
+        results=results,
+        payloads=FakePayloads(),
+        routing=None,
+        result_ttl_seconds=3600,
+        claim_check_bytes=200_000,
+        cache=cache,
+        sleep=lambda _: None,
+    )
+    app = create_app(RouterDeps(service=service, tenants=tenant_keys(KEYS), max_body_bytes=60_000))
+    return TestClient(behind_api_gateway(app, KEYS)), queue, results, cache
+
+
+def cached(cache, tenant="acme", inputs=(IMAGE,), outputs=({"class": 3},), expires_in=60):
+    key = cache_key(list(inputs))
+    cache.put(
+        [CacheEntry(tenant, "digits-cnn", "v1", key, list(outputs), int(time.time() + expires_in))]
+    )
+
+
+def predict(client, inputs, key="k-acme", query="", **headers):
+    return client.post(
+        f"/v1/models/digits-cnn/predict{query}",
+        json={"inputs": inputs},
+        headers={"x-api-key": key, **headers},
+    )
+
+
+def test_a_repeat_is_answered_from_the_cache_without_queueing(world):
+    client, queue, results, cache = world
+    # GIVEN acme's answer to IMAGE is cached
+    cached(cache)
+    # WHEN acme asks again
+    response = predict(client, [IMAGE])
+    # THEN the cache answers, and nothing is queued or stored
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["outputs"] == [{"class": 3}] and body["status"] == "done"
+    assert response.headers["x-cache"] == "hit"
+    assert "cache_ms" in body["timings"]
+    assert queue.visible == [] and results.items == {}
+
+
+def test_a_miss_is_queued_with_its_key_for_the_worker(world):
+    client, queue, _, cache = world
+    cached(cache, tenant="globex")  # another tenant's entry is not acme's
+    cached(cache, inputs=(OTHER,))
+    client_timeout = predict(client, [IMAGE], **{"x-deadline-ms": "50"})
+    assert client_timeout.status_code == 202  # no worker here: queued, then handed off
+    assert "x-cache" not in client_timeout.headers
+    message = QueueMessage.model_validate_json(queue.visible[0]["body"])
+    assert message.cache_key == cache_key([IMAGE])
+
+
+def test_no_cache_skips_the_lookup_but_still_fills_the_entry(world):
+    client, queue, _, cache = world
+    cached(cache)
+    response = predict(client, [IMAGE], **{"cache-control": "no-cache", "x-deadline-ms": "50"})
+    assert response.status_code == 202 and ("get", ("acme", "digits-cnn", "v1")) not in cache.log
+    assert json.loads(queue.visible[0]["body"])["cache_key"] == cache_key([IMAGE])
+
+
+def test_an_expired_entry_is_a_miss(world):
+    client, queue, _, cache = world
+    cached(cache, expires_in=-1)
+    assert predict(client, [IMAGE], **{"x-deadline-ms": "50"}).status_code == 202
+    assert len(queue.visible) == 1
+
+
+def test_an_async_repeat_is_stored_done_and_read_back(world):
+    client, queue, results, cache = world
+    cached(cache)
+    response = predict(client, [IMAGE], query="?async=true")
+    assert response.status_code == 202 and response.json()["status"] == "done"
+    location = response.headers["location"]
+    read = client.get(location, headers={"x-api-key": "k-acme"}).json()
+    assert read["status"] == "done" and read["outputs"] == [{"class": 3}]
+    assert queue.visible == []
+    # and it stays acme's
+    assert client.get(location, headers={"x-api-key": "k-globex"}).status_code == 404
+
+
+def test_a_model_without_a_cache_time_is_never_looked_up(digits_v1):
+    cache = FakeResultCache()
+    queue = FakeQueue("realtime")
+    service = PredictService(
+        endpoints={"digits-cnn": ModelLanes(realtime=queue, batch=FakeQueue("batch"))},
+        registry=FakeRegistry(digits_v1.model_copy(update={"result_cache_seconds": 0})),
+        results=FakeResults(),
+        payloads=FakePayloads(),
+        routing=None,
+        result_ttl_seconds=3600,
+        claim_check_bytes=200_000,
+        cache=cache,
+    )
+    service.submit(
+        model="digits-cnn", tenant="acme", inputs=[IMAGE], sticky_headers={}, deadline_ms=None
+    )
+    assert cache.log == []
+    assert json.loads(queue.visible[0]["body"]).get("cache_key") is None
+
+
+def test_the_worker_caches_what_it_answered_for_the_versions_time(digits_v1):
+    # GIVEN two requests that asked to be cached, one that did not, one that fails
+    realtime, cache, results = FakeQueue("realtime"), FakeResultCache(), FakeResults()
+    worker = Worker(
+        model="digits-cnn",
+        worker_id="w1",
+        realtime=realtime,
+        batch=FakeQueue("batch"),
+        registry=FakeRegistry(digits_v1),
+        results=results,
+        payloads=FakePayloads(),
+        load_runtime=lambda record: EchoRuntime(),
+        cache=cache,
+        visibility_timeout=60,
+        poll_wait_seconds=0,
+    )
+    worker.preload()
+    for rid, inputs, key in [
+        ("r1", [IMAGE], cache_key([IMAGE])),
+        ("r2", [OTHER, OTHER], cache_key([OTHER, OTHER])),
+        ("r3", [IMAGE], None),
+        ("r4", [[99] * 64], cache_key([[99] * 64])),  # over the signature's maximum
+    ]:
+        message = QueueMessage(
+            request_id=rid,
+            tenant="acme",
+            model="digits-cnn",
+            version="v1",
+            inputs=inputs,
+            n_inputs=len(inputs),
+            enqueued_at=time.time(),
+            expires_at=time.time() + 60,
+            cache_key=key,
+        )
+        realtime.send(message.model_dump_json(), "acme")
+    # WHEN the worker answers them
+    for _ in range(5):
+        worker.step()
+    worker._execute(worker._assembler.take(force=True))
+    worker.wait_for_results()
+    # THEN the two done ones are cached, in one write, for the version's cache time
+    assert results.items[("acme", "r4")].status == "error"
+    assert ("put", 2) in cache.log and [e for e in cache.log if e[0] == "put"] == [("put", 2)]
+    entry = cache.entries[("acme", "digits-cnn", "v1", cache_key([OTHER, OTHER]))]
+    assert entry.outputs == [{"n": 64}, {"n": 64}]
+    left = entry.expires_at - time.time()
+    assert digits_v1.result_cache_seconds - 5 < left <= digits_v1.result_cache_seconds
