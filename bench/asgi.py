@@ -17,9 +17,11 @@ async def call(
     body: bytes = b"",
     query: str = "",
     api_key_id: str | None = None,
+    response_headers: dict[str, str] | None = None,
 ) -> tuple[int, bytes]:
     """One request through ``app``; returns (status, body). ``api_key_id`` is the key
-    API Gateway verified, passed as Mangum passes the request context."""
+    API Gateway verified, passed as Mangum passes the request context; the answer's
+    headers go into ``response_headers`` (by lower-case name) when it is given."""
     raw_headers = [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
     if body:
         raw_headers.append((b"content-length", str(len(body)).encode()))
@@ -56,6 +58,9 @@ async def call(
         nonlocal status
         if message["type"] == "http.response.start":
             status = message["status"]
+            if response_headers is not None:
+                for k, v in message.get("headers", []):
+                    response_headers[k.decode().lower()] = v.decode()
         elif message["type"] == "http.response.body":
             chunks.append(message.get("body", b""))
 

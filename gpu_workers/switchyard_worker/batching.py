@@ -9,11 +9,20 @@ Pure logic with an injectable clock, so every rule is unit-tested without queues
   cannot drag its neighbours to the DLQ with it;
 - realtime work held beside batch-lane work runs first: a batch job's chunks in
   hand wait for the realtime requests that arrived after them.
+
+It adapts to the load (``time_left``): it learns each version's batch cost (time
+against size, :class:`BatchCost`) from the batches run, and the rate at which work
+arrives (:class:`ArrivalRate`). A forming batch is due early when waiting longer
+would make a sync caller's answer late (its ``respond_by`` less the batch's
+expected cost), and at once when the queue was found drained and less than one
+more message is expected before ``max_wait_ms`` runs out: a lone request is not
+held for nothing.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +61,66 @@ class Pending:
     def is_retry(self) -> bool:
         return self.received.receive_count > 1
 
+    @property
+    def respond_by(self) -> float | None:
+        """Monotonic time by which a sync caller wants the answer (None: async)."""
+        if self.message is None or self.message.respond_by is None:
+            return None
+        return self.arrived + (self.message.respond_by - self.received_at)
+
+
+class BatchCost:
+    """A version's batch time against its size, ``fixed + per_input * size``, fitted
+    online by least squares over the recent batches (older ones weigh less)."""
+
+    def __init__(self, decay: float = 0.9) -> None:
+        self._decay = decay
+        self._w = self._x = self._y = self._xx = self._xy = 0.0
+
+    def observe(self, size: int, seconds: float) -> None:
+        d = self._decay
+        self._w = d * self._w + 1
+        self._x = d * self._x + size
+        self._y = d * self._y + seconds
+        self._xx = d * self._xx + size * size
+        self._xy = d * self._xy + size * seconds
+
+    def expected(self, size: int) -> float:
+        """Seconds a batch of ``size`` is expected to take (0 before any is seen)."""
+        if self._w == 0:
+            return 0.0
+        mean_x, mean_y = self._x / self._w, self._y / self._w
+        var = self._xx / self._w - mean_x * mean_x
+        if var <= 1e-9:  # one size seen so far: its cost scaled by size
+            return max(mean_y * size / max(mean_x, 1), 0.0)
+        slope = (self._xy / self._w - mean_x * mean_y) / var
+        return max(mean_y + slope * (size - mean_x), 0.0)
+
+
+class ArrivalRate:
+    """Messages received per second over the last ``window`` seconds."""
+
+    def __init__(self, clock: Callable[[], float], window: float = 2.0) -> None:
+        self._clock = clock
+        self._window = window
+        self._times: deque[float] = deque()
+
+    def add(self, count: int = 1) -> None:
+        now = self._clock()
+        self._times.extend([now] * count)
+        self._trim(now)
+
+    def per_second(self) -> float:
+        now = self._clock()
+        self._trim(now)
+        if not self._times:
+            return 0.0
+        return len(self._times) / self._window
+
+    def _trim(self, now: float) -> None:
+        while self._times and self._times[0] < now - self._window:
+            self._times.popleft()
+
 
 Limits = Callable[[str], tuple[int, float]]
 """A version's (max_batch_size, max_wait seconds), from its registry record."""
@@ -62,9 +131,23 @@ class BatchAssembler:
     limits: Limits
     clock: Callable[[], float] = time.monotonic
     _pool: list[Pending] = field(default_factory=list)
+    # The last receive found fewer messages than it asked for (set by the worker).
+    drained: bool = False
+    costs: dict[str, BatchCost] = field(default_factory=dict)
+    arrivals: ArrivalRate | None = None
+
+    def __post_init__(self) -> None:
+        if self.arrivals is None:
+            self.arrivals = ArrivalRate(self.clock)
 
     def add(self, pending: Pending) -> None:
         self._pool.append(pending)
+        assert self.arrivals is not None
+        self.arrivals.add()
+
+    def ran(self, version: str, size: int, seconds: float) -> None:
+        """A batch of ``version`` took ``seconds`` for ``size`` inputs."""
+        self.costs.setdefault(version, BatchCost()).observe(size, seconds)
 
     @property
     def held(self) -> list[Pending]:
@@ -89,11 +172,27 @@ class BatchAssembler:
         return same < max_size and self.time_left() > 0
 
     def time_left(self) -> float:
-        """Seconds until the oldest held message's batch is due (0 when idle)."""
+        """Seconds until the oldest held message's batch is due (0 when idle): its
+        ``max_wait_ms``, shortened so that the batch, at its expected cost, still
+        answers each sync caller by its ``respond_by``, and cut to nothing when the
+        queue was drained and not one more message is expected in the time left."""
         if not self._pool:
             return 0.0
-        _, max_wait = self.limits(self._pool[0].version)
-        return self._pool[0].arrived + max_wait - self.clock()
+        oldest = self._pool[0]
+        _, max_wait = self.limits(oldest.version)
+        now = self.clock()
+        left = oldest.arrived + max_wait - now
+        same = [p for p in self._pool if p.version == oldest.version]
+        cost = self.costs.get(oldest.version)
+        expected = cost.expected(sum(p.size for p in same)) if cost else 0.0
+        for p in same:
+            respond_by = p.respond_by
+            if respond_by is not None:
+                left = min(left, respond_by - expected - now)
+        assert self.arrivals is not None
+        if self.drained and left > 0 and self.arrivals.per_second() * left < 1:
+            return 0.0
+        return left
 
     def take(self, force: bool = False) -> list[Pending]:
         """The next batch if one is due (or ``force``), else an empty list."""

@@ -300,6 +300,7 @@ class Worker:
             received = batch_lane.receive(room, 0)
             self._batch_waiting = bool(received)
         self._drained = len(received) < room
+        self._assembler.drained = self._drained
         self._hold(received)
 
     def _glance_at_realtime(self) -> None:
@@ -520,6 +521,8 @@ class Worker:
             self._emit(version, item_errors=len(runnable))
             raise BatchFailed(f"{type(exc).__name__}: {exc}"[:300]) from None
         compute_ms = (time.time() - started) * 1000
+        with self._held:
+            self._assembler.ran(version, len(flat), compute_ms / 1000)
         per_message = []
         offset = 0
         for p in runnable:

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from switchyard.aws import transfer
 from switchyard.callbacks import JobEvents, cancel, secrets_reader
 from switchyard.jobs import TERMINAL, Job, JobRejected, JobStore, job_for_file, job_view
 
@@ -79,7 +80,7 @@ def _submit(args: argparse.Namespace) -> int:
         raise JobsError(f"unknown model {args.model!r} (not in the manifest)")
     key = f"{tenant}/{args.model}/{path.name}"
     s3 = target.client("s3")
-    s3.upload_file(str(path), target.drop_bucket, key)
+    transfer(s3).upload_file(str(path), target.drop_bucket, key)
     try:
         job, _ = store.create(
             job_for_file(
@@ -186,6 +187,6 @@ def _fetch(args: argparse.Namespace) -> int:
     if job.output_uri is None:
         raise JobsError(f"job {args.job_id} has no output ({job.display_status})")
     bucket, key = job.output_uri.removeprefix("s3://").split("/", 1)
-    target.client("s3").download_file(bucket, key, args.output)
+    transfer(target.client("s3")).download_file(bucket, key, args.output)
     print(f"{job.output_uri} -> {args.output}")
     return 0

@@ -123,3 +123,74 @@ def test_realtime_work_runs_before_batch_lane_work_held_before_it():
     clock.now = 102.0
     assert a.take() == [late]
     assert a.take() == [chunks[0]]
+
+
+def sync_pending(respond_in: float, n: int = 1, at: float = 100.0):
+    """A sync request received at ``at`` whose caller wants it ``respond_in`` s later."""
+    p = pending("t1", n=n, at=at)
+    p.message = p.message.model_copy(update={"respond_by": at + respond_in})
+    return p
+
+
+def test_the_batch_cost_is_learned_as_a_line_in_its_size():
+    from switchyard_worker.batching import BatchCost
+
+    cost = BatchCost()
+    assert cost.expected(8) == 0.0  # nothing seen: no estimate
+    cost.observe(4, 0.012)
+    assert abs(cost.expected(8) - 0.024) < 1e-9  # one size seen: scaled by size
+    for size in (1, 2, 4, 8, 16, 32):
+        cost.observe(size, 0.010 + 0.002 * size)
+    assert abs(cost.expected(64) - (0.010 + 0.002 * 64)) < 0.003
+
+
+def test_a_lone_request_is_not_held_when_the_queue_is_drained_and_nothing_is_coming():
+    # GIVEN a 50 ms max wait, one request in hand, and a receive that found the queue empty
+    clock = Clock()
+    a = assembler(clock, size=32, wait=0.050)
+    a.add(pending("t1"))
+    assert a.take() == []  # not drained: it waits, as before
+    a.drained = True
+    # WHEN nothing has arrived for a while (the rate is one message in 2 s)
+    # THEN the batch is due at once
+    assert a.time_left() == 0.0 and len(a.take()) == 1
+
+
+def test_at_a_high_arrival_rate_a_drained_queue_still_waits_for_the_next_messages():
+    clock = Clock()
+    a = assembler(clock, size=32, wait=0.050)
+    for i in range(200):  # 200 messages over the last second: 100 a second
+        clock.now = 99.0 + i / 200
+        a.add(pending("t1", at=clock.now))
+        a.take(force=True)
+    clock.now = 100.0
+    a.add(pending("t1"))
+    a.drained = True
+    assert abs(a.time_left() - 0.050) < 1e-9  # about 5 more are expected in 50 ms
+    assert a.take() == []
+
+
+def test_a_batch_starts_early_enough_to_answer_a_sync_caller_by_its_deadline():
+    # GIVEN batches of this version cost ~40 ms, a 200 ms max wait, and a caller
+    # who wants the answer 100 ms after it was received
+    clock = Clock()
+    a = assembler(clock, size=32, wait=0.200)
+    for _ in range(3):
+        a.ran("v1", 1, 0.040)
+    a.add(sync_pending(respond_in=0.100))
+    # WHEN 50 ms have passed, it still waits; at 61 ms it is due (100 - 40 ms)
+    clock.now += 0.050
+    assert a.take() == [] and abs(a.time_left() - 0.010) < 1e-6
+    clock.now += 0.011
+    assert len(a.take()) == 1
+
+
+def test_async_work_waits_its_full_max_wait():
+    clock = Clock()
+    a = assembler(clock, size=32, wait=0.200)
+    a.ran("v1", 1, 0.040)
+    a.add(pending("t1"))
+    clock.now += 0.150
+    assert a.take() == []
+    clock.now += 0.051
+    assert len(a.take()) == 1

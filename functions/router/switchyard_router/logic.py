@@ -268,6 +268,7 @@ class PredictService:
             n_inputs=len(inputs),
             enqueued_at=self._clock(),
             expires_at=work_expires_at,
+            respond_by=None if is_async or lane_name == "batch" else now + budget_ms / 1000,
             cache_key=key,
         )
         endpoint = self._endpoints[model]

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from switchyard.aws import transfer
+
 
 class ArtifactMismatch(Exception):
     """The artifact's bytes do not match the sha256 in the registry."""
@@ -38,7 +40,7 @@ def publish_artifact(s3: Any, bucket: str, model: str, version: str, path: Path)
     """Upload an artifact file; returns its URI and sha256 for the registry."""
     digest = sha256_file(path)
     key = f"models/{model}/{version}/{path.name}"
-    s3.upload_file(str(path), bucket, key, ExtraArgs={"Metadata": {"sha256": digest}})
+    transfer(s3).upload_file(str(path), bucket, key, extra_args={"Metadata": {"sha256": digest}})
     return f"s3://{bucket}/{key}", digest
 
 
@@ -72,7 +74,7 @@ def fetch_artifact(s3: Any, uri: str, sha256: str, cache_dir: Path) -> Path:
     fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=".download-")
     os.close(fd)
     try:
-        s3.download_file(bucket, key, tmp_name)
+        transfer(s3).download_file(bucket, key, tmp_name)
         actual = sha256_file(Path(tmp_name))
         if actual != sha256:
             raise ArtifactMismatch(

@@ -1,11 +1,19 @@
-"""One place that makes boto3 clients, so the emulator is only a setting."""
+"""One place that makes AWS clients, so the emulator is only a setting.
+
+Clients come from botocore directly, not boto3: importing boto3 also imports its
+managed-transfer and resource layers (s3transfer among them), about 0.4 s of every
+router cold start for features the request path never uses. Large-file transfers
+(model artifacts, a job's file from the CLI) take :func:`transfer`, which imports
+them on first use.
+"""
 
 from __future__ import annotations
 
+import threading
 from functools import lru_cache
 from typing import Any
 
-import boto3
+import botocore.session
 from botocore.config import Config
 
 _CONFIG = Config(
@@ -14,11 +22,38 @@ _CONFIG = Config(
     read_timeout=25,
     max_pool_connections=50,
 )
+_session_lock = threading.Lock()  # a botocore session's create_client is not thread-safe
+
+
+@lru_cache(maxsize=1)
+def _session() -> Any:
+    return botocore.session.get_session()
 
 
 @lru_cache(maxsize=32)
 def client(service: str, region: str, endpoint_url: str | None = None) -> Any:
     """A cached, thread-safe client; ``endpoint_url`` points at the emulator locally."""
-    return boto3.session.Session().client(
-        service, region_name=region, endpoint_url=endpoint_url, config=_CONFIG
-    )
+    with _session_lock:
+        return _session().create_client(
+            service, region_name=region, endpoint_url=endpoint_url, config=_CONFIG
+        )
+
+
+def transfer(s3: Any) -> Any:
+    """Managed S3 transfers (multipart, parallel ranges) over the client ``s3``:
+    ``upload_file(path, bucket, key, extra_args=...)``, ``download_file(bucket, key,
+    path)``."""
+    from boto3.s3.transfer import S3Transfer  # heavy: imported when a file moves
+
+    return S3Transfer(client=s3)
+
+
+class LazyClient:
+    """A client made on first use: a cold start pays only for the services its first
+    request needs (a predict reaches SQS and DynamoDB; S3 only for a claim check)."""
+
+    def __init__(self, service: str, region: str, endpoint_url: str | None = None) -> None:
+        self._args = (service, region, endpoint_url)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(client(*self._args), name)

@@ -102,6 +102,9 @@ class QueueMessage(BaseModel):
     # The work's own expiry (a sync caller's deadline plus the hand-off's grace, or
     # the lane's maximum age), not the result's TTL.
     expires_at: float
+    # A sync caller's deadline (epoch seconds): the worker starts a forming batch
+    # early rather than answer it late. None for async and batch work.
+    respond_by: float | None = None
     # Set on shadow copies: the primary request they mirror.
     shadow_of: str | None = None
     # Set when the router re-sent the request to the model's fallback version

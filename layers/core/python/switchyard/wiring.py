@@ -32,8 +32,8 @@ class Adapters:
     queues: dict[str, ModelLanes]
 
     def client(self, service: str) -> Any:
-        """A boto3 client for ``service``, at the emulator locally."""
-        return aws.client(service, self.settings.region, self.settings.aws_endpoint_url)
+        """A client for ``service``, at the emulator locally, made on first use."""
+        return aws.LazyClient(service, self.settings.region, self.settings.aws_endpoint_url)
 
     def prediction_log(self, stream: str | None) -> FirehosePredictionLog | None:
         return FirehosePredictionLog(self.client("firehose"), stream) if stream else None
@@ -43,7 +43,8 @@ def build_adapters(settings: Settings) -> Adapters:
     def client(service: str) -> Any:
         return aws.client(service, settings.region, settings.aws_endpoint_url)
 
-    payloads = S3PayloadStore(client("s3"), settings.payloads_bucket)
+    s3 = aws.LazyClient("s3", settings.region, settings.aws_endpoint_url)
+    payloads = S3PayloadStore(s3, settings.payloads_bucket)
     sqs = client("sqs")
     return Adapters(
         settings=settings,
