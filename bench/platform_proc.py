@@ -87,12 +87,19 @@ def local_platform(
     settings: dict[str, dict[str, Any]] | None = None,
     ready_timeout: float = 300,
     stage_scaling: dict[str, int] | None = None,
+    result_cache: bool = False,
 ) -> Iterator[RunningPlatform]:
     """A running local platform; stopped (and its run folder removed) on exit.
-    ``stage_scaling`` replaces settings of every stage's ``[stages.<stage>.scaling]``."""
+    ``stage_scaling`` replaces settings of every stage's ``[stages.<stage>.scaling]``.
+    The result cache is off unless ``result_cache``: the sections measure the queue
+    path and the model, and their workloads repeat inputs (the cache is measured in
+    ``bench/aws_calls.py``)."""
     run_dir = Path(tempfile.mkdtemp(prefix="switchyard-bench-"))
     manifest = run_dir / "manifest.toml"
-    text = edit_manifest((ROOT / "manifest.toml").read_text(), keep_models, settings)
+    source = (ROOT / "manifest.toml").read_text()
+    if not result_cache:
+        source = re.sub(r"(?m)^result_cache_seconds\s*=\s*\d+", "result_cache_seconds = 0", source)
+    text = edit_manifest(source, keep_models, settings)
     for key, value in (stage_scaling or {}).items():
         text, found = re.subn(rf"(?m)^{re.escape(key)}\s*=\s*\d+", f"{key} = {value}", text)
         if not found:

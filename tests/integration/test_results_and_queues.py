@@ -167,7 +167,7 @@ def test_cached_outputs_are_kept_per_tenant_and_version_until_they_expire(
     soon = int(time.time()) + 60
     # GIVEN 60 entries (over BatchWriteItem's 25), one of them twice, one already expired
     entries = [
-        CacheEntry("acme", "minilm-embed", "v1", cache_key([f"text {i}"]), [[i, 0.5]], soon)
+        CacheEntry("acme", "minilm-embed", "v1", cache_key([f"text {i}"]), [[i / 8, 0.5]], soon)
         for i in range(60)
     ]
     entries.append(entries[0])
@@ -177,7 +177,10 @@ def test_cached_outputs_are_kept_per_tenant_and_version_until_they_expire(
     # THEN each is stored once, and read back by its own tenant and version only
     assert stored == 61
     key = cache_key(["text 7"])
-    assert cache.get("acme", "minilm-embed", "v1", key) == [[7, 0.5]]
+    assert cache.get("acme", "minilm-embed", "v1", key) == [[0.875, 0.5]]  # packed as float32
+    digits = [{"class": 3, "probabilities": [0.1] * 10}]
+    cache.put([CacheEntry("acme", "digits-cnn", "v1", key, digits, soon)])
+    assert cache.get("acme", "digits-cnn", "v1", key) == digits  # kept as JSON
     assert cache.get("globex", "minilm-embed", "v1", key) is None
     assert cache.get("acme", "minilm-embed", "v2", key) is None
     assert cache.get("acme", "minilm-embed", "v1", cache_key(["old"])) is None  # expired

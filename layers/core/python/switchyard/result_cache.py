@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from switchyard.results import inline_outputs, outputs_attribute
 from switchyard.tables import RESULTS
 
 _PREFIX = "cache#"
@@ -98,14 +99,15 @@ class DynamoDBResultCache:
         # DynamoDB deletes expired items lazily (within days): the TTL is checked here.
         if item is None or int(item["expires_at"]["N"]) <= self._clock():
             return None
-        return json.loads(item["outputs"]["S"])
+        return inline_outputs(item)
 
     def put(self, entries: list[CacheEntry]) -> int:
         requests = []
         unique = {(e.tenant, self._sort_key(e.model, e.version, e.key)): e for e in entries}
         for e in unique.values():  # one batch may answer the same inputs twice
-            outputs = json.dumps(e.outputs, separators=(",", ":"))
-            if len(outputs) > _MAX_ENTRY_BYTES:
+            # Stored as results are (embeddings packed): DynamoDB bills by the KB.
+            name, value, size = outputs_attribute(e.outputs)
+            if size > _MAX_ENTRY_BYTES:
                 continue
             requests.append(
                 {
@@ -113,7 +115,7 @@ class DynamoDBResultCache:
                         "Item": {
                             RESULTS.partition: {"S": e.tenant},
                             RESULTS.sort: {"S": self._sort_key(e.model, e.version, e.key)},
-                            "outputs": {"S": outputs},
+                            name: value,
                             "expires_at": {"N": str(e.expires_at)},
                         }
                     }

@@ -205,10 +205,9 @@ class DynamoDBResultStore:
         if "failures" in item:
             doc["failures"] = int(item["failures"]["N"])
             doc["last_failure"] = item.get("last_failure", {}).get("S")
-        if "outputs" in item:
-            doc["outputs"] = json.loads(item["outputs"]["S"])
-        elif "outputs_f32" in item:
-            doc["outputs"] = unpack_rows(item["outputs_f32"]["B"])
+        inline = inline_outputs(item)
+        if inline is not None:
+            doc["outputs"] = inline
         elif "outputs_ref" in item:
             doc["outputs"] = self._payloads.get_json(item["outputs_ref"]["S"])
         return ResultRecord.model_validate(doc)
@@ -226,19 +225,32 @@ class DynamoDBResultStore:
         if record.error is not None:
             item["error_code"] = {"S": record.error.code}
         if record.outputs is not None:
-            packed = pack_rows(record.outputs)
-            outputs = (
-                packed if packed is not None else json.dumps(record.outputs, separators=(",", ":"))
-            )
-            size = len(outputs) if isinstance(outputs, bytes) else len(outputs.encode())
+            name, value, size = outputs_attribute(record.outputs)
             if size > self._inline_bytes:
                 key = f"results/{record.tenant}/{record.request_id}.json"
                 item["outputs_ref"] = {"S": self._payloads.put_json(key, record.outputs)}
-            elif isinstance(outputs, bytes):
-                item["outputs_f32"] = {"B": outputs}
             else:
-                item["outputs"] = {"S": outputs}
+                item[name] = value
         return item
+
+
+def outputs_attribute(outputs: list[Any]) -> tuple[str, dict[str, Any], int]:
+    """Outputs as the item attribute that holds them inline, with its size in bytes:
+    ``outputs_f32`` (embeddings packed, see :func:`pack_rows`) or ``outputs`` (JSON)."""
+    packed = pack_rows(outputs)
+    if packed is not None:
+        return "outputs_f32", {"B": packed}, len(packed)
+    text = json.dumps(outputs, separators=(",", ":"))
+    return "outputs", {"S": text}, len(text.encode())
+
+
+def inline_outputs(item: dict[str, Any]) -> list[Any] | None:
+    """The outputs an item holds inline (None if it holds none, or a pointer)."""
+    if "outputs" in item:
+        return json.loads(item["outputs"]["S"])
+    if "outputs_f32" in item:
+        return unpack_rows(item["outputs_f32"]["B"])
+    return None
 
 
 # Embeddings leave the runtimes rounded to 7 decimals (`runtimes.py`); packed as
