@@ -13,7 +13,9 @@ burst is compared with the mean of the two measurements that bracket it.
 
 Two bursts: 200 requests of 16 sentences (the model's batches fill from few
 messages) and 1,000 requests of one sentence (every input is a message: receives,
-deletes and result writes per input). Each burst runs three times on a fresh
+deletes and result writes per input). Then 16 closed-loop sync callers of one
+sentence each (each sends its next request when the last is answered) for 30 s:
+answers per second against the same limit. Each burst runs three times on a fresh
 platform and the median share is reported beside every run: the machine is shared,
 and a neighbour's minute of work moves one run by a tenth.
 """
@@ -28,7 +30,7 @@ from typing import Any
 
 import httpx
 
-from bench.common import TEXT_MODEL, median, ratio, sentences
+from bench.common import TEXT_MODEL, median, percentile, ratio, sentences
 from bench.loadgen import check_loopback
 from bench.model_limit import LoadedModel, throughput
 from bench.platform_proc import RunningPlatform, local_platform
@@ -41,6 +43,7 @@ IN_FLIGHT = 64  # concurrent submissions: the router takes them as fast as it ca
 # One worker, as the model's limit is one model on every core: the autoscaler would
 # otherwise start more for a large backlog, which on one machine share the cores.
 ONE_WORKER = {"max_tasks": 1}
+CLOSED_LOOP_CALLERS = 16
 
 
 def model_limit(model: LoadedModel, quick: bool) -> float:
@@ -155,6 +158,63 @@ def burst(platform: RunningPlatform, requests: int, per_request: int) -> dict:
     }
 
 
+async def closed_loop(platform: RunningPlatform, callers: int, seconds: float) -> dict[str, Any]:
+    """``callers`` sync callers, each sending its next one-sentence predict as soon as
+    the last is answered, for ``seconds``: answers per second and their latency."""
+    check_loopback(platform.url)
+    texts = sentences()
+    headers = {"x-api-key": platform.api_key}
+    latencies: list[float] = []
+    errors: list[str] = []
+    limits = httpx.Limits(max_connections=callers, max_keepalive_connections=callers)
+    async with httpx.AsyncClient(base_url=platform.url, timeout=60, limits=limits) as client:
+        end = time.perf_counter() + seconds
+
+        async def caller(k: int) -> None:
+            n = 0
+            while time.perf_counter() < end:
+                text = f"{texts[(k * 997 + n) % len(texts)]} ({k}.{n})"  # never a repeat
+                n += 1
+                began = time.perf_counter()
+                response = await client.post(
+                    f"/v1/models/{TEXT_MODEL}/predict", json={"inputs": [text]}, headers=headers
+                )
+                if response.status_code == 200:
+                    latencies.append((time.perf_counter() - began) * 1000)
+                else:
+                    errors.append(f"{response.status_code} {response.text[:120]}")
+
+        started = time.perf_counter()
+        await asyncio.gather(*(caller(k) for k in range(callers)))
+        wall = time.perf_counter() - started
+    latencies.sort()
+    return {
+        "callers": callers,
+        "seconds": round(wall, 1),
+        "answered": len(latencies),
+        "not_answered": len(errors),
+        "errors": errors[:3],
+        "answered_per_s": round(len(latencies) / wall, 1),
+        "p50_ms": round(percentile(latencies, 50), 1) if latencies else None,
+        "p99_ms": round(percentile(latencies, 99), 1) if latencies else None,
+    }
+
+
+def closed_loop_bracketed(model: LoadedModel, quick: bool) -> dict[str, Any]:
+    """The closed-loop callers on a fresh platform, beside the model's limit."""
+    before = model_limit(model, quick)
+    with local_platform(keep_models={TEXT_MODEL}, stage_scaling=ONE_WORKER) as platform:
+        asyncio.run(closed_loop(platform, 4, 3.0))  # warm-up: connections, first batches
+        result = asyncio.run(closed_loop(platform, CLOSED_LOOP_CALLERS, 10 if quick else 30))
+    after = model_limit(model, quick)
+    result.update(
+        model_limit_before=round(before, 1),
+        model_limit_after=round(after, 1),
+        share_of_model_limit=round(ratio(result["answered_per_s"], (before + after) / 2) or 0.0, 3),
+    )
+    return result
+
+
 def bracketed(model: LoadedModel, quick: bool, requests: int, per_request: int) -> dict:
     """One burst on a fresh platform, beside the model's limit just before and after."""
     before = model_limit(model, quick)
@@ -190,6 +250,9 @@ def run(model: LoadedModel, quick: bool, log: Callable[[str], None]) -> dict[str
                 "runs": runs,
             }
         )
+    log(f"  {CLOSED_LOOP_CALLERS} closed-loop sync callers of one sentence, on a fresh platform")
+    out["closed_loop"] = closed_loop_bracketed(model, quick)
+    log(f"    {out['closed_loop']}")
     limits = [
         v
         for b in out["bursts"]

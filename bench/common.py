@@ -23,6 +23,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from switchyard.stats import percentile  # noqa: F401 - the sections import it from here
+
 ROOT = Path(__file__).resolve().parents[1]
 MODELS_DIR = ROOT / "build" / "models"
 TEXT_MODEL = "minilm-embed"
@@ -52,19 +54,6 @@ def digit_images(count: int = 256, seed: int = 7) -> list[list[float]]:
     """8x8 images with values 0-16, as digits-cnn's signature asks."""
     rng = random.Random(seed)
     return [[float(rng.randint(0, 16)) for _ in range(64)] for _ in range(count)]
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0-100), linear between closest ranks; NaN when empty."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    if len(ordered) == 1:
-        return float(ordered[0])
-    rank = (len(ordered) - 1) * q / 100
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return float(ordered[low] + (ordered[high] - ordered[low]) * (rank - low))
 
 
 def median(values: Sequence[float]) -> float:

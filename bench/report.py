@@ -317,6 +317,7 @@ def markdown(results: dict[str, Any], images: list[str]) -> str:
         "",
     ]
     lines += _summary(results)
+    lines += _goals(results)
     lines += _model_limit(s)
     lines += _worker(s)
     lines += _backlog(s)
@@ -333,6 +334,25 @@ def markdown(results: dict[str, Any], images: list[str]) -> str:
         if f"({IMG}/{name})" not in "\n".join(lines):
             lines += [f"![{name}]({IMG}/{name})", ""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _goals(results: dict[str, Any]) -> list[str]:
+    from bench.goals import evaluate
+
+    rows = []
+    for g in evaluate(results):
+        value = g["measured"]
+        shown = fmt(value, 3) if isinstance(value, float) and value < 10 else fmt(value)
+        status = {True: "met", False: "not met", None: "not measured"}[g["met"]]
+        rows.append([g["goal"], g["target"], shown, status, g["why_not"]])
+    return [
+        "## Goals",
+        "",
+        "The performance goals, checked against this page's figures (`bench/goals.py`).",
+        "",
+        table(["goal", "target", "measured", "", "what stands in the way"], rows),
+        "",
+    ]
 
 
 def _summary(results: dict[str, Any]) -> list[str]:

@@ -738,3 +738,29 @@ def test_soak_latency_groups_sync_answers_and_async_ends():
     }
     assert rows["sync minilm-embed (200)"]["n"] == 2
     assert rows["sync minilm-embed (200)"]["p50_ms"] == 20.0
+
+
+def test_goals_are_judged_from_the_figures_and_say_why_when_unmet():
+    from bench.goals import evaluate
+
+    results = {
+        "sections": {
+            "worker_efficiency": {
+                "minilm-embed": {"efficiency_vs_model": 0.97},
+                "digits-cnn": {"efficiency_vs_model": 0.2},
+            },
+            "cold_start": {"cold_start": {"to_first_answer_ms": 450.0}},
+            "backlog": {"bursts": [{"inputs_per_request": 16, "median_share_of_model_limit": 0.9}]},
+        }
+    }
+    judged = {g["goal"]: g for g in evaluate(results)}
+    minilm = next(g for name, g in judged.items() if name.endswith("minilm-embed"))
+    digits = next(g for name, g in judged.items() if name.endswith("digits-cnn"))
+    cold = next(g for name, g in judged.items() if name.startswith("router cold start"))
+    burst = next(g for name, g in judged.items() if "16 sentences" in name)
+    assert (minilm["met"], minilm["why_not"]) == (True, "")
+    assert digits["met"] is False and "per message" in digits["why_not"]
+    assert cold["met"] is True and cold["target"] == "≤ 500 ms"  # at most
+    assert burst["met"] is True
+    unmeasured = [g for g in judged.values() if g["met"] is None]
+    assert unmeasured and all(g["why_not"] for g in unmeasured)

@@ -142,9 +142,11 @@ class FakeResults:
         with self._stored:
             return self._stored.wait_for(lambda: self.done >= count, timeout)
 
-    def put_queued(self, record: ResultRecord) -> None:
-        assert (record.tenant, record.request_id) not in self.items
+    def put_queued(self, record: ResultRecord) -> bool:
+        if (record.tenant, record.request_id) in self.items:
+            return False
         self.items[(record.tenant, record.request_id)] = record
+        return True
 
     def complete(self, record: ResultRecord, also: dict | None = None) -> bool:
         with self._stored:
@@ -162,13 +164,17 @@ class FakeResults:
     def get(self, tenant: str, request_id: str) -> ResultRecord | None:
         return self.items.get((tenant, request_id))
 
-    def mark_failed(self, tenant: str, request_id: str, version: str, reason: str) -> None:
-        current = self.items.get((tenant, request_id))
-        if current is not None and current.status == "queued":
-            self.items[(tenant, request_id)] = current.model_copy(
-                update={"failures": current.failures + 1, "last_failure": f"{version}: {reason}"}
+    def mark_failed(self, queued: ResultRecord, reason: str) -> None:
+        key = (queued.tenant, queued.request_id)
+        current = self.items.get(key, queued)
+        if current.status == "queued":
+            self.items[key] = current.model_copy(
+                update={
+                    "failures": current.failures + 1,
+                    "last_failure": f"{queued.version}: {reason}",
+                }
             )
-        self.log.append(("failure", request_id))
+        self.log.append(("failure", queued.request_id))
 
     def statuses(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
         self.log.append(("statuses", len(keys)))

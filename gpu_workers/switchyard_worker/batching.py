@@ -232,6 +232,12 @@ class BatchAssembler:
             self._pool.remove(p)
         return batch
 
+    def take_realtime(self) -> list[Pending]:
+        """The next batch of realtime work held, due or not (empty if none is held)."""
+        if not any(p.received.lane != "batch" for p in self._pool):
+            return []
+        return self.take(force=True)
+
     def drain(self) -> list[Pending]:
         """Everything held and not started, for release on shutdown."""
         pool, self._pool = self._pool, []

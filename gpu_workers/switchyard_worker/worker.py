@@ -140,7 +140,6 @@ class Worker:
         # Guards the assembler between the intake thread and the main thread; each
         # tells the other through it (a batch added, a batch taken).
         self._held = threading.Condition()
-        self._glanced = False  # the intake looked at realtime since the last batch
         self._stopping = threading.Event()
         self._drained = False  # the last receive found fewer messages than it asked for
         self._in_hand: dict[str, Received] = {}
@@ -196,6 +195,10 @@ class Worker:
         taker = self._take_in if self.generative else self._intake
         intake = threading.Thread(target=taker, name="intake", daemon=True)
         intake.start()
+        watcher = None
+        if not self.generative:
+            watcher = threading.Thread(target=self._watch_realtime, name="intake-rt", daemon=True)
+            watcher.start()
         if ready:
             ready()
         log.info("polling", extra={"model": self.model, "worker": self.worker_id})
@@ -208,6 +211,8 @@ class Worker:
             while self.generative and self._generating_now():
                 self._generation_step()  # SIGTERM: the running batch finishes
             intake.join(self._poll_wait + 30)  # nothing more is added once it is back
+            if watcher is not None:
+                watcher.join(self._poll_wait + 30)
         finally:
             self._release_arrivals()
             self._stream_writer.shutdown(wait=True)
@@ -231,24 +236,15 @@ class Worker:
     def _intake(self) -> None:
         """The intake thread: receive and decode what the forming batch has room for,
         while the main thread runs the one before. It stops taking more once the
-        forming batch is full (one batch ahead at most, so memory stays bounded) and
-        before each batch of batch-lane work it glances at the realtime lane."""
+        forming batch is full (one batch ahead at most, so memory stays bounded); the
+        realtime watcher looks at the realtime lane meanwhile."""
         while not self._stopping.is_set():
             with self._held:
                 if self._room() <= 0:
-                    if self._assembler.holds_only_batch_lane and not self._glanced:
-                        self._glanced = True
-                    else:
-                        self._held.wait(0.05)  # until the main thread takes a batch
-                        continue
-                    glance = True
-                else:
-                    glance = False
+                    self._held.wait(0.05)  # until the main thread takes a batch
+                    continue
             try:
-                if glance:
-                    self._glance_at_realtime()
-                else:
-                    self._receive()
+                self._receive()
             except Exception:  # noqa: BLE001 - the next turn tries again
                 log.exception("receive failed")
                 self._pause(1.0)
@@ -262,7 +258,6 @@ class Worker:
                 left = self._assembler.time_left() if self._assembler.held else 0.05
                 self._held.wait(min(max(left, 0.001), 0.05))
                 return
-            self._glanced = False
             self._held.notify_all()
         self._execute(batch)
 
@@ -302,6 +297,31 @@ class Worker:
         self._drained = len(received) < room
         self._assembler.drained = self._drained
         self._hold(received)
+
+    def _realtime_first(self) -> None:
+        """Run the realtime work held now, ahead of the rest of a batch-lane batch."""
+        with self._held:
+            batch = self._assembler.take_realtime()
+        if batch:
+            self._execute(batch)
+
+    def _watch_realtime(self) -> None:
+        """The realtime watcher thread: while the work in hand is all batch lane and the
+        intake has stopped receiving (the next batch is full), long-poll the realtime
+        lane, so that a request arriving then runs after the part of a job's chunk in
+        progress, not after the chunks in hand."""
+        realtime = self._lanes[0]
+        wait = max(1, min(self._poll_wait, 1))
+        while not self._stopping.is_set():
+            with self._held:
+                if not (self._assembler.holds_only_batch_lane and self._room() <= 0):
+                    self._held.wait(0.05)
+                    continue
+            try:
+                self._hold(realtime.receive(_RECEIVE_MAX, wait))
+            except Exception:  # noqa: BLE001 - the next turn tries again
+                log.exception("receive failed")
+                self._pause(1.0)
 
     def _glance_at_realtime(self) -> None:
         """Before each batch of batch-lane work in hand, take whatever realtime work
@@ -445,7 +465,7 @@ class Worker:
                     extra={"request_id": m.request_id, "attempts": p.received.receive_count},
                 )
             else:
-                self._results.mark_failed(m.tenant, m.request_id, p.version, reason)
+                self._results.mark_failed(self._queued(p), reason)
         retry = [p for p in runnable if p not in last]
         if retry:
             self._release([p.received for p in retry], self._backoff(retry))
@@ -503,13 +523,21 @@ class Worker:
         record = self._version(version)
         assert record is not None
         flat = [x for p in runnable for x in (p.inputs or [])]
+        batch_lane = runnable[0].received.lane == "batch"
         started = time.time()
+        computing = 0.0  # seconds in the model (realtime work run in between left out)
         try:
             runtime = self._runtime(record)
             outputs: list[Any] = []
             for i in range(0, len(flat), record.max_batch_size):
+                if i and batch_lane:
+                    # A job's chunk runs in parts of max_batch_size: realtime work that
+                    # arrived meanwhile runs between two parts, not after the chunk.
+                    self._realtime_first()
                 chunk = flat[i : i + record.max_batch_size]
+                began = time.perf_counter()
                 result = runtime.predict(chunk)
+                computing += time.perf_counter() - began
                 if len(result) != len(chunk):
                     raise OutputCountMismatch(f"{len(chunk)} inputs gave {len(result)} outputs")
                 outputs.extend(result)
@@ -520,9 +548,9 @@ class Worker:
             )
             self._emit(version, item_errors=len(runnable))
             raise BatchFailed(f"{type(exc).__name__}: {exc}"[:300]) from None
-        compute_ms = (time.time() - started) * 1000
+        compute_ms = computing * 1000
         with self._held:
-            self._assembler.ran(version, len(flat), compute_ms / 1000)
+            self._assembler.ran(version, len(flat), computing)
         per_message = []
         offset = 0
         for p in runnable:
@@ -652,6 +680,25 @@ class Worker:
             self._prediction_log.write([prediction_record(r) for r in records])
         except Exception:  # noqa: BLE001 - a log outage must not hold up results
             log.exception("prediction log write failed", extra={"records": len(records)})
+
+    def _queued(self, p: Pending) -> ResultRecord:
+        """The request's queued record, as the router writes it (a sync request in
+        flight has none yet)."""
+        m = p.message
+        assert m is not None
+        return ResultRecord(
+            request_id=m.request_id,
+            tenant=m.tenant,
+            model=m.model,
+            version=m.version,
+            status="queued",
+            lane=m.lane,
+            created_at=m.enqueued_at,
+            expires_at=int(time.time() + self._result_ttl),
+            work_expires_at=m.expires_at,
+            job=m.job,
+            shadow_of=m.shadow_of,
+        )
 
     def _record(
         self,

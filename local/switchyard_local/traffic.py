@@ -9,7 +9,6 @@ own deployment history.
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -21,6 +20,7 @@ from pydantic import ValidationError
 from switchyard.manifest import RolloutLimits
 from switchyard.registry import ModelVersion
 from switchyard.routing import RoutingDocument, canaries, load_schema, stable_version
+from switchyard.stats import percentile
 
 # AppConfig deployment states: still rolling out (watched by the canary alarms), and
 # ended without being in force.
@@ -271,10 +271,9 @@ class VersionStats:
 
     def percentile_ms(self, q: float) -> float | None:
         """The nearest-rank ``q`` quantile (0 < q <= 1) of the latencies; None without any."""
-        values = sorted(self.latencies or [])
-        if not values:
+        if not self.latencies:
             return None
-        return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))]
+        return percentile(self.latencies, q * 100, nearest_rank=True)
 
     @property
     def p50_ms(self) -> float | None:

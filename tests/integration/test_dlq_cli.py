@@ -133,7 +133,10 @@ def test_list_shows_each_message_with_its_request_and_last_error_and_moves_nothi
         admit(results, rid, tenant)
     exhaust(results, "exhausted", reason="RuntimeError: injected fault")
     exhaust(results, "batch-one", reason="RuntimeError: batch fault")
-    results.mark_failed("globex", "still-queued", "v2", "CUDA out of memory")
+    results.mark_failed(
+        results.get("globex", "still-queued").model_copy(update={"version": "v2"}),
+        "CUDA out of memory",
+    )
     dead_letter(
         sqs,
         provisioned,

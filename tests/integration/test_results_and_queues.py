@@ -187,3 +187,24 @@ def test_cached_outputs_are_kept_per_tenant_and_version_until_they_expire(
     # and the tenant's requests are untouched by its cache entries
     results = store(manifest, clients)
     assert results.get("acme", "r1") is None
+
+
+def test_a_failed_attempt_on_a_request_with_no_record_yet_writes_its_queued_record(
+    manifest, provisioned, clients
+):
+    # GIVEN a sync request in flight: no queued record (the router writes none)
+    results = store(manifest, clients)
+    queued = record().model_copy(update={"request_id": "sync-1"})
+    # WHEN its batch fails twice
+    results.mark_failed(queued, "RuntimeError: boom")
+    results.mark_failed(queued, "RuntimeError: boom again")
+    # THEN it reads back queued, with both failures, as the router's wait looks for
+    stored = results.get("acme", "sync-1")
+    assert stored.status == "queued" and stored.failures == 2
+    assert stored.last_failure == "v1: RuntimeError: boom again"
+    # and an answered request is left as it is
+    assert results.complete(record("done", outputs=[1]).model_copy(update={"request_id": "sync-1"}))
+    results.mark_failed(queued, "late")
+    assert results.get("acme", "sync-1").status == "done"
+    # and the router's hand-off finds the record taken
+    assert results.put_queued(queued) is False

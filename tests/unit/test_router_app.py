@@ -179,6 +179,33 @@ def test_deadline_passing_gives_202_with_a_location(world):
     assert status.json()["status"] == "queued"
 
 
+def test_a_sync_request_answered_in_time_has_one_write_the_result(world):
+    client, queue, results, _ = world
+    written: list[str] = []
+    put_queued = results.put_queued
+    results.put_queued = lambda record: written.append(record.request_id) or put_queued(record)
+    response = post(client, {"inputs": [IMAGE]})
+    assert response.status_code == 200
+    assert written == []  # no queued record: the worker's result is its only write
+    assert results.get("acme", response.json()["request_id"]).status == "done"
+
+
+def test_a_result_stored_as_the_request_is_handed_off_is_the_answer(world):
+    # GIVEN a worker that stores the result just as the router gives up waiting
+    client, queue, results, _ = world
+    queue.answer = False
+    put_queued = results.put_queued
+
+    def racing_worker(record):
+        results.complete(record.model_copy(update={"status": "done", "outputs": [{"class": 7}]}))
+        return put_queued(record)
+
+    results.put_queued = racing_worker
+    # WHEN its deadline passes, THEN the caller gets the result, not a 202
+    response = post(client, {"inputs": [IMAGE]}, **{"x-deadline-ms": "30"})
+    assert response.status_code == 200 and response.json()["outputs"] == [{"class": 7}]
+
+
 def test_async_returns_at_once_and_results_are_private_to_the_tenant(world):
     client, queue, _, _ = world
     response = client.post(

@@ -110,7 +110,10 @@ def test_a_failing_batch_goes_back_for_retry_and_a_poison_message_reaches_the_dl
     runtime.fail = True
     send(realtime, "r1")
     drain(worker, turns=3)
-    assert results.get("acme", "r1") is None  # a failed attempt is no result
+    # a failed attempt is no result: the request is still queued, its attempts counted
+    # (on a queued record the worker writes if the router wrote none, as for sync)
+    attempted = results.get("acme", "r1")
+    assert attempted.status == "queued" and attempted.failures >= 1
     for _ in range(10):
         drain(worker)
     assert len(realtime.dead) == 1  # after maxReceiveCount receives
@@ -129,7 +132,7 @@ def test_a_model_returning_too_few_outputs_fails_the_batch(parts):
     runtime.drop_one = True
     send(realtime, "r1", inputs=[[1] * 64, [2] * 64])
     drain(worker, turns=3)
-    assert results.get("acme", "r1") is None
+    assert results.get("acme", "r1").status == "queued"  # no result, one failure counted
     assert realtime.visible  # released for retry
 
 
@@ -488,3 +491,26 @@ def test_a_prompt_over_the_context_is_answered_invalid_without_running(generatin
     record = results.get("acme", "g1")
     assert record.status == "error" and record.error.code == "invalid_input"
     assert "context" in record.error.message and decoder.steps == []
+
+
+def test_realtime_work_runs_between_the_parts_of_a_jobs_chunk(parts):
+    # GIVEN a job's chunk of 128 inputs on the batch lane (digits-cnn runs 64 at a time)
+    worker, realtime, batch, results, runtime, _ = parts
+    send(batch, "chunk", inputs=[[1] * 64] * 128)
+    calls: list[int] = []
+    predict = runtime.predict
+
+    def a_request_arrives_during_the_first_part(inputs):
+        if not calls:
+            send(realtime, "rt")
+            worker._hold(realtime.receive(10, 0))  # as the realtime watcher would
+        calls.append(len(inputs))
+        return predict(inputs)
+
+    runtime.predict = a_request_arrives_during_the_first_part
+    # WHEN the worker runs the chunk
+    drain(worker)
+    # THEN the realtime request ran after the chunk's first part, not after the chunk
+    assert calls == [64, 1, 64]
+    assert results.get("acme", "rt").status == "done"
+    assert len(results.get("acme", "chunk").outputs) == 128

@@ -105,6 +105,7 @@ def generate(
     reader = TokenReader(stream, results, call.tenant, admitted.request_id, hub=hub)
     first = reader.first(admitted.deadline)
     if first is None:
+        service.hand_off(admitted)  # its Location reads the record (or the result)
         return queued(admitted, call.base_path)
     if isinstance(first[0], Ending) and first[0].failed:
         assert first[0].record is not None

@@ -79,6 +79,11 @@ class Admitted:
     timings: dict[str, float] = field(default_factory=dict)
     # Answered from the result cache: nothing was queued, and this is the answer.
     cached: ResultRecord | None = None
+    # The request's queued record, and whether it is written: an async or batch
+    # request's is, before it is enqueued; a sync request's only if it is handed off
+    # at its deadline (see PredictService.hand_off).
+    queued: ResultRecord | None = None
+    recorded: bool = True
 
 
 class VersionCache:
@@ -245,19 +250,23 @@ class PredictService:
             if is_async or lane_name == "batch"
             else now + budget_ms / 1000 + self._sync_grace
         )
-        self._results.put_queued(
-            ResultRecord(
-                request_id=request_id,
-                tenant=tenant,
-                model=model,
-                version=version.version,
-                status="queued",
-                lane=lane_name,
-                created_at=now,
-                expires_at=expires_at,
-                work_expires_at=work_expires_at,
-            )
+        queued_record = ResultRecord(
+            request_id=request_id,
+            tenant=tenant,
+            model=model,
+            version=version.version,
+            status="queued",
+            lane=lane_name,
+            created_at=now,
+            expires_at=expires_at,
+            work_expires_at=work_expires_at,
         )
+        # A sync request answered within its deadline needs no queued record: the
+        # worker's result is its first write. It is written if the request is handed
+        # off (202) at its deadline.
+        recorded = is_async or lane_name == "batch"
+        if recorded:
+            self._results.put_queued(queued_record)
         message = QueueMessage(
             request_id=request_id,
             tenant=tenant,
@@ -310,6 +319,8 @@ class PredictService:
             expires_at=work_expires_at,
             fallback=fallback.version if fallback and fallback.version != version.version else None,
             role="pinned" if pinned else role_of(document, version.version),
+            queued=queued_record,
+            recorded=recorded,
             timings={
                 "received_at": started,
                 "enqueued_at": message.enqueued_at,
@@ -470,9 +481,22 @@ class PredictService:
                 if admitted.fell_back:
                     self._send_copy(admitted, admitted.fallback, "fallback")
             if remaining <= 0:
-                return None
+                return self.hand_off(admitted)
             self._sleep(min(interval, remaining))
             interval = min(interval * 1.5, _MAX_POLL_S)
+
+    def hand_off(self, admitted: Admitted) -> ResultRecord | None:
+        """A sync request past its deadline, about to be answered 202: its queued
+        record is written now, so that its ``Location`` reads it (and expires it if
+        no worker takes it up). Returns the final result instead if the worker stored
+        it in the meantime."""
+        if admitted.recorded or admitted.queued is None:
+            return None
+        admitted.recorded = True
+        if self._results.put_queued(admitted.queued):
+            return None
+        record = self._results.get(admitted.tenant, admitted.request_id)
+        return record if record is not None and record.status != "queued" else None
 
     def status(self, tenant: str, request_id: str) -> ResultRecord | None:
         """The request's record. One still queued after its work expired is answered

@@ -1,9 +1,11 @@
 """The results table: async status and results, scoped to the tenant that asked.
 
-A result is written once. The router records a request as ``queued`` before it
-enqueues it; a worker may turn ``queued`` into ``done`` or ``error`` and nothing
-else, with a conditional write. A redelivered message whose result is already
-stored therefore changes nothing, and its message is simply deleted.
+A result is written once. The router records an async or batch request as
+``queued`` before it enqueues it (a sync request only if it is handed off at its
+deadline: one write fewer on the common path); a worker may turn ``queued``, or no
+record, into ``done`` or ``error`` and nothing else, with a conditional write. A
+redelivered message whose result is already stored therefore changes nothing, and
+its message is simply deleted.
 """
 
 from __future__ import annotations
@@ -23,7 +25,10 @@ _BATCH_GET_LIMIT = 100  # keys per BatchGetItem
 
 
 class ResultStore(Protocol):
-    def put_queued(self, record: ResultRecord) -> None: ...
+    def put_queued(self, record: ResultRecord) -> bool:
+        """Record a request as queued; False if it has a record already (a sync
+        request handed off after its worker stored the result)."""
+        ...
 
     def complete(self, record: ResultRecord, also: dict[str, Any] | None = None) -> bool:
         """Store a final result; False if one was stored already (a redelivery).
@@ -33,8 +38,9 @@ class ResultStore(Protocol):
 
     def get(self, tenant: str, request_id: str) -> ResultRecord | None: ...
 
-    def mark_failed(self, tenant: str, request_id: str, version: str, reason: str) -> None:
-        """Count a failed attempt on a request that has no result yet."""
+    def mark_failed(self, queued: ResultRecord, reason: str) -> None:
+        """Count a failed attempt on a request that has no result yet. ``queued`` is
+        its queued record, written with the failure if there is none yet."""
         ...
 
     def statuses(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
@@ -67,13 +73,17 @@ class DynamoDBResultStore:
         self._payloads = payloads
         self._inline_bytes = inline_bytes
 
-    def put_queued(self, record: ResultRecord) -> None:
-        self._ddb.put_item(
-            TableName=self._table,
-            Item=self._to_item(record),
-            ConditionExpression="attribute_not_exists(#sk)",
-            ExpressionAttributeNames={"#sk": RESULTS.sort},
-        )
+    def put_queued(self, record: ResultRecord) -> bool:
+        try:
+            self._ddb.put_item(
+                TableName=self._table,
+                Item=self._to_item(record),
+                ConditionExpression="attribute_not_exists(#sk)",
+                ExpressionAttributeNames={"#sk": RESULTS.sort},
+            )
+        except self._ddb.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
 
     def complete(self, record: ResultRecord, also: dict[str, Any] | None = None) -> bool:
         put = {
@@ -98,20 +108,28 @@ class DynamoDBResultStore:
             return False
         return True
 
-    def mark_failed(self, tenant: str, request_id: str, version: str, reason: str) -> None:
-        # A request answered already (or never admitted) has nothing to mark.
+    def mark_failed(self, queued: ResultRecord, reason: str) -> None:
+        # A request answered already has nothing to mark. One that has no record yet
+        # (a sync request is recorded only if it is handed off at its deadline) gets
+        # ``queued``'s, with the failure on it, in the same write.
+        item = self._to_item(queued)
+        rest = [n for n in item if n not in (RESULTS.partition, RESULTS.sort)]
+        names = {f"#a{i}": n for i, n in enumerate(rest)}
+        values = {f":v{i}": item[n] for i, n in enumerate(rest)}
+        keep = ", ".join(f"#a{i} = if_not_exists(#a{i}, :v{i})" for i in range(len(rest)))
         with contextlib.suppress(self._ddb.exceptions.ConditionalCheckFailedException):
             self._ddb.update_item(
                 TableName=self._table,
-                Key={RESULTS.partition: {"S": tenant}, RESULTS.sort: {"S": request_id}},
+                Key={RESULTS.partition: item[RESULTS.partition], RESULTS.sort: item[RESULTS.sort]},
                 UpdateExpression="SET failures = if_not_exists(failures, :zero) + :one, "
-                "last_failure = :why",
-                ConditionExpression="#st = :queued",
-                ExpressionAttributeNames={"#st": "status"},
+                f"last_failure = :why, {keep}",
+                ConditionExpression="attribute_not_exists(#sk) OR #st = :queued",
+                ExpressionAttributeNames={**names, "#sk": RESULTS.sort, "#st": "status"},
                 ExpressionAttributeValues={
+                    **values,
                     ":zero": {"N": "0"},
                     ":one": {"N": "1"},
-                    ":why": {"S": f"{version}: {reason}"[:500]},
+                    ":why": {"S": f"{queued.version}: {reason}"[:500]},
                     ":queued": {"S": "queued"},
                 },
             )
