@@ -199,6 +199,8 @@ def merged(previous_path: Path, fresh: dict[str, Any]) -> dict[str, Any]:
     report = json.loads(previous_path.read_text())
     report["sections"].update(fresh["sections"])
     report["timing"].update(fresh["timing"])
+    if "comparison" in fresh:  # made from the sections just run
+        report["comparison"] = fresh["comparison"]
     report.setdefault("reruns", []).append(
         {
             "sections": sorted(fresh["timing"]),
