@@ -315,8 +315,9 @@ class Harness:
     # -- requests ------------------------------------------------------------------
 
     def predict(
-        self, text: str, is_async: bool = False, headers: dict[str, str] | None = None
+        self, text: str, is_async: bool = False, answer_headers: dict[str, str] | None = None
     ) -> tuple[int, dict[str, Any]]:
+        """One predict; the answer's headers go into ``answer_headers`` if given."""
         status, body = asyncio_run(
             call(
                 self.app,
@@ -326,7 +327,7 @@ class Harness:
                 predict_body([text]),
                 "async=true" if is_async else "",
                 self.api_key_id,
-                response_headers=headers,
+                response_headers=answer_headers,
             )
         )
         return status, json.loads(body)
@@ -406,7 +407,7 @@ def scenario_repeats(h: Harness, texts: list[str], n: int, distinct: int) -> dic
     for text in draw:
         headers: dict[str, str] = {}
         start = time.perf_counter()
-        status, _ = h.predict(text, headers=headers)
+        status, _ = h.predict(text, answer_headers=headers)
         wall = (time.perf_counter() - start) * 1000
         assert status == 200, status
         hit = headers.get("x-cache") == "hit"

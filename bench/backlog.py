@@ -187,7 +187,6 @@ async def closed_loop(platform: RunningPlatform, callers: int, seconds: float) -
         started = time.perf_counter()
         await asyncio.gather(*(caller(k) for k in range(callers)))
         wall = time.perf_counter() - started
-    latencies.sort()
     return {
         "callers": callers,
         "seconds": round(wall, 1),

@@ -105,9 +105,9 @@ class ArrivalRate:
         self._window = window
         self._times: deque[float] = deque()
 
-    def add(self, count: int = 1) -> None:
+    def add(self) -> None:
         now = self._clock()
-        self._times.extend([now] * count)
+        self._times.append(now)
         self._trim(now)
 
     def per_second(self) -> float:
@@ -134,15 +134,13 @@ class BatchAssembler:
     # The last receive found fewer messages than it asked for (set by the worker).
     drained: bool = False
     costs: dict[str, BatchCost] = field(default_factory=dict)
-    arrivals: ArrivalRate | None = None
+    arrivals: ArrivalRate = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.arrivals is None:
-            self.arrivals = ArrivalRate(self.clock)
+        self.arrivals = ArrivalRate(self.clock)
 
     def add(self, pending: Pending) -> None:
         self._pool.append(pending)
-        assert self.arrivals is not None
         self.arrivals.add()
 
     def ran(self, version: str, size: int, seconds: float) -> None:
@@ -189,7 +187,6 @@ class BatchAssembler:
             respond_by = p.respond_by
             if respond_by is not None:
                 left = min(left, respond_by - expected - now)
-        assert self.arrivals is not None
         if self.drained and left > 0 and self.arrivals.per_second() * left < 1:
             return 0.0
         return left

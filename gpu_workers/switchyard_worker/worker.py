@@ -77,6 +77,7 @@ log = Logger(service="switchyard-worker")
 RuntimeLoader = Callable[[ModelVersion], ModelRuntime]
 _RECEIVE_MAX = 10
 _WRITERS = 8  # result writes in flight at once
+_WATCH_WAIT_S = 1  # the realtime watcher's long poll: short, as it holds no batch up
 _JOB_STATUS_SECONDS = 2.0  # how stale a job's cancelled-or-not may be
 _PAUSE_SLICE_S = 0.02  # how soon a pause notices a stop
 
@@ -141,7 +142,6 @@ class Worker:
         # tells the other through it (a batch added, a batch taken).
         self._held = threading.Condition()
         self._stopping = threading.Event()
-        self._drained = False  # the last receive found fewer messages than it asked for
         self._in_hand: dict[str, Received] = {}
         self._in_hand_lock = threading.Lock()
         self._writers = ThreadPoolExecutor(max_workers=_WRITERS, thread_name_prefix="result-writer")
@@ -286,7 +286,7 @@ class Worker:
         the batch is due and look once more: at most one empty receive per batch,
         and no leftovers beyond its room."""
         held = bool(self._assembler.held)
-        if held and self._drained:
+        if held and self._assembler.drained:
             self._await_due()
         room = max(1, min(_RECEIVE_MAX, self._room()))
         realtime, batch_lane = self._lanes
@@ -294,8 +294,7 @@ class Worker:
         if not received and not held:
             received = batch_lane.receive(room, 0)
             self._batch_waiting = bool(received)
-        self._drained = len(received) < room
-        self._assembler.drained = self._drained
+        self._assembler.drained = len(received) < room
         self._hold(received)
 
     def _realtime_first(self) -> None:
@@ -311,14 +310,13 @@ class Worker:
         lane, so that a request arriving then runs after the part of a job's chunk in
         progress, not after the chunks in hand."""
         realtime = self._lanes[0]
-        wait = max(1, min(self._poll_wait, 1))
         while not self._stopping.is_set():
             with self._held:
                 if not (self._assembler.holds_only_batch_lane and self._room() <= 0):
                     self._held.wait(0.05)
                     continue
             try:
-                self._hold(realtime.receive(_RECEIVE_MAX, wait))
+                self._hold(realtime.receive(_RECEIVE_MAX, _WATCH_WAIT_S))
             except Exception:  # noqa: BLE001 - the next turn tries again
                 log.exception("receive failed")
                 self._pause(1.0)
@@ -580,10 +578,10 @@ class Worker:
             return
         # Up to _WRITERS writes at once, each writer storing its share in turn: one
         # task per writer, not per result, so a batch of 64 is 8 hand-offs, not 64.
-        shares = [answered[i::_WRITERS] for i in range(min(_WRITERS, len(answered)))]
-        done = self._writers.map(lambda share: [self._complete(r) for _, r in share], shares)
-        by_share = list(done)
-        stored = [by_share[i % len(shares)][i // len(shares)] for i in range(len(answered))]
+        writers = min(_WRITERS, len(answered))
+        shares = [answered[i::writers] for i in range(writers)]
+        done = list(self._writers.map(lambda share: [self._complete(r) for _, r in share], shares))
+        stored = [done[i % writers][i // writers] for i in range(len(answered))]
         # One line per batch, not per request: at a light model's rate a log line per
         # request costs more CPU than the model.
         log.info(
@@ -684,21 +682,8 @@ class Worker:
     def _queued(self, p: Pending) -> ResultRecord:
         """The request's queued record, as the router writes it (a sync request in
         flight has none yet)."""
-        m = p.message
-        assert m is not None
-        return ResultRecord(
-            request_id=m.request_id,
-            tenant=m.tenant,
-            model=m.model,
-            version=m.version,
-            status="queued",
-            lane=m.lane,
-            created_at=m.enqueued_at,
-            expires_at=int(time.time() + self._result_ttl),
-            work_expires_at=m.expires_at,
-            job=m.job,
-            shadow_of=m.shadow_of,
-        )
+        assert p.message is not None
+        return ResultRecord.queued_for(p.message, int(time.time() + self._result_ttl))
 
     def _record(
         self,

@@ -38,15 +38,7 @@ class ScriptedWorkers(FakeQueue):
         m = QueueMessage.model_validate_json(body)
         action = self.behaviour.get(m.version, "silent")
         if action == "fail":
-            queued = ResultRecord(
-                request_id=m.request_id,
-                tenant=m.tenant,
-                model=m.model,
-                version=m.version,
-                status="queued",
-                created_at=m.enqueued_at,
-                expires_at=int(m.expires_at),
-            )
+            queued = ResultRecord.queued_for(m, int(m.expires_at))
             self.results.mark_failed(queued, "batch failed")
         elif action == "answer":
             self.results.complete(

@@ -231,6 +231,7 @@ class PredictService:
             self._check_context(version, inputs)
         budget_ms = deadline_ms if deadline_ms is not None else version.default_deadline_ms
         lane_name = "batch" if lane == "batch" else "realtime"
+        waits = not is_async and lane_name == "realtime"  # a sync caller waits for it
         key = None
         if (
             self._cache is not None
@@ -239,16 +240,14 @@ class PredictService:
         ):
             key = cache_key(inputs)
             if cache_lookup:
-                hit = self._from_cache(model, version, tenant, key, lane_name, is_async, started)
+                hit = self._from_cache(model, version, tenant, key, is_async, started)
                 if hit is not None:
                     return hit
         now = self._clock()
         request_id = uuid.uuid4().hex
         expires_at = int(now + self._ttl)
         work_expires_at = (
-            now + self._max_age[lane_name]
-            if is_async or lane_name == "batch"
-            else now + budget_ms / 1000 + self._sync_grace
+            now + budget_ms / 1000 + self._sync_grace if waits else now + self._max_age[lane_name]
         )
         queued_record = ResultRecord(
             request_id=request_id,
@@ -264,8 +263,7 @@ class PredictService:
         # A sync request answered within its deadline needs no queued record: the
         # worker's result is its first write. It is written if the request is handed
         # off (202) at its deadline.
-        recorded = is_async or lane_name == "batch"
-        if recorded:
+        if not waits:
             self._results.put_queued(queued_record)
         message = QueueMessage(
             request_id=request_id,
@@ -277,7 +275,7 @@ class PredictService:
             n_inputs=len(inputs),
             enqueued_at=self._clock(),
             expires_at=work_expires_at,
-            respond_by=None if is_async or lane_name == "batch" else now + budget_ms / 1000,
+            respond_by=now + budget_ms / 1000 if waits else None,
             cache_key=key,
         )
         endpoint = self._endpoints[model]
@@ -320,7 +318,7 @@ class PredictService:
             fallback=fallback.version if fallback and fallback.version != version.version else None,
             role="pinned" if pinned else role_of(document, version.version),
             queued=queued_record,
-            recorded=recorded,
+            recorded=not waits,
             timings={
                 "received_at": started,
                 "enqueued_at": message.enqueued_at,
@@ -358,7 +356,6 @@ class PredictService:
         version: ModelVersion,
         tenant: str,
         key: str,
-        lane: str,
         is_async: bool,
         started: float,
     ) -> Admitted | None:
@@ -380,7 +377,7 @@ class PredictService:
             model=model,
             version=version.version,
             status="done",
-            lane="batch" if lane == "batch" else "realtime",
+            lane="realtime",  # batch-lane work is never cached
             outputs=outputs,
             timings={"received_at": now, "cache_ms": (now - started) * 1000},
             created_at=started,

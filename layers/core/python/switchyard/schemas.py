@@ -158,6 +158,24 @@ class ResultRecord(BaseModel):
     # A batch job's chunk: its place in the job, kept for the job's output.
     job: JobChunk | None = None
 
+    @classmethod
+    def queued_for(cls, message: QueueMessage, expires_at: int) -> ResultRecord:
+        """The queued record of the request ``message`` carries (kept until
+        ``expires_at``): what a worker writes for one that has no record yet."""
+        return cls(
+            request_id=message.request_id,
+            tenant=message.tenant,
+            model=message.model,
+            version=message.version,
+            status="queued",
+            lane=message.lane,
+            created_at=message.enqueued_at,
+            expires_at=expires_at,
+            work_expires_at=message.expires_at,
+            job=message.job,
+            shadow_of=message.shadow_of,
+        )
+
 
 @dataclass(frozen=True)
 class GatewayAnswer:
