@@ -130,7 +130,13 @@ def test_a_cancelled_job_stops_and_writes_no_output(platform, http):
         headers=auth(platform, "globex"),
     ).json()
 
-    # WHEN it is cancelled while it runs
+    # WHEN it is cancelled while it runs (a chunk answered: the split has begun)
+    wait_for(
+        lambda: (
+            http.get(submitted["location"], headers=auth(platform, "globex")).json()["status"]
+            == "running"
+        )
+    )
     cancelled = http.delete(submitted["location"], headers=auth(platform, "globex"))
 
     # THEN it ends cancelled, stays so, and no output is written
