@@ -390,6 +390,41 @@ def scenario_sync(h: Harness, texts: list[str], n: int) -> dict[str, Any]:
     return out
 
 
+def scenario_sync_at_load(h: Harness, texts: list[str], callers: int, each: int) -> dict[str, Any]:
+    """Sync predicts of one sentence from ``callers`` closed-loop callers at once, each
+    sending ``each`` in turn: the calls a request costs when batches form, so that the
+    worker's per-batch calls (receive, status read, delete, prediction log) are
+    shared, as they are at load."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    texts = [f"{t} (at load)" for t in texts]  # no other path sent these
+
+    def caller(c: int) -> list[float]:
+        walls = []
+        for i in range(each):
+            start = time.perf_counter()
+            status, _ = h.predict(texts[(c * each + i) % len(texts)])
+            walls.append((time.perf_counter() - start) * 1000)
+            assert status == 200, status
+        return walls
+
+    h.log.take()
+    with ThreadPoolExecutor(callers) as pool:
+        walls = [w for ws in pool.map(caller, range(callers)) for w in ws]
+    calls = h.log.take()
+    n = callers * each
+    out = summarise(calls, n, n)
+    out["callers"] = callers
+    out["router_wall_ms_mean"] = round(sum(walls) / len(walls), 2)
+    gets = [c for c in calls if c.actor == "router" and c.op == "GetItem" and c.consistent]
+    out["result_polls_per_request"] = round(len(gets) / n, 2)
+    receives = [
+        c for c in calls if c.actor == "worker" and c.op == "ReceiveMessage" and not c.empty
+    ]
+    out["messages_per_receive"] = round(n / len(receives), 2) if receives else None
+    return out
+
+
 def scenario_repeats(h: Harness, texts: list[str], n: int, distinct: int) -> dict[str, Any]:
     """Sync predicts of one sentence drawn from ``distinct`` sentences with a Zipf law
     (s = 1.1, seeded), one at a time, against the result cache: the hit rate, the
@@ -423,7 +458,11 @@ def scenario_repeats(h: Harness, texts: list[str], n: int, distinct: int) -> dic
         {
             "distinct_inputs": distinct,
             "hit_rate": round(hits / n, 3),
-            "best_possible_hit_rate": round(1 - len(set(draw)) / n, 3),
+            # The router caches inputs from their second sight: the first two of each
+            # sentence are answered by the worker.
+            "best_possible_hit_rate": round(
+                1 - sum(min(draw.count(t), 2) for t in set(draw)) / n, 3
+            ),
             "hit_router_ms_p50": round(median(walls[True]), 2) if hits else None,
             "miss_router_ms_p50": round(median(walls[False]), 2) if walls[False] else None,
             "router_calls_per_hit": per_hit["per_inference"].get("router", {}),
@@ -560,6 +599,8 @@ def run(emu: Emulator, runtime: Any, quick: bool, log: Callable[[str], None]) ->
                 h.predict(texts[-1 - i])  # paths below do not send: no cache hits there)
             log("  sync")
             results = {"sync": scenario_sync(h, texts, n_sync)}
+            log("  sync, 16 callers at once")
+            results["sync_at_load"] = scenario_sync_at_load(h, texts, 16, 2 if quick else 8)
             log("  async, one at a time")
             results["async_one_at_a_time"] = scenario_async(h, texts, n_sync, burst=False)
             log("  async, burst")

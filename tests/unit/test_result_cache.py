@@ -86,10 +86,42 @@ def predict(client, inputs, key="k-acme", query="", **headers):
     )
 
 
+def seen_once(client, queue, inputs=(IMAGE,), key="k-acme"):
+    """The router's first sight of these inputs (queued, never answered here)."""
+    assert predict(client, list(inputs), key, **{"x-deadline-ms": "20"}).status_code == 202
+    queue.visible.clear()
+
+
+def test_inputs_new_to_the_router_cost_the_cache_nothing_and_are_cached_from_their_second_sight(
+    world,
+):
+    client, queue, _, cache = world
+    # WHEN acme asks for IMAGE for the first time
+    first = predict(client, [IMAGE], **{"x-deadline-ms": "20"})
+    # THEN the cache is neither read nor asked to be filled
+    assert first.status_code == 202 and cache.log == []
+    assert QueueMessage.model_validate_json(queue.visible.pop()["body"]).cache_key is None
+    # WHEN globex asks for the same inputs: its first sight, not acme's second
+    predict(client, [IMAGE], "k-globex", **{"x-deadline-ms": "20"})
+    assert cache.log == [] and queue.visible.pop() is not None
+    # WHEN acme asks again: a read (a miss) and the worker is asked to fill the entry
+    second = predict(client, [IMAGE], **{"x-deadline-ms": "20"})
+    assert second.status_code == 202 and [e[0] for e in cache.log] == ["get"]
+    message = QueueMessage.model_validate_json(queue.visible.pop()["body"])
+    assert message.cache_key == cache_key([IMAGE])
+    # WHEN the entry is filled (as the worker does), the third sight is a hit
+    cached(cache)
+    third = predict(client, [IMAGE])
+    assert third.status_code == 200 and third.headers["x-cache"] == "hit"
+    assert queue.visible == []
+
+
 def test_a_repeat_is_answered_from_the_cache_without_queueing(world):
     client, queue, results, cache = world
-    # GIVEN acme's answer to IMAGE is cached
+    # GIVEN acme's answer to IMAGE is cached, and the router has seen IMAGE before
     cached(cache)
+    seen_once(client, queue)
+    stored = dict(results.items)
     # WHEN acme asks again
     response = predict(client, [IMAGE])
     # THEN the cache answers, and nothing is queued or stored
@@ -98,13 +130,14 @@ def test_a_repeat_is_answered_from_the_cache_without_queueing(world):
     assert body["outputs"] == [{"class": 3}] and body["status"] == "done"
     assert response.headers["x-cache"] == "hit"
     assert "cache_ms" in body["timings"]
-    assert queue.visible == [] and results.items == {}
+    assert queue.visible == [] and results.items == stored
 
 
 def test_a_miss_is_queued_with_its_key_for_the_worker(world):
     client, queue, _, cache = world
     cached(cache, tenant="globex")  # another tenant's entry is not acme's
     cached(cache, inputs=(OTHER,))
+    seen_once(client, queue)
     client_timeout = predict(client, [IMAGE], **{"x-deadline-ms": "50"})
     assert client_timeout.status_code == 202  # no worker here: queued, then handed off
     assert "x-cache" not in client_timeout.headers
@@ -115,6 +148,7 @@ def test_a_miss_is_queued_with_its_key_for_the_worker(world):
 def test_no_cache_skips_the_lookup_but_still_fills_the_entry(world):
     client, queue, _, cache = world
     cached(cache)
+    seen_once(client, queue)
     response = predict(client, [IMAGE], **{"cache-control": "no-cache", "x-deadline-ms": "50"})
     assert response.status_code == 202 and ("get", ("acme", "digits-cnn", "v1")) not in cache.log
     assert json.loads(queue.visible[0]["body"])["cache_key"] == cache_key([IMAGE])
@@ -123,6 +157,7 @@ def test_no_cache_skips_the_lookup_but_still_fills_the_entry(world):
 def test_an_expired_entry_is_a_miss(world):
     client, queue, _, cache = world
     cached(cache, expires_in=-1)
+    seen_once(client, queue)
     assert predict(client, [IMAGE], **{"x-deadline-ms": "50"}).status_code == 202
     assert len(queue.visible) == 1
 
@@ -130,6 +165,7 @@ def test_an_expired_entry_is_a_miss(world):
 def test_an_async_repeat_is_stored_done_and_read_back(world):
     client, queue, results, cache = world
     cached(cache)
+    seen_once(client, queue)
     response = predict(client, [IMAGE], query="?async=true")
     assert response.status_code == 202 and response.json()["status"] == "done"
     location = response.headers["location"]
@@ -153,9 +189,10 @@ def test_a_model_without_a_cache_time_is_never_looked_up(digits_v1):
         claim_check_bytes=200_000,
         cache=cache,
     )
-    service.submit(
-        model="digits-cnn", tenant="acme", inputs=[IMAGE], sticky_headers={}, deadline_ms=None
-    )
+    for _ in range(3):  # past any sighting rule
+        service.submit(
+            model="digits-cnn", tenant="acme", inputs=[IMAGE], sticky_headers={}, deadline_ms=None
+        )
     assert cache.log == []
     assert json.loads(queue.visible[0]["body"]).get("cache_key") is None
 

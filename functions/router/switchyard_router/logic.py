@@ -19,7 +19,7 @@ from switchyard.generation import PromptTokens, as_request, over_context
 from switchyard.payloads import PayloadStore
 from switchyard.queues import ModelLanes, encode_message
 from switchyard.registry import ModelVersion, Registry
-from switchyard.result_cache import ResultCache, cache_key, cacheable
+from switchyard.result_cache import ResultCache, Sightings, cache_key, cacheable
 from switchyard.results import ResultStore
 from switchyard.routing import (
     RoutingDocument,
@@ -125,6 +125,7 @@ class PredictService:
     ) -> None:
         self._endpoints = endpoints
         self._cache = cache
+        self._sightings = Sightings()  # inputs are cached from their second sight
         self._prompt_tokens = prompt_tokens
         self._versions = VersionCache(registry)
         self._results = results
@@ -207,10 +208,12 @@ class PredictService:
         caller answered 202 at its deadline may still collect it), or after the
         lane's maximum age for async work; the result's TTL is separate.
 
-        A cacheable request (``switchyard.result_cache``) whose inputs this tenant
-        had answered by this version is answered from the cache instead of queued
-        (unless ``cache_lookup`` is off: the caller's ``Cache-Control: no-cache``);
-        a miss carries its cache key to the worker, which fills the entry."""
+        A cacheable request (``switchyard.result_cache``) whose inputs this router
+        has seen before is looked up in the cache (unless ``cache_lookup`` is off:
+        the caller's ``Cache-Control: no-cache``) and, if this tenant had them
+        answered by this version, answered from it instead of queued; a miss carries
+        its cache key to the worker, which fills the entry. Inputs seen for the
+        first time cost the cache nothing: no read, no entry."""
         started = self._clock()
         if model not in self._endpoints:
             raise RequestRejected(404, "unknown_model", f"model {model!r} does not exist")
@@ -238,11 +241,13 @@ class PredictService:
             and lane_name == "realtime"
             and cacheable(version.result_cache_seconds, inputs, generative)
         ):
-            key = cache_key(inputs)
-            if cache_lookup:
-                hit = self._from_cache(model, version, tenant, key, is_async, started)
-                if hit is not None:
-                    return hit
+            digest = cache_key(inputs)
+            if self._sightings.seen_before(tenant, model, version.version, digest):
+                key = digest
+                if cache_lookup:
+                    hit = self._from_cache(model, version, tenant, key, is_async, started)
+                    if hit is not None:
+                        return hit
         now = self._clock()
         request_id = uuid.uuid4().hex
         expires_at = int(now + self._ttl)
@@ -456,12 +461,15 @@ class PredictService:
 
         Every look is a read of the results table, so the first one waits for most of
         the time recent requests of this model took, and later ones come at a fraction
-        of it (5 to 50 ms) rather than as fast as possible."""
+        of it, further apart each time (from 5 ms, up to 50 ms or half that time,
+        whichever is longer): a request that takes ten times longer than usual, as
+        under a burst, costs a few more looks rather than one every 50 ms."""
         if admitted.cached is not None:
             return admitted.cached
         started = time.monotonic()
         expected = self._expected_s.get(admitted.model, _FIRST_EXPECTED_S)
-        interval = min(max(expected / 4, _MIN_POLL_S), _MAX_POLL_S)
+        longest = max(_MAX_POLL_S, expected / 2)
+        interval = min(max(expected / 4, _MIN_POLL_S), longest)
         self._sleep(min(expected * 0.8, max(admitted.deadline - started, 0)))
         while True:
             record = self._results.get(tenant, admitted.request_id)
@@ -480,7 +488,7 @@ class PredictService:
             if remaining <= 0:
                 return self.hand_off(admitted)
             self._sleep(min(interval, remaining))
-            interval = min(interval * 1.5, _MAX_POLL_S)
+            interval = min(interval * 1.5, longest)
 
     def hand_off(self, admitted: Admitted) -> ResultRecord | None:
         """A sync request past its deadline, about to be answered 202: its queued

@@ -10,6 +10,15 @@ sampled generation without a seed (``GenerationRequest.repeatable``); nor are
 streamed generations, nor a batch job's chunks (a job's lines are answered by its
 workers, and its output is assembled from their results).
 
+The cache is for inputs that repeat, and only those pay for it. A router admits
+inputs to the cache on their second sight (``Sightings``, in its own memory): the
+first time it is asked, it neither reads the cache nor has an entry written, so a
+request whose inputs are new costs what it would cost with no cache at all (its
+enqueue, its result write, the router's look for the result). The second time, it
+reads the cache (a miss) and asks the worker to fill the entry; from the third, it
+is answered from the cache. A router instance that starts afresh (a new Lambda
+execution environment, a restarted local router) has seen nothing yet.
+
 The worker that computed a cacheable request's outputs fills the entry, with one
 write per batch of results (the router names the entry in the message:
 ``QueueMessage.cache_key``). Entries live in the results table, in the tenant's
@@ -20,7 +29,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -51,6 +62,31 @@ def cacheable(result_cache_seconds: int, inputs: list[Any], generative: bool) ->
         # A streamed answer is its stream of tokens, which the cache does not hold.
         return all(r.repeatable and not r.stream for r in requests)
     return True
+
+
+class Sightings:
+    """The inputs this process has been asked for, by tenant, model, version and
+    inputs hash: the least recently seen are forgotten first, past ``capacity``
+    (each costs about 100 bytes)."""
+
+    def __init__(self, capacity: int = 100_000) -> None:
+        self._capacity = capacity
+        self._seen: OrderedDict[bytes, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def seen_before(self, tenant: str, model: str, version: str, key: str) -> bool:
+        """Records this sighting; whether there was one before it."""
+        digest = hashlib.blake2b(
+            "\x1f".join((tenant, model, version, key)).encode(), digest_size=16
+        ).digest()
+        with self._lock:
+            if digest in self._seen:
+                self._seen.move_to_end(digest)
+                return True
+            self._seen[digest] = None
+            if len(self._seen) > self._capacity:
+                self._seen.popitem(last=False)
+            return False
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,20 @@ from switchyard.schemas import RETRIES_EXHAUSTED, ErrorInfo, ResultRecord
 from switchyard.tables import RESULTS
 
 _BATCH_GET_LIMIT = 100  # keys per BatchGetItem
+_TTL = RESULTS.ttl_attribute or "expires_at"
+# A result item's own attributes (keys, status, model, version, TTL, failures,
+# outputs), left out of its ``doc``.
+_NOT_IN_DOC = {
+    "request_id",
+    "tenant",
+    "model",
+    "version",
+    "status",
+    "expires_at",
+    "outputs",
+    "failures",
+    "last_failure",
+}
 
 
 class ResultStore(Protocol):
@@ -220,6 +234,15 @@ class DynamoDBResultStore:
         if not item:
             return None
         doc = json.loads(item["doc"]["S"])
+        # The fields the item holds as attributes of their own are not in the doc.
+        doc.update(
+            request_id=request_id,
+            tenant=tenant,
+            model=item["model"]["S"],
+            version=item["version"]["S"],
+            status=item["status"]["S"],
+            expires_at=int(item[_TTL]["N"]),
+        )
         if "failures" in item:
             doc["failures"] = int(item["failures"]["N"])
             doc["last_failure"] = item.get("last_failure", {}).get("S")
@@ -237,8 +260,10 @@ class DynamoDBResultStore:
             "status": {"S": record.status},
             "model": {"S": record.model},
             "version": {"S": record.version},
-            RESULTS.ttl_attribute or "expires_at": {"N": str(record.expires_at)},
-            "doc": {"S": record.model_dump_json(exclude={"outputs", "failures", "last_failure"})},
+            _TTL: {"N": str(record.expires_at)},
+            # The rest of the record, without what is above or below and without its
+            # empty fields: DynamoDB bills a write by the kilobyte.
+            "doc": {"S": record.model_dump_json(exclude=_NOT_IN_DOC, exclude_none=True)},
         }
         if record.error is not None:
             item["error_code"] = {"S": record.error.code}
