@@ -263,14 +263,15 @@ class Worker:
 
     def step(self) -> None:
         """One turn on this thread alone (the unit tests' handle on the loop): receive
-        what the pending batch still wants, run it when due."""
+        what the pending batch still wants, or look at the realtime lane as the
+        realtime watcher would; run the batch when due."""
         if self.generative:
             self._generation_step()
             return
         if self._assembler.wants_more():
             self._receive()
-        elif self._assembler.holds_only_batch_lane:
-            self._glance_at_realtime()
+        elif self._watches_realtime():
+            self._look_at_realtime(0)  # the realtime watcher's look, without its wait
         batch = self._assembler.take(force=self._stopping.is_set())
         if batch:
             self._execute(batch)
@@ -309,23 +310,26 @@ class Worker:
         intake has stopped receiving (the next batch is full), long-poll the realtime
         lane, so that a request arriving then runs after the part of a job's chunk in
         progress, not after the chunks in hand."""
-        realtime = self._lanes[0]
         while not self._stopping.is_set():
             with self._held:
-                if not (self._assembler.holds_only_batch_lane and self._room() <= 0):
+                if not self._watches_realtime():
                     self._held.wait(0.05)
                     continue
             try:
-                self._hold(realtime.receive(_RECEIVE_MAX, _WATCH_WAIT_S))
+                self._look_at_realtime(_WATCH_WAIT_S)
             except Exception:  # noqa: BLE001 - the next turn tries again
                 log.exception("receive failed")
                 self._pause(1.0)
 
-    def _glance_at_realtime(self) -> None:
-        """Before each batch of batch-lane work in hand, take whatever realtime work
-        has arrived (no wait): it runs first, so a request waits behind at most one
-        batch of a job's chunks, not all that were received."""
-        self._hold(self._lanes[0].receive(_RECEIVE_MAX, 0))
+    def _watches_realtime(self) -> bool:
+        """Whether the realtime lane is watched: the work in hand is all batch lane and
+        the intake has stopped receiving (the next batch is full)."""
+        return self._assembler.holds_only_batch_lane and self._room() <= 0
+
+    def _look_at_realtime(self, wait_s: float) -> None:
+        """Take the realtime work that arrives within ``wait_s``: it runs ahead of the
+        batch-lane work in hand."""
+        self._hold(self._lanes[0].receive(_RECEIVE_MAX, wait_s))
 
     def _await_due(self) -> None:
         """The last look found the queue drained: let arrivals gather until the
