@@ -33,8 +33,9 @@ import httpx
 from bench.common import TEXT_MODEL, median, percentile, ratio, sentences
 from bench.loadgen import check_loopback
 from bench.model_limit import LoadedModel, throughput
-from bench.platform_proc import RunningPlatform, local_platform
+from bench.platform_proc import local_platform
 from bench.proc_cpu import CpuMeter
+from tests.local_platform import RunningPlatform
 
 BATCH_SIZE = 32  # minilm-embed's max_batch_size in the manifest
 BURSTS = {"full": ((200, 16), (1000, 1)), "quick": ((60, 16), (300, 1))}

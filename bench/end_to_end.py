@@ -20,8 +20,9 @@ import httpx
 
 from bench.common import TENSOR_MODEL, TEXT_MODEL, digit_images, median, ratio, sentences
 from bench.loadgen import Sender, StepResult, run_ladder, run_sequential, sustainable_rate
-from bench.platform_proc import RunningPlatform, local_platform
+from bench.platform_proc import local_platform
 from bench.proc_cpu import CpuMeter
+from tests.local_platform import RunningPlatform
 
 DEADLINE_MS = 10_000
 STAGES = (

@@ -43,8 +43,9 @@ import httpx
 
 from bench.common import MODELS_DIR, percentile, ratio
 from bench.loadgen import DISTURBED_SHARE, check_loopback
-from bench.platform_proc import RunningPlatform, local_platform
+from bench.platform_proc import local_platform
 from bench.proc_cpu import CpuMeter
+from tests.local_platform import RunningPlatform
 
 MODEL = "pydoc-gpt"
 VERSION = "v1"

@@ -28,8 +28,8 @@ import httpx
 from bench.common import ROOT, sentences
 from bench.end_to_end import ladder
 from bench.loadgen import Sender, run_ladder, run_sequential, sustainable_rate
-from bench.platform_proc import free_port
 from bench.proc_cpu import CpuMeter
+from switchyard_local.emulator import free_port
 
 
 @contextmanager

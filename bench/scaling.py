@@ -44,9 +44,10 @@ import httpx
 
 from bench.backlog import adapters_of, drain, submit
 from bench.common import TEXT_MODEL, median, sentences
-from bench.platform_proc import RunningPlatform, local_platform
+from bench.platform_proc import local_platform
 from switchyard.scaling import ScalingPolicy
 from switchyard_local.autoscaler import TICK_SECONDS
+from tests.local_platform import RunningPlatform
 from tests.scaling_scenarios import Simulator
 
 IDLE_SECONDS = 10

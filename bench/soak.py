@@ -41,11 +41,12 @@ from bench.common import TENSOR_MODEL, TEXT_MODEL, digit_images, machine_info, p
 from bench.common import sentences as make_sentences
 from bench.emulator_backlog import rss_mib
 from bench.loadgen import Sender, run_step
-from bench.platform_proc import RunningPlatform, local_platform
+from bench.platform_proc import local_platform
 from bench.proc_cpu import descendants, role
 from bench.report import clean, fmt, table
 from switchyard.schemas import FINAL_STATUSES
 from tests.e2e.worker_log import delivery_events
+from tests.local_platform import RunningPlatform
 
 DEFAULT_MINUTES = 30.0
 DEFAULT_RATE = 6.0  # predicts/s: about half of what the platform sustains on this machine

@@ -6,7 +6,6 @@ import json
 import math
 import tomllib
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -15,7 +14,6 @@ from bench.aws_calls import Call, item_size, read_units, summarise, write_units
 from bench.common import ROOT, digit_images, percentile, ratio, sentences
 from bench.end_to_end import breakdown
 from bench.loadgen import check_loopback, is_sustained, poisson_schedule, sustainable_rate
-from bench.platform_proc import edit_manifest
 from bench.report import clean, compare_peer, markdown
 from bench.soak import (
     BAD_INPUTS,
@@ -31,6 +29,7 @@ from bench.soak import (
     slope_per_hour,
     timeline,
 )
+from tests.local_platform import edit_manifest
 
 
 def test_percentile_interpolates_between_ranks():
@@ -214,46 +213,92 @@ def test_sentences_are_deterministic_and_varied():
     assert all(8 <= len(s.split()) <= 20 for s in a)
 
 
-def test_markdown_renders_a_partial_run(tmp_path: Path):
-    results = {
-        "quick": True,
-        "wall_seconds": 1.0,
-        "machine": {
-            "date": "d",
-            "cpu": "c",
-            "cores": 2,
-            "torch_threads": 2,
-            "memory_gib": 1,
-            "os": "o",
-            "python": "3",
-            "commit": None,
-            "packages": {"torch": "x"},
-            "load_average_at_start": 0.1,
-        },
-        "sections": {
-            "model_limit": {
-                "rounds": 1,
-                "window_seconds": 0.1,
-                "models": {
-                    "minilm-embed": [
-                        {
-                            "batch_size": 1,
-                            "model_inputs_per_s": 10.0,
-                            "model_ms_per_batch": 100.0,
-                            "runtime_inputs_per_s": 9.0,
-                            "runtime_share_of_model": 0.9,
-                            "rounds": 1,
-                        }
-                    ]
-                },
-            }
-        },
-        "timing": {"model_limit": {"seconds": 1.0, "load_before": 0.1, "load_after": 0.2}},
+def _page(sections: dict, **results) -> str:
+    """The page for a run that had only ``sections``."""
+    machine = {
+        "date": "d",
+        "cpu": "c",
+        "cores": 2,
+        "torch_threads": 2,
+        "memory_gib": 1,
+        "os": "o",
+        "python": "3",
+        "commit": None,
+        "packages": {"torch": "x"},
+        "load_average_at_start": 0.1,
     }
-    text = markdown(clean(results), [])
+    run = {"quick": True, "wall_seconds": 1.0, "machine": machine, "timing": {}}
+    return markdown(clean({**run, **results, "sections": sections}), [])
+
+
+def _full_results() -> dict:
+    return json.loads((ROOT / "docs" / "benchmarks.json").read_text())
+
+
+def _section_headings() -> list[str]:
+    templates = ROOT / "bench" / "templates" / "sections"
+    return [
+        line
+        for path in sorted(templates.glob("*.md.j2"))
+        for line in path.read_text().splitlines()
+        if line.startswith("## ")
+    ]
+
+
+def test_markdown_renders_a_partial_run():
+    sections = {
+        "model_limit": {
+            "rounds": 1,
+            "window_seconds": 0.1,
+            "models": {
+                "minilm-embed": [
+                    {
+                        "batch_size": 1,
+                        "model_inputs_per_s": 10.0,
+                        "model_ms_per_batch": 100.0,
+                        "runtime_inputs_per_s": 9.0,
+                        "runtime_share_of_model": 0.9,
+                        "rounds": 1,
+                    }
+                ]
+            },
+        }
+    }
+    timing = {"model_limit": {"seconds": 1.0, "load_before": 0.1, "load_after": 0.2}}
+    text = _page(sections, timing=timing)
     assert "## 1. Model limit" in text
     assert "| 1 | 10.0 |" in text
+    assert "## 2. Worker efficiency" not in text
     assert clean({"x": float("nan"), "y": [1.0, float("nan")]}) == {"x": None, "y": [1.0, None]}
+
+
+def test_the_template_renders_every_section_of_a_full_run():
+    # GIVEN the published results, every section run
+    results = _full_results()
+    # WHEN the page is written from them
+    text = markdown(results, [])
+    # THEN every section the templates hold is on it, each once, and no figure is missing
+    for heading in _section_headings():
+        assert text.count(f"\n{heading}\n") == 1, heading
+    assert "None" not in text
+
+
+@pytest.mark.parametrize("section", sorted(_full_results()["sections"]))
+def test_a_failed_section_leaves_the_rest_of_the_page(section: str):
+    # GIVEN a full run in which one section failed (a failed section has no results)
+    results = _full_results()
+    del results["sections"][section]
+    results["timing"][section] = {
+        "seconds": 1.0,
+        "load_before": 0.5,
+        "load_after": 0.6,
+        "error": "RuntimeError: it broke",
+    }
+    # WHEN the page is written
+    text = markdown(results, [])
+    # THEN the failure is in the run's table and the other sections are still there
+    assert f"| {section} | 1.0 | 0.5 | 0.6 | RuntimeError: it broke |" in text
+    assert "## Goals" in text and "## How this run went" in text
 
 
 def test_batch_jobs_memory_is_read_per_process_inside_each_jobs_window():
@@ -309,11 +354,7 @@ def test_batch_jobs_section_renders_goals_beside_the_figures():
             "job_share_of_model_limit": 0.909,
         },
     }
-    from bench.report import _batch_jobs
-
-    text = "\n".join(
-        _batch_jobs({"batch_memory": section["memory"], "batch_realtime": section["realtime"]})
-    )
+    text = _page({"batch_memory": section["memory"], "batch_realtime": section["realtime"]})
     assert "| 10,000 | 1.6 MiB | succeeded | 4.0 s | 2,500.0 | 100 → 120 |" in text
     assert "**1.25×** of p99 alone (goal: within 1.5×)" in text
     assert "**0.91×** of the model's own limit" in text
@@ -465,8 +506,6 @@ def test_cpu_per_token_divides_by_the_tokens_and_others_by_the_capacity():
 
 
 def test_generation_section_renders_the_table_and_the_goals():
-    from bench.report import _generation
-
     lv = {
         "ttft_p50_ms": 5.8,
         "ttft_p99_ms": 8.0,
@@ -516,7 +555,7 @@ def test_generation_section_renders_the_table_and_the_goals():
         "batching_gain_goal": 2.0,
         "batching_gain_met": False,
     }
-    text = "\n".join(_generation({"generation": section}))
+    text = _page({"generation": section})
     assert "| 1 | bare transformers | 5.8 ms | 8.0 ms | **452.8** | 460.0 | 24 / 24 |" in text
     assert "| 8 | platform | 5.8 ms | 8.0 ms | **452.8** | 460.0 | 46 / 24 |" in text
     assert "1 stream(s) 84.2 ms; at one stream met (goal ≤ 100 ms)" in text

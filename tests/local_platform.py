@@ -1,0 +1,236 @@
+"""The local platform as real processes, started as a person starts it and stopped
+as Ctrl-C stops it: the one harness of the e2e tier (``tests/e2e/conftest.py``) and
+the benchmarks (``bench/platform_proc.py``).
+
+The platform runs in its own session, in a run dir the caller owns, with PORT,
+SWITCHYARD_RUN_DIR and SWITCHYARD_MANIFEST (the caller's copy of the manifest, in
+the run dir) in its environment. It is ready when it prints its READY line; then
+``platform.json`` in the run dir says where everything is. Its output is collected
+line by line while it runs (``RunningPlatform.output``), so that a test can wait for
+a notice and a failure can show the last lines. It is stopped with SIGINT to its
+process group, as Ctrl-C in the terminal, and the group is killed only if it does
+not stop in time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from switchyard import aws
+from switchyard_local.emulator import free_port
+from tests.e2e.worker_log import delivery_events
+
+ROOT = Path(__file__).resolve().parents[1]
+READY = re.compile(r"^READY (http://127\.0\.0\.1:(\d+)) api_key=(\S+)$")
+READY_TIMEOUT_S = 300.0
+STOP_TIMEOUT_S = 90.0  # the workers drain first
+WORKER_READY_TIMEOUT_S = 120.0
+_HEADER = re.compile(r"^\[([^\]]+)\]\s*$")
+
+
+@dataclass
+class RunningPlatform:
+    """A started platform: its process (the session's leader), where it answers, its
+    run dir and ``platform.json`` (``info``), and every line it has printed so far."""
+
+    process: subprocess.Popen[str]
+    url: str
+    api_key: str
+    ready_line: str
+    run_dir: Path
+    info: dict[str, Any]
+    output: list[str]
+
+    @property
+    def keys(self) -> dict[str, str]:
+        return self.info["api_keys"]
+
+    def client(self, service: str) -> Any:
+        """A boto3 client of the platform's emulator."""
+        return aws.client(service, self.info["region"], self.info["emulator_url"])
+
+    def worker_pid(self, model: str) -> int:
+        """The pid of ``model``'s first worker, once it is ready (its ready file
+        names it: ``<worker>-<pid>``)."""
+        ready = self.run_dir / f"worker-{model}-0.ready"
+        deadline = time.monotonic() + WORKER_READY_TIMEOUT_S
+        while not ready.exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{ready} never appeared")
+            time.sleep(0.1)
+        return int(ready.read_text().rsplit("-", 1)[1])
+
+    def log_events(self, pattern: str) -> list[dict[str, Any]]:
+        """The JSON lines of the run's logs named by ``pattern`` (a glob under
+        ``logs/``); tracebacks and other lines are skipped."""
+        events = []
+        for path in sorted((self.run_dir / "logs").glob(pattern)):
+            for line in path.read_text(errors="replace").splitlines():
+                if line.startswith("{"):
+                    try:
+                        events.append(json.loads(line))
+                    except ValueError:
+                        continue
+        return events
+
+    def worker_log_events(self) -> list[dict[str, Any]]:
+        """Every worker's log events, a batch's stored results read as one event per
+        request (``tests.e2e.worker_log``)."""
+        return delivery_events(self.log_events("worker-*.log"))
+
+    def queue_depth(self, model: str, lane: str = "realtime", dlq: bool = False) -> int:
+        """Messages on a lane's queue (or its DLQ), visible or in flight."""
+        url = self.info["dlqs" if dlq else "queues"][model][lane]
+        attrs = self.client("sqs").get_queue_attributes(
+            QueueUrl=url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return int(attrs["ApproximateNumberOfMessages"]) + int(
+            attrs["ApproximateNumberOfMessagesNotVisible"]
+        )
+
+    def wait_until_idle(self, model: str, timeout_s: float = 180) -> None:
+        """Wait for both lanes of a model to empty, so that a test's async
+        backlog does not sit in front of the next test's requests."""
+        deadline = time.monotonic() + timeout_s
+        while self.queue_depth(model, "realtime") or self.queue_depth(model, "batch"):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{model}'s queues did not empty")
+            time.sleep(0.5)
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        """Ctrl-C, and wait for every process to stop; kill the group if it hangs."""
+        stop(self.process, timeout)
+
+    def kill(self) -> None:
+        """SIGKILL the process group at once (a last resort: nothing drains)."""
+        kill(self.process)
+
+
+def start(
+    run_dir: Path,
+    manifest_text: str,
+    env: Mapping[str, str],
+    command: Sequence[str],
+    ready_timeout: float = READY_TIMEOUT_S,
+) -> RunningPlatform:
+    """Run ``command`` (``make up``, or ``switchyard up`` itself) from the repository
+    with ``manifest_text`` and ``env`` (``SWITCHYARD_*`` settings of `switchyard up`,
+    over this process's environment) in ``run_dir``; return once it has printed its
+    READY line. A platform that exits or is not ready within ``ready_timeout`` is
+    stopped, and the error shows its last lines."""
+    manifest = run_dir / "manifest.toml"
+    manifest.write_text(manifest_text)
+    port = free_port()
+    # A new session stands in for the terminal's foreground process group, so that
+    # stop() can press Ctrl-C on all of it.
+    process = subprocess.Popen(
+        list(command),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={
+            **os.environ,
+            **env,
+            "PORT": str(port),
+            "SWITCHYARD_MANIFEST": str(manifest),
+            "SWITCHYARD_RUN_DIR": str(run_dir),
+        },
+        start_new_session=True,
+    )
+    output: list[str] = []
+    ready: list[re.Match[str]] = []
+
+    def pump() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            output.append(line.rstrip("\n"))
+            match = READY.match(line.strip())
+            if match:
+                ready.append(match)
+
+    threading.Thread(target=pump, name="platform-output", daemon=True).start()
+    deadline = time.monotonic() + ready_timeout
+    while not ready:
+        if process.poll() is not None or time.monotonic() > deadline:
+            stop(process)
+            raise RuntimeError("the platform did not become ready:\n" + "\n".join(output[-40:]))
+        time.sleep(0.2)
+    match = ready[0]
+    if int(match.group(2)) != port:
+        stop(process)
+        raise RuntimeError(f"{match.group(0)!r}: not on PORT {port}")
+    info = json.loads((run_dir / "platform.json").read_text())
+    return RunningPlatform(
+        process, match.group(1), match.group(3), match.group(0), run_dir, info, output
+    )
+
+
+def stop(process: subprocess.Popen[str], timeout: float = STOP_TIMEOUT_S) -> None:
+    """SIGINT to the process group (Ctrl-C) and wait; kill the group if it hangs."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGINT)
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        kill(process)
+
+
+def kill(process: subprocess.Popen[str]) -> None:
+    """SIGKILL the process group (the supervisor's children follow it: they are
+    sent SIGTERM when it dies)."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(10)
+
+
+def set_everywhere(text: str, values: Mapping[str, int]) -> str:
+    """The manifest with each ``key = <number>`` line, in whichever table it stands,
+    set to ``values[key]``; the rest of the line (its comment) is kept."""
+    for key, value in values.items():
+        text, found = re.subn(rf"(?m)^{re.escape(key)}\s*=\s*\d+", f"{key} = {value}", text)
+        if not found:
+            raise ValueError(f"the manifest has no setting {key!r}")
+    return text
+
+
+def edit_manifest(
+    text: str,
+    keep_models: set[str] | None = None,
+    settings: Mapping[str, Mapping[str, Any]] | None = None,
+) -> str:
+    """The manifest with only ``keep_models`` and with ``settings`` replaced per model
+    (``{"minilm-embed": {"max_batch_size": 1}}``). Edits are made line by line in
+    the model's own table, so comments and the rest of the file are kept as they are."""
+    settings = settings or {}
+    out: list[str] = []
+    section = ""
+    for line in text.splitlines():
+        header = _HEADER.match(line)
+        if header:
+            section = header.group(1).strip()
+        # A model's own table and its sub-tables ([models.<model>.scaling]).
+        model = section.split(".")[1] if section.startswith("models.") else None
+        if model is not None and keep_models is not None and model not in keep_models:
+            continue
+        if model is not None and not header:
+            for key, value in settings.get(model, {}).items():
+                if re.match(rf"^{re.escape(key)}\s*=", line):
+                    line = f"{key} = {json.dumps(value)}"
+        out.append(line)
+    edited = "\n".join(out) + "\n"
+    tomllib.loads(edited)  # still a valid manifest file
+    return edited
