@@ -97,19 +97,6 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.2)
 
 
-def log_lines(platform: RunningPlatform, pattern: str) -> list[dict[str, Any]]:
-    """JSON lines of the run's logs matching ``pattern`` (a glob under logs/)."""
-    events = []
-    for path in sorted((platform.run_dir / "logs").glob(pattern)):
-        for line in path.read_text(errors="replace").splitlines():
-            if line.startswith("{"):
-                try:
-                    events.append(json.loads(line))
-                except ValueError:
-                    continue
-    return events
-
-
 def _logged_at(event: dict[str, Any]) -> float:
     """A Powertools log line's time (``2026-01-01 12:00:00,123+0000``)."""
     if "at" in event:
@@ -120,7 +107,7 @@ def _logged_at(event: dict[str, Any]) -> float:
 def first_request(platform: RunningPlatform, text: str) -> dict[str, Any]:
     """One sync predict at zero, its answer's time split into phases (seconds)."""
     wakes_before = len(_wakes(platform))
-    starts_before = {e["at"] for e in log_lines(platform, "worker-*.log") if _is(e, "starting")}
+    starts_before = {e["at"] for e in platform.log_events("worker-*.log") if _is(e, "starting")}
     sent = time.time()
     response = httpx.post(
         f"{platform.url}/v1/models/{TEXT_MODEL}/predict",
@@ -132,7 +119,7 @@ def first_request(platform: RunningPlatform, text: str) -> dict[str, Any]:
     if response.status_code != 200:
         raise RuntimeError(f"the first request at zero: {response.status_code} {response.text}")
     wake = _wakes(platform)[wakes_before]
-    events = log_lines(platform, f"worker-{TEXT_MODEL}-*.log")
+    events = platform.log_events(f"worker-{TEXT_MODEL}-*.log")
     starting = next(e for e in events if _is(e, "starting") and e["at"] not in starts_before)
     after = [
         e for e in events if ("at" in e or "timestamp" in e) and _logged_at(e) >= starting["at"]
@@ -160,7 +147,7 @@ def _is(event: dict[str, Any], what: str) -> bool:
 def _wakes(platform: RunningPlatform) -> list[dict[str, Any]]:
     return [
         e
-        for e in log_lines(platform, "autoscaler.log")
+        for e in platform.log_events("autoscaler.log")
         if e.get("message") == "scaling decision"
         and e.get("model") == TEXT_MODEL
         and e.get("action") == "wake"
@@ -257,10 +244,10 @@ def burst(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
             time.sleep(2)
         starts = [
             (e["at"], e)
-            for e in log_lines(platform, f"worker-{TEXT_MODEL}-*.log")
+            for e in platform.log_events(f"worker-{TEXT_MODEL}-*.log")
             if _is(e, "starting")
         ]
-        readies = [e for e in log_lines(platform, f"worker-{TEXT_MODEL}-*.log") if _is(e, "ready")]
+        readies = [e for e in platform.log_events(f"worker-{TEXT_MODEL}-*.log") if _is(e, "ready")]
     t0 = sampler.t0
     live = sampler.points
     most = max((p["running"] for p in live), default=0)

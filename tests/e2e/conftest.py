@@ -52,11 +52,6 @@ def start_platform(run_dir: Path, manifest_text: str, env: dict[str, str]) -> Pl
     return start(run_dir, manifest_text, env, MAKE_UP)
 
 
-def kill_platform(platform: Platform) -> None:
-    """SIGKILL, when Ctrl-C did not stop a platform in time."""
-    platform.kill()
-
-
 @pytest.fixture(scope="session")
 def platform(tmp_path_factory):
     """The platform most e2e tests share, with one warm worker per model (the

@@ -11,10 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import re
-import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -24,7 +20,8 @@ import httpx
 import pytest
 
 from tests.e2e.accounting import SENTENCES, stored_per_request, submit_async, wait_all_done
-from tests.e2e.conftest import Platform, e2e_manifest, kill_platform, start_platform
+from tests.e2e.conftest import Platform, e2e_manifest, start_platform
+from tests.local_platform import set_everywhere
 
 MODEL = "minilm-embed"
 IDLE_SECONDS = 5
@@ -40,21 +37,13 @@ SCALING = {
 
 @pytest.fixture(scope="module")
 def scaling_platform(tmp_path_factory):
-    text = e2e_manifest()
-    for key, value in SCALING.items():
-        text, found = re.subn(rf"(?m)^{key}\s*=\s*\d+", f"{key} = {value}", text)
-        assert found, f"the manifest has no {key} to set"
     started = start_platform(
         tmp_path_factory.mktemp("scaling-platform"),
-        text,
+        set_everywhere(e2e_manifest(), SCALING),
         {"SWITCHYARD_MIN_WORKERS": "0", "SWITCHYARD_IDLE_SECONDS": str(IDLE_SECONDS)},
     )
     yield started
-    os.killpg(started.process.pid, signal.SIGINT)  # Ctrl-C: the workers drain
-    try:
-        started.process.wait(timeout=90)
-    except subprocess.TimeoutExpired:
-        kill_platform(started)
+    started.stop()  # Ctrl-C: the workers drain
 
 
 def scaling_state(platform: Platform) -> dict[str, Any]:
@@ -78,9 +67,11 @@ def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 def autoscaler_records(platform: Platform, message: str) -> list[dict[str, Any]]:
-    path = platform.run_dir / "logs" / "autoscaler.log"
-    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [r for r in lines if r.get("message") == message and r.get("model") == MODEL]
+    return [
+        r
+        for r in platform.log_events("autoscaler.log")
+        if r.get("message") == message and r.get("model") == MODEL
+    ]
 
 
 class WorkerWatch:
