@@ -6,10 +6,10 @@ Sections run one after another, never side by side, so that each has the machine
 to itself: model limit, worker efficiency, AWS calls and router cold start (on a
 private emulator), the emulator's SQS under a backlog, async bursts draining on the
 local platform, end to end on the local platform (micro-batching on, then off),
-the LitServe peer, scaling from zero, and generation (time to first token and
-tokens/s of streamed ``pydoc-gpt``: bare transformers, the platform, LitServe). A
-section that fails is recorded and the others still run; the exit status is
-non-zero if any failed.
+the two peers (LitServe, then Ray Serve with ``@serve.batch``), scaling from zero,
+and generation (time to first token and tokens/s of streamed ``pydoc-gpt``: bare
+transformers, the platform, LitServe). A section that fails is recorded and the
+others still run; the exit status is non-zero if any failed.
 """
 
 from __future__ import annotations
@@ -35,10 +35,14 @@ SECTIONS = (
     "batch_realtime",
     "end_to_end",
     "peer_litserve",
+    "peer_rayserve",
     "scaling",
     "generation",
     "stream_transport",
 )
+# Each peer's comparison with the platform (micro-batching on): where it is stored
+# in the results, and the peer section it is made from.
+PEER_COMPARISONS = {"comparison": "peer_litserve", "comparison_rayserve": "peer_rayserve"}
 
 
 def log(message: str) -> None:
@@ -154,6 +158,12 @@ def run(
         results["sections"]["peer_litserve"] = section(
             "peer_litserve", lambda: peer_litserve.run(quick, log)
         )
+    if "peer_rayserve" in only:
+        from bench import peer_rayserve
+
+        results["sections"]["peer_rayserve"] = section(
+            "peer_rayserve", lambda: peer_rayserve.run(quick, log)
+        )
     if "scaling" in only:
         from bench import scaling
 
@@ -172,10 +182,11 @@ def run(
         )
     from bench import report
 
-    e2e = results["sections"].get("end_to_end") or {}
-    peer = results["sections"].get("peer_litserve") or {}
-    if e2e.get("batching_on") and peer:
-        results["comparison"] = report.compare_peer(e2e["batching_on"], peer)
+    platform = (results["sections"].get("end_to_end") or {}).get("batching_on")
+    for key, peer_section in PEER_COMPARISONS.items():
+        peer = results["sections"].get(peer_section)
+        if platform and peer:
+            results[key] = report.compare_peer(platform, peer)
     results["sections"] = {k: v for k, v in results["sections"].items() if v is not None}
     results["wall_seconds"] = round(time.perf_counter() - started, 1)
     results["failed_sections"] = failed
@@ -199,8 +210,9 @@ def merged(previous_path: Path, fresh: dict[str, Any]) -> dict[str, Any]:
     report = json.loads(previous_path.read_text())
     report["sections"].update(fresh["sections"])
     report["timing"].update(fresh["timing"])
-    if "comparison" in fresh:  # made from the sections just run
-        report["comparison"] = fresh["comparison"]
+    for key in PEER_COMPARISONS:
+        if key in fresh:  # made from the sections just run
+            report[key] = fresh[key]
     report.setdefault("reruns", []).append(
         {
             "sections": sorted(fresh["timing"]),
