@@ -60,7 +60,7 @@ test-deploy: build/models/.built
 synth: $(VENV)/.installed
 	$(PY) app.py
 
-# Benchmarks: the peer (LitServe) and the plotting library come from their own
+# Benchmarks: the peers (LitServe, Ray Serve) and the plotting library come from their own
 # requirements file, on top of the project's.
 $(VENV)/.bench-installed: $(VENV)/.installed bench/requirements.txt
 	$(PY) -m pip install --quiet -r bench/requirements.txt

@@ -126,6 +126,7 @@ def plots(results: dict[str, Any], out_dir: Path) -> list[str]:
         ("platform, batching on", e2e.get("batching_on", {})),
         ("platform, batching off", e2e.get("batching_off", {})),
         ("LitServe (peer)", peer),
+        ("Ray Serve (peer)", s.get("peer_rayserve", {})),
     ]
     if any(t.get("steps") for _, t in targets):
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
@@ -362,6 +363,7 @@ def _summary(results: dict[str, Any]) -> dict[str, Any] | None:
     e2e = s.get("end_to_end", {})
     we = s.get("worker_efficiency", {}).get("minilm-embed", {})
     cmp_ = results.get("comparison", {})
+    ray_cmp = results.get("comparison_rayserve", {})
     one = e2e.get("batching_on", {}).get("one_request")
     aws = s.get("aws_calls", {}).get("paths", {})
     cold = s.get("cold_start", {}).get("cold_start")
@@ -396,6 +398,12 @@ def _summary(results: dict[str, Any]) -> dict[str, Any] | None:
             "ours": fmt(cmp_.get("platform_sustainable_rate"), 0),
             "peer": fmt(cmp_.get("peer_sustainable_rate"), 0),
             "ratio": times(cmp_.get("rate_ratio")),
+        },
+        "rayserve": ray_cmp
+        and {
+            "ours": fmt(ray_cmp.get("platform_sustainable_rate"), 0),
+            "peer": fmt(ray_cmp.get("peer_sustainable_rate"), 0),
+            "ratio": times(ray_cmp.get("rate_ratio")),
         },
         "peer_p99": (cmp_ or {}).get("headline")
         and {
@@ -884,7 +892,8 @@ def _stream_transport(s: dict[str, Any]) -> dict[str, Any] | None:
 def _end_to_end(s: dict[str, Any], results: dict[str, Any]) -> dict[str, Any] | None:
     e2e = s.get("end_to_end") or {}
     peer = s.get("peer_litserve") or {}
-    if not e2e and not peer:
+    ray = s.get("peer_rayserve") or {}
+    if not e2e and not peer and not ray:
         return None
 
     def ladder(target: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -897,27 +906,54 @@ def _end_to_end(s: dict[str, Any], results: dict[str, Any]) -> dict[str, Any] | 
         }
 
     cmp_ = results.get("comparison")
+    ray_cmp = results.get("comparison_rayserve")
     on = e2e.get("batching_on", {})
     off = e2e.get("batching_off", {})
     ours_cpu = cpu_step(on) if on else None
     theirs_cpu = cpu_step(peer, ours_cpu["rate"] if ours_cpu else None)
     litserve = ladder(peer)
+    rayserve = ladder(ray)
+    ray_p99 = {r["rate"]: r["peer_p99_ms"] for r in (ray_cmp or {}).get("common_rates") or []}
+    ray_ratio = {r["rate"]: r["p99_ratio"] for r in (ray_cmp or {}).get("common_rates") or []}
+    ray_cpu = cpu_step(ray) if ray else None
     return {
         "batching_on": ladder(e2e.get("batching_on")),
         "batching_off": ladder(e2e.get("batching_off")),
         "litserve": litserve
         and {**litserve, "version": results["machine"]["packages"].get("litserve")},
+        "rayserve": rayserve and {**rayserve, "version": ray.get("ray_version")},
         "digits": ladder(e2e.get("digits_batching_on")),
         "common_rates": [
             [
                 fmt(r["rate"], 0),
                 fmt(r["platform_p99_ms"]),
                 fmt(r["peer_p99_ms"]),
+                fmt(ray_p99.get(r["rate"])),
                 times(r["p99_ratio"]),
+                times(ray_ratio.get(r["rate"])),
             ]
             for r in (cmp_ or {}).get("common_rates") or []
         ],
         "cpu": _cpu_table(e2e, peer),
+        "ray_cpu": ray_cpu
+        and {
+            "roles": list(ray_cpu["cpu_ms_per_request"]),
+            "row": [
+                f"Ray Serve at {fmt(ray_cpu['rate'], 0)} req/s",
+                *[fmt(v, 1) for v in ray_cpu["cpu_ms_per_request"].values()],
+                f"**{fmt(ray_cpu['cpu_ms_per_request_total'], 1)}**",
+                pct(ray_cpu.get("cpu_busy_share")),
+            ],
+            "rate": fmt(ray_cpu["rate"], 0),
+            "total": fmt(ray_cpu["cpu_ms_per_request_total"], 0),
+            "replica": fmt(ray_cpu["cpu_ms_per_request"].get("ray replica"), 0),
+            "proxy": fmt(ray_cpu["cpu_ms_per_request"].get("ray proxy"), 0),
+        },
+        "ray_peer": ray_cmp
+        and {
+            "rate": fmt(ray_cmp.get("peer_sustainable_rate"), 0),
+            "ratio": times(ray_cmp.get("rate_ratio")),
+        },
         "batching_gain": on
         and {
             "on": fmt(on.get("sustainable_rate"), 0),
