@@ -122,6 +122,11 @@ class ArrivalRate:
             self._times.popleft()
 
 
+# While realtime work has arrived within this many seconds, a job's chunk runs in
+# parts of a quarter of max_batch_size, so that realtime work waits behind less.
+REALTIME_RECENT_S = 10.0
+PART_SHARE_WITH_REALTIME = 4
+
 Limits = Callable[[str], tuple[int, float]]
 """A version's (max_batch_size, max_wait seconds), from its registry record."""
 
@@ -135,6 +140,7 @@ class BatchAssembler:
     drained: bool = False
     costs: dict[str, BatchCost] = field(default_factory=dict)
     arrivals: ArrivalRate = field(init=False)
+    realtime_seen_at: float | None = None
 
     def __post_init__(self) -> None:
         self.arrivals = ArrivalRate(self.clock)
@@ -142,6 +148,17 @@ class BatchAssembler:
     def add(self, pending: Pending) -> None:
         self._pool.append(pending)
         self.arrivals.add()
+        if pending.received.lane != "batch":
+            self.realtime_seen_at = self.clock()
+
+    def part_size(self, max_batch_size: int) -> int:
+        """How many of a job's inputs to run at once: ``max_batch_size``, or a quarter
+        of it while realtime work comes in (it waits for the part in progress, so a
+        smaller part answers it sooner, at some cost to the job's rate)."""
+        seen = self.realtime_seen_at
+        if seen is not None and self.clock() - seen < REALTIME_RECENT_S:
+            return max(1, max_batch_size // PART_SHARE_WITH_REALTIME)
+        return max_batch_size
 
     def ran(self, version: str, size: int, seconds: float) -> None:
         """A batch of ``version`` took ``seconds`` for ``size`` inputs."""

@@ -531,12 +531,19 @@ class Worker:
         try:
             runtime = self._runtime(record)
             outputs: list[Any] = []
-            for i in range(0, len(flat), record.max_batch_size):
-                if i and batch_lane:
-                    # A job's chunk runs in parts of max_batch_size: realtime work that
-                    # arrived meanwhile runs between two parts, not after the chunk.
-                    self._realtime_first()
-                chunk = flat[i : i + record.max_batch_size]
+            i = 0
+            while i < len(flat):
+                size = record.max_batch_size
+                if batch_lane:
+                    # A job's chunk runs in parts (smaller while realtime work comes
+                    # in): realtime work that arrived meanwhile runs between two parts,
+                    # not after the chunk.
+                    if i:
+                        self._realtime_first()
+                    with self._held:
+                        size = self._assembler.part_size(size)
+                chunk = flat[i : i + size]
+                i += size
                 began = time.perf_counter()
                 result = runtime.predict(chunk)
                 computing += time.perf_counter() - began

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from switchyard.queues import Received
 from switchyard.schemas import QueueMessage
-from switchyard_worker.batching import BatchAssembler, Pending
+from switchyard_worker.batching import REALTIME_RECENT_S, BatchAssembler, Pending
 
 
 class Clock:
@@ -123,6 +123,24 @@ def test_realtime_work_runs_before_batch_lane_work_held_before_it():
     clock.now = 102.0
     assert a.take() == [late]
     assert a.take() == [chunks[0]]
+
+
+def test_a_jobs_inputs_run_in_smaller_parts_while_realtime_work_comes_in():
+    clock = Clock()
+    a = assembler(clock, size=32)
+    # GIVEN only a job's chunk held: its inputs run max_batch_size at a time
+    chunk = pending("acme", n=64)
+    chunk.received = Received("{}", "c", "c", 1, "acme", "batch")
+    a.add(chunk)
+    assert a.part_size(32) == 32
+    # WHEN a realtime request comes in: a quarter at a time, for as long as they come
+    a.add(pending("globex"))
+    assert a.part_size(32) == 8 and a.part_size(3) == 1
+    clock.now += REALTIME_RECENT_S - 1
+    assert a.part_size(32) == 8
+    # THEN none for REALTIME_RECENT_S: whole parts again
+    clock.now += 2
+    assert a.part_size(32) == 32
 
 
 def sync_pending(respond_in: float, n: int = 1, at: float = 100.0):

@@ -510,7 +510,8 @@ def test_realtime_work_runs_between_the_parts_of_a_jobs_chunk(parts):
     runtime.predict = a_request_arrives_during_the_first_part
     # WHEN the worker runs the chunk
     drain(worker)
-    # THEN the realtime request ran after the chunk's first part, not after the chunk
-    assert calls == [64, 1, 64]
+    # THEN the realtime request ran after the chunk's first part, not after the chunk,
+    # and the rest of the chunk ran in quarter parts, realtime work coming in now
+    assert calls == [64, 1, 16, 16, 16, 16]
     assert results.get("acme", "rt").status == "done"
     assert len(results.get("acme", "chunk").outputs) == 128

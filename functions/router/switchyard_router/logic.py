@@ -461,14 +461,15 @@ class PredictService:
 
         Every look is a read of the results table, so the first one waits for most of
         the time recent requests of this model took, and later ones come at a fraction
-        of it, further apart each time (from 5 ms, up to 50 ms or half that time,
-        whichever is longer): a request that takes ten times longer than usual, as
-        under a burst, costs a few more looks rather than one every 50 ms."""
+        of it, further apart each time (from 5 ms, up to 50 ms or a quarter of that
+        time, whichever is longer): when requests take long, as under a burst, a
+        request costs a few more looks rather than one every 50 ms, and its answer
+        waits at most a quarter of that time to be picked up."""
         if admitted.cached is not None:
             return admitted.cached
         started = time.monotonic()
         expected = self._expected_s.get(admitted.model, _FIRST_EXPECTED_S)
-        longest = max(_MAX_POLL_S, expected / 2)
+        longest = max(_MAX_POLL_S, expected / 4)
         interval = min(max(expected / 4, _MIN_POLL_S), longest)
         self._sleep(min(expected * 0.8, max(admitted.deadline - started, 0)))
         while True:
