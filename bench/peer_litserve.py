@@ -24,7 +24,6 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, suppress
-from pathlib import Path
 from typing import IO, Any
 
 import httpx
@@ -32,7 +31,7 @@ import httpx
 from bench.common import ROOT, sentences
 from bench.end_to_end import ladder
 from bench.loadgen import Sender, run_ladder, run_sequential, sustainable_rate
-from bench.proc_cpu import CpuMeter
+from bench.proc_cpu import CpuMeter, processes, stat_fields
 from switchyard_local.emulator import free_port
 
 # The worker's batching settings, given to every peer.
@@ -140,24 +139,13 @@ def _stop_session(process: subprocess.Popen[bytes]) -> None:
 
 
 def stat_session(stat: str) -> int:
-    """The session id in the text of ``/proc/<pid>/stat`` (the command name, in
-    parentheses, may itself hold spaces and parentheses)."""
-    return int(stat.rsplit(")", 1)[1].split()[3])
+    """The session id in the text of ``/proc/<pid>/stat``."""
+    return int(stat_fields(stat)[3])
 
 
 def session_members(session: int) -> list[int]:
     """Live processes (zombies excluded) in ``session``."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        if stat.rsplit(")", 1)[1].split()[0] != "Z" and stat_session(stat) == session:
-            out.append(int(entry.name))
-    return out
+    return [pid for pid, f in processes() if f[0] != "Z" and int(f[3]) == session]
 
 
 def predict_sender(texts: list[str]) -> Sender:

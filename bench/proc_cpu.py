@@ -6,13 +6,21 @@ from __future__ import annotations
 
 import os
 import resource
+from collections.abc import Iterator
 from pathlib import Path
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _children(pid: int) -> list[int]:
-    out = []
+def stat_fields(stat: str) -> list[str]:
+    """The fields of a ``/proc/<pid>/stat`` text after the command name (state,
+    ppid, pgrp, session, ...): the name, in parentheses, may itself hold spaces and
+    parentheses."""
+    return stat.rsplit(")", 1)[1].split()
+
+
+def processes() -> Iterator[tuple[int, list[str]]]:
+    """Every process now, with its ``stat_fields``."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -20,10 +28,11 @@ def _children(pid: int) -> list[int]:
             stat = (entry / "stat").read_text()
         except OSError:
             continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == pid:
-            out.append(int(entry.name))
-    return out
+        yield int(entry.name), stat_fields(stat)
+
+
+def _children(pid: int) -> list[int]:
+    return [child for child, fields in processes() if int(fields[1]) == pid]
 
 
 def descendants(pid: int) -> list[int]:

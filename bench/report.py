@@ -357,6 +357,15 @@ def _machine(m: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _rates_against(comparison: dict[str, Any]) -> dict[str, str]:
+    """The platform's sustainable rate against a peer's (``compare_peer``)."""
+    return {
+        "ours": fmt(comparison.get("platform_sustainable_rate"), 0),
+        "peer": fmt(comparison.get("peer_sustainable_rate"), 0),
+        "ratio": times(comparison.get("rate_ratio")),
+    }
+
+
 def _summary(results: dict[str, Any]) -> dict[str, Any] | None:
     """The headline figures, each against what it is compared with."""
     s = results["sections"]
@@ -393,18 +402,8 @@ def _summary(results: dict[str, Any]) -> dict[str, Any] | None:
             "off": fmt(on_off[2]),
             "ratio": times(ratio(on_off[1], on_off[2])),
         },
-        "peer": cmp_
-        and {
-            "ours": fmt(cmp_.get("platform_sustainable_rate"), 0),
-            "peer": fmt(cmp_.get("peer_sustainable_rate"), 0),
-            "ratio": times(cmp_.get("rate_ratio")),
-        },
-        "rayserve": ray_cmp
-        and {
-            "ours": fmt(ray_cmp.get("platform_sustainable_rate"), 0),
-            "peer": fmt(ray_cmp.get("peer_sustainable_rate"), 0),
-            "ratio": times(ray_cmp.get("rate_ratio")),
-        },
+        "peer": cmp_ and _rates_against(cmp_),
+        "rayserve": ray_cmp and _rates_against(ray_cmp),
         "peer_p99": (cmp_ or {}).get("headline")
         and {
             "rate": fmt(cmp_["headline"]["rate"], 0),
