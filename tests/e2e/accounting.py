@@ -11,17 +11,19 @@ import httpx
 
 from tests.e2e.test_api import DIGIT_ZERO
 
-SENTENCES = [f"sentence number {i} about trains, yards and switches" for i in range(16)]
+SENTENCES = [f"sentence number {i} about trains, yards and switches" for i in range(32)]
 
 
-def submit_async(platform, count: int) -> list[str]:
+def submit_async(platform, count: int, sentences: int | None = None) -> list[str]:
+    """``count`` async predicts of minilm-embed from 8 threads, of ``sentences``
+    sentences each (4 to 11, in turn, if None); their request ids."""
     headers = {"x-api-key": platform.api_key}
 
     def one(i: int) -> str:
         with httpx.Client(base_url=platform.url, timeout=30) as client:
             response = client.post(
                 "/v1/models/minilm-embed/predict?async=true",
-                json={"inputs": SENTENCES[: 4 + i % 8]},
+                json={"inputs": SENTENCES[: sentences or 4 + i % 8]},
                 headers=headers,
             )
             assert response.status_code == 202, response.text

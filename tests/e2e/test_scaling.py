@@ -25,7 +25,11 @@ from tests.local_platform import set_everywhere
 
 MODEL = "minilm-embed"
 IDLE_SECONDS = 5
-BURST = 300
+# A burst the router takes in well faster than one worker answers it, so that a
+# backlog builds up whatever the machine's speed: 100 requests of 32 sentences (the
+# router takes ~20 a second; one worker answers ~6 a second on two cores).
+BURST = 100
+BURST_SENTENCES = 32
 # Per model and stage in the manifest; the same values for all in this test's copy.
 SCALING = {
     "backlog_per_task": 25,
@@ -148,7 +152,7 @@ def test_from_zero_to_a_burst_and_back_every_request_answered_once(scaling_platf
     # WHEN a burst of async requests arrives at zero
     with WorkerWatch(platform) as watch:
         began = time.monotonic()
-        ids = submit_async(platform, BURST)  # each answered 202 at once
+        ids = submit_async(platform, BURST, BURST_SENTENCES)  # each answered 202 at once
         accepted_s = time.monotonic() - began
         results = wait_all_done(platform, ids, timeout=150)
 
