@@ -25,8 +25,9 @@ DASHBOARD = re.compile(r"^DASHBOARD (http://127\.0\.0\.1:\d+/)$")
 # What the page shows, read from its DOM: each panel's figures and, per chart, the
 # largest value drawn and the number of points of each series.
 PAGE_SUMMARY = """(() => {
-  const out = { polls: Number(document.body.dataset.polls || 0),
+  const out = { polls: Number((document.body && document.body.dataset.polls) || 0),
                 errors: window.dashboardErrors, models: {} };
+  if (!document.body) return out;  // the page is still loading
   for (const s of document.querySelectorAll("section.model")) {
     const field = (k) => {
       const n = s.querySelector(`[data-field="${k}"]`);
