@@ -371,6 +371,13 @@ def asyncio_run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
+def result_polls_per_request(calls: list[Call], n: int) -> float:
+    """The router's looks for results per request: its consistent reads (the result
+    cache's lookup is not one)."""
+    gets = [c for c in calls if c.actor == "router" and c.op == "GetItem" and c.consistent]
+    return round(len(gets) / n, 2)
+
+
 def scenario_sync(h: Harness, texts: list[str], n: int) -> dict[str, Any]:
     h.log.take()
     walls = []
@@ -382,9 +389,7 @@ def scenario_sync(h: Harness, texts: list[str], n: int) -> dict[str, Any]:
     calls = h.log.take()
     out = summarise(calls, n, n)
     out["router_wall_ms_mean"] = round(sum(walls) / len(walls), 2)
-    # Result polls read consistently; the result cache's lookup does not.
-    gets = [c for c in calls if c.actor == "router" and c.op == "GetItem" and c.consistent]
-    out["result_polls_per_request"] = round(len(gets) / n, 2)
+    out["result_polls_per_request"] = result_polls_per_request(calls, n)
     writes = [c.ms for c in calls if c.actor == "worker" and c.op == "PutItem"]
     out["result_write_ms_p50"] = round(median(writes), 2) if writes else None
     return out
@@ -416,8 +421,7 @@ def scenario_sync_at_load(h: Harness, texts: list[str], callers: int, each: int)
     out = summarise(calls, n, n)
     out["callers"] = callers
     out["router_wall_ms_mean"] = round(sum(walls) / len(walls), 2)
-    gets = [c for c in calls if c.actor == "router" and c.op == "GetItem" and c.consistent]
-    out["result_polls_per_request"] = round(len(gets) / n, 2)
+    out["result_polls_per_request"] = result_polls_per_request(calls, n)
     receives = [
         c for c in calls if c.actor == "worker" and c.op == "ReceiveMessage" and not c.empty
     ]
