@@ -4,6 +4,7 @@ platform starts it (``switchyard_local.emulator``: moto with
 
 from __future__ import annotations
 
+import http.client
 import json
 import subprocess
 import sys
@@ -328,3 +329,57 @@ def test_s3_object_created_notifications_reach_a_queue(clients, sqs):
         "acme/minilm-embed/a file.jsonl"
     ]
     assert records[0]["eventName"].startswith("ObjectCreated")
+
+
+def test_a_client_connection_carries_one_call_after_another(clients, emulator_url):
+    # GIVEN one HTTP connection to the emulator
+    host, port = emulator_url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    headers = {
+        "Content-Type": "application/x-amz-json-1.0",
+        "X-Amz-Target": "DynamoDB_20120810.ListTables",
+        "Authorization": "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/dynamodb/"
+        "aws4_request, SignedHeaders=host, Signature=0",
+    }
+    try:
+        answers = []
+        for _ in range(2):
+            # WHEN a call is made on it
+            connection.request("POST", "/", body=b"{}", headers=headers)
+            response = connection.getresponse()
+            answers.append((response.status, json.loads(response.read()), response.will_close))
+            socket_after = connection.sock
+            # THEN it is answered, and the connection stays open for the next call
+            assert socket_after is not None
+        assert answers == [(200, {"TableNames": []}, False)] * 2
+    finally:
+        connection.close()
+
+
+def test_long_polls_waiting_leave_the_other_calls_answered(sqs):
+    # GIVEN 40 long polls waiting on an empty queue (each holds a server thread)
+    idle = make_queue(sqs, "idle")
+    busy = make_queue(sqs, "busy")
+    returned = threading.Event()
+
+    def poll() -> None:
+        receive(sqs, idle, wait=5)
+        returned.set()
+
+    polls = [threading.Thread(target=poll) for _ in range(40)]
+    for thread in polls:
+        thread.start()
+    try:
+        time.sleep(0.5)  # let them reach the server
+        # WHEN other calls are made meanwhile
+        send(sqs, busy, 3)
+        got = receive(sqs, busy)
+        delete_batch(sqs, busy, got)
+        answered_while_polling = not returned.is_set()
+    finally:
+        for thread in polls:
+            thread.join()
+    # THEN they are answered while every poll still waits
+    assert sorted(m["Body"] for m in got) == ["m0", "m1", "m2"]
+    assert answered_while_polling
+    assert counts(sqs, busy) == (0, 0)
