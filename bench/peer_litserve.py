@@ -31,8 +31,9 @@ import httpx
 from bench.common import ROOT, sentences
 from bench.end_to_end import ladder
 from bench.loadgen import Sender, run_ladder, run_sequential, sustainable_rate
-from bench.proc_cpu import CpuMeter, processes, stat_fields
+from bench.proc_cpu import CpuMeter
 from switchyard_local.emulator import free_port
+from tests.local_platform import processes, stat_fields
 
 # The worker's batching settings, given to every peer.
 MAX_BATCH_SIZE = 32

@@ -6,49 +6,17 @@ from __future__ import annotations
 
 import os
 import resource
-from collections.abc import Iterator
 from pathlib import Path
 
+from tests.local_platform import descendants, stat_fields
+
 _TICK = os.sysconf("SC_CLK_TCK")
-
-
-def stat_fields(stat: str) -> list[str]:
-    """The fields of a ``/proc/<pid>/stat`` text after the command name (state,
-    ppid, pgrp, session, ...): the name, in parentheses, may itself hold spaces and
-    parentheses."""
-    return stat.rsplit(")", 1)[1].split()
-
-
-def processes() -> Iterator[tuple[int, list[str]]]:
-    """Every process now, with its ``stat_fields``."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        yield int(entry.name), stat_fields(stat)
-
-
-def _children(pid: int) -> list[int]:
-    return [child for child, fields in processes() if int(fields[1]) == pid]
-
-
-def descendants(pid: int) -> list[int]:
-    """``pid`` and every process below it."""
-    found, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        found.append(p)
-        todo.extend(_children(p))
-    return found
 
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU of one live process (0 if it is gone)."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = stat_fields(Path(f"/proc/{pid}/stat").read_text())
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / _TICK

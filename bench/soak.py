@@ -25,8 +25,6 @@ import json
 import os
 import random
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter, defaultdict
@@ -42,11 +40,10 @@ from bench.common import sentences as make_sentences
 from bench.emulator_backlog import rss_mib
 from bench.loadgen import Sender, run_step
 from bench.platform_proc import local_platform
-from bench.proc_cpu import descendants, role
+from bench.proc_cpu import role
 from bench.report import clean, fmt, table
 from switchyard.schemas import FINAL_STATUSES
-from tests.e2e.worker_log import delivery_events
-from tests.local_platform import RunningPlatform
+from tests.local_platform import RunningPlatform, descendants, ready_pid
 
 DEFAULT_MINUTES = 30.0
 DEFAULT_RATE = 6.0  # predicts/s: about half of what the platform sustains on this machine
@@ -280,36 +277,11 @@ def timeline(
 
 def set_canary(platform: RunningPlatform, weights: str) -> dict[str, Any]:
     """``switchyard traffic set`` on the running platform, as an operator runs it."""
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "switchyard_local",
-            "--run-dir",
-            str(platform.run_dir),
-            "--manifest",
-            str(platform.run_dir / "manifest.toml"),
-            "traffic",
-            "set",
-            CANARY_MODEL,
-            *weights.split(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"},
-    )
+    result = platform.cli("traffic", "set", CANARY_MODEL, *weights.split())
     out: dict[str, Any] = {"what": "canary", "weights": weights, "rc": result.returncode}
     if result.returncode:
         out["stderr"] = result.stderr.strip()[-300:]
     return out
-
-
-def _worker_pid(path: Path) -> int | None:
-    try:
-        return int(path.read_text().rsplit("-", 1)[1])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def kill_worker(platform: RunningPlatform, model: str, wait_s: float = 120) -> dict[str, Any]:
@@ -317,14 +289,14 @@ def kill_worker(platform: RunningPlatform, model: str, wait_s: float = 120) -> d
     wait for the supervisor's replacement to be ready."""
     tree = set(descendants(platform.process.pid))
     for ready in sorted(platform.run_dir.glob(f"worker-{model}-*.ready")):
-        pid = _worker_pid(ready)
+        pid = ready_pid(ready)
         if pid is None or pid not in tree or not role(pid).startswith("worker"):
             continue
         os.kill(pid, signal.SIGKILL)
         killed = time.monotonic()
         out: dict[str, Any] = {"what": "kill", "model": model, "pid": pid, "worker": ready.stem}
         while time.monotonic() - killed < wait_s:
-            replacement = _worker_pid(ready) if ready.exists() else None
+            replacement = ready_pid(ready)
             if replacement and replacement != pid:
                 out["replacement_pid"] = replacement
                 out["ready_after_s"] = round(time.monotonic() - killed, 1)
@@ -500,29 +472,21 @@ class WorkerLog:
     events: dict[str, int]  # how often each delivery event was logged
 
 
-def read_worker_log(lines: Sequence[str]) -> WorkerLog:
-    """The delivery events among the workers' JSON log lines (metrics, tracebacks and
-    other lines are skipped)."""
+def read_worker_log(events: Sequence[Mapping[str, Any]]) -> WorkerLog:
+    """The delivery events among the workers' log events
+    (``RunningPlatform.worker_log_events``)."""
     stored: dict[str, list[str]] = defaultdict(list)
     suppressed: Counter[str] = Counter()
-    events: Counter[str] = Counter()
-    logged = []
-    for line in lines:
-        if not line.startswith("{"):
-            continue
-        try:
-            logged.append(json.loads(line))
-        except ValueError:
-            continue
-    for event in delivery_events(logged):
+    counted: Counter[str] = Counter()
+    for event in events:
         message, rid = event.get("message"), event.get("request_id")
         if message in WORKER_EVENTS:
-            events[message] += 1
+            counted[message] += 1
         if message == "result stored" and rid:
             stored[rid].append(event.get("status", "?"))
         elif message == "duplicate suppressed" and rid:
             suppressed[rid] += 1
-    return WorkerLog(dict(stored), dict(suppressed), dict(events))
+    return WorkerLog(dict(stored), dict(suppressed), dict(counted))
 
 
 def final_statuses(r: Mapping[str, Any]) -> list[str]:
@@ -804,12 +768,7 @@ def run(
         sampler.join(30)
         log(f"load and drain done at {load_end_s} s; reading every request back")
         read_back(platform, ledger, tenant)
-        lines = [
-            line
-            for path in sorted((platform.run_dir / "logs").glob("worker-*.log"))
-            for line in path.read_text(errors="replace").splitlines()
-        ]
-        worker_log = read_worker_log(lines)
+        worker_log = read_worker_log(platform.worker_log_events())
         results["queues_at_end"] = queue_depths(platform)
         results["platform_notices"] = [
             line for line in platform.output if "ROLLBACK" in line or "exited with" in line

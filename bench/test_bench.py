@@ -29,7 +29,8 @@ from bench.soak import (
     slope_per_hour,
     timeline,
 )
-from tests.local_platform import edit_manifest
+from tests.e2e.worker_log import delivery_events
+from tests.local_platform import edit_manifest, json_lines
 
 
 def test_percentile_interpolates_between_ranks():
@@ -640,7 +641,7 @@ def test_worker_log_reads_the_delivery_events():
         "Traceback (most recent call last):",
         "{not json",
     ]
-    log = read_worker_log(lines)
+    log = read_worker_log(delivery_events(json_lines(lines)))
     assert log.stored == {"a": ["done"], "b": ["expired", "done"]}
     assert log.suppressed == {"a": 1}
     assert log.events == {"result stored": 3, "duplicate suppressed": 1}

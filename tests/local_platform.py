@@ -19,10 +19,11 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,29 +66,46 @@ class RunningPlatform:
         names it: ``<worker>-<pid>``)."""
         ready = self.run_dir / f"worker-{model}-0.ready"
         deadline = time.monotonic() + WORKER_READY_TIMEOUT_S
-        while not ready.exists():
+        while (pid := ready_pid(ready)) is None:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{ready} never appeared")
             time.sleep(0.1)
-        return int(ready.read_text().rsplit("-", 1)[1])
+        return pid
 
     def log_events(self, pattern: str) -> list[dict[str, Any]]:
         """The JSON lines of the run's logs named by ``pattern`` (a glob under
         ``logs/``); tracebacks and other lines are skipped."""
-        events = []
-        for path in sorted((self.run_dir / "logs").glob(pattern)):
-            for line in path.read_text(errors="replace").splitlines():
-                if line.startswith("{"):
-                    try:
-                        events.append(json.loads(line))
-                    except ValueError:
-                        continue
-        return events
+        return json_lines(
+            line
+            for path in sorted((self.run_dir / "logs").glob(pattern))
+            for line in path.read_text(errors="replace").splitlines()
+        )
 
     def worker_log_events(self) -> list[dict[str, Any]]:
         """Every worker's log events, a batch's stored results read as one event per
         request (``tests.e2e.worker_log``)."""
         return delivery_events(self.log_events("worker-*.log"))
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """The operator's CLI (``switchyard ...``) against this platform, as an
+        operator runs it; its exit status is the caller's to judge."""
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "switchyard_local",
+                "--run-dir",
+                str(self.run_dir),
+                "--manifest",
+                str(self.run_dir / "manifest.toml"),
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"},
+            check=False,
+        )
 
     def queue_depth(self, model: str, lane: str = "realtime", dlq: bool = False) -> int:
         """Messages on a lane's queue (or its DLQ), visible or in flight."""
@@ -116,6 +134,59 @@ class RunningPlatform:
     def kill(self) -> None:
         """SIGKILL the process group at once (a last resort: nothing drains)."""
         kill(self.process)
+
+
+def json_lines(lines: Iterable[str]) -> list[dict[str, Any]]:
+    """The JSON objects among a log's lines (tracebacks and other lines skipped)."""
+    events = []
+    for line in lines:
+        if line.startswith("{"):
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                continue
+    return events
+
+
+def ready_pid(path: Path) -> int | None:
+    """The pid a worker's ready file names (``<worker>-<pid>``), None before it is
+    written."""
+    try:
+        return int(path.read_text().rsplit("-", 1)[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def stat_fields(stat: str) -> list[str]:
+    """The fields of a ``/proc/<pid>/stat`` text after the command name (state,
+    ppid, pgrp, session, ...): the name, in parentheses, may itself hold spaces and
+    parentheses."""
+    return stat.rsplit(")", 1)[1].split()
+
+
+def processes() -> Iterator[tuple[int, list[str]]]:
+    """Every process now, with its ``stat_fields``."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        yield int(entry.name), stat_fields(stat)
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it now (one scan of /proc)."""
+    children: dict[int, list[int]] = {}
+    for child, fields in processes():
+        children.setdefault(int(fields[1]), []).append(child)
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        todo.extend(children.get(p, []))
+    return found
 
 
 def start(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -16,7 +15,7 @@ import httpx
 from switchyard.manifest import load_manifest
 from switchyard_local.controller import MetricsWindow
 from tests.e2e.test_api import DIGIT_ZERO, PATIENT_MS
-from tests.e2e.test_stop import descendants
+from tests.local_platform import descendants
 
 ROUTING_PICKUP_S = 6  # the router caches a routing document for 5 s
 FAULTY = Path(__file__).resolve().parents[2] / "build/models/digits-cnn/faulty/model.pt"
@@ -25,21 +24,7 @@ SATURATING_CALLERS = 16  # more than digits-cnn's worker keeps under its 500 ms 
 
 
 def cli(platform, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "switchyard_local",
-            "--run-dir",
-            str(platform.run_dir),
-            "--manifest",
-            str(platform.run_dir / "manifest.toml"),
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = platform.cli(*args)
     if ok:
         assert result.returncode == 0, result.stderr
     return result

@@ -7,22 +7,7 @@ import signal
 import time
 from pathlib import Path
 
-
-def descendants(pid: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
+from tests.local_platform import descendants, stat_fields
 
 
 def alive(pid: int) -> bool:
@@ -31,11 +16,11 @@ def alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    return stat.exists() and stat_fields(stat.read_text())[0] != "Z"
 
 
 def test_ctrl_c_stops_every_process_it_started(platform):
-    started = descendants(platform.process.pid)
+    started = descendants(platform.process.pid)[1:]  # make's children and below
     # Serving workers (those that logged polling, under their pid) drain and log
     # their stop; a standby (imports done, no model yet) has nothing to drain and is
     # stopped all the same.
