@@ -19,6 +19,7 @@ from pathlib import Path
 
 from switchyard.manifest import Manifest
 from switchyard.routing import rolled_back
+from switchyard.telemetry import dimension_sets
 from switchyard_local.traffic import Change, TrafficStore, VersionStats, judge
 
 CONTROLLER = "rollback-controller"
@@ -127,20 +128,18 @@ def _parse(line: bytes, totals: bool = False) -> list[Sample]:
 
 
 def _sample(doc: object, totals: bool = False) -> Sample | None:
-    """A request's sample from an EMF document of the router's (model, version)
-    metrics, or with ``totals`` of its per-model ones (no version, no role); None
+    """A request's sample from an EMF document of the router's that files its
+    metrics under (model, version), or with ``totals`` under (model) alone; None
     for any other document."""
     if not isinstance(doc, dict) or "Latency" not in doc:
         return None
-    if totals and ("version" in doc or "role" in doc):
-        return None
-    if not totals and "version" not in doc:
+    if (["model"] if totals else ["model", "version"]) not in dimension_sets(doc):
         return None
     try:
         return Sample(
             at=doc["_aws"]["Timestamp"] / 1000,
             model=doc["model"],
-            version=doc.get("version", "*"),
+            version="*" if totals else doc["version"],
             latency_ms=float(doc["Latency"][0]),
             error=float(doc.get("Errors", [0])[0]) > 0,
         )

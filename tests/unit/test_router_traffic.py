@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 from switchyard.queues import ModelLanes
 from switchyard.routing import RoutingDocument
 from switchyard.schemas import QueueMessage, ResultRecord
+from switchyard.telemetry import dimension_sets
 from switchyard_router.app import RouterDeps, create_app
 from switchyard_router.logic import PredictService
 from tests.fakes import (
@@ -309,8 +310,10 @@ def test_metrics_say_whether_a_canary_or_the_stable_version_answered(digits_v1, 
     by_role: dict[str, list[float]] = {"canary": [], "stable": []}
     for line in capsys.readouterr().out.splitlines():
         emf = json.loads(line) if line.startswith("{") else {}
-        if "role" in emf:
-            assert "version" not in emf and emf["model"] == "digits-cnn"
+        if "Latency" in emf:
+            # One document per request, filed per version, per model and per role.
+            assert dimension_sets(emf) == [["model", "version"], ["model"], ["model", "role"]]
+            assert emf["model"] == "digits-cnn"
             (errors,) = emf["Errors"]
             by_role[emf["role"]].append(errors)
     fell_back = sum(r["fallback"] for r in answered)

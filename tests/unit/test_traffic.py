@@ -9,6 +9,7 @@ import pytest
 
 from switchyard.manifest import RolloutLimits
 from switchyard.routing import RoutingDocument, rolled_back
+from switchyard.telemetry import COUNT, MILLISECONDS, metrics_document
 from switchyard_local.controller import MetricsWindow, RollbackController
 from switchyard_local.traffic import (
     Change,
@@ -211,17 +212,22 @@ class MemoryStore:
         return change
 
 
-def emf(at, version, latency, error):
-    return json.dumps(
-        {
-            "_aws": {"Timestamp": int(at * 1000), "CloudWatchMetrics": []},
-            "model": "digits-cnn",
-            "version": version,
-            "Requests": [1.0],
-            "Latency": [latency],
-            "Errors": [1.0 if error else 0.0],
-        }
-    )
+def emf(at, version, latency, error, role="stable"):
+    """A request's document as the router writes it (``switchyard.telemetry``): per
+    version, per model and per role; a pinned request's has no version set."""
+    model = {"model": "digits-cnn"}
+    values = {
+        "Requests": (COUNT, 1.0),
+        "Latency": (MILLISECONDS, latency),
+        "Errors": (COUNT, 1.0 if error else 0.0),
+    }
+    by_role = {**model, "role": role}
+    if role == "pinned":
+        doc = metrics_document(values, by_role, **model)
+    else:
+        doc = metrics_document(values, model, by_role, **model, version=version)
+    doc["_aws"]["Timestamp"] = int(at * 1000)
+    return json.dumps(doc)
 
 
 def test_the_controller_rolls_back_a_failing_canary_from_the_router_log(tmp_path, manifest):
@@ -267,6 +273,28 @@ def test_documents_that_concurrent_prints_put_on_one_line_all_count(tmp_path):
     stats = window.stats("digits-cnn", since=990.0)
     # THEN every document is a sample
     assert (stats["v1"].requests, stats["v2"].requests, stats["v2"].errors) == (1, 2, 1)
+
+
+def test_each_request_is_one_sample_of_its_version_and_one_of_its_model(tmp_path):
+    # GIVEN a log of two routed requests and one pinned to a version (the caller's
+    # choice: no sample of a rollout), each one document with its dimension sets
+    log = tmp_path / "router.log"
+    lines = [emf(999.0, "v1", 20, False), emf(999.1, "v2", 30, True, role="canary")]
+    lines.append(emf(999.2, "v2", 40, True, role="pinned"))
+    log.write_text("\n".join(lines) + "\n")
+    versions, totals = MetricsWindow(log, 60), MetricsWindow(log, 60, totals=True)
+    # WHEN both windows read it
+    versions.poll(now=1000.0)
+    totals.poll(now=1000.0)
+    # THEN the rollback rule sees the routed requests per version, once each
+    by_version = versions.stats("digits-cnn", since=990.0)
+    assert {v: (s.requests, s.errors) for v, s in by_version.items()} == {
+        "v1": (1, 0),
+        "v2": (1, 1),
+    }
+    # AND the model's totals count every request once
+    overall = totals.overall("digits-cnn", since=990.0)
+    assert (overall.requests, overall.errors) == (3, 2)
 
 
 def test_the_controller_ignores_samples_from_before_the_current_document(tmp_path, manifest):

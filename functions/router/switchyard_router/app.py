@@ -14,7 +14,6 @@ from typing import Annotated, Any
 
 from fastapi import FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
@@ -28,7 +27,13 @@ from switchyard.schemas import FORBIDDEN, ResultRecord
 from switchyard.signatures import FieldError
 from switchyard.telemetry import COUNT, MILLISECONDS, emit_metrics
 from switchyard_router import api_document
-from switchyard_router.answers import failure_of, json_object, queued, routed_headers
+from switchyard_router.answers import (
+    JSONResponse,
+    failure_of,
+    json_object,
+    queued,
+    routed_headers,
+)
 from switchyard_router.generate_api import GenerationCall, NativeFormat, generate
 from switchyard_router.jobs_api import JOB_BODY, JobsApi, parse_submission
 from switchyard_router.logic import MAX_DEADLINE_MS, Admitted, PredictService, RequestRejected
@@ -116,6 +121,7 @@ class RouterDeps:
 def create_app(deps: RouterDeps) -> FastAPI:
     """The app over its dependencies (``switchyard_router.wiring.build_deps``)."""
     app = FastAPI(
+        default_response_class=JSONResponse,
         title="Switchyard",
         version="1.0",
         description="Function-per-model inference. Every call needs an `x-api-key` header.",
@@ -444,18 +450,20 @@ def _emit_request(admitted: Admitted, *, error: bool) -> None:
     role (canary or stable), which the cloud's canary alarms compare. Pinned
     requests are counted per model and under the role "pinned" only: the caller
     chose the version, so they are no sample of a rollout; so are answers from the
-    result cache, under the role "cached"."""
+    result cache, under the role "cached". One document files the values under
+    each of those dimension sets."""
     values = {
         "Requests": (COUNT, 1.0),
         "Latency": (MILLISECONDS, (time.time() - admitted.timings["received_at"]) * 1000),
         "Errors": (COUNT, 1.0 if error else 0.0),
         "Fallbacks": (COUNT, 1.0 if admitted.fell_back else 0.0),
     }
+    totals = ({"model": admitted.model}, {"model": admitted.model, "role": admitted.role})
     # A caller's choice, or an answer from the cache, says nothing of a rollout.
-    if admitted.role not in ("pinned", "cached"):
-        emit_metrics(values, model=admitted.model, version=admitted.version)
-    emit_metrics(values, model=admitted.model)
-    emit_metrics(values, model=admitted.model, role=admitted.role)
+    if admitted.role in ("pinned", "cached"):
+        emit_metrics(values, totals[1], **totals[0])
+    else:
+        emit_metrics(values, *totals, model=admitted.model, version=admitted.version)
 
 
 async def _read_body(request: Request, limit: int) -> bytes:

@@ -22,12 +22,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
 from switchyard.generation import TokenStream
 from switchyard.results import ResultStore
 from switchyard.schemas import GenerationSignature, ResultRecord
-from switchyard_router.answers import failure_of, queued, routed_headers
+from switchyard_router.answers import JSONResponse, failure_of, queued, routed_headers
 from switchyard_router.logic import Admitted, PredictService, RequestRejected
 from switchyard_router.streaming import (
     SSE_HEADERS,

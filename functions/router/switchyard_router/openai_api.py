@@ -23,13 +23,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from switchyard.generation import CHAT_ROLES, CHAT_STOP, MAX_STOPS, render_chat
 from switchyard.schemas import ResultRecord, TextSignature
 from switchyard_router import api_document
-from switchyard_router.answers import failure_of, json_body
+from switchyard_router.answers import JSONResponse, failure_of, json_body
 from switchyard_router.generate_api import GenerationCall, generate
 from switchyard_router.logic import Admitted, RequestRejected
 from switchyard_router.streaming import Ending, Piece, sse

@@ -2,13 +2,15 @@
 
 Metric names and dimensions are fixed here because the CDK dashboards and the
 canary alarms read them: namespace ``Switchyard``; dimensions ``model`` and
-``version``, with the router's totals repeated under ``model`` alone.
+``version``, with the router's totals repeated under ``model`` alone and under
+``model`` and ``role`` (one document per request, with those dimension sets).
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
@@ -20,27 +22,42 @@ COUNT = MetricUnit.Count
 MILLISECONDS = MetricUnit.Milliseconds
 
 
-def emit_metrics(values: dict[str, tuple[MetricUnit, float]], **dimensions: str) -> None:
-    """One EMF document with ``values`` under ``dimensions``, on stdout."""
-    _metric_set(values, dimensions).flush_metrics()
+def emit_metrics(
+    values: dict[str, tuple[MetricUnit, float]], *more: Mapping[str, str], **dimensions: str
+) -> None:
+    """One EMF document with ``values`` under ``dimensions``, and under each further
+    dimension set in ``more`` (CloudWatch files the values once per set), on stdout."""
+    _metric_set(values, dimensions, more).flush_metrics()
 
 
 def metrics_document(
-    values: dict[str, tuple[MetricUnit, float]], **dimensions: str
+    values: dict[str, tuple[MetricUnit, float]], *more: Mapping[str, str], **dimensions: str
 ) -> dict[str, Any]:
     """The EMF document :func:`emit_metrics` prints, for a process that writes its
     metrics into a log file of its own (the local supervisor's autoscaler)."""
-    return dict(_metric_set(values, dimensions).serialize_metric_set())
+    return dict(_metric_set(values, dimensions, more).serialize_metric_set())
+
+
+def dimension_sets(document: Mapping[str, Any]) -> list[list[str]]:
+    """The dimension sets an EMF document files its values under."""
+    try:
+        return [list(names) for names in document["_aws"]["CloudWatchMetrics"][0]["Dimensions"]]
+    except (KeyError, IndexError, TypeError):
+        return []
 
 
 def _metric_set(
-    values: dict[str, tuple[MetricUnit, float]], dimensions: dict[str, str]
+    values: dict[str, tuple[MetricUnit, float]],
+    dimensions: Mapping[str, str],
+    more: Sequence[Mapping[str, str]] = (),
 ) -> EphemeralMetrics:
     # service="" keeps POWERTOOLS_SERVICE_NAME out of the dimensions: the dashboards
     # and alarms read exactly (model), (model, version) and (model, role).
     metrics = EphemeralMetrics(namespace=NAMESPACE, service="")
     for name, value in dimensions.items():
         metrics.add_dimension(name=name, value=value)
+    for further in more:
+        metrics.add_dimensions(**further)
     for name, (unit, value) in values.items():
         metrics.add_metric(name=name, unit=unit, value=value)
     return metrics
