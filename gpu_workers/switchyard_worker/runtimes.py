@@ -84,17 +84,20 @@ class TorchScriptClassifier:
         with torch.inference_mode():
             logits = self._module(torch.tensor(inputs, dtype=torch.float32))
             probabilities = torch.softmax(logits, dim=-1)
-        outputs = []
-        for row in probabilities.tolist():
-            best = max(range(len(row)), key=row.__getitem__)
-            outputs.append(
-                {
-                    "class": best,
-                    "label": self._labels[best] if best < len(self._labels) else str(best),
-                    "probabilities": [round(p, 6) for p in row],
-                }
-            )
-        return outputs
+            # The most likely class (the first, on a tie) and the probabilities
+            # rounded to 6 decimals, for the whole batch at once: value by value in
+            # Python this took half as long as the model itself.
+            best = probabilities.argmax(dim=-1).tolist()
+            rounded = torch.round(probabilities.double(), decimals=6).tolist()
+        labels = self._labels
+        return [
+            {
+                "class": b,
+                "label": labels[b] if b < len(labels) else str(b),
+                "probabilities": row,
+            }
+            for b, row in zip(best, rounded, strict=True)
+        ]
 
 
 class CausalLM:

@@ -708,10 +708,9 @@ class Worker:
         m = p.message
         assert m is not None
         completed = time.time()
-        # Built from values the worker itself holds (a validated message and its own
-        # clock), so pydantic's validation is skipped: it cost more than a light
-        # model's inference per request.
-        return ResultRecord.model_construct(
+        # Validated as built: pydantic-core's validation (~3 µs here) is about half
+        # of what model_construct's per-field Python costs.
+        return ResultRecord(
             request_id=m.request_id,
             tenant=m.tenant,
             model=m.model,

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from switchyard.jsontext import json_bytes
 from switchyard.registry import Registry
 from switchyard.schemas import JobChunk, LineError, ResultRecord
 from switchyard.tables import JOBS
@@ -574,7 +575,7 @@ def assemble_output(
                     ok += 1
                 else:
                     failed += 1
-                writer.write(json.dumps(line, separators=(",", ":")).encode() + b"\n")
+                writer.write(json_bytes(line) + b"\n")
         writer.close()
     except BaseException:
         writer.abort()

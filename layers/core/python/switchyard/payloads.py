@@ -7,6 +7,7 @@ import json
 from typing import Any, Protocol
 
 from switchyard.artifacts import split_s3_uri
+from switchyard.jsontext import json_bytes
 
 
 class PayloadStore(Protocol):
@@ -27,7 +28,7 @@ class S3PayloadStore:
         self._bucket = bucket
 
     def put_json(self, key: str, value: Any) -> str:
-        body = json.dumps(value, separators=(",", ":")).encode()
+        body = json_bytes(value)
         self._s3.put_object(Bucket=self._bucket, Key=key, Body=body, ContentType="application/json")
         return f"s3://{self._bucket}/{key}"
 

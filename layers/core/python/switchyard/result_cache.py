@@ -142,9 +142,10 @@ class DynamoDBResultCache:
         unique = {(e.tenant, self._sort_key(e.model, e.version, e.key)): e for e in entries}
         for e in unique.values():  # one batch may answer the same inputs twice
             # Stored as results are (embeddings packed): DynamoDB bills by the KB.
-            name, value, size = outputs_attribute(e.outputs)
-            if size > _MAX_ENTRY_BYTES:
+            inline = outputs_attribute(e.outputs, _MAX_ENTRY_BYTES)
+            if inline is None:
                 continue
+            name, value = inline
             requests.append(
                 {
                     "PutRequest": {

@@ -17,6 +17,7 @@ import sys
 from array import array
 from typing import Any, Protocol
 
+from switchyard.jsontext import json_bytes
 from switchyard.payloads import PayloadStore
 from switchyard.schemas import RETRIES_EXHAUSTED, ErrorInfo, ResultRecord
 from switchyard.tables import RESULTS
@@ -268,23 +269,27 @@ class DynamoDBResultStore:
         if record.error is not None:
             item["error_code"] = {"S": record.error.code}
         if record.outputs is not None:
-            name, value, size = outputs_attribute(record.outputs)
-            if size > self._inline_bytes:
+            inline = outputs_attribute(record.outputs, self._inline_bytes)
+            if inline is None:
                 key = f"results/{record.tenant}/{record.request_id}.json"
                 item["outputs_ref"] = {"S": self._payloads.put_json(key, record.outputs)}
             else:
+                name, value = inline
                 item[name] = value
         return item
 
 
-def outputs_attribute(outputs: list[Any]) -> tuple[str, dict[str, Any], int]:
-    """Outputs as the item attribute that holds them inline, with its size in bytes:
-    ``outputs_f32`` (embeddings packed, see :func:`pack_rows`) or ``outputs`` (JSON)."""
-    packed = pack_rows(outputs)
+def outputs_attribute(outputs: list[Any], limit: int) -> tuple[str, dict[str, Any]] | None:
+    """Outputs as the item attribute that holds them inline: ``outputs_f32``
+    (embeddings packed, see :func:`pack_rows`) or ``outputs`` (JSON); None if they
+    take more than ``limit`` bytes either way."""
+    packed = pack_rows(outputs, limit)
     if packed is not None:
-        return "outputs_f32", {"B": packed}, len(packed)
-    text = json.dumps(outputs, separators=(",", ":"))
-    return "outputs", {"S": text}, len(text.encode())
+        return "outputs_f32", {"B": packed}
+    text = json_bytes(outputs)
+    if len(text) > limit:
+        return None
+    return "outputs", {"S": text.decode()}
 
 
 def inline_outputs(item: dict[str, Any]) -> list[Any] | None:
@@ -301,16 +306,19 @@ def inline_outputs(item: dict[str, Any]) -> list[Any] | None:
 PACKED_DECIMALS = 7
 
 
-def pack_rows(outputs: list[Any]) -> bytes | None:
+def pack_rows(outputs: list[Any], limit: int | None = None) -> bytes | None:
     """Embeddings (rows of floats of one length) packed as little-endian float32
     after their row length: a quarter of their JSON text, and DynamoDB bills writes
     by the kilobyte. Packed only if every value reads back exactly (float32 holds
     7 decimals of values below 1, as normalised embeddings are); None for any other
-    outputs, which are stored as JSON text."""
+    outputs, which are stored as JSON text, and for rows that would take more than
+    ``limit`` bytes packed (checked before any value is looked at)."""
     if not outputs or not all(type(row) is list for row in outputs):
         return None
     width = len(outputs[0])
     if width == 0 or any(len(row) != width for row in outputs):
+        return None
+    if limit is not None and 4 + 4 * width * len(outputs) > limit:
         return None
     flat = [x for row in outputs for x in row]
     if not all(type(x) is float for x in flat):
