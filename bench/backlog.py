@@ -23,7 +23,6 @@ and a neighbour's minute of work moves one run by a tenth.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -35,7 +34,7 @@ from bench.loadgen import check_loopback
 from bench.model_limit import LoadedModel, throughput
 from bench.platform_proc import local_platform
 from bench.proc_cpu import CpuMeter
-from tests.local_platform import RunningPlatform
+from tests.local_platform import RunningPlatform, use_local_credentials
 
 BATCH_SIZE = 32  # minilm-embed's max_batch_size in the manifest
 BURSTS = {"full": ((200, 16), (1000, 1)), "quick": ((60, 16), (300, 1))}
@@ -96,8 +95,7 @@ def adapters_of(platform: RunningPlatform) -> Any:
     from switchyard.settings import Settings
     from switchyard.wiring import build_adapters
 
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+    use_local_credentials()
     return build_adapters(Settings(**platform.info["settings"]))
 
 

@@ -5,13 +5,14 @@ provisions it."""
 
 from __future__ import annotations
 
-import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tests.local_platform import use_local_credentials
 
 REGION = "us-east-1"
 STAGE = "dev"
@@ -42,8 +43,7 @@ def emulator() -> Iterator[Emulator]:
     from switchyard_local.emulator import start_emulator
     from switchyard_local.provision import provision
 
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+    use_local_credentials()
     workdir = Path(tempfile.mkdtemp(prefix="switchyard-bench-emulator-"))
     running = start_emulator(workdir / "moto.log")
     try:

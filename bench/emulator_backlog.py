@@ -14,7 +14,6 @@ have come and gone (moto as it is keeps every one).
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import median
+from tests.local_platform import use_local_credentials
 
 BODY = "x" * 500
 COUNTS = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
@@ -157,8 +157,7 @@ def _emulator(fixed: bool, log_path: Path) -> Iterator[tuple[str, int]]:
 
 
 def run(quick: bool) -> dict[str, Any]:
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+    use_local_credentials()
     sizes = (1_000, 10_000) if quick else (1_000, 10_000, 100_000)
     processed = 3_000 if quick else 10_000
     logs = Path(tempfile.mkdtemp(prefix="switchyard-bench-sqs-"))

@@ -181,20 +181,8 @@ def measure_platform(
 def wait_drained(platform: RunningPlatform, model: str, limit_s: float = 90) -> float:
     """Waits until the model's realtime queue is empty, so that the backlog left by an
     overloaded step does not run during the next measurement. Returns seconds waited."""
-    import boto3
-
-    sqs = boto3.session.Session().client(
-        "sqs",
-        region_name=platform.info.get("region", "us-east-1"),
-        endpoint_url=platform.info["emulator_url"],
-    )
-    url = platform.info["queues"][model]["realtime"]
-    names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
     started = time.monotonic()
-    while time.monotonic() - started < limit_s:
-        attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
-        if not sum(int(attrs[n]) for n in names):
-            break
+    while platform.queue_depth(model) and time.monotonic() - started < limit_s:
         time.sleep(1)
     return round(time.monotonic() - started, 1)
 

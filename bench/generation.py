@@ -500,11 +500,7 @@ def platform_runtime(
 
 def results_table_items(platform: RunningPlatform) -> int:
     """Items in the emulator's results table: results, and the streams' chunks."""
-    from switchyard import aws
-
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
-    ddb = aws.client("dynamodb", platform.info["region"], platform.info["emulator_url"])
+    ddb = platform.client("dynamodb")
     table = platform.info["settings"]["results_table"]
     count, start = 0, None
     while True:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.local_platform import (
+    LOCAL_CREDENTIALS,
     READY_TIMEOUT_S,
     ROOT,
     RunningPlatform,
@@ -57,8 +58,7 @@ def local_platform(
         "SWITCHYARD_STANDBY_WORKERS": os.environ.get("SWITCHYARD_STANDBY_WORKERS", "0"),
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
-        "AWS_ACCESS_KEY_ID": "local",
-        "AWS_SECRET_ACCESS_KEY": "local",
+        **LOCAL_CREDENTIALS,
         "PYTHONUNBUFFERED": "1",
     }
     with tempfile.TemporaryDirectory(

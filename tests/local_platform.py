@@ -38,6 +38,14 @@ READY_TIMEOUT_S = 300.0
 STOP_TIMEOUT_S = 90.0  # the workers drain first
 WORKER_READY_TIMEOUT_S = 120.0
 _HEADER = re.compile(r"^\[([^\]]+)\]\s*$")
+# The emulator takes any credentials; boto3 wants some.
+LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
+
+
+def use_local_credentials() -> None:
+    """Credentials for this process's clients of a local emulator, unless set."""
+    for name, value in LOCAL_CREDENTIALS.items():
+        os.environ.setdefault(name, value)
 
 
 @dataclass
@@ -59,6 +67,7 @@ class RunningPlatform:
 
     def client(self, service: str) -> Any:
         """A boto3 client of the platform's emulator."""
+        use_local_credentials()
         return aws.client(service, self.info["region"], self.info["emulator_url"])
 
     def worker_pid(self, model: str) -> int:
@@ -103,7 +112,7 @@ class RunningPlatform:
             capture_output=True,
             text=True,
             timeout=60,
-            env={**os.environ, "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"},
+            env={**os.environ, **LOCAL_CREDENTIALS},
             check=False,
         )
 
