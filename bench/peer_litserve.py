@@ -33,7 +33,7 @@ from bench.end_to_end import ladder
 from bench.loadgen import Sender, run_ladder, run_sequential, sustainable_rate
 from bench.proc_cpu import CpuMeter
 from switchyard_local.emulator import free_port
-from tests.local_platform import processes, stat_fields
+from tests.local_platform import processes
 
 # The worker's batching settings, given to every peer.
 MAX_BATCH_SIZE = 32
@@ -139,14 +139,14 @@ def _stop_session(process: subprocess.Popen[bytes]) -> None:
         time.sleep(0.2)
 
 
-def stat_session(stat: str) -> int:
-    """The session id in the text of ``/proc/<pid>/stat``."""
-    return int(stat_fields(stat)[3])
+def stat_session(fields: list[str]) -> int:
+    """The session id among a process's ``stat_fields``."""
+    return int(fields[3])
 
 
 def session_members(session: int) -> list[int]:
     """Live processes (zombies excluded) in ``session``."""
-    return [pid for pid, f in processes() if f[0] != "Z" and int(f[3]) == session]
+    return [pid for pid, f in processes() if f[0] != "Z" and stat_session(f) == session]
 
 
 def predict_sender(texts: list[str]) -> Sender:

@@ -20,6 +20,7 @@ from bench import peer_litserve
 from bench.common import ROOT
 from bench.peer_litserve import run_peer, session_members, stat_session
 from bench.peer_rayserve import RayCpuMeter, ray_role
+from tests.local_platform import stat_fields
 
 SITE = "/work/.venv/lib/python3.11/site-packages/ray"
 
@@ -72,7 +73,7 @@ def test_ray_cpu_meter_names_the_tree_with_ray_roles(monkeypatch: pytest.MonkeyP
     ],
 )
 def test_stat_session_reads_the_session_field(stat: str, session: int) -> None:
-    assert stat_session(stat) == session
+    assert stat_session(stat_fields(stat)) == session
 
 
 def test_session_members_lists_a_session_s_live_processes() -> None:

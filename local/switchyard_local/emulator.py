@@ -144,11 +144,8 @@ def _remember_method_names() -> None:
     responses.method_names_from_class = functools.cache(responses.method_names_from_class)
 
 
-def _loopback_only(argv: list[str]) -> None:
+def _loopback_only(host: str) -> None:
     """The emulator takes any credentials: it must not listen beyond this machine."""
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("-H", "--host", default=LOOPBACK)
-    host = parser.parse_known_args(argv)[0].host
     if host not in (LOOPBACK, "localhost", "::1"):
         raise SystemExit(f"the local AWS emulator listens on loopback only, not on {host}")
 
@@ -191,12 +188,11 @@ def main(argv: list[str] | None = None) -> None:
     """The emulator with the SQS fixes, on loopback only."""
     from switchyard_local import moto_dynamodb, moto_sqs, sqs_metrics
 
-    argv = sys.argv[1:] if argv is None else argv
-    _loopback_only(argv)
     parser = argparse.ArgumentParser(prog="switchyard_local.emulator")
     parser.add_argument("-H", "--host", default=LOOPBACK)
     parser.add_argument("-p", "--port", type=int, default=5000)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    _loopback_only(args.host)
     moto_sqs.apply()
     sqs_metrics.apply()
     moto_dynamodb.apply()

@@ -16,7 +16,7 @@ import pytest
 
 from switchyard.routing import RoutingDocument
 from switchyard.scaling import LaneSignals
-from switchyard.telemetry import COUNT, MILLISECONDS, metrics_document
+from switchyard.telemetry import COUNT, MILLISECONDS, metrics_document, request_dimension_sets
 from switchyard_local.autoscaler import Autoscaler, WorkerCounts
 from switchyard_local.controller import CONTROLLER, MetricsWindow
 from switchyard_local.dashboard import (
@@ -74,12 +74,11 @@ class Workers:
 def emf(model: str, latency: float, at_ms: float) -> str:
     """A request's document as the router writes it: per version, per model and per
     role."""
+    first, *more = request_dimension_sets(model, "v1", "stable")
     doc = metrics_document(
         {"Requests": (COUNT, 1.0), "Latency": (MILLISECONDS, latency), "Errors": (COUNT, 0.0)},
-        {"model": model},
-        {"model": model, "role": "stable"},
-        model=model,
-        version="v1",
+        *more,
+        **first,
     )
     doc["_aws"]["Timestamp"] = int(at_ms)
     return json.dumps(doc)

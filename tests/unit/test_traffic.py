@@ -9,7 +9,12 @@ import pytest
 
 from switchyard.manifest import RolloutLimits
 from switchyard.routing import RoutingDocument, rolled_back
-from switchyard.telemetry import COUNT, MILLISECONDS, metrics_document
+from switchyard.telemetry import (
+    COUNT,
+    MILLISECONDS,
+    metrics_document,
+    request_dimension_sets,
+)
 from switchyard_local.controller import MetricsWindow, RollbackController
 from switchyard_local.traffic import (
     Change,
@@ -215,17 +220,13 @@ class MemoryStore:
 def emf(at, version, latency, error, role="stable"):
     """A request's document as the router writes it (``switchyard.telemetry``): per
     version, per model and per role; a pinned request's has no version set."""
-    model = {"model": "digits-cnn"}
     values = {
         "Requests": (COUNT, 1.0),
         "Latency": (MILLISECONDS, latency),
         "Errors": (COUNT, 1.0 if error else 0.0),
     }
-    by_role = {**model, "role": role}
-    if role == "pinned":
-        doc = metrics_document(values, by_role, **model)
-    else:
-        doc = metrics_document(values, model, by_role, **model, version=version)
+    first, *more = request_dimension_sets("digits-cnn", version, role)
+    doc = metrics_document(values, *more, **first)
     doc["_aws"]["Timestamp"] = int(at * 1000)
     return json.dumps(doc)
 

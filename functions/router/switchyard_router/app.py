@@ -25,7 +25,7 @@ from switchyard.jobs import job_view
 from switchyard.results import ResultStore
 from switchyard.schemas import FORBIDDEN, ResultRecord
 from switchyard.signatures import FieldError
-from switchyard.telemetry import COUNT, MILLISECONDS, emit_metrics
+from switchyard.telemetry import COUNT, MILLISECONDS, emit_metrics, request_dimension_sets
 from switchyard_router import api_document
 from switchyard_router.answers import (
     JSONResponse,
@@ -446,24 +446,16 @@ def _predict_sync(
 def _emit_request(admitted: Admitted, *, error: bool) -> None:
     """Requests, Latency, Errors and Fallbacks of the version the request was
     routed to (a failure answered by the fallback still counts against the chosen
-    version: that is what canary alarms and rollback watch), per model, and per
-    role (canary or stable), which the cloud's canary alarms compare. Pinned
-    requests are counted per model and under the role "pinned" only: the caller
-    chose the version, so they are no sample of a rollout; so are answers from the
-    result cache, under the role "cached". One document files the values under
-    each of those dimension sets."""
+    version: that is what canary alarms and rollback watch), in one document filed
+    per version, per model and per role (``request_dimension_sets``)."""
     values = {
         "Requests": (COUNT, 1.0),
         "Latency": (MILLISECONDS, (time.time() - admitted.timings["received_at"]) * 1000),
         "Errors": (COUNT, 1.0 if error else 0.0),
         "Fallbacks": (COUNT, 1.0 if admitted.fell_back else 0.0),
     }
-    totals = ({"model": admitted.model}, {"model": admitted.model, "role": admitted.role})
-    # A caller's choice, or an answer from the cache, says nothing of a rollout.
-    if admitted.role in ("pinned", "cached"):
-        emit_metrics(values, totals[1], **totals[0])
-    else:
-        emit_metrics(values, *totals, model=admitted.model, version=admitted.version)
+    first, *more = request_dimension_sets(admitted.model, admitted.version, admitted.role)
+    emit_metrics(values, *more, **first)
 
 
 async def _read_body(request: Request, limit: int) -> bytes:

@@ -38,6 +38,17 @@ def metrics_document(
     return dict(_metric_set(values, dimensions, more).serialize_metric_set())
 
 
+def request_dimension_sets(model: str, version: str, role: str) -> list[dict[str, str]]:
+    """The dimension sets a routed request's metrics are filed under, in one document:
+    (model, version), the rollback rule's sample, unless the caller pinned the
+    version or the result cache answered (roles "pinned" and "cached": no sample of
+    a rollout); then (model) and (model, role), which the canary alarms compare."""
+    sets = [{"model": model}, {"model": model, "role": role}]
+    if role not in ("pinned", "cached"):
+        sets.insert(0, {"model": model, "version": version})
+    return sets
+
+
 def dimension_sets(document: Mapping[str, Any]) -> list[list[str]]:
     """The dimension sets an EMF document files its values under."""
     try:
