@@ -515,3 +515,40 @@ def test_realtime_work_runs_between_the_parts_of_a_jobs_chunk(parts):
     assert calls == [64, 1, 16, 16, 16, 16]
     assert results.get("acme", "rt").status == "done"
     assert len(results.get("acme", "chunk").outputs) == 128
+
+
+def test_a_jobs_chunk_runs_in_parts_of_like_size_and_is_answered_in_its_own_order(parts):
+    # GIVEN a runtime whose inputs cost their size (as a text costs its length in a
+    # padded batch), and a job's chunk of 128 inputs in no order of size
+    worker, _, batch, results, runtime, _ = parts
+    sizes = [(k * 37) % 128 for k in range(128)]  # each of 0..127 once
+    runtime.size_of = lambda x: x[0]
+    calls: list[list[float]] = []
+
+    def first_values(inputs):
+        calls.append([x[0] for x in inputs])
+        return [{"first": x[0]} for x in inputs]
+
+    runtime.predict = first_values
+    send(batch, "chunk", inputs=[[s / 8] * 64 for s in sizes])
+    # WHEN the worker runs it (digits-cnn runs 64 at a time)
+    drain(worker)
+    # THEN each part held inputs of like size: the smallest half, then the largest
+    assert [sorted(call) for call in calls] == [
+        [s / 8 for s in range(64)],
+        [s / 8 for s in range(64, 128)],
+    ]
+    # AND the chunk's outputs are in its inputs' order
+    record = results.get("acme", "chunk")
+    assert [o["first"] for o in record.outputs] == [s / 8 for s in sizes]
+
+
+def test_size_order_is_smallest_first_and_none_for_a_runtime_without_sizes():
+    from switchyard_worker.runtimes import size_order
+
+    assert size_order(object(), ["bb", "a"]) is None
+    assert size_order(type("R", (), {"size_of": staticmethod(len)})(), ["ccc", "a", "bb"]) == [
+        1,
+        2,
+        0,
+    ]
