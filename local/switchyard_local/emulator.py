@@ -19,7 +19,9 @@ Settings of the server itself, measured under a backlog:
 - moto picks the service of every request by trying each service's URL patterns in
   turn, under one lock; the answer depends only on the host it infers, so it is
   remembered per host; likewise the list of a response class's methods;
-- no per-request access log line is written (errors still are).
+- no per-request access log line is written (errors still are);
+- a plain GetItem (the router's look for a result) is answered from moto's table
+  without moto's request machinery (``moto_reads``).
 """
 
 from __future__ import annotations
@@ -158,8 +160,10 @@ def _serve(host: str, port: int) -> None:
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
     from waitress.server import create_server
 
+    from switchyard_local import moto_reads
+
     os.environ.setdefault("MOTO_PORT", str(port))  # as moto's own server sets it
-    app = DomainDispatcherApplication(create_backend_app)
+    app = moto_reads.wrap(DomainDispatcherApplication(create_backend_app))
     server = create_server(
         app,
         host=host,

@@ -1,0 +1,166 @@
+"""DynamoDB's GetItem in the local emulator, answered straight from moto's tables.
+
+A sync request's answer is read by the router with GetItem, several times a request
+(its looks, until the worker's result is there): at 20 sync requests a second, 3.4
+looks a request were two thirds of the emulator's calls. moto 5.2.5 serves each one
+through Flask, its URL dispatch, its request parser and its response serializer,
+which walks the service's output shape attribute by attribute; the read of the item
+itself is under a tenth of that (profiled under load: the table lookup 0.9 % of the
+emulator's time, its request machinery over 80 %).
+
+What :func:`wrap` changes, around moto's WSGI application in the emulator's
+process (``switchyard_local.emulator``): a GetItem of the plain form the platform
+sends (a table name, a key of string or number attributes naming exactly the
+table's key, optionally ``ConsistentRead``), on a table that exists, for an item
+whose attributes are all of the plain types (S, N, BOOL, NULL, SS, NS, B: a result's
+packed outputs are binary), is answered
+from moto's own backend (``DynamoDBBackend.get_item``), with what moto answers:
+``{"Item": ...}``, or ``{}`` for no item. Every other request, and any of these
+that is not plain in every respect (a projection, a capacity report, a missing
+table, a key that does not match, an item holding a map, a list or a set of
+binaries), goes to
+moto's application unchanged, so errors and edge cases answer exactly as before.
+``tests/unit/test_moto_reads.py`` sends one script of GetItems both ways and
+compares every answer.
+
+Like ``moto_sqs`` and ``moto_dynamodb``, this reads moto's internals, so it refuses
+any moto but the pinned one.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import uuid
+import zlib
+from collections.abc import Callable, Iterable
+from typing import Any
+
+PINNED_MOTO = "5.2.5"
+TARGET = "DynamoDB_20120810.GetItem"
+_FIELDS = {"TableName", "Key", "ConsistentRead"}
+_KEY_TYPES = {"S", "N"}
+_PLAIN_TYPES = {"S", "N", "BOOL", "NULL", "SS", "NS"}
+
+Application = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+class UnsupportedMoto(RuntimeError):
+    """The installed moto is not the one whose internals this module reads."""
+
+
+def wrap(app: Application) -> Application:
+    """``app`` (moto's WSGI application) with plain GetItems answered directly."""
+    from importlib import metadata
+
+    version = metadata.version("moto")
+    if version != PINNED_MOTO:
+        raise UnsupportedMoto(
+            f"switchyard_local.moto_reads reads moto {PINNED_MOTO}'s DynamoDB tables; "
+            f"moto {version} is installed (requirements.txt pins it)"
+        )
+
+    def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        if environ.get("HTTP_X_AMZ_TARGET") != TARGET or environ.get("REQUEST_METHOD") != "POST":
+            return app(environ, start_response)
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        body = environ["wsgi.input"].read(length) if length else b""
+        answer = get_item(environ, body)
+        if answer is None:  # not plain: moto answers, from the same bytes
+            environ["wsgi.input"] = io.BytesIO(body)
+            return app(environ, start_response)
+        start_response(
+            "200 OK",
+            [
+                ("Content-Type", "application/x-amz-json-1.0"),
+                ("Content-Length", str(len(answer))),
+                ("x-amzn-RequestId", str(uuid.uuid4())),
+                ("x-amz-crc32", str(zlib.crc32(answer))),
+            ],
+        )
+        return [answer]
+
+    return application
+
+
+def get_item(environ: dict[str, Any], body: bytes) -> bytes | None:
+    """The answer to a plain GetItem, or None for moto to answer."""
+    try:
+        request = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(request, dict) or not set(request) <= _FIELDS:
+        return None
+    name, key = request.get("TableName"), request.get("Key")
+    if not isinstance(name, str) or not isinstance(key, dict) or not _plain_key(key):
+        return None
+    if not isinstance(request.get("ConsistentRead", False), bool):
+        return None
+    backend = _backend(environ)
+    if backend is None:
+        return None
+    table = backend.tables.get(name)
+    if table is None:
+        return None
+    expected = {table.hash_key_attr} | ({table.range_key_attr} if table.has_range_key else set())
+    if set(key) != expected:
+        return None
+    item = backend.get_item(name, key)
+    if item is None:
+        return b"{}"
+    attributes = {}
+    for attribute, value in item.attrs.items():
+        if value.type in _PLAIN_TYPES:
+            attributes[attribute] = {value.type: value.value}
+        elif value.type == "B" and isinstance(value.value, str | bytes):
+            # As moto keeps it: the base64 text it was given, or bytes to encode.
+            text = value.value
+            attributes[attribute] = {"B": text if isinstance(text, str) else _b64(text)}
+        else:
+            return None
+    return json.dumps({"Item": attributes}).encode()
+
+
+def _b64(data: bytes) -> str:
+    import base64
+
+    return base64.b64encode(data).decode()
+
+
+def _plain_key(key: dict[str, Any]) -> bool:
+    """Each key attribute one non-empty string or number value."""
+    for value in key.values():
+        if not isinstance(value, dict) or len(value) != 1:
+            return False
+        ((kind, text),) = value.items()
+        if kind not in _KEY_TYPES or not isinstance(text, str) or not text:
+            return False
+    return True
+
+
+def _backend(environ: dict[str, Any]) -> Any:
+    """moto's DynamoDB backend for the request's account and region, found as moto
+    finds them for a SigV4-signed call to an address that names no region; None
+    where moto would look elsewhere (an account set by environment or header)."""
+    if "MOTO_ACCOUNT_ID" in os.environ or "HTTP_X_MOTO_ACCOUNT_ID" in environ:
+        return None
+    authorization = environ.get("HTTP_AUTHORIZATION", "")
+    if "AWS4" not in authorization or "amazonaws.com" in environ.get("HTTP_HOST", ""):
+        return None
+    from moto.core.responses import BaseResponse
+    from moto.dynamodb.models import dynamodb_backends
+    from moto.iam.models import get_account_id_from
+
+    if BaseResponse.region_from_useragent_regex.search(environ.get("HTTP_USER_AGENT", "")):
+        return None
+    try:
+        region = authorization.split(",")[0].split("/")[2]
+    except IndexError:
+        return None
+    match = BaseResponse.access_key_regex.search(authorization)
+    account = get_account_id_from(match.group(1) if match else "AKIAEXAMPLE")
+    try:
+        return dynamodb_backends[account][region]
+    except KeyError:
+        return None

@@ -1,0 +1,171 @@
+"""The emulator's direct GetItem answers what moto answers: one script of GetItems,
+plain and not, sent to moto's WSGI application and to it wrapped by
+``moto_reads.wrap``, over the same tables; every answer compared."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+from werkzeug.test import Client
+
+from switchyard_local import moto_reads
+
+REGION = "eu-west-1"
+
+
+def headers(target: str, access_key: str = "local") -> dict[str, str]:
+    return {
+        "X-Amz-Target": f"DynamoDB_20120810.{target}",
+        "Content-Type": "application/x-amz-json-1.0",
+        "Authorization": (
+            f"AWS4-HMAC-SHA256 Credential={access_key}/20261125/{REGION}/dynamodb/aws4_request, "
+            "SignedHeaders=host;x-amz-date;x-amz-target, Signature=0"
+        ),
+        "Host": "127.0.0.1:5000",
+    }
+
+
+def call(client: Client, target: str, body: Any) -> tuple[Any, Any]:
+    """The status and body of the answer; what moto raised where it raises (a server
+    answers that with a 500)."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    try:
+        response = client.post("/", data=data, headers=headers(target))
+    except Exception as exc:  # noqa: BLE001 - compared, not hidden
+        return "raised", repr(exc)
+    text = response.get_data()
+    return response.status_code, json.loads(text) if text else None
+
+
+@pytest.fixture(scope="module")
+def clients() -> Iterator[tuple[Client, Client, list[str]]]:
+    """moto's application and the wrapped one, over tables the script reads; and a
+    log of the GetItems the wrapped one answered itself."""
+    moto_app = DomainDispatcherApplication(create_backend_app)
+    answered: list[str] = []
+    real = moto_reads.get_item
+
+    def counted(environ: dict[str, Any], body: bytes) -> bytes | None:
+        answer = real(environ, body)
+        if answer is not None:
+            answered.append(body.decode())
+        return answer
+
+    moto_reads.get_item = counted  # type: ignore[assignment]
+    wrapped = moto_reads.wrap(moto_app)  # looks get_item up on each call
+    moto, fast = Client(moto_app), Client(wrapped)
+    for table, keys in (("results", ("tenant", "request_id")), ("single", ("pk",))):
+        schema = [{"AttributeName": keys[0], "KeyType": "HASH"}]
+        defs = [{"AttributeName": keys[0], "AttributeType": "S"}]
+        if len(keys) == 2:
+            schema.append({"AttributeName": keys[1], "KeyType": "RANGE"})
+            defs.append({"AttributeName": keys[1], "AttributeType": "S"})
+        status, _ = call(
+            moto,
+            "CreateTable",
+            {
+                "TableName": table,
+                "KeySchema": schema,
+                "AttributeDefinitions": defs,
+                "BillingMode": "PAY_PER_REQUEST",
+            },
+        )
+        assert status == 200
+    items = [
+        (
+            "results",
+            {
+                "tenant": {"S": "acme"},
+                "request_id": {"S": "plain"},
+                "status": {"S": "done"},
+                "doc": {"S": '{"outputs": [1.5, "é"]}'},
+                "expires_at": {"N": "1795600000"},
+                "failures": {"N": "0"},
+                "cached": {"BOOL": False},
+                "note": {"NULL": True},
+                "tags": {"SS": ["a", "b"]},
+                "sizes": {"NS": ["1", "2.5"]},
+            },
+        ),
+        (
+            "results",
+            {
+                "tenant": {"S": "acme"},
+                "request_id": {"S": "nested"},
+                "job": {"M": {"id": {"S": "j1"}, "chunk": {"N": "3"}}},
+                "list": {"L": [{"S": "x"}, {"N": "1"}]},
+            },
+        ),
+        ("results", {"tenant": {"S": "acme"}, "request_id": {"S": "binary"}, "b": {"B": "AAEC"}}),
+        (
+            "results",
+            {"tenant": {"S": "acme"}, "request_id": {"S": "binary set"}, "bs": {"BS": ["AAEC"]}},
+        ),
+        ("single", {"pk": {"S": "one"}, "v": {"N": "-0.5"}}),
+    ]
+    for table, item in items:
+        assert call(moto, "PutItem", {"TableName": table, "Item": item})[0] == 200
+    yield moto, fast, answered
+    moto_reads.get_item = real  # type: ignore[assignment]
+
+
+def key(request_id: str, tenant: str = "acme") -> dict[str, Any]:
+    return {"tenant": {"S": tenant}, "request_id": {"S": request_id}}
+
+
+# (what the GetItem asks, whether the direct path answers it itself)
+SCRIPT: list[tuple[Any, bool]] = [
+    ({"TableName": "results", "Key": key("plain")}, True),
+    ({"TableName": "results", "Key": key("plain"), "ConsistentRead": True}, True),
+    ({"TableName": "results", "Key": key("absent")}, True),
+    ({"TableName": "results", "Key": key("plain", tenant="globex")}, True),
+    ({"TableName": "single", "Key": {"pk": {"S": "one"}}}, True),
+    ({"TableName": "single", "Key": {"pk": {"S": "two"}}}, True),
+    ({"TableName": "results", "Key": key("binary")}, True),
+    # Not plain: moto answers
+    ({"TableName": "results", "Key": key("nested")}, False),
+    ({"TableName": "results", "Key": key("binary set")}, False),
+    ({"TableName": "missing", "Key": key("plain")}, False),
+    ({"TableName": "results", "Key": {"tenant": {"S": "acme"}}}, False),
+    ({"TableName": "results", "Key": {**key("plain"), "status": {"S": "done"}}}, False),
+    ({"TableName": "results", "Key": {"tenant": {"S": "acme"}, "request_id": {"S": ""}}}, False),
+    ({"TableName": "single", "Key": {"pk": {"N": "1"}}}, True),
+    ({"TableName": "single", "Key": {"pk": {"B": "AAEC"}}}, False),
+    ({"TableName": "results", "Key": key("plain"), "ProjectionExpression": "doc"}, False),
+    ({"TableName": "results", "Key": key("plain"), "ReturnConsumedCapacity": "TOTAL"}, False),
+    ({"TableName": "results", "Key": key("plain"), "ConsistentRead": "yes"}, False),
+    ({"TableName": "results"}, False),
+    ({"Key": key("plain")}, False),
+    (b"{not json", False),
+    ([1, 2], False),
+]
+
+
+@pytest.mark.parametrize(("request_body", "direct"), SCRIPT)
+def test_a_getitem_is_answered_as_moto_answers_it(clients, request_body, direct):
+    moto, fast, answered = clients
+    before = len(answered)
+    assert call(fast, "GetItem", request_body) == call(moto, "GetItem", request_body)
+    assert (len(answered) > before) is direct
+
+
+def test_other_calls_pass_through_untouched(clients):
+    moto, fast, answered = clients
+    body = {"TableName": "results", "KeyConditionExpression": "tenant = :t"}
+    body["ExpressionAttributeValues"] = {":t": {"S": "acme"}}
+    assert call(fast, "Query", body) == call(moto, "Query", body)
+    assert call(fast, "DescribeTable", {"TableName": "single"})[0] == 200
+
+
+def test_an_item_written_is_read_back_at_once(clients):
+    moto, fast, _ = clients
+    item = {"pk": {"S": "fresh"}, "status": {"S": "queued"}}
+    assert call(fast, "PutItem", {"TableName": "single", "Item": item})[0] == 200
+    assert call(fast, "GetItem", {"TableName": "single", "Key": {"pk": {"S": "fresh"}}}) == (
+        200,
+        {"Item": item},
+    )
