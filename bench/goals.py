@@ -149,14 +149,14 @@ GOALS = (
         0.5,
         False,
         "×",
-        "this page's run: 20 req/s against LitServe's 120. The platform's ladder ends at "
-        "the first 10-second step whose p99 passes 500 ms, and between 20 and 30 req/s "
-        "its p99 moves from step to step (a rerun of the three sections minutes later: 30 "
-        "against 100, 0.30×; the run before: 30 against 60). At 20 req/s a request's 163 "
-        "ms go to compute (42 ms, batches of 1.7), the router's pick-up of the stored "
-        "result (51), waiting for a batch to fill (34) and the queue (24); every answered "
-        "request costs 66 ms of CPU across the platform's processes (worker 33, emulator "
-        "20, router 8) against LitServe's 46 at the same rate",
+        "20 req/s against LitServe's 80 in this page's end-to-end and peer sections "
+        "(rerun 2026-11-25; the full run before: 20 against 120, a rerun then 30 against "
+        "100). The platform's ladder ends at the first 10-second step whose p99 passes "
+        "500 ms: 25 req/s at 613 ms here. At 20 req/s a request's 192 ms go to compute "
+        "(49 ms), the router's pick-up of the stored result (50), waiting for a batch to "
+        "fill (45) and the queue (29); every answered request costs 72 ms of CPU across "
+        "the platform's processes (worker 36, emulator 20, router 10) against LitServe's "
+        "53 at the same rate",
     ),
     Goal(
         "micro-batching gain in sustainable rate",
@@ -164,10 +164,11 @@ GOALS = (
         2.5,
         False,
         "×",
-        "at the rates in reach, batches hold 1.7 requests on average and each waits ~34 ms "
-        "for company, so batching gains little model time; without it the platform "
-        "sustained 15 req/s in this run (12 in the run before), with it 20 (30 in the rerun "
-        "and the run before)",
+        "at the rates in reach, batches hold one or two requests and each waits ~45 ms "
+        "for company, so batching gains little model time: without it the platform "
+        "sustained 12 req/s in this page's run (15 in the full run before), with it 20 "
+        "(20 to 30 in the runs before); model time is the smaller part of each request's "
+        "72 ms of CPU",
     ),
     Goal(
         "200 async predicts of 16 sentences, submitted at once, vs the model's limit",
@@ -175,11 +176,11 @@ GOALS = (
         0.85,
         False,
         "×",
-        "while a burst drains, the emulator (2.8 to 3.4 CPU-s), the router (0.9) and the "
-        "bench's own client (0.8 to 1.6) take about a sixth of the two cores the model's "
-        "two threads run on, and an operation split over two threads goes at the pace of "
-        "the slower; the runs spread (0.65, 0.69, 0.78) as the model's own limit, "
-        "measured before and after each, moved between 231 and 268 inputs/s",
+        "while a burst drains, the emulator (3.5 to 4.7 CPU-s), the router (0.9 to 1.5) "
+        "and the bench's own client (0.3 to 0.6) take about a sixth of the two cores the "
+        "model's two threads run on, and an operation split over two threads goes at the "
+        "pace of the slower; the runs spread (0.73, 0.86, 0.65) as the model's own limit, "
+        "measured before and after each, moved between 180 and 224 inputs/s",
     ),
     Goal(
         "1,000 async one-sentence predicts, submitted at once, vs the model's limit",
@@ -188,9 +189,13 @@ GOALS = (
         False,
         "×",
         "submission: each request is a router call, a queued-record write and an enqueue "
-        "through the emulator, and the bench's own HTTP client (httpx, 64 requests in "
-        "flight) took 7.3 to 10.5 s of CPU per burst, more than the emulator (6.5 to 7.7 "
-        "s) or the router (3.6 to 4.4 s), on the two cores the model needs ~10 s of",
+        "through the emulator, and the worker adds a result write per request: per burst "
+        "the emulator took 9.7 to 12.3 s of CPU and the router 5.6 to 7.0 s, on the two "
+        "cores the model needs ~10 CPU-s of. Profiled, moto's request handling (Flask, its "
+        "parser and serializer, the server's loop) is most of the emulator's cost, the "
+        "tables' own work under a tenth. The bench's client is no longer in the way: "
+        "aiohttp takes 0.7 to 0.8 CPU-s per burst where httpx took 7.3 to 10.5, and the "
+        "emulator and the router took the time it freed",
     ),
     Goal(
         "16 closed-loop sync callers of one sentence, answered vs the model's limit",
@@ -198,10 +203,12 @@ GOALS = (
         0.35,
         False,
         "×",
-        "46 answers/s at p50 332 ms: each answer waits for its batch, its result write and "
-        "the router's next look at the results table, and every one-sentence request pays "
-        "a message's receive, delete and result write through the emulator on the same "
-        "two cores as the model",
+        "38 answers/s at p50 419 ms (46 at 332 ms in the run before, when the model's "
+        "limit measured 259 inputs/s, against 185 in this run): each answer waits for its "
+        "batch, its result write and the router's next look at the results table, and "
+        "every one-sentence request pays a message's receive, delete and result write "
+        "through the emulator "
+        "on the same two cores as the model",
     ),
     Goal(
         "sustainable rate, platform vs Ray Serve (@serve.batch)",
@@ -209,9 +216,9 @@ GOALS = (
         0.5,
         False,
         "×",
-        "as against LitServe: 20 req/s against Ray Serve's 60 in this page's run (30 "
-        "against 60 in the rerun, 0.50×); the emulator, the router and the AWS calls "
-        "around the model share the two cores with it",
+        "as against LitServe: the emulator, the router and the AWS calls around the "
+        "model share the two cores with it. Runs so far: 20 req/s against Ray Serve's 40 "
+        "(0.50×, the goal's edge; 2026-11-25), 20 against 60, 30 against 60",
     ),
 )
 
