@@ -173,9 +173,9 @@ def realtime_step(platform: RunningPlatform, seconds: float, seed: int) -> dict[
 def spread_lines(path: Path, count: int) -> list[Any]:
     """``count`` inputs of a JSON Lines file, taken evenly across it."""
     with path.open() as source:
-        every = [json.loads(line) for line in source]
-    step = max(1, len(every) // count)
-    return every[::step][:count]
+        lines = source.readlines()
+    step = max(1, len(lines) // count)
+    return [json.loads(line) for line in lines[::step][:count]]
 
 
 def realtime_run(model: LoadedModel, quick: bool, log: Callable[[str], None]) -> dict[str, Any]:

@@ -49,7 +49,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from switchyard_local.moto_sqs import PINNED_MOTO, UnsupportedMoto
+from switchyard_local.moto_sqs import require_pinned_moto
 
 _WRITES = ("put_item", "update_item", "delete_item", "transact_write_items")
 _lock = threading.RLock()  # one write may run another (a transaction, a batch)
@@ -61,16 +61,9 @@ def apply() -> None:
     """Serialise the DynamoDB backend's writes in this process (idempotent)."""
     if _originals:
         return
-    from importlib import metadata
-
     from moto.dynamodb.models import DynamoDBBackend
 
-    version = metadata.version("moto")
-    if version != PINNED_MOTO:
-        raise UnsupportedMoto(
-            f"switchyard_local.moto_dynamodb wraps moto {PINNED_MOTO}'s DynamoDB writes; "
-            f"moto {version} is installed (requirements.txt pins it)"
-        )
+    require_pinned_moto("switchyard_local.moto_dynamodb wraps {moto}'s DynamoDB writes")
     import moto.dynamodb.models as models
 
     for name in _WRITES:

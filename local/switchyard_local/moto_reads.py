@@ -37,7 +37,8 @@ import zlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
-PINNED_MOTO = "5.2.5"
+from switchyard_local.moto_sqs import require_pinned_moto
+
 TARGET = "DynamoDB_20120810.GetItem"
 _FIELDS = {"TableName", "Key", "ConsistentRead"}
 _KEY_TYPES = {"S", "N"}
@@ -46,20 +47,9 @@ _PLAIN_TYPES = {"S", "N", "BOOL", "NULL", "SS", "NS"}
 Application = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
-class UnsupportedMoto(RuntimeError):
-    """The installed moto is not the one whose internals this module reads."""
-
-
 def wrap(app: Application) -> Application:
     """``app`` (moto's WSGI application) with plain GetItems answered directly."""
-    from importlib import metadata
-
-    version = metadata.version("moto")
-    if version != PINNED_MOTO:
-        raise UnsupportedMoto(
-            f"switchyard_local.moto_reads reads moto {PINNED_MOTO}'s DynamoDB tables; "
-            f"moto {version} is installed (requirements.txt pins it)"
-        )
+    require_pinned_moto("switchyard_local.moto_reads reads {moto}'s DynamoDB tables")
 
     def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         if environ.get("HTTP_X_AMZ_TARGET") != TARGET or environ.get("REQUEST_METHOD") != "POST":

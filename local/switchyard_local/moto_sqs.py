@@ -72,18 +72,25 @@ class UnsupportedMoto(RuntimeError):
     """The installed moto is not the one this fix was written against."""
 
 
-def apply() -> None:
-    """Patch moto's SQS backend in this process (idempotent)."""
-    if _originals:
-        return
+def require_pinned_moto(what: str) -> None:
+    """Refuse any moto but the pinned one: the emulator's fixes read its internals.
+    ``what`` says what the caller does to moto, with ``{moto}`` where the pinned
+    moto is named."""
     from importlib import metadata
 
     version = metadata.version("moto")
     if version != PINNED_MOTO:
         raise UnsupportedMoto(
-            f"switchyard_local.moto_sqs fixes moto {PINNED_MOTO}'s SQS internals; "
+            f"{what.format(moto=f'moto {PINNED_MOTO}')}; "
             f"moto {version} is installed (requirements.txt pins it)"
         )
+
+
+def apply() -> None:
+    """Patch moto's SQS backend in this process (idempotent)."""
+    if _originals:
+        return
+    require_pinned_moto("switchyard_local.moto_sqs fixes {moto}'s SQS internals")
     for cls, name, replacement in _patches():
         _originals[f"{cls.__name__}.{name}"] = cls.__dict__.get(name, _MISSING)
         setattr(cls, name, replacement)
