@@ -395,21 +395,30 @@ def scenario_sync(h: Harness, texts: list[str], n: int) -> dict[str, Any]:
     return out
 
 
-def scenario_sync_at_load(h: Harness, texts: list[str], callers: int, each: int) -> dict[str, Any]:
+def scenario_sync_at_load(
+    h: Harness, texts: list[str], callers: int, each: int, warm: int = 2
+) -> dict[str, Any]:
     """Sync predicts of one sentence from ``callers`` closed-loop callers at once, each
     sending ``each`` in turn: the calls a request costs when batches form, so that the
     worker's per-batch calls (receive, status read, delete, prediction log) are
-    shared, as they are at load."""
+    shared, as they are at load. Each caller first sends ``warm`` requests, counted
+    apart: while load rises from one request at a time, answers come later than the
+    router has seen them come, and it looks for them more often."""
     from concurrent.futures import ThreadPoolExecutor
 
     texts = [f"{t} (at load)" for t in texts]  # no other path sent these
+    rising: list[Call] = []
+    warmed = threading.Barrier(callers, action=lambda: rising.extend(h.log.take()))
 
     def caller(c: int) -> list[float]:
         walls = []
-        for i in range(each):
+        for i in range(warm + each):
+            if i == warm:
+                warmed.wait()
             start = time.perf_counter()
-            status, _ = h.predict(texts[(c * each + i) % len(texts)])
-            walls.append((time.perf_counter() - start) * 1000)
+            status, _ = h.predict(texts[(c * (warm + each) + i) % len(texts)])
+            if i >= warm:
+                walls.append((time.perf_counter() - start) * 1000)
             assert status == 200, status
         return walls
 
@@ -422,6 +431,7 @@ def scenario_sync_at_load(h: Harness, texts: list[str], callers: int, each: int)
     out["callers"] = callers
     out["router_wall_ms_mean"] = round(sum(walls) / len(walls), 2)
     out["result_polls_per_request"] = result_polls_per_request(calls, n)
+    out["rising_load_polls_per_request"] = result_polls_per_request(rising, callers * warm)
     receives = [
         c for c in calls if c.actor == "worker" and c.op == "ReceiveMessage" and not c.empty
     ]

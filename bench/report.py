@@ -1189,6 +1189,8 @@ def _sync_at_load(x: dict[str, Any]) -> dict[str, Any]:
         "messages_per_receive": fmt(x.get("messages_per_receive"), 1),
         "own_calls": fmt(sync_calls_of_its_own(x), 2),
         "polls": fmt(x.get("result_polls_per_request"), 2),
+        "rising_polls": fmt(x.get("rising_load_polls_per_request"), 2),
+        "warm": x.get("rising_load_polls_per_request") is not None,
         "total": fmt(x["usd_per_million_inferences"]["total"], 2),
     }
 

@@ -658,7 +658,10 @@ class Worker:
 
     def _complete(self, record: ResultRecord) -> bool:
         """Store a final result; a job's chunk is counted on its job in the same
-        write, and if it was the job's last, the job's output is assembled."""
+        write, and if it was the job's last, the job's output is assembled. The
+        record is completed as its write leaves (``completed_at``, not when it was
+        built): the router times its looks for results by it."""
+        record.completed_at = record.timings["completed_at"] = time.time()
         if record.job is None or self._jobs is None:
             return self._results.complete(record)
         count = self._jobs.count_chunk(record)

@@ -11,6 +11,7 @@ import json
 import logging
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,16 +32,16 @@ from switchyard.routing import (
 )
 from switchyard.schemas import ErrorInfo, GenerationSignature, QueueMessage, ResultRecord
 from switchyard.signatures import FieldError, check_inputs
+from switchyard.stats import percentile
 
 MAX_DEADLINE_MS = 28_000  # below API Gateway's 29 s integration timeout
 # With a fallback version, it is asked once the chosen version has failed an
 # attempt, or once this share of the deadline has passed without a result.
 FALLBACK_AFTER_SHARE = 0.7
 
-# Result polling (see PredictService.wait).
+# Result polling (see PredictService.wait and LookSchedule).
 _FIRST_EXPECTED_S = 0.02
 _MIN_POLL_S = 0.005
-_MAX_POLL_S = 0.05
 
 log = logging.getLogger("switchyard.router")
 
@@ -84,6 +85,55 @@ class Admitted:
     # at its deadline (see PredictService.hand_off).
     queued: ResultRecord | None = None
     recorded: bool = True
+
+
+class LookSchedule:
+    """When the router looks for a request's result. Every look is a read of the
+    results table (an AWS call, and CPU in the router), so looks go where results
+    are: at the median, the 80th and the 95th percentile of how long this model's
+    last 16 requests took to be answered, then further apart. A request therefore
+    costs about two looks whatever the load, and its answer waits to be picked up
+    by a share of the spread of those times, not of their mean.
+
+    How long a request took is read from its result, not from when a look found
+    it: the worker stamps its ``completed_at`` as it stores it, so the looks' own
+    spacing never feeds back into the schedule."""
+
+    QUANTILES = (50.0, 80.0, 95.0)
+
+    def __init__(self, keep: int = 16) -> None:
+        self._keep = keep
+        self._took: dict[str, deque[float]] = {}
+
+    def saw(self, model: str, seconds: float) -> None:
+        """A request of ``model`` was answered ``seconds`` after its wait began."""
+        took = self._took.get(model)
+        if took is None:
+            took = self._took[model] = deque(maxlen=self._keep)
+        took.append(max(seconds, 0.0))
+
+    def looks(self, model: str) -> list[float]:
+        """The first looks, in seconds from the start of the wait: at least 5 ms
+        apart, and each at most half as late again as the one before (a spread of
+        times, as when load changes, is looked at more closely)."""
+        took = self._took.get(model)
+        if not took:
+            return [_FIRST_EXPECTED_S]
+        times: list[float] = []
+        for q in self.QUANTILES:
+            at = percentile(took, q)
+            if times:  # at least 5 ms after the look before, at most half again
+                at = min(max(at, times[-1] + _MIN_POLL_S), times[-1] * 1.5 + _MIN_POLL_S)
+            times.append(at)
+        return times
+
+    @staticmethod
+    def next_gap(waited: float) -> float:
+        """The gap before the next look once the first looks found nothing: a
+        quarter of the time waited so far (at least 5 ms), so that an answer later
+        than these requests' times, as when load rises, costs a few looks more and
+        waits at most a quarter of its time to be picked up."""
+        return max(waited / 4, _MIN_POLL_S)
 
 
 class VersionCache:
@@ -137,8 +187,7 @@ class PredictService:
         self._sync_grace = sync_grace_seconds
         self._clock = clock
         self._sleep = sleep
-        # Per model, how long recent requests took to be answered (an EWMA).
-        self._expected_s: dict[str, float] = {}
+        self._looks = LookSchedule()
 
     @property
     def models(self) -> list[str]:
@@ -458,25 +507,23 @@ class PredictService:
     def wait(self, admitted: Admitted, tenant: str) -> ResultRecord | None:
         """The final result, or None if the deadline passes first. Asks the fallback
         version once if the chosen one fails an attempt or the deadline draws near.
-
-        Every look is a read of the results table, so the first one waits for most of
-        the time recent requests of this model took, and later ones come at a fraction
-        of it, further apart each time (from 5 ms, up to 50 ms or a quarter of that
-        time, whichever is longer): when requests take long, as under a burst, a
-        request costs a few more looks rather than one every 50 ms, and its answer
-        waits at most a quarter of that time to be picked up."""
+        Looks for it when :class:`LookSchedule` says."""
         if admitted.cached is not None:
             return admitted.cached
         started = time.monotonic()
-        expected = self._expected_s.get(admitted.model, _FIRST_EXPECTED_S)
-        longest = max(_MAX_POLL_S, expected / 4)
-        interval = max(expected / 4, _MIN_POLL_S)  # never past longest: 5 ms < 50 ms
-        self._sleep(min(expected * 0.8, max(admitted.deadline - started, 0)))
+        wall_started = self._clock()
+        first = self._looks.looks(admitted.model)
         while True:
+            at = first.pop(0) if first else None
+            waited = time.monotonic() - started
+            gap = at - waited if at is not None else LookSchedule.next_gap(waited)
+            remaining = admitted.deadline - time.monotonic()
+            if gap > 0:
+                self._sleep(min(gap, max(remaining, 0)))
             record = self._results.get(tenant, admitted.request_id)
             if record is not None and record.status != "queued":
-                took = time.monotonic() - started
-                self._expected_s[admitted.model] = 0.8 * expected + 0.2 * took
+                if record.completed_at is not None:
+                    self._looks.saw(admitted.model, record.completed_at - wall_started)
                 return record
             remaining = admitted.deadline - time.monotonic()
             if admitted.fallback and not admitted.fell_back:
@@ -488,8 +535,6 @@ class PredictService:
                     self._send_copy(admitted, admitted.fallback, "fallback")
             if remaining <= 0:
                 return self.hand_off(admitted)
-            self._sleep(min(interval, remaining))
-            interval = min(interval * 1.5, longest)
 
     def hand_off(self, admitted: Admitted) -> ResultRecord | None:
         """A sync request past its deadline, about to be answered 202: its queued

@@ -1,0 +1,89 @@
+"""When the router looks for a sync request's result (LookSchedule)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from switchyard_router.logic import LookSchedule
+
+
+def looks_taken(schedule: LookSchedule, model: str, ready_at: float) -> tuple[int, float]:
+    """Looks a request ready ``ready_at`` seconds into its wait takes, and how long
+    its answer waits after it is ready (the schedule as PredictService.wait uses it)."""
+    first = schedule.looks(model)
+    at, n = 0.0, 0
+    while True:
+        at = first.pop(0) if first else at + LookSchedule.next_gap(at)
+        n += 1
+        if at >= ready_at:
+            return n, at - ready_at
+
+
+def test_a_model_not_seen_yet_is_looked_at_soon_then_further_apart():
+    schedule = LookSchedule()
+    assert schedule.looks("m") == [0.02]
+    gaps = [LookSchedule.next_gap(w) for w in (0.0, 0.02, 0.1, 1.0)]
+    assert gaps == pytest.approx([0.005, 0.005, 0.025, 0.25])
+
+
+def test_an_answer_later_than_all_before_costs_a_few_looks_and_a_quarter_of_its_time():
+    """Load rises: the model's last answers took 30 ms, this one takes 700."""
+    schedule = LookSchedule()
+    for _ in range(16):
+        schedule.saw("m", 0.030)
+    n, pickup = looks_taken(schedule, "m", 0.700)
+    assert n <= 16
+    assert pickup <= 0.700 / 4
+
+
+def test_the_first_looks_are_at_the_median_80th_and_95th_percentile_of_what_it_saw():
+    schedule = LookSchedule(keep=100)
+    for ms in range(1, 101):
+        schedule.saw("m", ms / 1000)
+    assert schedule.looks("m") == pytest.approx([0.0505, 0.0802, 0.09505])
+
+
+def test_looks_are_at_least_5_ms_apart():
+    schedule = LookSchedule()
+    for _ in range(10):
+        schedule.saw("m", 0.030)
+    assert schedule.looks("m") == pytest.approx([0.030, 0.035, 0.040])
+
+
+def test_a_spread_of_times_is_looked_at_closer_than_its_percentiles():
+    schedule = LookSchedule()
+    for seconds in [0.04] * 10 + [0.7] * 6:
+        schedule.saw("m", seconds)
+    assert schedule.looks("m") == pytest.approx([0.04, 0.065, 0.1025])
+
+
+def test_models_are_timed_apart_and_only_recent_requests_count():
+    schedule = LookSchedule(keep=8)
+    for _ in range(8):
+        schedule.saw("slow", 2.0)
+        schedule.saw("fast", 0.01)
+    for _ in range(8):
+        schedule.saw("slow", 0.2)
+    assert schedule.looks("slow") == pytest.approx([0.2, 0.205, 0.21])
+    assert schedule.looks("fast") == pytest.approx([0.01, 0.015, 0.02])
+
+
+@pytest.mark.parametrize("spread", [0.01, 0.1, 0.5])
+def test_a_request_costs_about_two_looks_whatever_the_spread_of_its_times(spread):
+    """Times drawn around 100 ms, narrowly or widely: looks per request stay near
+    two, and the answer's wait after it is ready grows with the spread only."""
+    rng = random.Random(7)
+    schedule = LookSchedule()
+    draw = [0.1 * rng.lognormvariate(0, spread) for _ in range(2_000)]
+    for t in draw[:64]:
+        schedule.saw("m", t)
+    taken = []
+    for t in draw[64:]:
+        taken.append(looks_taken(schedule, "m", t))
+        schedule.saw("m", t)
+    mean_looks = sum(n for n, _ in taken) / len(taken)
+    mean_pickup = sum(p for _, p in taken) / len(taken)
+    assert 1.2 < mean_looks < 2.2
+    assert mean_pickup < 0.1 * spread + 0.005
