@@ -47,6 +47,7 @@ PRICE_SOURCES = (
     "2026-11-22 against secondary summaries dated March and June 2026. Free tiers are ignored."
 )
 REFRESH_OPS = {"Query", "Scan"}
+_INSERT_NAMES = re.compile(r"'([^']+)': \?")
 REFRESH_SERVICES = {"appconfig"}
 WORKER_THREADS = (
     "bench-worker",
@@ -156,6 +157,17 @@ class CallLog:
                     for requests in params.get("RequestItems", {}).values()
                     for r in requests
                     if "PutRequest" in r
+                )
+            elif model.name == "BatchExecuteStatement":
+                # INSERTs of whole items, their values as parameters, named in order
+                # in the statement; one that finds its key taken is billed as well.
+                entry.wru = sum(
+                    write_units(
+                        item_size(
+                            dict(zip(_INSERT_NAMES.findall(st["Statement"]), st["Parameters"]))
+                        )
+                    )
+                    for st in params.get("Statements", [])
                 )
             elif model.name == "GetItem":
                 entry.rru = read_units(item_size(parsed.get("Item", {}) or {}), consistent)

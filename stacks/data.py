@@ -152,6 +152,15 @@ class Storage(Construct):
 # Item-level writes the code performs (conditional puts, status updates); no scans,
 # batch writes or deletes: expiry is TTL's job.
 ITEM_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
+# What a worker does to the results table beyond single items: it reads a batch's
+# statuses in one BatchGetItem (answered requests are not run again), inserts a
+# batch's new results with one BatchExecuteStatement of PartiQL INSERTs (an INSERT
+# never replaces an item), and caches outputs with one BatchWriteItem of puts.
+WORKER_RESULTS_ACTIONS = (
+    "dynamodb:BatchGetItem",
+    "dynamodb:PartiQLInsert",
+    "dynamodb:BatchWriteItem",
+)
 
 
 # Registry reads are one version (GetItem) or one model's versions (Query).

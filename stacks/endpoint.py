@@ -16,7 +16,14 @@ from stacks.cloud import (
 )
 from stacks.compute import Compute, WorkerService
 from stacks.configuration import ModelRouting, RoutingConfiguration
-from stacks.data import PredictionLog, Storage, grant_items, grant_objects, grant_registry_read
+from stacks.data import (
+    WORKER_RESULTS_ACTIONS,
+    PredictionLog,
+    Storage,
+    grant_items,
+    grant_objects,
+    grant_registry_read,
+)
 from stacks.functions import FunctionCode, PlatformFunction, settings_environment
 from stacks.observability import ModelAlarms, ModelDashboard
 from stacks.queues import ModelQueues
@@ -128,8 +135,9 @@ class ModelEndpoint(Construct):
         shared.api.add_predict_route(model, spec, self.router.function, stream=serving.stream)
         if self.generates:
             # Streamed tokens are chunk items beside the request's result, read in
-            # order with a Query; prompts are counted with the version's tokenizer.
-            storage.results_table.grant(router_role, "dynamodb:Query")
+            # order with a Query, or each stream's next chunk by its key with one
+            # BatchGetItem; prompts are counted with the version's tokenizer.
+            storage.results_table.grant(router_role, "dynamodb:Query", "dynamodb:BatchGetItem")
             grant_objects(
                 names.artifacts_bucket, router_role, ["s3:GetObject"], ARTIFACTS_READ_REASON
             )
@@ -166,6 +174,7 @@ class ModelEndpoint(Construct):
             queue.grant_consume_messages(task_role)  # receive, delete, change visibility
         grant_registry_read(storage.registry_table, task_role)
         grant_items(storage.results_table, task_role)
+        storage.results_table.grant(task_role, *WORKER_RESULTS_ACTIONS)
         task_role.add_to_principal_policy(
             iam.PolicyStatement(
                 actions=["firehose:PutRecord", "firehose:PutRecordBatch"],

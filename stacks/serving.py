@@ -171,9 +171,10 @@ class ServingStack(Stack):
             endpoint.routing.grant_read(role)
         grant_registry_read(storage.registry_table, role)
         # Requests recorded as queued, their results read, and a generation's streamed
-        # chunks read in order (a Query over the request's chunk keys).
+        # chunks read in order (a Query over the request's chunk keys, or every
+        # stream's next chunk by its key in one BatchGetItem).
         grant_items(storage.results_table, role)
-        storage.results_table.grant(role, "dynamodb:Query")
+        storage.results_table.grant(role, "dynamodb:Query", "dynamodb:BatchGetItem")
         grant_objects(
             names.payloads_bucket, role, ["s3:GetObject", "s3:PutObject"], PAYLOADS_REASON
         )

@@ -161,6 +161,10 @@ class FakeResults:
             self._stored.notify_all()
             return True
 
+    def complete_new(self, records: list[ResultRecord]) -> list[bool]:
+        self.log.append(("batch", len(records)))
+        return [self.complete(r) for r in records]
+
     def get(self, tenant: str, request_id: str) -> ResultRecord | None:
         return self.items.get((tenant, request_id))
 

@@ -82,6 +82,7 @@ log = Logger(service="switchyard-worker")
 RuntimeLoader = Callable[[ModelVersion], ModelRuntime]
 _RECEIVE_MAX = 10
 _WRITERS = 8  # result writes in flight at once
+_INSERTS = 25  # new results per write (DynamoDB's BatchExecuteStatement takes 25)
 _WATCH_WAIT_S = 1  # the realtime watcher's long poll: short, as it holds no batch up
 _JOB_STATUS_SECONDS = 2.0  # how stale a job's cancelled-or-not may be
 _PAUSE_SLICE_S = 0.02  # how soon a pause notices a stop
@@ -602,12 +603,28 @@ class Worker:
     def _store_and_delete(self, answered: list[tuple[Pending, ResultRecord]]) -> None:
         if not answered:
             return
-        # Up to _WRITERS writes at once, each writer storing its share in turn: one
-        # task per writer, not per result, so a batch of 64 is 8 hand-offs, not 64.
-        writers = min(_WRITERS, len(answered))
-        shares = [answered[i::writers] for i in range(writers)]
-        done = list(self._writers.map(lambda share: [self._complete(r) for _, r in share], shares))
-        stored = [done[i % writers][i // writers] for i in range(len(answered))]
+        # Sync requests' results (no record yet, unless handed off at the deadline)
+        # are inserted 25 to a call; the others are conditional puts, up to _WRITERS
+        # at once, each writer storing its share in turn: one task per writer, not per
+        # result, so a batch of 64 is 8 hand-offs, not 64.
+        new = [i for i, (p, r) in enumerate(answered) if _unrecorded(p, r)]
+        rest = [i for i in range(len(answered)) if i not in set(new)]
+        tasks = [("new", new[j : j + _INSERTS]) for j in range(0, len(new), _INSERTS)]
+        writers = min(_WRITERS, len(rest))
+        tasks += [("one", rest[k::writers]) for k in range(writers)]
+
+        def write(task: tuple[str, list[int]]) -> list[bool]:
+            how, indexes = task
+            records = [answered[i][1] for i in indexes]
+            if how == "one":
+                return [self._complete(r) for r in records]
+            _stamp(records)
+            return self._results.complete_new(records)
+
+        stored = [False] * len(answered)
+        for (_, indexes), done in zip(tasks, self._writers.map(write, tasks), strict=True):
+            for i, fresh in zip(indexes, done, strict=True):
+                stored[i] = fresh
         # One line per batch, not per request: at a light model's rate a log line per
         # request costs more CPU than the model.
         log.info(
@@ -661,7 +678,7 @@ class Worker:
         write, and if it was the job's last, the job's output is assembled. The
         record is completed as its write leaves (``completed_at``, not when it was
         built): the router times its looks for results by it."""
-        record.completed_at = record.timings["completed_at"] = time.time()
+        _stamp([record])
         if record.job is None or self._jobs is None:
             return self._results.complete(record)
         count = self._jobs.count_chunk(record)
@@ -1156,3 +1173,18 @@ class _Streamer:
             then, self._then = self._then, None
         if then is not None:
             then()
+
+
+def _unrecorded(p: Pending, record: ResultRecord) -> bool:
+    """A sync request's result, with no record yet unless it was handed off at its
+    deadline (a fallback's copy, sent once the first version is late or failed, may
+    well find one: it is stored on its own)."""
+    m = p.message
+    return m is not None and m.respond_by is not None and not m.fallback and record.job is None
+
+
+def _stamp(records: list[ResultRecord]) -> None:
+    """Completed now, as their write leaves."""
+    now = time.time()
+    for record in records:
+        record.completed_at = record.timings["completed_at"] = now

@@ -23,6 +23,9 @@ moto's application unchanged, so errors and edge cases answer exactly as before.
 ``tests/unit/test_moto_reads.py`` sends one script of GetItems both ways and
 compares every answer.
 
+The same wrapper answers a worker's batch of result INSERTs, which moto cannot run
+(``switchyard_local.moto_statements``).
+
 Like ``moto_sqs`` and ``moto_dynamodb``, this reads moto's internals, so it refuses
 any moto but the pinned one.
 """
@@ -48,15 +51,23 @@ Application = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
 def wrap(app: Application) -> Application:
-    """``app`` (moto's WSGI application) with plain GetItems answered directly."""
+    """``app`` (moto's WSGI application) with plain GetItems answered directly, and
+    batches of INSERTs (``moto_statements``)."""
     require_pinned_moto("switchyard_local.moto_reads reads {moto}'s DynamoDB tables")
+    from switchyard_local import moto_statements
+
+    direct = (TARGET, moto_statements.TARGET)
 
     def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
-        if environ.get("HTTP_X_AMZ_TARGET") != TARGET or environ.get("REQUEST_METHOD") != "POST":
+        target = environ.get("HTTP_X_AMZ_TARGET")
+        if target not in direct or environ.get("REQUEST_METHOD") != "POST":
             return app(environ, start_response)
         length = int(environ.get("CONTENT_LENGTH") or 0)
         body = environ["wsgi.input"].read(length) if length else b""
-        answer = get_item(environ, body)
+        if target == TARGET:
+            answer = get_item(environ, body)
+        else:
+            answer = moto_statements.batch_insert(environ, body)
         if answer is None:  # not plain: moto answers, from the same bytes
             environ["wsgi.input"] = io.BytesIO(body)
             return app(environ, start_response)
@@ -87,7 +98,7 @@ def get_item(environ: dict[str, Any], body: bytes) -> bytes | None:
         return None
     if not isinstance(request.get("ConsistentRead", False), bool):
         return None
-    backend = _backend(environ)
+    backend = backend_of(environ)
     if backend is None:
         return None
     table = backend.tables.get(name)
@@ -129,7 +140,7 @@ def _plain_key(key: dict[str, Any]) -> bool:
     return True
 
 
-def _backend(environ: dict[str, Any]) -> Any:
+def backend_of(environ: dict[str, Any]) -> Any:
     """moto's DynamoDB backend for the request's account and region, found as moto
     finds them for a SigV4-signed call to an address that names no region; None
     where moto would look elsewhere (an account set by environment or header)."""

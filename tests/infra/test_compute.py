@@ -11,7 +11,7 @@ from aws_cdk.assertions import Match, Template
 from stacks.cloud import TASK_SIZE, WORKER_STOP_TIMEOUT
 from switchyard.manifest import MODEL_TAG, Manifest
 
-from .helpers import actions_of, logical_id, statements
+from .helpers import actions_of, granted, logical_id, statements
 
 GPU_AMI = "/aws/service/ecs/optimized-ami/amazon-linux-2023/gpu/recommended/image_id"
 CPU_AMI = "/aws/service/ecs/optimized-ami/amazon-linux-2023/recommended/image_id"
@@ -151,6 +151,24 @@ def test_worker_environment_names_its_model_and_log_stream(
             env["SWITCHYARD_PREDICTION_LOG_STREAM"] == manifest.names("dev").prediction_log_stream
         )
         assert "AWS_ENDPOINT_URL" not in env
+
+
+def test_worker_role_may_make_the_batch_calls_it_makes_on_the_results_table(
+    serving_template: Template, data_template: Template, manifest: Manifest
+) -> None:
+    """A batch's statuses in one BatchGetItem, its new results in one
+    BatchExecuteStatement of INSERTs, its cache entries in one BatchWriteItem: each
+    is an IAM action of its own, not implied by GetItem or PutItem."""
+    results = logical_id(
+        data_template, "AWS::DynamoDB::Table", {"TableName": manifest.names("dev").results_table}
+    )
+    for model in manifest.models:
+        _, task = _service_of(serving_template, model)
+        granted_ = statements(serving_template, task["Properties"]["TaskRoleArn"]["Fn::GetAtt"][0])
+        for action in ("BatchGetItem", "PartiQLInsert", "BatchWriteItem"):
+            assert any(results in r for r in granted(granted_, f"dynamodb:{action}")), action
+        assert not granted(granted_, "dynamodb:PartiQLUpdate")
+        assert not granted(granted_, "dynamodb:PartiQLDelete")
 
 
 def test_worker_role_reaches_its_queues_tables_buckets_and_log_stream(

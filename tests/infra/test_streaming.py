@@ -166,7 +166,7 @@ def test_the_openai_function_reaches_every_realtime_queue_and_what_streaming_rea
     assert set(granted(granted_, "sqs:SendMessage")) == realtime
     # records requests, reads results and a generation's chunks (Query), in the results table
     results = logical_id(data, "AWS::DynamoDB::Table", {"TableName": names.results_table})
-    for action in ("GetItem", "PutItem", "UpdateItem", "Query"):
+    for action in ("GetItem", "PutItem", "UpdateItem", "Query", "BatchGetItem"):
         assert any(results in r for r in granted(granted_, f"dynamodb:{action}")), action
     registry = logical_id(data, "AWS::DynamoDB::Table", {"TableName": names.registry_table})
     assert any(registry in r for r in granted(granted_, "dynamodb:Query"))

@@ -208,3 +208,37 @@ def test_a_failed_attempt_on_a_request_with_no_record_yet_writes_its_queued_reco
     assert results.get("acme", "sync-1").status == "done"
     # and the router's hand-off finds the record taken
     assert results.put_queued(queued) is False
+
+
+def test_new_results_are_inserted_many_to_a_call_and_never_replace_one(
+    manifest, provisioned, clients
+):
+    """A worker's sync results: 30 new ones (two BatchExecuteStatements of INSERTs);
+    one handed off at its deadline (queued: stored over it); one already answered
+    (kept); one with outputs too large to hold inline (behind a claim-check)."""
+    dynamodb = clients("dynamodb")
+    calls: list[str] = []
+    dynamodb.meta.events.register(
+        "before-call.dynamodb.*", lambda model, **_: calls.append(model.name)
+    )
+    results = store(manifest, clients, threshold=2_000)
+
+    def one(rid, status="done", outputs=None):
+        return record(status, outputs=outputs).model_copy(update={"request_id": rid})
+
+    results.put_queued(one("handed-off", "queued"))
+    assert results.complete(one("answered", outputs=["first"])) is True
+    new = [one(f"n{i}", outputs=[[0.5, -0.25, float(i)]]) for i in range(30)]
+    batch = [*new, one("handed-off", outputs=[1]), one("answered", outputs=["second"])]
+    batch.append(one("large", outputs=[["x" * 100] * 50]))
+    calls.clear()
+    assert results.complete_new(batch) == [True] * 31 + [False, True]
+    assert calls.count("BatchExecuteStatement") == 2
+    # The two whose keys were taken went on to the conditional put, one each.
+    assert calls.count("PutItem") == 2
+    for r in new:
+        stored = results.get("acme", r.request_id)
+        assert stored == r
+    assert results.get("acme", "handed-off").outputs == [1]
+    assert results.get("acme", "answered").outputs == ["first"]
+    assert results.get("acme", "large").outputs == [["x" * 100] * 50]

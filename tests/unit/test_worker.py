@@ -37,7 +37,10 @@ def parts(digits_v1):
     return worker, realtime, batch, results, runtime, log
 
 
-def send(queue, rid, tenant="acme", inputs=None, version="v1", expires_at=None):
+def send(
+    queue, rid, tenant="acme", inputs=None, version="v1", expires_at=None, respond_by=None,
+    fallback=False,
+):  # fmt: skip
     inputs = inputs if inputs is not None else [[1] * 64]
     message = QueueMessage(
         request_id=rid,
@@ -49,6 +52,8 @@ def send(queue, rid, tenant="acme", inputs=None, version="v1", expires_at=None):
         n_inputs=len(inputs),
         enqueued_at=time.time(),
         expires_at=expires_at or time.time() + 3600,
+        respond_by=respond_by,
+        fallback=fallback,
     )
     queue.send(message.model_dump_json(), tenant)
 
@@ -67,6 +72,32 @@ def drain(worker, turns=20):
         if batch:
             worker._execute(batch)
     worker.wait_for_results()
+
+
+def test_sync_results_are_written_many_to_a_call_and_the_others_one_by_one(parts):
+    """A sync request has no record yet (unless handed off at its deadline): its
+    result is inserted with the batch's others, in one write. An async request's
+    queued record, and a fallback's copy (its first version may have answered), are
+    each stored on their own, over ``queued`` only."""
+    worker, realtime, _, results, _, log = parts
+    soon = time.time() + 30
+    for i in range(30):
+        send(realtime, f"s{i}", respond_by=soon)
+    send(realtime, "async")
+    send(realtime, "copy", respond_by=soon, fallback=True)
+    drain(worker)
+    # a batch of this model is 10 at most: one write of its sync results each
+    assert [n for kind, n in log if kind == "batch"] == [10, 10, 10]
+    stored = [rid for kind, rid in log if kind == "result"]
+    assert sorted(stored) == sorted([f"s{i}" for i in range(30)] + ["async", "copy"])
+    assert all(results.get("acme", rid).status == "done" for rid in stored)
+    # and results before deletes: never more messages deleted than results stored
+    written = deleted = 0
+    for kind, _ in log:
+        written += kind == "result"
+        deleted += kind == "delete"
+        assert deleted <= written
+    assert deleted == 32
 
 
 def test_results_are_written_before_their_messages_are_deleted(parts):

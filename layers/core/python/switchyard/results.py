@@ -23,6 +23,7 @@ from switchyard.schemas import RETRIES_EXHAUSTED, ErrorInfo, ResultRecord
 from switchyard.tables import RESULTS
 
 _BATCH_GET_LIMIT = 100  # keys per BatchGetItem
+_BATCH_STATEMENT_LIMIT = 25  # statements per BatchExecuteStatement
 _TTL = RESULTS.ttl_attribute or "expires_at"
 # A result item's own attributes (keys, status, model, version, TTL, failures,
 # outputs), left out of its ``doc``.
@@ -49,6 +50,13 @@ class ResultStore(Protocol):
         """Store a final result; False if one was stored already (a redelivery).
         ``also``: one more write (a DynamoDB transaction item) made with the result,
         or not at all."""
+        ...
+
+    def complete_new(self, records: list[ResultRecord]) -> list[bool]:
+        """Store final results of requests that most likely have no record yet (sync
+        requests, recorded only if handed off at their deadline), many to a call. One
+        that has a record is stored as :meth:`complete` stores it. What
+        :meth:`complete` would return, for each."""
         ...
 
     def get(self, tenant: str, request_id: str) -> ResultRecord | None: ...
@@ -122,6 +130,29 @@ class DynamoDBResultStore:
         except self._ddb.exceptions.ConditionalCheckFailedException:
             return False
         return True
+
+    def complete_new(self, records: list[ResultRecord]) -> list[bool]:
+        # One BatchExecuteStatement of INSERTs per 25 results: an INSERT never
+        # replaces an item, so a result is still written once. A statement that fails
+        # (the key is taken: a record handed off at its deadline, cancelled, expired,
+        # or answered by the fallback; or throttled) leaves that one result to the
+        # conditional put, which stores it over ``queued`` or finds it answered.
+        stored: list[bool] = []
+        for i in range(0, len(records), _BATCH_STATEMENT_LIMIT):
+            part = records[i : i + _BATCH_STATEMENT_LIMIT]
+            statements = []
+            for record in part:
+                item = self._to_item(record)
+                statements.append(
+                    {
+                        "Statement": insert_statement(self._table, list(item)),
+                        "Parameters": list(item.values()),
+                    }
+                )
+            answers = self._ddb.batch_execute_statement(Statements=statements)["Responses"]
+            for record, answer in zip(part, answers, strict=True):
+                stored.append("Error" not in answer or self.complete(record))
+        return stored
 
     def mark_failed(self, queued: ResultRecord, reason: str) -> None:
         # A request answered already has nothing to mark. One that has no record yet
@@ -277,6 +308,12 @@ class DynamoDBResultStore:
                 name, value = inline
                 item[name] = value
         return item
+
+
+def insert_statement(table: str, names: list[str]) -> str:
+    """A PartiQL INSERT of an item with attributes ``names``, its values passed as
+    parameters in that order."""
+    return f'INSERT INTO "{table}" VALUE {{' + ", ".join(f"'{n}': ?" for n in names) + "}"
 
 
 def outputs_attribute(outputs: list[Any], limit: int) -> tuple[str, dict[str, Any]] | None:

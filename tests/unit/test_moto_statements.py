@@ -1,0 +1,135 @@
+"""The emulator's BatchExecuteStatement of INSERTs (``moto_statements``): each item
+is written as moto writes a PutItem of it, a taken key fails its statement alone,
+and any other form of the call goes to moto unchanged."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+from werkzeug.test import Client
+
+from switchyard.results import insert_statement
+from switchyard_local import moto_reads
+from tests.unit.test_moto_reads import call
+
+
+@pytest.fixture(scope="module")
+def clients() -> Iterator[tuple[Client, Client]]:
+    """moto's application and the wrapped one, over one results table."""
+    moto_app = DomainDispatcherApplication(create_backend_app)
+    moto, fast = Client(moto_app), Client(moto_reads.wrap(moto_app))
+    status, _ = call(
+        moto,
+        "CreateTable",
+        {
+            "TableName": "inserts",
+            "KeySchema": [
+                {"AttributeName": "tenant", "KeyType": "HASH"},
+                {"AttributeName": "request_id", "KeyType": "RANGE"},
+            ],
+            "AttributeDefinitions": [
+                {"AttributeName": "tenant", "AttributeType": "S"},
+                {"AttributeName": "request_id", "AttributeType": "S"},
+            ],
+            "BillingMode": "PAY_PER_REQUEST",
+        },
+    )
+    assert status == 200
+    yield moto, fast
+
+
+def item(rid: str, **more: Any) -> dict[str, Any]:
+    return {
+        "tenant": {"S": "acme"},
+        "request_id": {"S": rid},
+        "status": {"S": "done"},
+        "expires_at": {"N": "1795600000"},
+        "outputs_f32": {"B": "AAECAw=="},
+        "doc": {"S": '{"timings": {"compute_ms": 1.5}}'},
+        **more,
+    }
+
+
+def statement(one: dict[str, Any], table: str = "inserts") -> dict[str, Any]:
+    return {"Statement": insert_statement(table, list(one)), "Parameters": list(one.values())}
+
+
+def get(client: Client, request_id: str) -> Any:
+    key = {"tenant": {"S": "acme"}, "request_id": {"S": request_id}}
+    return call(client, "GetItem", {"TableName": "inserts", "Key": key})
+
+
+def test_inserted_items_read_back_as_put_items_do(clients):
+    moto, fast = clients
+    inserted, put = item("ins-1", note={"NULL": True}), item("put-1", note={"NULL": True})
+    status, answer = call(fast, "BatchExecuteStatement", {"Statements": [statement(inserted)]})
+    assert (status, answer) == (200, {"Responses": [{"TableName": "inserts"}]})
+    assert call(moto, "PutItem", {"TableName": "inserts", "Item": put})[0] == 200
+    got_inserted, got_put = get(moto, "ins-1"), get(moto, "put-1")
+    assert got_inserted[1]["Item"].pop("request_id") == {"S": "ins-1"}
+    assert got_put[1]["Item"].pop("request_id") == {"S": "put-1"}
+    assert got_inserted == got_put
+
+
+def test_a_taken_key_fails_its_statement_alone_and_keeps_its_item(clients):
+    moto, fast = clients
+    assert call(moto, "PutItem", {"TableName": "inserts", "Item": item("taken")})[0] == 200
+    before = get(moto, "taken")
+    batch = [
+        statement(item("fresh-1")),
+        statement(item("taken", status={"S": "error"})),
+        statement(item("fresh-2")),
+    ]
+    status, answer = call(fast, "BatchExecuteStatement", {"Statements": batch})
+    assert status == 200
+    codes = [r.get("Error", {}).get("Code") for r in answer["Responses"]]
+    assert codes == [None, "DuplicateItem", None]
+    assert get(moto, "taken") == before
+    assert get(moto, "fresh-1")[1]["Item"] == item("fresh-1")
+    assert get(moto, "fresh-2")[1]["Item"] == item("fresh-2")
+
+
+@pytest.mark.parametrize(
+    ("one", "table", "code"),
+    [
+        (item("x"), "no-such-table", "ResourceNotFound"),
+        ({"tenant": {"S": "acme"}, "status": {"S": "done"}}, "inserts", "ValidationError"),
+        (item("x", tenant={"N": "1"}), "inserts", "ValidationError"),
+        (item("x", request_id={"S": ""}), "inserts", "ValidationError"),
+    ],
+)
+def test_a_statement_that_cannot_be_applied_fails_alone(clients, one, table, code):
+    moto, fast = clients
+    batch = [statement(one, table), statement(item(f"beside-{uuid.uuid4()}"))]
+    status, answer = call(fast, "BatchExecuteStatement", {"Statements": batch})
+    assert status == 200
+    first, second = answer["Responses"]
+    assert first["Error"]["Code"] == code
+    assert "Error" not in second
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {
+            "Statements": [
+                {
+                    "Statement": 'SELECT * FROM "inserts" WHERE tenant = ?',
+                    "Parameters": [{"S": "acme"}],
+                }
+            ]
+        },  # fmt: skip
+        {"Statements": [{"Statement": "INSERT INTO \"inserts\" VALUE {'tenant': 'acme'}"}]},
+        {"Statements": [statement(item("y"))], "ReturnConsumedCapacity": "TOTAL"},
+        {"Statements": [{**statement(item("z")), "Parameters": [{"S": "acme"}]}]},
+        {"Statements": [statement(item(str(i))) for i in range(26)]},
+        {"Statements": []},
+    ],
+)
+def test_any_other_form_is_answered_by_moto(clients, body):
+    moto, fast = clients
+    assert call(fast, "BatchExecuteStatement", body) == call(moto, "BatchExecuteStatement", body)
