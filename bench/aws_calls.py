@@ -89,6 +89,13 @@ def attribute_size(value: dict[str, Any]) -> int:
     return 0
 
 
+def inserted(statement: dict[str, Any]) -> dict[str, Any]:
+    """The item a PartiQL INSERT of the worker's form writes: its attribute names in
+    the statement, their values the parameters, in order."""
+    names = _INSERT_NAMES.findall(statement["Statement"])
+    return dict(zip(names, statement["Parameters"], strict=True))
+
+
 def item_size(item: dict[str, Any]) -> int:
     return sum(len(name.encode()) + attribute_size(value) for name, value in item.items())
 
@@ -162,12 +169,7 @@ class CallLog:
                 # INSERTs of whole items, their values as parameters, named in order
                 # in the statement; one that finds its key taken is billed as well.
                 entry.wru = sum(
-                    write_units(
-                        item_size(
-                            dict(zip(_INSERT_NAMES.findall(st["Statement"]), st["Parameters"]))
-                        )
-                    )
-                    for st in params.get("Statements", [])
+                    write_units(item_size(inserted(st))) for st in params.get("Statements", [])
                 )
             elif model.name == "GetItem":
                 entry.rru = read_units(item_size(parsed.get("Item", {}) or {}), consistent)
@@ -412,7 +414,7 @@ def scenario_sync_at_load(
 ) -> dict[str, Any]:
     """Sync predicts of one sentence from ``callers`` closed-loop callers at once, each
     sending ``each`` in turn: the calls a request costs when batches form, so that the
-    worker's per-batch calls (receive, status read, delete, prediction log) are
+    worker's per-batch calls (receive, status read, results insert, delete, prediction log) are
     shared, as they are at load. Each caller first sends ``warm`` requests, counted
     apart: while load rises from one request at a time, answers come later than the
     router has seen them come, and it looks for them more often."""
