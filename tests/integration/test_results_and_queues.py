@@ -215,7 +215,8 @@ def test_new_results_are_inserted_many_to_a_call_and_never_replace_one(
 ):
     """A worker's sync results: 30 new ones (two BatchExecuteStatements of INSERTs);
     one handed off at its deadline (queued: stored over it); one already answered
-    (kept); one with outputs too large to hold inline (behind a claim-check)."""
+    (kept); one with outputs too large to hold inline (behind a claim-check); a
+    second copy of one of the new ones (kept out of the call, and not stored)."""
     dynamodb = clients("dynamodb")
     calls: list[str] = []
     dynamodb.meta.events.register(
@@ -231,11 +232,13 @@ def test_new_results_are_inserted_many_to_a_call_and_never_replace_one(
     new = [one(f"n{i}", outputs=[[0.5, -0.25, float(i)]]) for i in range(30)]
     batch = [*new, one("handed-off", outputs=[1]), one("answered", outputs=["second"])]
     batch.append(one("large", outputs=[["x" * 100] * 50]))
+    batch.append(one("n3", outputs=["delivered twice"]))
     calls.clear()
-    assert results.complete_new(batch) == [True] * 31 + [False, True]
+    assert results.complete_new(batch) == [True] * 31 + [False, True, False]
     assert calls.count("BatchExecuteStatement") == 2
-    # The two whose keys were taken went on to the conditional put, one each.
-    assert calls.count("PutItem") == 2
+    # The two whose keys were taken went on to the conditional put, one each, and so
+    # did the second copy of a request in the same batch (one statement per item).
+    assert calls.count("PutItem") == 3
     for r in new:
         stored = results.get("acme", r.request_id)
         assert stored == r

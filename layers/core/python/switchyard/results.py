@@ -137,12 +137,18 @@ class DynamoDBResultStore:
         # (the key is taken: a record handed off at its deadline, cancelled, expired,
         # or answered by the fallback; or throttled) leaves that one result to the
         # conditional put, which stores it over ``queued`` or finds it answered.
-        stored: list[bool] = []
-        for i in range(0, len(records), _BATCH_STATEMENT_LIMIT):
-            part = records[i : i + _BATCH_STATEMENT_LIMIT]
+        # One statement per item in a call: a request delivered twice in one batch
+        # has its second result stored on its own, after (and so not at all).
+        stored: dict[int, bool] = {}
+        firsts: dict[tuple[str, str], int] = {}
+        for i, r in enumerate(records):
+            firsts.setdefault((r.tenant, r.request_id), i)
+        once = list(firsts.values())
+        for j in range(0, len(once), _BATCH_STATEMENT_LIMIT):
+            part = once[j : j + _BATCH_STATEMENT_LIMIT]
             statements = []
-            for record in part:
-                item = self._to_item(record)
+            for i in part:
+                item = self._to_item(records[i])
                 statements.append(
                     {
                         "Statement": insert_statement(self._table, list(item)),
@@ -150,9 +156,12 @@ class DynamoDBResultStore:
                     }
                 )
             answers = self._ddb.batch_execute_statement(Statements=statements)["Responses"]
-            for record, answer in zip(part, answers, strict=True):
-                stored.append("Error" not in answer or self.complete(record))
-        return stored
+            for i, answer in zip(part, answers, strict=True):
+                stored[i] = "Error" not in answer or self.complete(records[i])
+        for i, record in enumerate(records):
+            if i not in stored:
+                stored[i] = self.complete(record)
+        return [stored[i] for i in range(len(records))]
 
     def mark_failed(self, queued: ResultRecord, reason: str) -> None:
         # A request answered already has nothing to mark. One that has no record yet
