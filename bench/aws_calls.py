@@ -27,6 +27,7 @@ from typing import Any
 from bench.asgi import call, predict_body
 from bench.common import ROOT, TEXT_MODEL, median, sentences
 from bench.emulator import REGION, Emulator
+from switchyard_local.moto_statements import parse_insert
 
 # us-east-1 list prices, USD. See PRICE_SOURCES.
 PRICES = {
@@ -47,7 +48,6 @@ PRICE_SOURCES = (
     "2026-11-22 against secondary summaries dated March and June 2026. Free tiers are ignored."
 )
 REFRESH_OPS = {"Query", "Scan"}
-_INSERT_NAMES = re.compile(r"'([^']+)': \?")
 REFRESH_SERVICES = {"appconfig"}
 WORKER_THREADS = (
     "bench-worker",
@@ -87,13 +87,6 @@ def attribute_size(value: dict[str, Any]) -> int:
     if kind in ("SS", "NS"):
         return sum(len(x.encode()) for x in v)
     return 0
-
-
-def inserted(statement: dict[str, Any]) -> dict[str, Any]:
-    """The item a PartiQL INSERT of the worker's form writes: its attribute names in
-    the statement, their values the parameters, in order."""
-    names = _INSERT_NAMES.findall(statement["Statement"])
-    return dict(zip(names, statement["Parameters"], strict=True))
 
 
 def item_size(item: dict[str, Any]) -> int:
@@ -168,9 +161,8 @@ class CallLog:
             elif model.name == "BatchExecuteStatement":
                 # INSERTs of whole items, their values as parameters, named in order
                 # in the statement; one that finds its key taken is billed as well.
-                entry.wru = sum(
-                    write_units(item_size(inserted(st))) for st in params.get("Statements", [])
-                )
+                inserts = [parse_insert(st) for st in params.get("Statements", [])]
+                entry.wru = sum(write_units(item_size(one[1])) for one in inserts if one)
             elif model.name == "GetItem":
                 entry.rru = read_units(item_size(parsed.get("Item", {}) or {}), consistent)
             elif model.name == "BatchGetItem":

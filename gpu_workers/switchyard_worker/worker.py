@@ -607,8 +607,9 @@ class Worker:
         # are inserted 25 to a call; the others are conditional puts, up to _WRITERS
         # at once, each writer storing its share in turn: one task per writer, not per
         # result, so a batch of 64 is 8 hand-offs, not 64.
-        new = [i for i, (p, r) in enumerate(answered) if _unrecorded(p, r)]
-        rest = [i for i in range(len(answered)) if i not in set(new)]
+        new, rest = [], []
+        for i, (p, r) in enumerate(answered):
+            (new if _unrecorded(p, r) else rest).append(i)
         tasks = [("new", new[j : j + _INSERTS]) for j in range(0, len(new), _INSERTS)]
         writers = min(_WRITERS, len(rest))
         tasks += [("one", rest[k::writers]) for k in range(writers)]

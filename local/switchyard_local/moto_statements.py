@@ -51,7 +51,7 @@ def batch_insert(environ: dict[str, Any], body: bytes) -> bytes | None:
         return None
     parsed = []
     for statement in statements:
-        one = _parse(statement)
+        one = parse_insert(statement)
         if one is None:
             return None
         parsed.append(one)
@@ -61,7 +61,9 @@ def batch_insert(environ: dict[str, Any], body: bytes) -> bytes | None:
     return json.dumps({"Responses": [_insert(backend, t, item) for t, item in parsed]}).encode()
 
 
-def _parse(statement: Any) -> tuple[str, dict[str, Any]] | None:
+def parse_insert(statement: Any) -> tuple[str, dict[str, Any]] | None:
+    """The table and item of one statement of a BatchExecuteStatement, if it is an
+    INSERT of the form above with one parameter for each ``?``; None otherwise."""
     if not isinstance(statement, dict) or set(statement) != {"Statement", "Parameters"}:
         return None
     text, values = statement["Statement"], statement["Parameters"]

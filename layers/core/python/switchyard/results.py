@@ -109,9 +109,14 @@ class DynamoDBResultStore:
         return True
 
     def complete(self, record: ResultRecord, also: dict[str, Any] | None = None) -> bool:
+        return self._put_final(self._to_item(record), also)
+
+    def _put_final(self, item: dict[str, Any], also: dict[str, Any] | None = None) -> bool:
+        """A final result's item written over no record or ``queued``, not over a
+        final one (with ``also`` in one transaction)."""
         put = {
             "TableName": self._table,
-            "Item": self._to_item(record),
+            "Item": item,
             "ConditionExpression": "attribute_not_exists(#sk) OR #st = :queued",
             "ExpressionAttributeNames": {"#sk": RESULTS.sort, "#st": "status"},
             "ExpressionAttributeValues": {":queued": {"S": "queued"}},
@@ -146,18 +151,16 @@ class DynamoDBResultStore:
         once = list(firsts.values())
         for j in range(0, len(once), _BATCH_STATEMENT_LIMIT):
             part = once[j : j + _BATCH_STATEMENT_LIMIT]
-            statements = []
-            for i in part:
-                item = self._to_item(records[i])
-                statements.append(
-                    {
-                        "Statement": insert_statement(self._table, list(item)),
-                        "Parameters": list(item.values()),
-                    }
-                )
+            # Built once: a large output goes to S3 here, not again for the put.
+            items = [self._to_item(records[i]) for i in part]
+            statements = [
+                {"Statement": insert_statement(self._table, list(item)),
+                 "Parameters": list(item.values())}
+                for item in items
+            ]  # fmt: skip
             answers = self._ddb.batch_execute_statement(Statements=statements)["Responses"]
-            for i, answer in zip(part, answers, strict=True):
-                stored[i] = "Error" not in answer or self.complete(records[i])
+            for i, item, answer in zip(part, items, answers, strict=True):
+                stored[i] = "Error" not in answer or self._put_final(item)
         for i, record in enumerate(records):
             if i not in stored:
                 stored[i] = self.complete(record)
