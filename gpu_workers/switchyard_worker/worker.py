@@ -308,6 +308,8 @@ class Worker:
         """Run the realtime work held now, ahead of the rest of a batch-lane batch."""
         with self._held:
             batch = self._assembler.take_realtime()
+            if batch:
+                self._held.notify_all()  # the watcher looks again at once
         if batch:
             self._execute(batch)
 
@@ -328,9 +330,17 @@ class Worker:
                 self._pause(1.0)
 
     def _watches_realtime(self) -> bool:
-        """Whether the realtime lane is watched: the work in hand is all batch lane and
-        the intake has stopped receiving (the next batch is full)."""
-        return self._assembler.holds_only_batch_lane and self._room() <= 0
+        """Whether the realtime lane is watched: batch-lane work is in hand and the
+        intake has stopped receiving (the next batch is full). Realtime work already
+        in hand, waiting for the part in progress, does not stop it, up to a batch of
+        it: a second request arriving meanwhile is taken then, not after the first
+        has run (at 4 req/s beside a job, a twentieth of them waited so in the queue,
+        50-80 ms)."""
+        a = self._assembler
+        if not a.holds_batch_lane or self._room() > 0:
+            return False
+        max_size, _ = self._limits(a.held[0].version)
+        return a.realtime_inputs < max_size
 
     def _look_at_realtime(self, wait_s: float) -> None:
         """Take the realtime work that arrives within ``wait_s``: it runs ahead of the

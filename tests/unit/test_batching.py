@@ -116,10 +116,10 @@ def test_realtime_work_runs_before_batch_lane_work_held_before_it():
     for chunk in chunks:
         chunk.received = Received("{}", "c", "c", 1, "acme", "batch")
         a.add(chunk)
-    assert a.holds_only_batch_lane
+    assert a.holds_batch_lane and a.realtime_inputs == 0
     late = pending("globex", n=1, at=101.0)
     a.add(late)
-    assert not a.holds_only_batch_lane
+    assert a.holds_batch_lane and a.realtime_inputs == 1
     clock.now = 102.0
     assert a.take() == [late]
     assert a.take() == [chunks[0]]
@@ -133,11 +133,11 @@ def test_a_jobs_inputs_run_in_smaller_parts_while_realtime_work_comes_in():
     chunk.received = Received("{}", "c", "c", 1, "acme", "batch")
     a.add(chunk)
     assert a.part_size(32) == 32
-    # WHEN a realtime request comes in: a quarter at a time, for as long as they come
+    # WHEN a realtime request comes in: an eighth at a time, for as long as they come
     a.add(pending("globex"))
-    assert a.part_size(32) == 8 and a.part_size(3) == 1
+    assert a.part_size(32) == 4 and a.part_size(3) == 1
     clock.now += REALTIME_RECENT_S - 1
-    assert a.part_size(32) == 8
+    assert a.part_size(32) == 4
     # THEN none for REALTIME_RECENT_S: whole parts again
     clock.now += 2
     assert a.part_size(32) == 32

@@ -542,10 +542,54 @@ def test_realtime_work_runs_between_the_parts_of_a_jobs_chunk(parts):
     # WHEN the worker runs the chunk
     drain(worker)
     # THEN the realtime request ran after the chunk's first part, not after the chunk,
-    # and the rest of the chunk ran in quarter parts, realtime work coming in now
-    assert calls == [64, 1, 16, 16, 16, 16]
+    # and the rest of the chunk ran in parts of an eighth, realtime work coming in now
+    assert calls == [64, 1] + [8] * 8
     assert results.get("acme", "rt").status == "done"
     assert len(results.get("acme", "chunk").outputs) == 128
+
+
+def test_realtime_arriving_while_realtime_waits_for_the_part_is_taken_with_it(parts):
+    # GIVEN a job's chunk running and its next in hand, and two realtime requests
+    # arriving one after the other during the first part, each looked for as the
+    # realtime watcher looks
+    worker, realtime, batch, results, runtime, _ = parts
+    send(batch, "chunk1", inputs=[[1] * 64] * 128)
+    send(batch, "chunk2", inputs=[[1] * 64] * 128)
+    calls: list[int] = []
+    predict = runtime.predict
+
+    def two_requests_arrive_during_the_first_part(inputs):
+        if not calls:
+            for rid in ("rt1", "rt2"):
+                send(realtime, rid)
+                if worker._watches_realtime():
+                    worker._look_at_realtime(0)
+        calls.append(len(inputs))
+        return predict(inputs)
+
+    runtime.predict = two_requests_arrive_during_the_first_part
+    # WHEN the worker runs the chunk
+    drain(worker)
+    # THEN the second was taken while the first waited (not once the first had run):
+    # both ran together after the first part
+    assert calls[:2] == [64, 2]
+    assert all(results.get("acme", rid).status == "done" for rid in ("rt1", "rt2"))
+
+
+def test_the_realtime_watcher_stops_at_a_batch_of_realtime_work_in_hand(parts):
+    # GIVEN a job's chunk in hand (the intake has stopped: the next batch is full)
+    worker, realtime, batch, *_ = parts
+    send(batch, "chunk", inputs=[[1] * 64] * 128)
+    worker._hold(batch.receive(10, 0))
+    assert worker._watches_realtime()
+    # WHEN realtime work in hand reaches a batch of the model's (64 inputs)
+    send(realtime, "rt1", inputs=[[1] * 64] * 63)
+    worker._look_at_realtime(0)
+    assert worker._watches_realtime()  # one input short of a batch: still watched
+    send(realtime, "rt2")
+    worker._look_at_realtime(0)
+    # THEN the lane is no longer watched: what is in hand is bounded
+    assert not worker._watches_realtime()
 
 
 def test_a_jobs_chunk_runs_in_parts_of_like_size_and_is_answered_in_its_own_order(parts):
