@@ -685,13 +685,6 @@ def _batch_realtime(s: dict[str, Any]) -> dict[str, Any] | None:
     rt = s.get("batch_realtime")
     if not rt:
         return None
-    repeated = "runs" in rt  # a section from before the runs were repeated is one run
-    runs = rt["runs"] if repeated else [rt]
-    medians = (
-        (rt["median_p99_beside_over_alone"], rt["median_job_share_of_model_limit"])
-        if repeated
-        else (rt["p99_beside_over_alone"], rt["job_share_of_model_limit"])
-    )
 
     def step(x: dict[str, Any]) -> str:
         return f"{fmt(x['p50_ms'])} / {fmt(x['p99_ms'])} ms ({x['ok']} / {x['sent']})"
@@ -715,10 +708,10 @@ def _batch_realtime(s: dict[str, Any]) -> dict[str, Any] | None:
         "rate": fmt(rt["rate"]),
         "seconds": fmt(rt["seconds"], 0),
         "job_lines": f"{rt['job_lines']:,}",
-        "repeats": len(runs),
-        "runs": [row(i, r) for i, r in enumerate(runs)],
-        "p99_ratio": times(medians[0]),
-        "job_share": times(medians[1]),
+        "repeats": len(rt["runs"]),
+        "runs": [row(i, r) for i, r in enumerate(rt["runs"])],
+        "p99_ratio": times(rt["median_p99_beside_over_alone"]),
+        "job_share": times(rt["median_job_share_of_model_limit"]),
     }
 
 

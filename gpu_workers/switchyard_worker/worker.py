@@ -308,10 +308,10 @@ class Worker:
         """Run the realtime work held now, ahead of the rest of a batch-lane batch."""
         with self._held:
             batch = self._assembler.take_realtime()
-            if batch:
-                self._held.notify_all()  # the watcher looks again at once
-        if batch:
-            self._execute(batch)
+            if not batch:
+                return
+            self._held.notify_all()  # the watcher looks again at once
+        self._execute(batch)
 
     def _watch_realtime(self) -> None:
         """The realtime watcher thread: while the work in hand is all batch lane and the
