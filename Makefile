@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: up test test-unit test-integration test-e2e test-infra test-deploy models synth lint clean bench bench-quick soak browser
+.PHONY: up test test-unit test-integration test-e2e test-infra test-deploy test-gpu models synth lint clean bench bench-quick soak browser
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -52,6 +52,11 @@ test-e2e: build/models/.built browser
 
 test-infra: $(VENV)/.installed
 	$(PY) -m pytest tests/infra
+
+# On a GPU host: the runtimes' tests with their CUDA cases required (each model on
+# CUDA answers as on the CPU; docs/deploying.md, "On a GPU host").
+test-gpu: build/models/.built
+	SWITCHYARD_TEST_CUDA=1 $(PY) -m pytest -rA tests/unit/test_runtime_devices.py tests/unit/test_generation.py
 
 # What `cdk deploy` ships, built and run in its deployed layouts.
 test-deploy: build/models/.built

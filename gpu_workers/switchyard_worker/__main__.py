@@ -26,7 +26,12 @@ from switchyard.jobs import JobStore
 from switchyard.registry import ModelVersion
 from switchyard.settings import SettingsError, WorkerSettings, get_settings
 from switchyard.wiring import build_adapters
-from switchyard_worker.runtimes import ModelRuntime, import_libraries, load_runtime
+from switchyard_worker.runtimes import (
+    ModelRuntime,
+    choose_device,
+    import_libraries,
+    load_runtime,
+)
 from switchyard_worker.worker import Worker, log
 
 
@@ -54,17 +59,23 @@ def main(standby_seconds: float | None = None) -> None:
     if settings.jobs_table:
         jobs = JobStore(adapters.client("dynamodb"), settings.jobs_table)
 
+    try:
+        device = choose_device(settings.device)
+    except RuntimeError as exc:
+        raise SystemExit(f"SWITCHYARD_DEVICE: {exc}") from None
+
     def runtime_for(record: ModelVersion) -> ModelRuntime:
         began = time.perf_counter()
         artifact = fetch_artifact(s3, record.artifact_uri, record.sha256, cache)
         fetched = time.perf_counter()
         imported = import_libraries([record.runtime])
-        runtime = load_runtime(record, artifact, cache / "unpacked")
+        runtime = load_runtime(record, artifact, cache / "unpacked", device)
         log.info(
             "model loaded",
             extra={
                 "model": record.model,
                 "version": record.version,
+                "device": device,
                 "artifact_seconds": round(fetched - began, 3),
                 "import_seconds": round(imported, 3),
                 "load_seconds": round(time.perf_counter() - fetched - imported, 3),

@@ -197,7 +197,9 @@ def sample(logits: Any, sequence: Sequence, index: int) -> int:
     request = sequence.request
     if request.temperature == 0:
         return int(torch.argmax(logits))
-    probabilities = torch.softmax(logits.float() / request.temperature, dim=-1)
+    # Drawn on the CPU whatever the model's device: the seeded generator is a CPU
+    # one, and the same logits then draw the same token on every host.
+    probabilities = torch.softmax(logits.float().cpu() / request.temperature, dim=-1)
     if request.top_p < 1.0:
         ordered, order = torch.sort(probabilities, descending=True)
         keep = torch.cumsum(ordered, dim=-1) - ordered < request.top_p

@@ -57,6 +57,26 @@ def import_libraries(runtimes: Iterable[str] | None = None) -> float:
     return time.perf_counter() - began
 
 
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def choose_device(wanted: str = "auto") -> str:
+    """Where the models run: ``cuda`` where asked or, for ``auto``, where torch sees
+    a CUDA device (the GPU image on a GPU host); ``cpu`` otherwise. Asking for
+    ``cuda`` on a host without one fails at load, not at the first batch."""
+    if wanted not in DEVICES:
+        raise ValueError(f"device must be one of {', '.join(DEVICES)}, not {wanted!r}")
+    if wanted == "cpu":
+        return "cpu"
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if wanted == "cuda":
+        raise RuntimeError("device 'cuda' was asked for, but torch sees no CUDA device")
+    return "cpu"
+
+
 class OutputCountMismatch(RuntimeError):
     """A model returned a different number of outputs than it was given inputs."""
 
@@ -64,12 +84,12 @@ class OutputCountMismatch(RuntimeError):
 class SentenceEmbedder:
     """Sentence embeddings (sentence-transformers) from an unpacked model directory."""
 
-    def __init__(self, model_dir: Path) -> None:
+    def __init__(self, model_dir: Path, device: str = "cpu") -> None:
         import numpy
         from sentence_transformers import SentenceTransformer
 
         self._np = numpy
-        self._model = SentenceTransformer(str(model_dir), device="cpu", local_files_only=True)
+        self._model = SentenceTransformer(str(model_dir), device=device, local_files_only=True)
 
     @staticmethod
     def size_of(text: Any) -> int:
@@ -89,17 +109,19 @@ class SentenceEmbedder:
 class TorchScriptClassifier:
     """A TorchScript module mapping a batch of feature vectors to class logits."""
 
-    def __init__(self, artifact: Path, labels: tuple[str, ...]) -> None:
+    def __init__(self, artifact: Path, labels: tuple[str, ...], device: str = "cpu") -> None:
         import torch
 
         self._torch = torch
-        self._module = torch.jit.load(str(artifact), map_location="cpu").eval()
+        self._device = device
+        self._module = torch.jit.load(str(artifact), map_location=device).eval()
         self._labels = labels
 
     def predict(self, inputs: list[Any]) -> list[Any]:
         torch = self._torch
         with torch.inference_mode():
-            logits = self._module(torch.tensor(inputs, dtype=torch.float32))
+            batch = torch.tensor(inputs, dtype=torch.float32, device=self._device)
+            logits = self._module(batch)
             probabilities = torch.softmax(logits, dim=-1)
             # The most likely class (the first, on a tie) and the probabilities
             # rounded to 6 decimals, for the whole batch at once: value by value in
@@ -123,16 +145,13 @@ class CausalLM:
     (``switchyard_worker.generation.Continuous``). On a GPU with vLLM installed (the
     GPU image) the decoder is vLLM's engine; otherwise ``transformers``."""
 
-    def __init__(self, model_dir: Path) -> None:
-        import torch
-
+    def __init__(self, model_dir: Path, device: str = "cpu") -> None:
         from switchyard_worker.generation import TransformersDecoder, VllmDecoder
 
         self.decoder: Any
-        if torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None:
+        if device == "cuda" and importlib.util.find_spec("vllm") is not None:
             self.decoder = VllmDecoder(model_dir)
         else:
-            device = "cuda" if torch.cuda.is_available() else "cpu"
             self.decoder = TransformersDecoder(model_dir, device)
 
     def predict(self, inputs: list[Any]) -> list[Any]:
@@ -167,17 +186,21 @@ class FaultyRuntime:
         return self._inner.predict(inputs)
 
 
-def load_runtime(record: ModelVersion, artifact: Path, workdir: Path) -> ModelRuntime:
-    """The runtime for a version, from its verified local artifact."""
+def load_runtime(
+    record: ModelVersion, artifact: Path, workdir: Path, device: str = "auto"
+) -> ModelRuntime:
+    """The runtime for a version, from its verified local artifact, on ``device``
+    (``choose_device``)."""
     if record.faults.get("fail_load"):
         raise RuntimeError(f"injected fault: {record.model} {record.version} fails to load")
+    where = choose_device(device)
     runtime: ModelRuntime
     if record.runtime == "sentence-transformers":
-        runtime = SentenceEmbedder(_unpack(artifact, workdir / record.sha256))
+        runtime = SentenceEmbedder(_unpack(artifact, workdir / record.sha256), where)
     elif record.runtime == "torchscript-classifier":
-        runtime = TorchScriptClassifier(artifact, record.labels)
+        runtime = TorchScriptClassifier(artifact, record.labels, where)
     elif record.runtime == "causal-lm":
-        return CausalLM(_unpack(artifact, workdir / record.sha256))
+        return CausalLM(_unpack(artifact, workdir / record.sha256), where)
     else:
         raise ValueError(f"runtime {record.runtime!r} is not available in this worker image")
     return FaultyRuntime(runtime, record.faults) if record.faults else runtime

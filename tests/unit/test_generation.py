@@ -23,6 +23,7 @@ from switchyard_router.logic import RequestRejected
 from switchyard_router.openai_api import chat_request, completion_request
 from switchyard_router.streaming import Ending, Piece, TokenReader
 from switchyard_worker.generation import Continuous, Sequence, advance, held_back
+from tests.devices import DEVICES
 from tests.fakes import CharTokenizer, FakeResults, FakeTokenStream, ScriptDecoder
 
 SIG = GenerationSignature(context_length=64, max_tokens=32, max_chars=100)
@@ -257,19 +258,21 @@ def small_gpt(tmp_path_factory):
     return directory
 
 
-def test_continuous_batching_gives_each_sequence_what_it_would_get_alone(small_gpt):
+@pytest.mark.parametrize("device", DEVICES)
+def test_continuous_batching_gives_each_sequence_what_it_would_get_alone(small_gpt, device):
     import torch
 
     from switchyard_worker.generation import TransformersDecoder
 
-    decoder = TransformersDecoder(small_gpt)
+    decoder = TransformersDecoder(small_gpt, device)
     tokenizer = decoder.tokenizer
     prompts = {"a": "Return the", "b": "Open the file and", "c": "x", "d": "Return the value"}
     alone = {}
     for key, prompt in prompts.items():
         ids = tokenizer.encode(prompt)
         out = decoder.model.generate(
-            torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+            torch.tensor([ids], device=device),
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=device),
             max_new_tokens=12, do_sample=False, pad_token_id=tokenizer.eos_id,
         )  # fmt: skip
         alone[key] = out[0][len(ids) :].tolist()
@@ -299,10 +302,11 @@ def test_continuous_batching_gives_each_sequence_what_it_would_get_alone(small_g
     assert seqs["b"].finish_reason == "length" and len(seqs["b"].ids) == 4
 
 
-def test_a_sampled_sequence_resumed_from_its_streamed_tokens_continues_the_same(small_gpt):
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_sampled_sequence_resumed_from_its_streamed_tokens_continues_the_same(small_gpt, device):
     from switchyard_worker.generation import TransformersDecoder
 
-    decoder = TransformersDecoder(small_gpt)
+    decoder = TransformersDecoder(small_gpt, device)
     tokenizer = decoder.tokenizer
 
     def make():

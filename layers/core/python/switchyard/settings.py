@@ -117,6 +117,9 @@ class WorkerSettings(Settings):
     worker_model: str
     artifacts_bucket: str
     artifacts_cache: str = "/tmp/switchyard-artifacts"
+    # Where the models run: "auto" is the GPU where torch sees one (the GPU image on
+    # a GPU host) and the CPU elsewhere; "cuda" fails at load on a host without one.
+    device: Literal["auto", "cpu", "cuda"] = "auto"
     # An idle worker's long poll of the realtime lane, after which it looks at the
     # batch lane (SQS cannot long-poll two queues at once): batch work waits at most
     # this long to be noticed by an idle worker, while a realtime arrival wakes the
