@@ -178,6 +178,11 @@ class BatchAssembler:
         return any(p.received.lane == "batch" for p in self._pool)
 
     @property
+    def holds_realtime(self) -> bool:
+        """Whether any realtime-lane work is in hand."""
+        return any(p.received.lane != "batch" for p in self._pool)
+
+    @property
     def realtime_inputs(self) -> int:
         """Inputs in hand from the realtime lane."""
         return sum(p.size for p in self._pool if p.received.lane != "batch")
@@ -257,9 +262,7 @@ class BatchAssembler:
 
     def take_realtime(self) -> list[Pending]:
         """The next batch of realtime work held, due or not (empty if none is held)."""
-        if not any(p.received.lane != "batch" for p in self._pool):
-            return []
-        return self.take(force=True)
+        return self.take(force=True) if self.holds_realtime else []
 
     def drain(self) -> list[Pending]:
         """Everything held and not started, for release on shutdown."""

@@ -84,6 +84,11 @@ class OutputCountMismatch(RuntimeError):
 class SentenceEmbedder:
     """Sentence embeddings (sentence-transformers) from an unpacked model directory."""
 
+    # Calls from two threads at once are safe (inference only; the tokenizer's
+    # settings are the same for every call, so it is never changed while in use): a
+    # realtime batch runs beside a job's part (switchyard_worker.worker).
+    concurrent_calls = True
+
     def __init__(self, model_dir: Path, device: str = "cpu") -> None:
         import numpy
         from sentence_transformers import SentenceTransformer
@@ -108,6 +113,8 @@ class SentenceEmbedder:
 
 class TorchScriptClassifier:
     """A TorchScript module mapping a batch of feature vectors to class logits."""
+
+    concurrent_calls = True  # inference only: nothing is changed by a call
 
     def __init__(self, artifact: Path, labels: tuple[str, ...], device: str = "cpu") -> None:
         import torch
@@ -169,6 +176,7 @@ class FaultyRuntime:
     def __init__(self, inner: ModelRuntime, faults: dict[str, Any]) -> None:
         self._inner = inner
         self._faults = faults
+        self.concurrent_calls = getattr(inner, "concurrent_calls", False)
         self._calls = 0
         self._lock = threading.Lock()
 

@@ -576,6 +576,49 @@ def test_realtime_arriving_while_realtime_waits_for_the_part_is_taken_with_it(pa
     assert all(results.get("acme", rid).status == "done" for rid in ("rt1", "rt2"))
 
 
+def test_realtime_runs_beside_a_jobs_part_where_the_runtime_takes_two_calls_at_once(parts):
+    # GIVEN a runtime that takes calls from two threads at once, a job's chunk of
+    # two parts running and its next in hand, and a realtime request arriving during
+    # the first part, which goes on until the realtime request has run (or 5 s)
+    worker, realtime, batch, results, runtime, _ = parts
+    runtime.concurrent_calls = True
+    send(batch, "chunk", inputs=[[1] * 64] * 128)
+    send(batch, "next", inputs=[[1] * 64] * 128)
+    events: list[str] = []
+    realtime_ran = threading.Event()
+    predict = runtime.predict
+
+    def part_waits_for_realtime(inputs):
+        if len(inputs) == 1:
+            events.append("realtime")
+            realtime_ran.set()
+            return predict(inputs)
+        first = not events
+        events.append(f"part of {len(inputs)} begins")
+        if first:
+            send(realtime, "rt")
+            if worker._watches_realtime():
+                worker._look_at_realtime(0)
+            realtime_ran.wait(5)
+        events.append(f"part of {len(inputs)} ends")
+        return predict(inputs)
+
+    runtime.predict = part_waits_for_realtime
+    # WHEN the worker runs the chunk
+    drain(worker)
+    # THEN the realtime request ran while the first part was running, not after it,
+    # and the parts stayed whole (64: digits-cnn's batch)
+    assert events[:5] == [
+        "part of 64 begins",
+        "realtime",
+        "part of 64 ends",
+        "part of 64 begins",
+        "part of 64 ends",
+    ]
+    assert results.get("acme", "rt").status == "done"
+    assert all(len(results.get("acme", rid).outputs) == 128 for rid in ("chunk", "next"))
+
+
 def test_the_realtime_watcher_stops_at_a_batch_of_realtime_work_in_hand(parts):
     # GIVEN a job's chunk in hand (the intake has stopped: the next batch is full)
     worker, realtime, batch, *_ = parts
