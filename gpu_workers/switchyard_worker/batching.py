@@ -122,12 +122,12 @@ class ArrivalRate:
             self._times.popleft()
 
 
-# While realtime work has arrived within this many seconds, a job's chunk runs in
-# parts of an eighth of max_batch_size, so that realtime work waits behind less
-# (minilm-embed: parts of 4 sentences; a realtime request beside a job then took
-# 73 ms on average and 127 ms in its slowest 5 %, against 82 and 149 with parts of
-# 8). The job pays for it while realtime comes in: ~0.5x of its rate with parts of
-# 4, 0.71x with 8, 0.86x with none (docs/batch-jobs.md, "What realtime costs the job").
+# A runtime that cannot take two calls at once (no ``concurrent_calls``) runs a job's
+# chunk in parts with realtime work between them; while realtime work has arrived
+# within this many seconds, the parts are an eighth of max_batch_size, so that
+# realtime work waits behind less. The job pays for it while realtime comes in
+# (minilm-embed run so: ~0.5x of its rate with parts of 4, 0.71x with 8, 0.86x with
+# none, against 0.93-0.97x with realtime run beside whole parts; docs/batch-jobs.md).
 REALTIME_RECENT_S = 10.0
 PART_SHARE_WITH_REALTIME = 8
 

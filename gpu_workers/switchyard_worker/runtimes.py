@@ -19,6 +19,10 @@ from switchyard.registry import ModelVersion
 
 
 class ModelRuntime(Protocol):
+    """A loaded model. It may also say ``size_of`` (what an input costs in a padded
+    batch) and ``concurrent_calls = True`` (predict may be called from two threads
+    at once: realtime work then runs beside a job's part, not after it)."""
+
     def predict(self, inputs: list[Any]) -> list[Any]: ...
 
 
