@@ -9,19 +9,14 @@ import os
 
 import pytest
 
-
-def cuda_visible() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
+from switchyard_worker.runtimes import choose_device
 
 DEVICES = [
     "cpu",
     pytest.param(
         "cuda",
         marks=pytest.mark.skipif(
-            not os.environ.get("SWITCHYARD_TEST_CUDA") and not cuda_visible(),
+            not os.environ.get("SWITCHYARD_TEST_CUDA") and choose_device() != "cuda",
             reason="no CUDA device visible to torch",
         ),
     ),

@@ -198,21 +198,18 @@ class FaultyRuntime:
         return self._inner.predict(inputs)
 
 
-def load_runtime(
-    record: ModelVersion, artifact: Path, workdir: Path, device: str = "auto"
-) -> ModelRuntime:
+def load_runtime(record: ModelVersion, artifact: Path, workdir: Path, device: str) -> ModelRuntime:
     """The runtime for a version, from its verified local artifact, on ``device``
-    (``choose_device``)."""
+    (``cpu`` or ``cuda``: what ``choose_device`` chose once for the worker)."""
     if record.faults.get("fail_load"):
         raise RuntimeError(f"injected fault: {record.model} {record.version} fails to load")
-    where = choose_device(device)
     runtime: ModelRuntime
     if record.runtime == "sentence-transformers":
-        runtime = SentenceEmbedder(_unpack(artifact, workdir / record.sha256), where)
+        runtime = SentenceEmbedder(_unpack(artifact, workdir / record.sha256), device)
     elif record.runtime == "torchscript-classifier":
-        runtime = TorchScriptClassifier(artifact, record.labels, where)
+        runtime = TorchScriptClassifier(artifact, record.labels, device)
     elif record.runtime == "causal-lm":
-        return CausalLM(_unpack(artifact, workdir / record.sha256), where)
+        return CausalLM(_unpack(artifact, workdir / record.sha256), device)
     else:
         raise ValueError(f"runtime {record.runtime!r} is not available in this worker image")
     return FaultyRuntime(runtime, record.faults) if record.faults else runtime
