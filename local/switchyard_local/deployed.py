@@ -188,6 +188,8 @@ class LambdaProcess:
         # every top-level package.
         self.modules: dict[str, str] = first.get("modules", {})
         self.top_level: list[str] = first.get("top_level", [])
+        # Modules it compiled from source, having no bytecode to load.
+        self.compiled_at_start: list[str] = first.get("compiled_at_start", [])
 
     def invoke(self, event: dict[str, Any], timeout_s: float = 60) -> Any:
         """The handler's return value; raises :class:`LambdaInvokeError` if it raised."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 import time
 import traceback
@@ -43,6 +44,18 @@ class LambdaContext:
         return max(0, int((self._deadline - time.monotonic()) * 1000))
 
 
+def _compiled_at_start() -> list[str]:
+    """The modules imported from source with no bytecode beside it: Lambda's code is
+    read-only, so each of them is compiled again on every cold start."""
+    compiled = []
+    for name, module in sorted(sys.modules.items()):
+        spec = getattr(module, "__spec__", None)
+        cached = getattr(spec, "cached", None)
+        if cached and getattr(spec, "origin", "").endswith(".py") and not os.path.exists(cached):
+            compiled.append(name)
+    return compiled
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or "." not in argv[1]:
         print("usage: lambda_runtime.py MODULE.FUNCTION < events.jsonl", file=sys.stderr)
@@ -64,7 +77,15 @@ def main(argv: list[str]) -> int:
         if name.split(".")[0].startswith("switchyard")
     }
     top_level = sorted({name.split(".")[0] for name in sys.modules})
-    _answer(out, {"ready": True, "modules": modules, "top_level": top_level})
+    _answer(
+        out,
+        {
+            "ready": True,
+            "modules": modules,
+            "top_level": top_level,
+            "compiled_at_start": _compiled_at_start(),
+        },
+    )
     for line in sys.stdin:
         if not line.strip():
             continue

@@ -37,6 +37,14 @@ def test_the_cold_start_imports_the_platform_from_the_asset_and_layer_only(
     assert not {"torch", "transformers", "sentence_transformers"} & set(router.top_level)
 
 
+def test_the_cold_start_compiles_no_module(router: LambdaProcess) -> None:
+    # GIVEN the router's cold start, on read-only code as in Lambda
+    # THEN every module it imported, the platform's, its packages' and the runtime's
+    # SDK's, had its bytecode: none was compiled from source on the way
+    assert "botocore" in router.top_level
+    assert router.compiled_at_start == []
+
+
 def test_a_predict_is_answered_by_the_workers(router: LambdaProcess, platform) -> None:
     body = {"inputs": ["a sentence to embed", "and another one"]}
     status, result, headers = answer(
