@@ -126,6 +126,7 @@ def create_app(deps: RouterDeps) -> FastAPI:
         version="1.0",
         description="Function-per-model inference. Every call needs an `x-api-key` header.",
     )
+    app.router.route_class = api_document.DocumentedLater  # before any route is made
 
     def tenant_of(request: Request) -> str:
         """The tenant of the API key API Gateway verified (its id is in the request
