@@ -165,6 +165,10 @@ class FakeResults:
         self.log.append(("batch", len(records)))
         return [self.complete(r) for r in records]
 
+    def complete_queued(self, records: list[ResultRecord]) -> list[bool]:
+        self.log.append(("queued-batch", len(records)))
+        return [self.complete(r) for r in records]
+
     def get(self, tenant: str, request_id: str) -> ResultRecord | None:
         return self.items.get((tenant, request_id))
 

@@ -82,7 +82,7 @@ log = Logger(service="switchyard-worker")
 RuntimeLoader = Callable[[ModelVersion], ModelRuntime]
 _RECEIVE_MAX = 10
 _WRITERS = 8  # result writes in flight at once
-_INSERTS = 25  # new results per write (DynamoDB's BatchExecuteStatement takes 25)
+_INSERTS = 25  # results per write (DynamoDB's BatchExecuteStatement takes 25)
 _WATCH_WAIT_S = 1  # the realtime watcher's long poll: short, as it holds no batch up
 _JOB_STATUS_SECONDS = 2.0  # how stale a job's cancelled-or-not may be
 _PAUSE_SLICE_S = 0.02  # how soon a pause notices a stop
@@ -646,15 +646,22 @@ class Worker:
         if not answered:
             return
         # Sync requests' results (no record yet, unless handed off at the deadline)
-        # are inserted 25 to a call; the others are conditional puts, up to _WRITERS
-        # at once, each writer storing its share in turn: one task per writer, not per
-        # result, so a batch of 64 is 8 hand-offs, not 64.
-        new, rest = [], []
+        # are inserted 25 to a call, and the other requests' results (over their
+        # queued records) updated 25 to a call; a job's chunk is a conditional put
+        # with its count on the job, up to _WRITERS at once, each writer storing its
+        # share in turn: one task per writer, not per result.
+        new, queued, chunks = [], [], []
         for i, (p, r) in enumerate(answered):
-            (new if _unrecorded(p, r) else rest).append(i)
+            if _unrecorded(p, r):
+                new.append(i)
+            elif r.job is not None and self._jobs is not None:
+                chunks.append(i)
+            else:
+                queued.append(i)
         tasks = [("new", new[j : j + _INSERTS]) for j in range(0, len(new), _INSERTS)]
-        writers = min(_WRITERS, len(rest))
-        tasks += [("one", rest[k::writers]) for k in range(writers)]
+        tasks += [("queued", queued[j : j + _INSERTS]) for j in range(0, len(queued), _INSERTS)]
+        writers = min(_WRITERS, len(chunks))
+        tasks += [("one", chunks[k::writers]) for k in range(writers)]
 
         def write(task: tuple[str, list[int]]) -> list[bool]:
             how, indexes = task
@@ -662,7 +669,9 @@ class Worker:
             if how == "one":
                 return [self._complete(r) for r in records]
             _stamp(records)
-            return self._results.complete_new(records)
+            if how == "new":
+                return self._results.complete_new(records)
+            return self._results.complete_queued(records)
 
         stored = [False] * len(answered)
         for (_, indexes), done in zip(tasks, self._writers.map(write, tasks), strict=True):

@@ -23,8 +23,8 @@ moto's application unchanged, so errors and edge cases answer exactly as before.
 ``tests/unit/test_moto_reads.py`` sends one script of GetItems both ways and
 compares every answer.
 
-The same wrapper answers a worker's batch of result INSERTs, which moto cannot run
-(``switchyard_local.moto_statements``).
+The same wrapper answers a worker's batch of result INSERTs or conditional UPDATEs,
+which moto cannot run (``switchyard_local.moto_statements``).
 
 Like ``moto_sqs`` and ``moto_dynamodb``, this reads moto's internals, so it refuses
 any moto but the pinned one.
@@ -52,7 +52,7 @@ Application = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 def wrap(app: Application) -> Application:
     """``app`` (moto's WSGI application) with plain GetItems answered directly, and
-    batches of INSERTs (``moto_statements``)."""
+    batches of INSERTs and conditional UPDATEs (``moto_statements``)."""
     require_pinned_moto("switchyard_local.moto_reads reads {moto}'s DynamoDB tables")
     from switchyard_local import moto_statements
 
@@ -67,7 +67,7 @@ def wrap(app: Application) -> Application:
         if target == TARGET:
             answer = get_item(environ, body)
         else:
-            answer = moto_statements.batch_insert(environ, body)
+            answer = moto_statements.batch_statements(environ, body)
         if answer is None:  # not plain: moto answers, from the same bytes
             environ["wsgi.input"] = io.BytesIO(body)
             return app(environ, start_response)

@@ -1,4 +1,5 @@
-"""DynamoDB's BatchExecuteStatement of PartiQL INSERTs, in the local emulator.
+"""DynamoDB's BatchExecuteStatement of PartiQL INSERTs and conditional UPDATEs, in
+the local emulator.
 
 A worker stores a batch's new results in one call: a BatchExecuteStatement of up to
 25 ``INSERT INTO "<table>" VALUE {'<name>': ?, ...}`` statements, each with its item's
@@ -10,7 +11,7 @@ transaction). The worker then stores that one result with a conditional put.
 
 moto 5.2.5 cannot run these: its PartiQL parser takes no parameters in an INSERT's
 value (it raises ``TypeError: Unsupported type Variable``), and each statement it
-runs first copies every item of every table. What :func:`batch_insert` answers,
+runs first copies every item of every table. What :func:`batch_statements` answers,
 through ``moto_reads.wrap`` in the emulator's process: a BatchExecuteStatement
 whose every statement is such an INSERT, with one parameter for each ``?``. Each
 item is written with moto's own backend ``put_item``, on the condition that its key
@@ -19,12 +20,25 @@ checks an item. Per statement, as DynamoDB answers: ``{"TableName"}``;
 or with an ``Error`` of ``DuplicateItem`` (the key is taken), ``ResourceNotFound``
 (no such table) or ``ValidationError`` (a key missing, empty or of the wrong type;
 an item moto refuses). A request of any other form goes to moto unchanged.
+
+A worker stores a batch's async results the same way, over their queued records: up
+to 25 ``UPDATE "<table>" SET "<name>"=? ... [REMOVE "<name>" ...] WHERE "<hash key>"=?
+AND "<range key>"=? AND "status"=?`` statements (``DynamoDBResultStore.complete_queued``,
+written by ``switchyard.results.update_statement``). In DynamoDB such an UPDATE
+changes the item only if it exists with that status, and otherwise fails with
+``ConditionalCheckFailed``, on its own. moto's PartiQL cannot run them either (its
+parser takes no parameters there, and copies every table per statement); each is run
+as moto's backend ``update_item`` with the same SET, REMOVE and condition (under the
+write lock), answered as DynamoDB answers, ``ConditionalCheckFailed`` included. A
+batch may mix the two forms; one statement of any other form sends the whole
+request to moto.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from switchyard_local.moto_reads import backend_of
@@ -36,10 +50,17 @@ _INSERT = re.compile(
     r"\{(?P<names>'[^'?]+' ?: ?\?(?:, ?'[^'?]+' ?: ?\?)*)\}"
 )
 _NAME = re.compile(r"'([^'?]+)' ?: ?\?")
+_UPDATE = re.compile(
+    r'UPDATE "(?P<table>[A-Za-z0-9_.-]{3,255})" '
+    r'(?P<sets>SET "[^"?]+"=\?(?: SET "[^"?]+"=\?)*)(?P<removes>(?: REMOVE "[^"?]+")*) '
+    r'WHERE "(?P<hash>[^"?]+)"=\? AND "(?P<range>[^"?]+)"=\? AND "(?P<cond>[^"?]+)"=\?'
+)
+_QUOTED = re.compile(r'"([^"?]+)"')
 
 
-def batch_insert(environ: dict[str, Any], body: bytes) -> bytes | None:
-    """The answer to a BatchExecuteStatement of INSERTs, or None for moto to answer."""
+def batch_statements(environ: dict[str, Any], body: bytes) -> bytes | None:
+    """The answer to a BatchExecuteStatement of INSERTs and UPDATEs of the forms
+    above, or None for moto to answer."""
     try:
         request = json.loads(body)
     except ValueError:
@@ -49,16 +70,21 @@ def batch_insert(environ: dict[str, Any], body: bytes) -> bytes | None:
     statements = request["Statements"]
     if not isinstance(statements, list) or not 1 <= len(statements) <= MAX_STATEMENTS:
         return None
-    parsed = []
+    runs = []
     for statement in statements:
-        one = parse_insert(statement)
-        if one is None:
+        insert = parse_insert(statement)
+        update = parse_update(statement) if insert is None else None
+        if insert is None and update is None:
             return None
-        parsed.append(one)
+        runs.append((insert, update))
     backend = backend_of(environ)
     if backend is None:
         return None
-    return json.dumps({"Responses": [_insert(backend, t, item) for t, item in parsed]}).encode()
+    answers = [
+        _insert(backend, *insert) if insert is not None else _update(backend, update)
+        for insert, update in runs
+    ]
+    return json.dumps({"Responses": answers}).encode()
 
 
 def parse_insert(statement: Any) -> tuple[str, dict[str, Any]] | None:
@@ -78,6 +104,83 @@ def parse_insert(statement: Any) -> tuple[str, dict[str, Any]] | None:
     if not all(isinstance(v, dict) and len(v) == 1 for v in values):
         return None
     return match.group("table"), dict(zip(names, values, strict=True))
+
+
+@dataclass(frozen=True)
+class Update:
+    """One conditional UPDATE: its table, what it sets and removes, the item's key,
+    and the (attribute, value) the item must hold."""
+
+    table: str
+    sets: dict[str, Any]
+    removes: list[str]
+    key: dict[str, Any]
+    condition: tuple[str, Any]
+
+
+def parse_update(statement: Any) -> Update | None:
+    """One statement of a BatchExecuteStatement, if it is an UPDATE of the form above
+    with one parameter for each ``?``; None otherwise."""
+    if not isinstance(statement, dict) or set(statement) != {"Statement", "Parameters"}:
+        return None
+    text, values = statement["Statement"], statement["Parameters"]
+    if not isinstance(text, str) or not isinstance(values, list):
+        return None
+    match = _UPDATE.fullmatch(text)
+    if match is None:
+        return None
+    sets = _QUOTED.findall(match.group("sets"))
+    removes = _QUOTED.findall(match.group("removes"))
+    keys = [match.group("hash"), match.group("range")]
+    named = [*sets, *removes, *keys]
+    if len(values) != len(sets) + 3 or len(set(named)) != len(named):
+        return None
+    if not all(isinstance(v, dict) and len(v) == 1 for v in values):
+        return None
+    n = len(sets)
+    return Update(
+        table=match.group("table"),
+        sets=dict(zip(sets, values[:n], strict=True)),
+        removes=removes,
+        key=dict(zip(keys, values[n : n + 2], strict=True)),
+        condition=(match.group("cond"), values[n + 2]),
+    )
+
+
+def _update(backend: Any, update: Update) -> dict[str, Any]:
+    from moto.dynamodb.exceptions import ConditionalCheckFailed, DynamodbException
+
+    name = update.table
+    table = backend.tables.get(name)
+    if table is None:
+        return _error(name, "ResourceNotFound", "Requested resource not found")
+    keys = [table.hash_key_attr] + ([table.range_key_attr] if table.has_range_key else [])
+    if sorted(keys) != sorted(update.key):
+        return _error(
+            name,
+            "ValidationError",
+            "Where clause does not contain a mandatory equality on all key attributes",
+        )
+    names = {"#c": update.condition[0]}
+    values = {":c": update.condition[1]}
+    parts = []
+    for i, (attribute, value) in enumerate(update.sets.items()):
+        names[f"#s{i}"], values[f":s{i}"] = attribute, value
+        parts.append(f"#s{i} = :s{i}")
+    expression = "SET " + ", ".join(parts)
+    for i, attribute in enumerate(update.removes):
+        names[f"#r{i}"] = attribute
+    if update.removes:
+        expression += " REMOVE " + ", ".join(f"#r{i}" for i in range(len(update.removes)))
+    try:
+        backend.update_item(
+            name, update.key, expression, names, values, condition_expression="#c = :c"
+        )
+    except ConditionalCheckFailed:
+        return _error(name, "ConditionalCheckFailed", "The conditional request failed")
+    except DynamodbException as exc:
+        return _error(name, "ValidationError", getattr(exc, "message", str(exc)))
+    return {"TableName": name}
 
 
 def _insert(backend: Any, name: str, item: dict[str, Any]) -> dict[str, Any]:

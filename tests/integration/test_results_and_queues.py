@@ -245,3 +245,46 @@ def test_new_results_are_inserted_many_to_a_call_and_never_replace_one(
     assert results.get("acme", "handed-off").outputs == [1]
     assert results.get("acme", "answered").outputs == ["first"]
     assert results.get("acme", "large").outputs == [["x" * 100] * 50]
+
+
+def test_queued_results_are_updated_many_to_a_call_and_never_replace_a_final_one(
+    manifest, provisioned, clients
+):
+    """A worker's async results: 30 over their queued records (two
+    BatchExecuteStatements of UPDATEs), one of them after failed attempts (whose
+    count goes with the queued record); one already cancelled (kept); one with no
+    record at all (stored by the conditional put); one with outputs too large to hold
+    inline; a second copy of one of the 30 (kept out of the call, and not stored)."""
+    dynamodb = clients("dynamodb")
+    calls: list[str] = []
+    dynamodb.meta.events.register(
+        "before-call.dynamodb.*", lambda model, **_: calls.append(model.name)
+    )
+    results = store(manifest, clients, threshold=2_000)
+
+    def one(rid, status="done", outputs=None):
+        return record(status, outputs=outputs).model_copy(update={"request_id": rid})
+
+    waiting = [one(f"q{i}", "queued") for i in range(30)] + [one("large", "queued")]
+    for r in waiting:
+        assert results.put_queued(r)
+    results.mark_failed(waiting[0], "RuntimeError: boom")
+    assert results.get("acme", "q0").failures == 1
+    assert results.put_queued(one("gone", "queued"))
+    assert results.cancel("acme", "gone", at=time.time()).status == "cancelled"
+    done = [one(f"q{i}", outputs=[[0.5, -0.25, float(i)]]) for i in range(30)]
+    batch = [*done, one("gone", outputs=[1]), one("unrecorded", outputs=[2])]
+    batch.append(one("large", outputs=[["x" * 100] * 50]))
+    batch.append(one("q3", outputs=["delivered twice"]))
+    calls.clear()
+    assert results.complete_queued(batch) == [True] * 30 + [False, True, True, False]
+    assert calls.count("BatchExecuteStatement") == 2
+    # The cancelled one and the one without a record went on to the conditional put,
+    # and so did the second copy of a request in the same batch.
+    assert calls.count("PutItem") == 3
+    for r in done:
+        assert results.get("acme", r.request_id) == r  # no failure left on q0
+    assert results.get("acme", "gone").status == "cancelled"
+    assert results.get("acme", "unrecorded").outputs == [2]
+    assert results.get("acme", "large").outputs == [["x" * 100] * 50]
+    assert results.get("acme", "q3").outputs == [[0.5, -0.25, 3.0]]

@@ -1,6 +1,7 @@
-"""The emulator's BatchExecuteStatement of INSERTs (``moto_statements``): each item
-is written as moto writes a PutItem of it, a taken key fails its statement alone,
-and any other form of the call goes to moto unchanged."""
+"""The emulator's BatchExecuteStatement of INSERTs and conditional UPDATEs
+(``moto_statements``): each item is written as moto writes a PutItem of it, a taken
+key (an INSERT) or an item without the status asked for (an UPDATE) fails its
+statement alone, and any other form of the call goes to moto unchanged."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from werkzeug.test import Client
 
-from switchyard.results import insert_statement
+from switchyard.results import insert_statement, update_statement
 from switchyard_local import moto_reads
 from tests.unit.test_moto_reads import call
 
@@ -56,6 +57,30 @@ def item(rid: str, **more: Any) -> dict[str, Any]:
 
 def statement(one: dict[str, Any], table: str = "inserts") -> dict[str, Any]:
     return {"Statement": insert_statement(table, list(one)), "Parameters": list(one.values())}
+
+
+def queued_update(
+    one: dict[str, Any], removed: list[str], table: str = "inserts"
+) -> dict[str, Any]:
+    """The worker's UPDATE of ``one`` over its queued record (``complete_queued``)."""
+    keys = ("tenant", "request_id")
+    names = [n for n in one if n not in keys]
+    return {
+        "Statement": update_statement(table, names, removed, keys),
+        "Parameters": [one[n] for n in names] + [one[k] for k in keys] + [{"S": "queued"}],
+    }
+
+
+def queued(rid: str) -> dict[str, Any]:
+    return {
+        "tenant": {"S": "acme"},
+        "request_id": {"S": rid},
+        "status": {"S": "queued"},
+        "expires_at": {"N": "1795600000"},
+        "doc": {"S": "{}"},
+        "failures": {"N": "2"},
+        "last_failure": {"S": "v1: boom"},
+    }
 
 
 def get(client: Client, request_id: str) -> Any:
@@ -112,6 +137,66 @@ def test_a_statement_that_cannot_be_applied_fails_alone(clients, one, table, cod
     assert "Error" not in second
 
 
+def test_an_update_over_a_queued_record_leaves_the_item_a_put_would(clients):
+    moto, fast = clients
+    for rid in ("upd-1", "put-2"):
+        assert call(moto, "PutItem", {"TableName": "inserts", "Item": queued(rid)})[0] == 200
+    done = item("upd-1", note={"NULL": True})
+    removed = ["failures", "last_failure", "error_code"]
+    status, answer = call(
+        fast, "BatchExecuteStatement", {"Statements": [queued_update(done, removed)]}
+    )
+    assert (status, answer) == (200, {"Responses": [{"TableName": "inserts"}]})
+    put = item("put-2", note={"NULL": True})
+    assert call(moto, "PutItem", {"TableName": "inserts", "Item": put})[0] == 200
+    updated, written = get(moto, "upd-1")[1]["Item"], get(moto, "put-2")[1]["Item"]
+    assert updated.pop("request_id") == {"S": "upd-1"}
+    assert written.pop("request_id") == {"S": "put-2"}
+    assert updated == written  # the queued record's failures are gone with it
+
+
+def test_an_update_of_an_item_not_queued_fails_alone_and_keeps_it(clients):
+    moto, fast = clients
+    assert call(moto, "PutItem", {"TableName": "inserts", "Item": item("final")})[0] == 200
+    assert call(moto, "PutItem", {"TableName": "inserts", "Item": queued("waiting")})[0] == 200
+    before = get(moto, "final")
+    batch = [
+        queued_update(item("final", status={"S": "error"}), []),
+        queued_update(item("never-queued"), []),  # no record at all
+        queued_update(item("waiting"), ["failures", "last_failure"]),
+    ]
+    status, answer = call(fast, "BatchExecuteStatement", {"Statements": batch})
+    assert status == 200
+    codes = [r.get("Error", {}).get("Code") for r in answer["Responses"]]
+    assert codes == ["ConditionalCheckFailed", "ConditionalCheckFailed", None]
+    assert get(moto, "final") == before
+    assert "Item" not in get(moto, "never-queued")[1]
+    assert get(moto, "waiting")[1]["Item"] == item("waiting")
+
+
+@pytest.mark.parametrize(
+    ("statement_of", "code"),
+    [
+        (lambda: queued_update(item("x"), [], table="no-such-table"), "ResourceNotFound"),
+        (
+            lambda: {
+                "Statement": update_statement("inserts", ["status"], [], ("tenant", "status2")),
+                "Parameters": [{"S": "done"}, {"S": "acme"}, {"S": "x"}, {"S": "queued"}],
+            },
+            "ValidationError",
+        ),
+    ],
+)
+def test_an_update_that_cannot_be_applied_fails_alone(clients, statement_of, code):
+    _, fast = clients
+    batch = [statement_of(), statement(item(f"beside-{uuid.uuid4()}"))]
+    status, answer = call(fast, "BatchExecuteStatement", {"Statements": batch})
+    assert status == 200
+    first, second = answer["Responses"]
+    assert first["Error"]["Code"] == code
+    assert "Error" not in second
+
+
 @pytest.mark.parametrize(
     "body",
     [
@@ -128,6 +213,16 @@ def test_a_statement_that_cannot_be_applied_fails_alone(clients, one, table, cod
         {"Statements": [{**statement(item("z")), "Parameters": [{"S": "acme"}]}]},
         {"Statements": [statement(item(str(i))) for i in range(26)]},
         {"Statements": []},
+        {
+            "Statements": [
+                {
+                    "Statement": 'UPDATE "inserts" SET "status"=\'done\' WHERE "tenant"=? '
+                    'AND "request_id"=? AND "status"=?',
+                    "Parameters": [{"S": "acme"}, {"S": "x"}, {"S": "queued"}],
+                }
+            ]
+        },
+        {"Statements": [{**queued_update(item("w"), []), "Parameters": [{"S": "acme"}]}]},
     ],
 )
 def test_any_other_form_is_answered_by_moto(clients, body):

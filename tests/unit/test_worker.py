@@ -74,22 +74,27 @@ def drain(worker, turns=20):
     worker.wait_for_results()
 
 
-def test_sync_results_are_written_many_to_a_call_and_the_others_one_by_one(parts):
+def test_results_are_written_many_to_a_call_the_sync_ones_new_the_others_over_queued(parts):
     """A sync request has no record yet (unless handed off at its deadline): its
     result is inserted with the batch's others, in one write. An async request's
     queued record, and a fallback's copy (its first version may have answered), are
-    each stored on their own, over ``queued`` only."""
+    written over ``queued`` only, many to a write as well."""
     worker, realtime, _, results, _, log = parts
     soon = time.time() + 30
     for i in range(30):
         send(realtime, f"s{i}", respond_by=soon)
-    send(realtime, "async")
+    for i in range(3):
+        send(realtime, f"async{i}")
     send(realtime, "copy", respond_by=soon, fallback=True)
     drain(worker)
-    # a batch of this model is 10 at most: one write of its sync results each
+    # a batch of this model is 10 at most: one write of its sync results each, and
+    # one of the rest
     assert [n for kind, n in log if kind == "batch"] == [10, 10, 10]
+    assert [n for kind, n in log if kind == "queued-batch"] == [4]
     stored = [rid for kind, rid in log if kind == "result"]
-    assert sorted(stored) == sorted([f"s{i}" for i in range(30)] + ["async", "copy"])
+    assert sorted(stored) == sorted(
+        [f"s{i}" for i in range(30)] + ["async0", "async1", "async2", "copy"]
+    )
     assert all(results.get("acme", rid).status == "done" for rid in stored)
     # and results before deletes: never more messages deleted than results stored
     written = deleted = 0
@@ -97,7 +102,7 @@ def test_sync_results_are_written_many_to_a_call_and_the_others_one_by_one(parts
         written += kind == "result"
         deleted += kind == "delete"
         assert deleted <= written
-    assert deleted == 32
+    assert deleted == 34
 
 
 def test_results_are_written_before_their_messages_are_deleted(parts):

@@ -15,6 +15,7 @@ import json
 import struct
 import sys
 from array import array
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from switchyard.jsontext import json_bytes
@@ -24,6 +25,12 @@ from switchyard.tables import RESULTS
 
 _BATCH_GET_LIMIT = 100  # keys per BatchGetItem
 _BATCH_STATEMENT_LIMIT = 25  # statements per BatchExecuteStatement
+_QUEUED = {"S": "queued"}
+# Attributes an item holds only while queued (a failed attempt's count) or only
+# once final (its outputs, its error's code).
+_FINAL_ONLY_OR_QUEUED_ONLY = (
+    "failures", "last_failure", "error_code", "outputs", "outputs_f32", "outputs_ref",
+)  # fmt: skip
 _TTL = RESULTS.ttl_attribute or "expires_at"
 # A result item's own attributes (keys, status, model, version, TTL, failures,
 # outputs), left out of its ``doc``.
@@ -57,6 +64,13 @@ class ResultStore(Protocol):
         requests, recorded only if handed off at their deadline), many to a call. One
         that has a record is stored as :meth:`complete` stores it. What
         :meth:`complete` would return, for each."""
+        ...
+
+    def complete_queued(self, records: list[ResultRecord]) -> list[bool]:
+        """Store final results of requests that most likely have a queued record
+        (async requests), many to a call. One that has none, or a final one, is
+        stored as :meth:`complete` stores it. What :meth:`complete` would return, for
+        each."""
         ...
 
     def get(self, tenant: str, request_id: str) -> ResultRecord | None: ...
@@ -142,8 +156,22 @@ class DynamoDBResultStore:
         # (the key is taken: a record handed off at its deadline, cancelled, expired,
         # or answered by the fallback; or throttled) leaves that one result to the
         # conditional put, which stores it over ``queued`` or finds it answered.
-        # One statement per item in a call: a request delivered twice in one batch
-        # has its second result stored on its own, after (and so not at all).
+        return self._many(records, self._insert)
+
+    def complete_queued(self, records: list[ResultRecord]) -> list[bool]:
+        # One BatchExecuteStatement of UPDATEs per 25 results, each of the item only
+        # while it is ``queued``, as the conditional put's condition: a result is still
+        # written once. A statement that fails (no record yet, a final one already, or
+        # throttled) leaves that one result to the conditional put.
+        return self._many(records, self._update)
+
+    def _many(
+        self, records: list[ResultRecord], statement: Callable[[dict[str, Any]], dict[str, Any]]
+    ) -> list[bool]:
+        """``records`` stored ``statement``'s way, 25 to a call, and by the conditional
+        put where a statement fails. One statement per item in a call: a request
+        delivered twice in one batch has its second result stored on its own, after
+        (and so not at all)."""
         stored: dict[int, bool] = {}
         firsts: dict[tuple[str, str], int] = {}
         for i, r in enumerate(records):
@@ -153,11 +181,7 @@ class DynamoDBResultStore:
             part = once[j : j + _BATCH_STATEMENT_LIMIT]
             # Built once: a large output goes to S3 here, not again for the put.
             items = [self._to_item(records[i]) for i in part]
-            statements = [
-                {"Statement": insert_statement(self._table, list(item)),
-                 "Parameters": list(item.values())}
-                for item in items
-            ]  # fmt: skip
+            statements = [statement(item) for item in items]
             answers = self._ddb.batch_execute_statement(Statements=statements)["Responses"]
             for i, item, answer in zip(part, items, answers, strict=True):
                 stored[i] = "Error" not in answer or self._put_final(item)
@@ -165,6 +189,21 @@ class DynamoDBResultStore:
             if i not in stored:
                 stored[i] = self.complete(record)
         return [stored[i] for i in range(len(records))]
+
+    def _insert(self, item: dict[str, Any]) -> dict[str, Any]:
+        return {"Statement": insert_statement(self._table, list(item)),
+                "Parameters": list(item.values())}  # fmt: skip
+
+    def _update(self, item: dict[str, Any]) -> dict[str, Any]:
+        keys = (RESULTS.partition, RESULTS.sort)
+        names = [n for n in item if n not in keys]
+        # What a queued record may hold and this result does not: removed, so that
+        # the item is what the put would have written.
+        removed = [n for n in _FINAL_ONLY_OR_QUEUED_ONLY if n not in item]
+        return {
+            "Statement": update_statement(self._table, names, removed, keys),
+            "Parameters": [item[n] for n in names] + [item[k] for k in keys] + [_QUEUED],
+        }
 
     def mark_failed(self, queued: ResultRecord, reason: str) -> None:
         # A request answered already has nothing to mark. One that has no record yet
@@ -320,6 +359,17 @@ class DynamoDBResultStore:
                 name, value = inline
                 item[name] = value
         return item
+
+
+def update_statement(
+    table: str, names: list[str], removed: list[str], keys: tuple[str, str]
+) -> str:
+    """A PartiQL UPDATE of the item at ``keys`` on the condition that its status is
+    the last parameter's (``queued``): each of ``names`` set, each of ``removed``
+    removed. Parameters: the values of ``names`` in order, the two keys', the status."""
+    sets = " ".join(f'SET "{n}"=?' for n in names)
+    removes = "".join(f' REMOVE "{n}"' for n in removed)
+    return f'UPDATE "{table}" {sets}{removes} WHERE "{keys[0]}"=? AND "{keys[1]}"=? AND "status"=?'
 
 
 def insert_statement(table: str, names: list[str]) -> str:
