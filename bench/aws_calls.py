@@ -27,7 +27,7 @@ from typing import Any
 from bench.asgi import call, predict_body
 from bench.common import ROOT, TEXT_MODEL, median, sentences
 from bench.emulator import REGION, Emulator
-from switchyard_local.moto_statements import parse_insert
+from switchyard_local.moto_statements import parse_insert, parse_update
 
 # us-east-1 list prices, USD. See PRICE_SOURCES.
 PRICES = {
@@ -91,6 +91,16 @@ def attribute_size(value: dict[str, Any]) -> int:
 
 def item_size(item: dict[str, Any]) -> int:
     return sum(len(name.encode()) + attribute_size(value) for name, value in item.items())
+
+
+def statement_item(statement: Any) -> dict[str, Any]:
+    """The item a statement of a worker's BatchExecuteStatement writes (empty for a
+    statement of another form)."""
+    insert = parse_insert(statement)
+    if insert is not None:
+        return insert[1]
+    update = parse_update(statement)
+    return {**update.key, **update.sets} if update is not None else {}
 
 
 def write_units(size: int) -> int:
@@ -161,8 +171,12 @@ class CallLog:
             elif model.name == "BatchExecuteStatement":
                 # INSERTs of whole items, their values as parameters, named in order
                 # in the statement; one that finds its key taken is billed as well.
-                inserts = [parse_insert(st) for st in params.get("Statements", [])]
-                entry.wru = sum(write_units(item_size(one[1])) for one in inserts if one)
+                # An UPDATE over a queued record is billed by the larger item, the
+                # result it leaves (what it sets, and the key).
+                entry.wru = sum(
+                    write_units(item_size(statement_item(st)))
+                    for st in params.get("Statements", [])
+                )
             elif model.name == "GetItem":
                 entry.rru = read_units(item_size(parsed.get("Item", {}) or {}), consistent)
             elif model.name == "BatchGetItem":
