@@ -155,10 +155,13 @@ ITEM_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
 # What a worker does to the results table beyond single items: it reads a batch's
 # statuses in one BatchGetItem (answered requests are not run again), inserts a
 # batch's new results with one BatchExecuteStatement of PartiQL INSERTs (an INSERT
-# never replaces an item), and caches outputs with one BatchWriteItem of puts.
+# never replaces an item), stores its other results over their queued records with
+# one of PartiQL UPDATEs (each only while the item is queued), and caches outputs
+# with one BatchWriteItem of puts.
 WORKER_RESULTS_ACTIONS = (
     "dynamodb:BatchGetItem",
     "dynamodb:PartiQLInsert",
+    "dynamodb:PartiQLUpdate",
     "dynamodb:BatchWriteItem",
 )
 

@@ -157,18 +157,19 @@ def test_worker_role_may_make_the_batch_calls_it_makes_on_the_results_table(
     serving_template: Template, data_template: Template, manifest: Manifest
 ) -> None:
     """A batch's statuses in one BatchGetItem, its new results in one
-    BatchExecuteStatement of INSERTs, its cache entries in one BatchWriteItem: each
-    is an IAM action of its own, not implied by GetItem or PutItem."""
+    BatchExecuteStatement of INSERTs and its others in one of UPDATEs, its cache
+    entries in one BatchWriteItem: each is an IAM action of its own, not implied by
+    GetItem, PutItem or UpdateItem."""
     results = logical_id(
         data_template, "AWS::DynamoDB::Table", {"TableName": manifest.names("dev").results_table}
     )
     for model in manifest.models:
         _, task = _service_of(serving_template, model)
         granted_ = statements(serving_template, task["Properties"]["TaskRoleArn"]["Fn::GetAtt"][0])
-        for action in ("BatchGetItem", "PartiQLInsert", "BatchWriteItem"):
+        for action in ("BatchGetItem", "PartiQLInsert", "PartiQLUpdate", "BatchWriteItem"):
             assert any(results in r for r in granted(granted_, f"dynamodb:{action}")), action
-        assert not granted(granted_, "dynamodb:PartiQLUpdate")
         assert not granted(granted_, "dynamodb:PartiQLDelete")
+        assert not granted(granted_, "dynamodb:PartiQLSelect")
 
 
 def test_worker_role_reaches_its_queues_tables_buckets_and_log_stream(
