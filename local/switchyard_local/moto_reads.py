@@ -24,7 +24,8 @@ moto's application unchanged, so errors and edge cases answer exactly as before.
 compares every answer.
 
 The same wrapper answers a worker's batch of result INSERTs or conditional UPDATEs,
-which moto cannot run (``switchyard_local.moto_statements``).
+which moto cannot run (``switchyard_local.moto_statements``), and writes plain
+PutItems the same direct way (``switchyard_local.moto_puts``).
 
 Like ``moto_sqs`` and ``moto_dynamodb``, this reads moto's internals, so it refuses
 any moto but the pinned one.
@@ -51,23 +52,25 @@ Application = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
 def wrap(app: Application) -> Application:
-    """``app`` (moto's WSGI application) with plain GetItems answered directly, and
-    batches of INSERTs and conditional UPDATEs (``moto_statements``)."""
+    """``app`` (moto's WSGI application) with plain GetItems answered directly, plain
+    PutItems (``moto_puts``), and batches of INSERTs and conditional UPDATEs
+    (``moto_statements``)."""
     require_pinned_moto("switchyard_local.moto_reads reads {moto}'s DynamoDB tables")
-    from switchyard_local import moto_statements
+    from switchyard_local import moto_puts, moto_statements
 
-    direct = (TARGET, moto_statements.TARGET)
+    answers = {
+        TARGET: get_item,
+        moto_statements.TARGET: moto_statements.batch_statements,
+        moto_puts.TARGET: moto_puts.put_item,
+    }
 
     def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         target = environ.get("HTTP_X_AMZ_TARGET")
-        if target not in direct or environ.get("REQUEST_METHOD") != "POST":
+        if target not in answers or environ.get("REQUEST_METHOD") != "POST":
             return app(environ, start_response)
         length = int(environ.get("CONTENT_LENGTH") or 0)
         body = environ["wsgi.input"].read(length) if length else b""
-        if target == TARGET:
-            answer = get_item(environ, body)
-        else:
-            answer = moto_statements.batch_statements(environ, body)
+        answer = answers[target](environ, body)
         if answer is None:  # not plain: moto answers, from the same bytes
             environ["wsgi.input"] = io.BytesIO(body)
             return app(environ, start_response)

@@ -56,7 +56,7 @@ def clients() -> Iterator[tuple[Client, Client, list[str]]]:
         return answer
 
     moto_reads.get_item = counted  # type: ignore[assignment]
-    wrapped = moto_reads.wrap(moto_app)  # looks get_item up on each call
+    wrapped = moto_reads.wrap(moto_app)  # takes the counted get_item, patched before
     moto, fast = Client(moto_app), Client(wrapped)
     for table, keys in (("results", ("tenant", "request_id")), ("single", ("pk",))):
         schema = [{"AttributeName": keys[0], "KeyType": "HASH"}]
