@@ -86,12 +86,15 @@ GOALS = (
         0.5,
         False,
         "×",
-        "the worker's own Python, ~60 µs per message (3.8 ms per batch of 64: decode and "
-        "validate the message, build, store and log its result), against 1.3 ms of model "
-        "per batch; on two cores under one interpreter lock the intake and finisher "
-        "threads overlap the model only in part. The worker's rate went from 5,040 to "
-        "12,480 inputs/s between the last two runs (the outputs built for the whole batch "
-        "at once), and the model's own limit measured beside it from 27,890 to 50,680",
+        "the worker's own Python: with the model's one thread (the model alone ~1 ms a "
+        "batch of 64) the worker spent 6.3 ms of CPU a batch, ~80 µs a message, spread "
+        "over decoding and validating each message, building, storing and logging its "
+        "result and the hand-offs between the intake, model and finisher threads, which "
+        "one interpreter lock serialises; with two model threads, which spin while they "
+        "wait, 10 to 15 ms. Keeping the forming batch's inputs counted (no walk of the "
+        "held messages on each look) and a lower or higher switch interval (0.5 ms, 50 "
+        "ms) moved neither figure beyond the run-to-run noise (7,200 to 12,100 inputs/s "
+        "the same code)",
     ),
     Goal(
         "AWS calls of a sync request of its own (router, and a result write of its own), "
@@ -102,10 +105,13 @@ GOALS = (
         "",
         "the router's looks for the result: a request's own calls are its enqueue and the "
         "looks (its result is inserted with its batch's others, one call per batch: 0.23 "
-        "a request here). The router looked 2.2 times a request at load (1.96 to 2.34 "
-        "in-process runs), at the median, 80th and 95th percentile of the model's last 16 "
-        "answer times and then further apart, and 5.4 times while load rose; looking "
-        "later would answer later, which the rate and closed-loop goals pay for",
+        "a request here). The router looks at the median, 80th and 95th percentile of the "
+        "model's last 16 answer times, then further apart: 2.2 to 2.4 looks a request at "
+        "load in the last runs. Looking first at the 65th or the 75th percentile instead "
+        "gave 1.77 to 2.58 and 2.0 to 2.42 looks over three in-process runs each (the "
+        "median first, the same runs: 2.06 to 2.43): 16 closed-loop callers' answer times "
+        "move faster than the last 16 of them tell, so looking later saves little and "
+        "answers later",
     ),
     Goal(
         "AWS request cost per million sync inferences (SQS, DynamoDB, S3, Firehose), 16 callers",
@@ -133,11 +139,13 @@ GOALS = (
         500,
         True,
         " ms",
-        "the handler's import, 919 ms under the runtime stand-in in the run before (1,167 "
-        "in this page's run, on a busier machine): botocore ~340 ms (~200 "
-        "of them its documentation helpers, which its client module imports), FastAPI "
-        "~130 ms, the settings with pydantic-settings ~130 ms, Mangum ~60 ms, then the "
-        "clients built at init; the first request adds 42 ms",
+        "the handler's import: FastAPI with pydantic ~230 ms, botocore ~100 ms (its "
+        "documentation helpers, which its client module imports, ~30 of them), the "
+        "settings ~25 ms, the app's routes ~20 ms, then the two clients built at init "
+        "(~50 ms); the first request adds ~30 ms. It was 1,248 ms while the Lambda "
+        "runtime stand-in's botocore had no bytecode (compiled again at every start, "
+        "~200 ms) and FastAPI built the OpenAPI document's 148 response fields at init "
+        "(~80 ms)",
     ),
     Goal(
         "router CPU per warm request",

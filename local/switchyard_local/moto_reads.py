@@ -25,7 +25,8 @@ compares every answer.
 
 The same wrapper answers a worker's batch of result INSERTs or conditional UPDATEs,
 which moto cannot run (``switchyard_local.moto_statements``), and writes plain
-PutItems the same direct way (``switchyard_local.moto_puts``).
+PutItems and SendMessages the same direct way (``switchyard_local.moto_puts``,
+``switchyard_local.moto_sends``).
 
 Like ``moto_sqs`` and ``moto_dynamodb``, this reads moto's internals, so it refuses
 any moto but the pinned one.
@@ -53,15 +54,16 @@ Application = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 def wrap(app: Application) -> Application:
     """``app`` (moto's WSGI application) with plain GetItems answered directly, plain
-    PutItems (``moto_puts``), and batches of INSERTs and conditional UPDATEs
-    (``moto_statements``)."""
+    PutItems (``moto_puts``) and SendMessages (``moto_sends``), and batches of INSERTs
+    and conditional UPDATEs (``moto_statements``)."""
     require_pinned_moto("switchyard_local.moto_reads reads {moto}'s DynamoDB tables")
-    from switchyard_local import moto_puts, moto_statements
+    from switchyard_local import moto_puts, moto_sends, moto_statements
 
     answers = {
         TARGET: get_item,
         moto_statements.TARGET: moto_statements.batch_statements,
         moto_puts.TARGET: moto_puts.put_item,
+        moto_sends.TARGET: moto_sends.send_message,
     }
 
     def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
@@ -143,18 +145,23 @@ def _plain_key(key: dict[str, Any]) -> bool:
     return True
 
 
-def backend_of(environ: dict[str, Any]) -> Any:
-    """moto's DynamoDB backend for the request's account and region, found as moto
-    finds them for a SigV4-signed call to an address that names no region; None
-    where moto would look elsewhere (an account set by environment or header)."""
+def backend_of(environ: dict[str, Any], service: str = "dynamodb") -> Any:
+    """moto's backend of ``service`` (``dynamodb`` or ``sqs``) for the request's
+    account and region, found as moto finds them for a SigV4-signed call to an
+    address that names no region; None where moto would look elsewhere (an account
+    set by environment or header)."""
     if "MOTO_ACCOUNT_ID" in os.environ or "HTTP_X_MOTO_ACCOUNT_ID" in environ:
         return None
     authorization = environ.get("HTTP_AUTHORIZATION", "")
     if "AWS4" not in authorization or "amazonaws.com" in environ.get("HTTP_HOST", ""):
         return None
     from moto.core.responses import BaseResponse
-    from moto.dynamodb.models import dynamodb_backends
     from moto.iam.models import get_account_id_from
+
+    if service == "sqs":
+        from moto.sqs.models import sqs_backends as backends
+    else:
+        from moto.dynamodb.models import dynamodb_backends as backends
 
     if BaseResponse.region_from_useragent_regex.search(environ.get("HTTP_USER_AGENT", "")):
         return None
@@ -165,6 +172,6 @@ def backend_of(environ: dict[str, Any]) -> Any:
     match = BaseResponse.access_key_regex.search(authorization)
     account = get_account_id_from(match.group(1) if match else "AKIAEXAMPLE")
     try:
-        return dynamodb_backends[account][region]
+        return backends[account][region]
     except KeyError:
         return None

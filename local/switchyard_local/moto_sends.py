@@ -1,0 +1,65 @@
+"""SQS's SendMessage in the local emulator, queued straight into moto's queue.
+
+Every request the router admits is one SendMessage; a burst of 1,000 one-sentence
+async requests is 1,000 of them. moto 5.2.5 serves each through Flask, its URL
+dispatch, its request parser and its response serializer around a send that is an
+append to the queue's list; as with DynamoDB's GetItem and PutItem (``moto_reads``,
+``moto_puts``), the machinery is most of the emulator's time.
+
+What :func:`send_message` answers, through ``moto_reads.wrap`` in the emulator's
+process: a SendMessage of the form the platform sends (a queue URL, a body,
+optionally a ``MessageGroupId`` and ``DelaySeconds``) to a standard queue that
+exists. It runs moto's own backend ``send_message`` (its checks of the body and the
+delay, and ``moto_sqs``'s queue), and answers the message's id and body digest, as
+moto does. Anything else goes to moto's application unchanged: message attributes,
+a deduplication id, a FIFO or missing queue, and any send moto's checks refuse (a
+body too long, a delay out of range), which queued nothing, so moto answers it with
+its own error. What moto takes and SQS would not (an empty body, a control
+character), the direct send takes as well.
+``tests/unit/test_moto_sends.py`` sends one script of SendMessages both ways and
+compares every answer and every message queued.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from switchyard_local.moto_reads import backend_of
+
+TARGET = "AmazonSQS.SendMessage"
+_FIELDS = {"QueueUrl", "MessageBody", "MessageGroupId", "DelaySeconds"}
+
+
+def send_message(environ: dict[str, Any], body: bytes) -> bytes | None:
+    """The answer to a plain SendMessage, queued; or None for moto to answer (nothing
+    queued)."""
+    try:
+        request = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(request, dict) or not set(request) <= _FIELDS:
+        return None
+    url, text = request.get("QueueUrl"), request.get("MessageBody")
+    group, delay = request.get("MessageGroupId"), request.get("DelaySeconds")
+    if not isinstance(url, str) or not isinstance(text, str):
+        return None
+    if group is not None and not isinstance(group, str):
+        return None
+    if delay is not None and (not isinstance(delay, int) or isinstance(delay, bool)):
+        return None
+    backend = backend_of(environ, "sqs")
+    if backend is None:
+        return None
+    # As moto reads the queue's name: the URL's last part, or the name itself.
+    name = url.split("/")[-1] if url.startswith(("http://", "https://")) else url
+    queue = backend.queues.get(name)
+    if queue is None or queue.fifo_queue:
+        return None
+    from moto.sqs.exceptions import SQSException
+
+    try:
+        message = backend.send_message(name, text, delay_seconds=delay, group_id=group)
+    except SQSException:
+        return None  # refused before queueing: moto answers it, with its own error
+    return json.dumps({"MD5OfMessageBody": message.body_md5, "MessageId": message.id}).encode()

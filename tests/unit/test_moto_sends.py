@@ -1,0 +1,137 @@
+"""The emulator's direct SendMessage queues and answers what moto does: one script of
+SendMessages, plain and not, each sent to moto's WSGI application for one queue and
+to it wrapped by ``moto_reads.wrap`` for a twin queue; every answer, and every
+message each queued, compared."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+from werkzeug.test import Client
+
+from switchyard_local import moto_reads, moto_sends
+from tests.unit.test_moto_reads import REGION
+
+HOST = "127.0.0.1:5000"
+
+
+def sqs(client: Client, target: str, body: dict[str, Any]) -> tuple[int, Any]:
+    response = client.post(
+        "/",
+        data=json.dumps(body).encode(),
+        headers={
+            "X-Amz-Target": f"AmazonSQS.{target}",
+            "Content-Type": "application/x-amz-json-1.0",
+            "Authorization": (
+                f"AWS4-HMAC-SHA256 Credential=local/20261125/{REGION}/sqs/aws4_request, "
+                "SignedHeaders=host;x-amz-date;x-amz-target, Signature=0"
+            ),
+            "Host": HOST,
+        },
+    )
+    text = response.get_data()
+    return response.status_code, json.loads(text) if text else None
+
+
+@pytest.fixture(scope="module")
+def clients() -> Iterator[tuple[Client, Client, list[str], dict[str, str]]]:
+    """moto's application and the wrapped one, each with its twin queues (standard and
+    FIFO); a log of the sends the wrapped one queued itself; each queue's URL."""
+    moto_app = DomainDispatcherApplication(create_backend_app)
+    queued: list[str] = []
+    real = moto_sends.send_message
+
+    def counted(environ: dict[str, Any], body: bytes) -> bytes | None:
+        answer = real(environ, body)
+        if answer is not None:
+            queued.append(body.decode())
+        return answer
+
+    moto_sends.send_message = counted  # type: ignore[assignment]
+    try:
+        moto, fast = Client(moto_app), Client(moto_reads.wrap(moto_app))
+        urls = {}
+        for name in ("by-moto", "by-fast", "by-moto.fifo", "by-fast.fifo"):
+            attributes = {"FifoQueue": "true"} if name.endswith(".fifo") else {}
+            status, answer = sqs(moto, "CreateQueue", {"QueueName": name, "Attributes": attributes})
+            assert status == 200, answer
+            urls[name] = answer["QueueUrl"]
+        yield moto, fast, queued, urls
+    finally:
+        moto_sends.send_message = real  # type: ignore[assignment]
+
+
+SCRIPT: list[tuple[str, dict[str, Any], bool]] = [
+    # (what, the request without its queue, queued directly)
+    ("a plain send", {"MessageBody": '{"request_id": "r1"}'}, True),
+    ("with the tenant's group", {"MessageBody": "b2", "MessageGroupId": "acme"}, True),
+    ("with no delay", {"MessageBody": "b3", "DelaySeconds": 0}, True),
+    ("a delay out of range", {"MessageBody": "b4", "DelaySeconds": 901}, False),
+    # moto takes these two (SQS would not); the direct send answers as moto does
+    ("an empty body", {"MessageBody": ""}, True),
+    ("a character SQS does not take", {"MessageBody": "bad \u0001 body"}, True),
+    (
+        "message attributes",
+        {
+            "MessageBody": "b5",
+            "MessageAttributes": {"a": {"DataType": "String", "StringValue": "x"}},
+        },
+        False,
+    ),
+    ("to a FIFO queue", {"MessageBody": "b6", "MessageGroupId": "g", ".fifo": True}, False),
+    ("to a queue that does not exist", {"MessageBody": "b7", "missing": True}, False),
+]
+
+
+def _request(request: dict[str, Any], urls: dict[str, str], side: str) -> dict[str, Any]:
+    body = {k: v for k, v in request.items() if k not in (".fifo", "missing")}
+    if request.get("missing"):
+        url = urls[f"by-{side}"].rsplit("/", 1)[0] + "/no-such-queue"
+    else:
+        url = urls[f"by-{side}" + (".fifo" if request.get(".fifo") else "")]
+    return {"QueueUrl": url, **body}
+
+
+def _drained(client: Client, url: str) -> list[dict[str, Any]]:
+    status, answer = sqs(
+        client,
+        "ReceiveMessage",
+        {"QueueUrl": url, "MaxNumberOfMessages": 10, "MessageSystemAttributeNames": ["All"]},
+    )
+    assert status == 200, answer
+    messages = (answer or {}).get("Messages", [])
+    for m in messages:
+        sqs(client, "DeleteMessage", {"QueueUrl": url, "ReceiptHandle": m["ReceiptHandle"]})
+    return [
+        {
+            "Body": m["Body"],
+            "MD5OfBody": m["MD5OfBody"],
+            "MessageGroupId": m.get("Attributes", {}).get("MessageGroupId"),
+        }
+        for m in messages
+    ]
+
+
+@pytest.mark.parametrize(("what", "request_", "direct"), SCRIPT, ids=[s[0] for s in SCRIPT])
+def test_a_send_answers_and_queues_what_moto_does(clients, what, request_, direct):
+    moto, fast, queued, urls = clients
+    before = len(queued)
+    by_moto = sqs(moto, "SendMessage", _request(request_, urls, "moto"))
+    by_fast = sqs(fast, "SendMessage", _request(request_, urls, "fast"))
+    # THEN the answers are the same but for the new message's id, and each queue
+    # holds the same message after
+    if by_moto[0] == 200:
+        assert set(by_fast[1]) == set(by_moto[1]), what
+        by_fast[1].pop("MessageId"), by_moto[1].pop("MessageId")
+    assert json.loads(json.dumps(by_fast).replace("by-fast", "by-moto")) == list(by_moto), what
+    if not request_.get("missing"):
+        suffix = ".fifo" if request_.get(".fifo") else ""
+        assert _drained(moto, urls["by-fast" + suffix]) == _drained(
+            moto, urls["by-moto" + suffix]
+        ), what
+    # AND the plain ones were queued directly, the rest left to moto
+    assert (len(queued) > before) is direct, what
