@@ -163,14 +163,16 @@ GOALS = (
         0.5,
         False,
         "×",
-        "30 req/s against LitServe's 80 in this page's end-to-end and peer sections "
-        "(rerun 2026-11-25 04:00; earlier runs: 20 against 80, 20 against 120, 30 against "
-        "100). The platform's ladder ends at the first 10-second step whose p99 passes "
-        "500 ms: 40 req/s at 584 ms here. At 30 req/s a request's 232 ms go to compute "
-        "(61 ms), waiting for a batch to fill (61), the router's pick-up of the stored "
-        "result (58) and the queue (47); at 20 req/s every answered request costs 69 ms "
-        "of CPU across the platform's processes (worker 35, emulator 18, router 10) "
-        "against LitServe's 50",
+        "60 req/s against LitServe's 120 in this page's end-to-end and peer sections, "
+        "the goal's edge (2026-11-25 13:31; earlier runs: 30 against 80, 20 against 80, "
+        "20 against 120, 30 against 100, before the emulator wrote plain PutItems and "
+        "queued plain SendMessages directly). The platform's ladder ends at the first "
+        "10-second step whose p99 passes 500 ms: 80 req/s at 632 ms here (there is no "
+        "step between 60 and 80). At 60 req/s a request's 178 ms go to compute (52 ms), "
+        "waiting for a batch to fill (50), the router's pick-up of the stored result "
+        "(39) and the queue (34); every answered request costs 28 ms of CPU across the "
+        "platform's processes (worker 14, emulator 5.8, router 5.5) against LitServe's "
+        "23",
     ),
     Goal(
         "micro-batching gain in sustainable rate",
@@ -178,10 +180,12 @@ GOALS = (
         2.5,
         False,
         "×",
-        "at the rates in reach, batches hold two or three requests and each waits ~60 ms "
-        "for company, so batching gains little model time: without it the platform "
-        "sustained 12 req/s in this page's run (15 in the full run before), with it 30 "
-        "(20 in the two runs before); the goal is met at its edge in this run",
+        "the emulator's direct paths lifted the unbatched rate more than the batched "
+        "one: without batching the platform now sustains 30 req/s (12 in the run "
+        "before), with it 60 (30 before). With batching the rate is bound by time, not "
+        "CPU: at 60 req/s batches hold 4.3 requests and a request waits ~50 ms for "
+        "company and ~39 ms for the router's next look, and at 80 req/s p99 passed 500 "
+        "ms (632; the ladder has no step between)",
     ),
     Goal(
         "200 async predicts of 16 sentences, submitted at once, vs the model's limit",
@@ -189,12 +193,14 @@ GOALS = (
         0.85,
         False,
         "×",
-        "while a burst drains, the emulator (2.9 to 3.2 CPU-s), the router (0.9 to 1.1) "
-        "and the bench's own client (0.2 to 0.7) take about a seventh of the two cores the "
-        "model's two threads run on, and an operation split over two threads goes at the "
-        "pace of the slower; the runs gave 0.78, 0.78 and 0.81 (0.73, 0.86 and 0.65 in the "
-        "run before) as the model's own limit, measured before and after each, moved "
-        "between 221 and 248 inputs/s",
+        "the model inside the worker: the worker took 21.6 to 22.7 CPU-s for the "
+        "burst's 3,200 sentences, against the emulator's 2.2 to 2.3 and the router's "
+        "0.6; the model's two threads share the two cores with them, and an operation "
+        "split over two threads goes at the pace of the slower. The runs gave 0.77, "
+        "0.80 and 0.79 (0.74, 0.84 and 0.79 with the async results batched, before the "
+        "emulator's direct PutItem and SendMessage; 0.86, 0.72 and 0.78 with its direct "
+        "PutItem alone) as the model's own limit, measured before and after each, moved "
+        "between 255 and 290 inputs/s",
     ),
     Goal(
         "1,000 async one-sentence predicts, submitted at once, vs the model's limit",
@@ -202,15 +208,12 @@ GOALS = (
         0.4,
         False,
         "×",
-        "submission: each request is a router call, a queued-record write and an enqueue "
-        "through the emulator, and the worker adds a result write per request (an async "
-        "request's result is a conditional put over its queued record): per burst the emulator "
-        "took 8.2 to 13.2 s of CPU and the router 4.8 to 7.2 s, on the two cores the model "
-        "needs ~10 CPU-s of; the runs gave 0.30, 0.25 and 0.24. Profiled, moto's request "
-        "handling (Flask, its parser and serializer, the server's loop) is most of the "
-        "emulator's cost, the tables' own work under a tenth. The bench's client is no longer "
-        "in the way: aiohttp takes 0.7 to 0.8 CPU-s per burst where httpx took 7.3 to 10.5, "
-        "and the emulator and the router took the time it freed",
+        "submission: each request is a router call, a queued-record write and an "
+        "enqueue through the emulator (the worker writes results 25 to a call): per "
+        "burst the emulator took 4.8 to 5.3 s of CPU and the router 2.5 to 2.8 s (8.2 to "
+        "13.2 and 4.8 to 7.2 before the batched async results and the emulator's direct "
+        "PutItem and SendMessage), on the two cores the model needs ~8 CPU-s of; the "
+        "runs gave 0.45, 0.43 and 0.43",
     ),
     Goal(
         "16 closed-loop sync callers of one sentence, answered vs the model's limit",
@@ -218,12 +221,12 @@ GOALS = (
         0.35,
         False,
         "×",
-        "46 answers/s at p50 338 ms, against a model limit of 174 to 189 inputs/s (38 at "
-        "419 ms in the run before): each answer waits for its batch, its result write and "
-        "the router's next look at the results table, and every one-sentence request pays "
-        "a message's receive and delete, its share of a batch's result write and its "
-        "router's looks through the emulator "
-        "on the same two cores as the model",
+        "78 answers/s at p50 200 ms, against a model limit of 265 to 272 inputs/s (67 at "
+        "230 ms before the emulator's direct PutItem and SendMessage, 46 at 338 ms "
+        "before that): each answer waits for its batch, and for the router's next look "
+        "at the results table, and every one-sentence request pays a message's send, "
+        "receive and delete, its share of a batch's result write and its router's looks "
+        "through the emulator on the same two cores as the model",
     ),
     Goal(
         "sustainable rate, platform vs Ray Serve (@serve.batch)",
