@@ -87,7 +87,7 @@ GOALS = (
         False,
         "×",
         "the worker's own Python: with the model's one thread (the model alone ~1 ms a "
-        "batch of 64) the worker spent 6.3 ms of CPU a batch, ~80 µs a message, spread "
+        "batch of 64) the worker spent 6.3 ms of CPU a batch, ~80 µs per message, spread "
         "over decoding and validating each message, building, storing and logging its "
         "result and the hand-offs between the intake, model and finisher threads, which "
         "one interpreter lock serialises; with two model threads, which spin while they "

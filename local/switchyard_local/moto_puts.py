@@ -24,10 +24,9 @@ every answer and every item written.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from switchyard_local.moto_reads import backend_of
+from switchyard_local.moto_reads import backend_of, json_request
 
 TARGET = "DynamoDB_20120810.PutItem"
 _FIELDS = {
@@ -43,11 +42,8 @@ _PLAIN_TYPES = {"S", "N", "BOOL", "NULL"}
 def put_item(environ: dict[str, Any], body: bytes) -> bytes | None:
     """The answer to a plain PutItem, written; or None for moto to answer (nothing
     written)."""
-    try:
-        request = json.loads(body)
-    except ValueError:
-        return None
-    if not isinstance(request, dict) or not set(request) <= _FIELDS:
+    request = json_request(body, _FIELDS)
+    if request is None:
         return None
     name, item = request.get("TableName"), request.get("Item")
     if not isinstance(name, str) or not isinstance(item, dict) or not _plain(item):

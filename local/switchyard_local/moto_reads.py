@@ -90,13 +90,22 @@ def wrap(app: Application) -> Application:
     return application
 
 
-def get_item(environ: dict[str, Any], body: bytes) -> bytes | None:
-    """The answer to a plain GetItem, or None for moto to answer."""
+def json_request(body: bytes, fields: set[str]) -> dict[str, Any] | None:
+    """A direct path's request: the body's JSON object, if each of its fields is one
+    of ``fields``; None (moto's to answer) otherwise."""
     try:
         request = json.loads(body)
     except ValueError:
         return None
-    if not isinstance(request, dict) or not set(request) <= _FIELDS:
+    if not isinstance(request, dict) or not set(request) <= fields:
+        return None
+    return request
+
+
+def get_item(environ: dict[str, Any], body: bytes) -> bytes | None:
+    """The answer to a plain GetItem, or None for moto to answer."""
+    request = json_request(body, _FIELDS)
+    if request is None:
         return None
     name, key = request.get("TableName"), request.get("Key")
     if not isinstance(name, str) or not isinstance(key, dict) or not _plain_key(key):

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from switchyard_local.moto_reads import backend_of
+from switchyard_local.moto_reads import backend_of, json_request
 
 TARGET = "AmazonSQS.SendMessage"
 _FIELDS = {"QueueUrl", "MessageBody", "MessageGroupId", "DelaySeconds"}
@@ -34,11 +34,8 @@ _FIELDS = {"QueueUrl", "MessageBody", "MessageGroupId", "DelaySeconds"}
 def send_message(environ: dict[str, Any], body: bytes) -> bytes | None:
     """The answer to a plain SendMessage, queued; or None for moto to answer (nothing
     queued)."""
-    try:
-        request = json.loads(body)
-    except ValueError:
-        return None
-    if not isinstance(request, dict) or not set(request) <= _FIELDS:
+    request = json_request(body, _FIELDS)
+    if request is None:
         return None
     url, text = request.get("QueueUrl"), request.get("MessageBody")
     group, delay = request.get("MessageGroupId"), request.get("DelaySeconds")

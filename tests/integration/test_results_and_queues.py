@@ -210,6 +210,19 @@ def test_a_failed_attempt_on_a_request_with_no_record_yet_writes_its_queued_reco
     assert results.put_queued(queued) is False
 
 
+def dynamodb_calls(clients) -> list[str]:
+    """The operations the DynamoDB client makes from now on, in order."""
+    calls: list[str] = []
+    clients("dynamodb").meta.events.register(
+        "before-call.dynamodb.*", lambda model, **_: calls.append(model.name)
+    )
+    return calls
+
+
+def result_of(rid, status="done", outputs=None):
+    return record(status, outputs=outputs).model_copy(update={"request_id": rid})
+
+
 def test_new_results_are_inserted_many_to_a_call_and_never_replace_one(
     manifest, provisioned, clients
 ):
@@ -217,15 +230,9 @@ def test_new_results_are_inserted_many_to_a_call_and_never_replace_one(
     one handed off at its deadline (queued: stored over it); one already answered
     (kept); one with outputs too large to hold inline (behind a claim-check); a
     second copy of one of the new ones (kept out of the call, and not stored)."""
-    dynamodb = clients("dynamodb")
-    calls: list[str] = []
-    dynamodb.meta.events.register(
-        "before-call.dynamodb.*", lambda model, **_: calls.append(model.name)
-    )
+    calls = dynamodb_calls(clients)
     results = store(manifest, clients, threshold=2_000)
-
-    def one(rid, status="done", outputs=None):
-        return record(status, outputs=outputs).model_copy(update={"request_id": rid})
+    one = result_of
 
     results.put_queued(one("handed-off", "queued"))
     assert results.complete(one("answered", outputs=["first"])) is True
@@ -255,15 +262,9 @@ def test_queued_results_are_updated_many_to_a_call_and_never_replace_a_final_one
     count goes with the queued record); one already cancelled (kept); one with no
     record at all (stored by the conditional put); one with outputs too large to hold
     inline; a second copy of one of the 30 (kept out of the call, and not stored)."""
-    dynamodb = clients("dynamodb")
-    calls: list[str] = []
-    dynamodb.meta.events.register(
-        "before-call.dynamodb.*", lambda model, **_: calls.append(model.name)
-    )
+    calls = dynamodb_calls(clients)
     results = store(manifest, clients, threshold=2_000)
-
-    def one(rid, status="done", outputs=None):
-        return record(status, outputs=outputs).model_copy(update={"request_id": rid})
+    one = result_of
 
     waiting = [one(f"q{i}", "queued") for i in range(30)] + [one("large", "queued")]
     for r in waiting:

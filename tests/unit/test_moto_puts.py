@@ -14,43 +14,19 @@ from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_ba
 from werkzeug.test import Client
 
 from switchyard_local import moto_puts, moto_reads
-from tests.unit.test_moto_reads import call
-
-KEY_SCHEMA = {
-    "KeySchema": [
-        {"AttributeName": "tenant", "KeyType": "HASH"},
-        {"AttributeName": "request_id", "KeyType": "RANGE"},
-    ],
-    "AttributeDefinitions": [
-        {"AttributeName": "tenant", "AttributeType": "S"},
-        {"AttributeName": "request_id", "AttributeType": "S"},
-    ],
-    "BillingMode": "PAY_PER_REQUEST",
-}
+from tests.unit.test_moto_reads import RESULTS_KEYS, answered_directly, call
 
 
 @pytest.fixture(scope="module")
 def clients() -> Iterator[tuple[Client, Client, list[str]]]:
     """moto's application and the wrapped one, each with its twin table; and a log of
     the PutItems the wrapped one wrote itself."""
-    moto_app = DomainDispatcherApplication(create_backend_app)
-    written: list[str] = []
-    real = moto_puts.put_item
-
-    def counted(environ: dict[str, Any], body: bytes) -> bytes | None:
-        answer = real(environ, body)
-        if answer is not None:
-            written.append(body.decode())
-        return answer
-
-    moto_puts.put_item = counted  # type: ignore[assignment]
-    try:
+    with answered_directly(moto_puts, "put_item") as written:
+        moto_app = DomainDispatcherApplication(create_backend_app)
         moto, fast = Client(moto_app), Client(moto_reads.wrap(moto_app))
         for table in ("by-moto", "by-fast"):
-            assert call(moto, "CreateTable", {"TableName": table, **KEY_SCHEMA})[0] == 200
+            assert call(moto, "CreateTable", {"TableName": table, **RESULTS_KEYS})[0] == 200
         yield moto, fast, written
-    finally:
-        moto_puts.put_item = real  # type: ignore[assignment]
 
 
 def item(rid: str, **more: Any) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -41,13 +42,26 @@ def call(client: Client, target: str, body: Any) -> tuple[Any, Any]:
     return response.status_code, json.loads(text) if text else None
 
 
-@pytest.fixture(scope="module")
-def clients() -> Iterator[tuple[Client, Client, list[str]]]:
-    """moto's application and the wrapped one, over tables the script reads; and a
-    log of the GetItems the wrapped one answered itself."""
-    moto_app = DomainDispatcherApplication(create_backend_app)
+# The results table's key, as the platform provisions it.
+RESULTS_KEYS = {
+    "KeySchema": [
+        {"AttributeName": "tenant", "KeyType": "HASH"},
+        {"AttributeName": "request_id", "KeyType": "RANGE"},
+    ],
+    "AttributeDefinitions": [
+        {"AttributeName": "tenant", "AttributeType": "S"},
+        {"AttributeName": "request_id", "AttributeType": "S"},
+    ],
+    "BillingMode": "PAY_PER_REQUEST",
+}
+
+
+@contextmanager
+def answered_directly(module: Any, name: str) -> Iterator[list[str]]:
+    """While it lasts, ``module.name`` (a direct path of the wrapper) logs each
+    request it answered itself; wrap moto's application inside it."""
+    real = getattr(module, name)
     answered: list[str] = []
-    real = moto_reads.get_item
 
     def counted(environ: dict[str, Any], body: bytes) -> bytes | None:
         answer = real(environ, body)
@@ -55,9 +69,26 @@ def clients() -> Iterator[tuple[Client, Client, list[str]]]:
             answered.append(body.decode())
         return answer
 
-    moto_reads.get_item = counted  # type: ignore[assignment]
-    wrapped = moto_reads.wrap(moto_app)  # takes the counted get_item, patched before
-    moto, fast = Client(moto_app), Client(wrapped)
+    setattr(module, name, counted)
+    try:
+        yield answered
+    finally:
+        setattr(module, name, real)
+
+
+@pytest.fixture(scope="module")
+def clients() -> Iterator[tuple[Client, Client, list[str]]]:
+    """moto's application and the wrapped one, over tables the script reads; and a
+    log of the GetItems the wrapped one answered itself."""
+    with answered_directly(moto_reads, "get_item") as answered:
+        moto_app = DomainDispatcherApplication(create_backend_app)
+        moto, fast = Client(moto_app), Client(moto_reads.wrap(moto_app))
+        yield from _with_tables(moto, fast, answered)
+
+
+def _with_tables(
+    moto: Client, fast: Client, answered: list[str]
+) -> Iterator[tuple[Client, Client, list[str]]]:
     for table, keys in (("results", ("tenant", "request_id")), ("single", ("pk",))):
         schema = [{"AttributeName": keys[0], "KeyType": "HASH"}]
         defs = [{"AttributeName": keys[0], "AttributeType": "S"}]
@@ -110,7 +141,6 @@ def clients() -> Iterator[tuple[Client, Client, list[str]]]:
     for table, item in items:
         assert call(moto, "PutItem", {"TableName": table, "Item": item})[0] == 200
     yield moto, fast, answered
-    moto_reads.get_item = real  # type: ignore[assignment]
 
 
 def key(request_id: str, tenant: str = "acme") -> dict[str, Any]:

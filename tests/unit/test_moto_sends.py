@@ -14,7 +14,7 @@ from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_ba
 from werkzeug.test import Client
 
 from switchyard_local import moto_reads, moto_sends
-from tests.unit.test_moto_reads import REGION
+from tests.unit.test_moto_reads import REGION, answered_directly
 
 HOST = "127.0.0.1:5000"
 
@@ -41,18 +41,8 @@ def sqs(client: Client, target: str, body: dict[str, Any]) -> tuple[int, Any]:
 def clients() -> Iterator[tuple[Client, Client, list[str], dict[str, str]]]:
     """moto's application and the wrapped one, each with its twin queues (standard and
     FIFO); a log of the sends the wrapped one queued itself; each queue's URL."""
-    moto_app = DomainDispatcherApplication(create_backend_app)
-    queued: list[str] = []
-    real = moto_sends.send_message
-
-    def counted(environ: dict[str, Any], body: bytes) -> bytes | None:
-        answer = real(environ, body)
-        if answer is not None:
-            queued.append(body.decode())
-        return answer
-
-    moto_sends.send_message = counted  # type: ignore[assignment]
-    try:
+    with answered_directly(moto_sends, "send_message") as queued:
+        moto_app = DomainDispatcherApplication(create_backend_app)
         moto, fast = Client(moto_app), Client(moto_reads.wrap(moto_app))
         urls = {}
         for name in ("by-moto", "by-fast", "by-moto.fifo", "by-fast.fifo"):
@@ -61,8 +51,6 @@ def clients() -> Iterator[tuple[Client, Client, list[str], dict[str, str]]]:
             assert status == 200, answer
             urls[name] = answer["QueueUrl"]
         yield moto, fast, queued, urls
-    finally:
-        moto_sends.send_message = real  # type: ignore[assignment]
 
 
 SCRIPT: list[tuple[str, dict[str, Any], bool]] = [

@@ -15,7 +15,7 @@ from werkzeug.test import Client
 
 from switchyard.results import insert_statement, update_statement
 from switchyard_local import moto_reads
-from tests.unit.test_moto_reads import call
+from tests.unit.test_moto_reads import RESULTS_KEYS, call
 
 
 @pytest.fixture(scope="module")
@@ -26,18 +26,7 @@ def clients() -> Iterator[tuple[Client, Client]]:
     status, _ = call(
         moto,
         "CreateTable",
-        {
-            "TableName": "inserts",
-            "KeySchema": [
-                {"AttributeName": "tenant", "KeyType": "HASH"},
-                {"AttributeName": "request_id", "KeyType": "RANGE"},
-            ],
-            "AttributeDefinitions": [
-                {"AttributeName": "tenant", "AttributeType": "S"},
-                {"AttributeName": "request_id", "AttributeType": "S"},
-            ],
-            "BillingMode": "PAY_PER_REQUEST",
-        },
+        {"TableName": "inserts", **RESULTS_KEYS},
     )
     assert status == 200
     yield moto, fast
