@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from switchyard_local.moto_reads import backend_of, json_request
+from switchyard_local.moto_reads import json_request, table_of
 
 TARGET = "DynamoDB_20120810.PutItem"
 _FIELDS = {
@@ -57,12 +57,10 @@ def put_item(environ: dict[str, Any], body: bytes) -> bytes | None:
         return None
     if values is not None and (not isinstance(values, dict) or not values or not _plain(values)):
         return None
-    backend = backend_of(environ)
-    if backend is None:
+    found = table_of(environ, name)
+    if found is None:
         return None
-    table = backend.tables.get(name)
-    if table is None:
-        return None
+    backend, table = found
     from moto.core.exceptions import JsonRESTError
     from moto.dynamodb.comparisons import create_condition_expression_parser
     from moto.dynamodb.exceptions import DynamodbException

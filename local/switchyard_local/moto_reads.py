@@ -112,14 +112,11 @@ def get_item(environ: dict[str, Any], body: bytes) -> bytes | None:
         return None
     if not isinstance(request.get("ConsistentRead", False), bool):
         return None
-    backend = backend_of(environ)
-    if backend is None:
+    found = table_of(environ, name)
+    if found is None:
         return None
-    table = backend.tables.get(name)
-    if table is None:
-        return None
-    expected = {table.hash_key_attr} | ({table.range_key_attr} if table.has_range_key else set())
-    if set(key) != expected:
+    backend, table = found
+    if set(key) != set(key_names(table)):
         return None
     item = backend.get_item(name, key)
     if item is None:
@@ -152,6 +149,19 @@ def _plain_key(key: dict[str, Any]) -> bool:
         if kind not in _KEY_TYPES or not isinstance(text, str) or not text:
             return False
     return True
+
+
+def table_of(environ: dict[str, Any], name: str) -> tuple[Any, Any] | None:
+    """moto's DynamoDB backend for the request and its table ``name``; None where
+    either is not found (moto's to answer)."""
+    backend = backend_of(environ)
+    table = backend.tables.get(name) if backend is not None else None
+    return None if table is None else (backend, table)
+
+
+def key_names(table: Any) -> list[str]:
+    """A moto table's key attributes: its hash key, then its range key if it has one."""
+    return [table.hash_key_attr] + ([table.range_key_attr] if table.has_range_key else [])
 
 
 def backend_of(environ: dict[str, Any], service: str = "dynamodb") -> Any:

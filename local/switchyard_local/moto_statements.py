@@ -41,7 +41,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from switchyard_local.moto_reads import backend_of
+from switchyard_local.moto_reads import backend_of, json_request, key_names
 
 TARGET = "DynamoDB_20120810.BatchExecuteStatement"
 MAX_STATEMENTS = 25  # DynamoDB's limit per BatchExecuteStatement
@@ -61,11 +61,8 @@ _QUOTED = re.compile(r'"([^"?]+)"')
 def batch_statements(environ: dict[str, Any], body: bytes) -> bytes | None:
     """The answer to a BatchExecuteStatement of INSERTs and UPDATEs of the forms
     above, or None for moto to answer."""
-    try:
-        request = json.loads(body)
-    except ValueError:
-        return None
-    if not isinstance(request, dict) or set(request) != {"Statements"}:
+    request = json_request(body, {"Statements"})
+    if request is None or "Statements" not in request:
         return None
     statements = request["Statements"]
     if not isinstance(statements, list) or not 1 <= len(statements) <= MAX_STATEMENTS:
@@ -90,20 +87,28 @@ def batch_statements(environ: dict[str, Any], body: bytes) -> bytes | None:
 def parse_insert(statement: Any) -> tuple[str, dict[str, Any]] | None:
     """The table and item of one statement of a BatchExecuteStatement, if it is an
     INSERT of the form above with one parameter for each ``?``; None otherwise."""
+    matched = _matched(statement, _INSERT)
+    if matched is None:
+        return None
+    match, values = matched
+    names = _NAME.findall(match.group("names"))
+    if len(names) != len(values) or len(set(names)) != len(names):
+        return None
+    return match.group("table"), dict(zip(names, values, strict=True))
+
+
+def _matched(statement: Any, form: re.Pattern[str]) -> tuple[re.Match[str], list[Any]] | None:
+    """A statement's match of ``form`` and its parameters, each one attribute value;
+    None for a statement of another shape."""
     if not isinstance(statement, dict) or set(statement) != {"Statement", "Parameters"}:
         return None
     text, values = statement["Statement"], statement["Parameters"]
     if not isinstance(text, str) or not isinstance(values, list):
         return None
-    match = _INSERT.fullmatch(text)
-    if match is None:
+    match = form.fullmatch(text)
+    if match is None or not all(isinstance(v, dict) and len(v) == 1 for v in values):
         return None
-    names = _NAME.findall(match.group("names"))
-    if len(names) != len(values) or len(set(names)) != len(names):
-        return None
-    if not all(isinstance(v, dict) and len(v) == 1 for v in values):
-        return None
-    return match.group("table"), dict(zip(names, values, strict=True))
+    return match, values
 
 
 @dataclass(frozen=True)
@@ -121,21 +126,15 @@ class Update:
 def parse_update(statement: Any) -> Update | None:
     """One statement of a BatchExecuteStatement, if it is an UPDATE of the form above
     with one parameter for each ``?``; None otherwise."""
-    if not isinstance(statement, dict) or set(statement) != {"Statement", "Parameters"}:
+    matched = _matched(statement, _UPDATE)
+    if matched is None:
         return None
-    text, values = statement["Statement"], statement["Parameters"]
-    if not isinstance(text, str) or not isinstance(values, list):
-        return None
-    match = _UPDATE.fullmatch(text)
-    if match is None:
-        return None
+    match, values = matched
     sets = _QUOTED.findall(match.group("sets"))
     removes = _QUOTED.findall(match.group("removes"))
     keys = [match.group("hash"), match.group("range")]
     named = [*sets, *removes, *keys]
     if len(values) != len(sets) + 3 or len(set(named)) != len(named):
-        return None
-    if not all(isinstance(v, dict) and len(v) == 1 for v in values):
         return None
     n = len(sets)
     return Update(
@@ -154,8 +153,7 @@ def _update(backend: Any, update: Update) -> dict[str, Any]:
     table = backend.tables.get(name)
     if table is None:
         return _error(name, "ResourceNotFound", "Requested resource not found")
-    keys = [table.hash_key_attr] + ([table.range_key_attr] if table.has_range_key else [])
-    if sorted(keys) != sorted(update.key):
+    if sorted(key_names(table)) != sorted(update.key):
         return _error(
             name,
             "ValidationError",
@@ -190,8 +188,7 @@ def _insert(backend: Any, name: str, item: dict[str, Any]) -> dict[str, Any]:
     if table is None:
         return _error(name, "ResourceNotFound", "Requested resource not found")
     types = {a["AttributeName"]: a["AttributeType"] for a in table.attr}
-    keys = [table.hash_key_attr] + ([table.range_key_attr] if table.has_range_key else [])
-    for key in keys:
+    for key in key_names(table):
         value = item.get(key)
         kind, text = next(iter(value.items())) if value else (None, None)
         if kind != types.get(key) or text in ("", None):
