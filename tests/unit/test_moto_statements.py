@@ -13,7 +13,7 @@ import pytest
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from werkzeug.test import Client
 
-from switchyard.results import insert_statement, update_statement
+from switchyard.results import insert_of, update_of_queued, update_statement
 from switchyard_local import moto_reads
 from tests.unit.test_moto_reads import RESULTS_KEYS, call
 
@@ -45,19 +45,14 @@ def item(rid: str, **more: Any) -> dict[str, Any]:
 
 
 def statement(one: dict[str, Any], table: str = "inserts") -> dict[str, Any]:
-    return {"Statement": insert_statement(table, list(one)), "Parameters": list(one.values())}
+    return insert_of(table, one)
 
 
 def queued_update(
     one: dict[str, Any], removed: list[str], table: str = "inserts"
 ) -> dict[str, Any]:
     """The worker's UPDATE of ``one`` over its queued record (``complete_queued``)."""
-    keys = ("tenant", "request_id")
-    names = [n for n in one if n not in keys]
-    return {
-        "Statement": update_statement(table, names, removed, keys),
-        "Parameters": [one[n] for n in names] + [one[k] for k in keys] + [{"S": "queued"}],
-    }
+    return update_of_queued(table, one, removed)
 
 
 def queued(rid: str) -> dict[str, Any]:

@@ -191,19 +191,13 @@ class DynamoDBResultStore:
         return [stored[i] for i in range(len(records))]
 
     def _insert(self, item: dict[str, Any]) -> dict[str, Any]:
-        return {"Statement": insert_statement(self._table, list(item)),
-                "Parameters": list(item.values())}  # fmt: skip
+        return insert_of(self._table, item)
 
     def _update(self, item: dict[str, Any]) -> dict[str, Any]:
-        keys = (RESULTS.partition, RESULTS.sort)
-        names = [n for n in item if n not in keys]
         # What a queued record may hold and this result does not: removed, so that
         # the item is what the put would have written.
         removed = [n for n in _FINAL_ONLY_OR_QUEUED_ONLY if n not in item]
-        return {
-            "Statement": update_statement(self._table, names, removed, keys),
-            "Parameters": [item[n] for n in names] + [item[k] for k in keys] + [_QUEUED],
-        }
+        return update_of_queued(self._table, item, removed)
 
     def mark_failed(self, queued: ResultRecord, reason: str) -> None:
         # A request answered already has nothing to mark. One that has no record yet
@@ -359,6 +353,22 @@ class DynamoDBResultStore:
                 name, value = inline
                 item[name] = value
         return item
+
+
+def insert_of(table: str, item: dict[str, Any]) -> dict[str, Any]:
+    """A BatchExecuteStatement's statement that inserts ``item``."""
+    return {"Statement": insert_statement(table, list(item)), "Parameters": list(item.values())}
+
+
+def update_of_queued(table: str, item: dict[str, Any], removed: list[str]) -> dict[str, Any]:
+    """A BatchExecuteStatement's statement that writes ``item`` (a result) over its
+    record while that is ``queued``, removing ``removed``."""
+    keys = (RESULTS.partition, RESULTS.sort)
+    names = [n for n in item if n not in keys]
+    return {
+        "Statement": update_statement(table, names, removed, keys),
+        "Parameters": [item[n] for n in names] + [item[k] for k in keys] + [_QUEUED],
+    }
 
 
 def update_statement(
