@@ -42,6 +42,8 @@ class Pending:
     inputs: list[Any] | None = None
     # Set when the message is malformed for its own reasons: it gets an error result.
     error: ErrorInfo | None = None
+    # Its request's status in the results table, once read ("queued": not answered).
+    status: str | None = None
 
     @property
     def size(self) -> int:

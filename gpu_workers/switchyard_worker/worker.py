@@ -247,15 +247,22 @@ class Worker:
     def _intake(self) -> None:
         """The intake thread: receive and decode what the forming batch has room for,
         while the main thread runs the one before. It stops taking more once the
-        forming batch is full (one batch ahead at most, so memory stays bounded); the
-        realtime watcher looks at the realtime lane meanwhile."""
+        forming batch is full (one batch ahead at most, so memory stays bounded), and
+        then reads which of its requests are answered already, so that the model
+        need not wait for that read between two batches; the realtime watcher looks
+        at the realtime lane meanwhile."""
         while not self._stopping.is_set():
             with self._held:
-                if self._room() <= 0:
+                full = self._room() <= 0
+                unread = [p for p in self._assembler.held if _unread(p)] if full else []
+                if full and not unread:
                     self._held.wait(0.05)  # until the main thread takes a batch
                     continue
             try:
-                self._receive()
+                if unread:
+                    self._read_statuses(unread)
+                else:
+                    self._receive()
             except Exception:  # noqa: BLE001 - the next turn tries again
                 log.exception("receive failed")
                 self._pause(1.0)
@@ -533,16 +540,29 @@ class Worker:
                 log.exception("release failed")
                 self._forget([p.received for p, _ in answered])
 
+    def _read_statuses(self, pendings: list[Pending]) -> None:
+        """Read the results table's status of each pending request: one read for all."""
+        keys = [(p.message.tenant, p.message.request_id) for p in pendings if p.message]
+        statuses = self._results.statuses(keys) if keys else {}
+        for p in pendings:
+            if p.message is not None:
+                p.status = statuses.get((p.message.tenant, p.message.request_id), "queued")
+
     def _skip_answered(self, batch: list[Pending]) -> list[Pending]:
         """Requests that already have their final result (cancelled by the caller,
         answered by a fallback, or stored just before a crash) are deleted without
-        running; the rest are returned. One read of the results table per batch."""
-        keys = [(p.message.tenant, p.message.request_id) for p in batch if p.message]
-        statuses = self._results.statuses(keys) if keys else {}
+        running; the rest are returned. Their statuses are read at most once per
+        batch: on the intake thread while the batch before ran, when the batch was
+        full by then, else here. A request answered after that read runs, and its
+        result is not stored: every write is conditional on the request being
+        unanswered."""
+        unread = [p for p in batch if _unread(p)]
+        if unread:
+            self._read_statuses(unread)
         answered = []
         for p in batch:
             assert p.message is not None
-            status = statuses.get((p.message.tenant, p.message.request_id), "queued")
+            status = p.status
             if status != "queued":
                 answered.append(p)
                 log.info(
@@ -1232,6 +1252,11 @@ def _timed_predict(runtime: Any, inputs: list[Any]) -> tuple[list[Any], float]:
     began = time.perf_counter()
     outputs = runtime.predict(inputs)
     return outputs, time.perf_counter() - began
+
+
+def _unread(p: Pending) -> bool:
+    """A decoded request whose status in the results table is not read yet."""
+    return p.message is not None and p.status is None
 
 
 def _unrecorded(p: Pending, record: ResultRecord) -> bool:

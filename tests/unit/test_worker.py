@@ -15,11 +15,14 @@ from tests.fakes import EchoRuntime, FakePayloads, FakeQueue, FakeRegistry, Fake
 
 @pytest.fixture
 def parts(digits_v1):
+    return build(digits_v1, EchoRuntime())
+
+
+def build(digits_v1, runtime):
     log: list = []
     realtime, batch = FakeQueue("realtime"), FakeQueue("batch")
     realtime.log = batch.log = log
     results = FakeResults(log)
-    runtime = EchoRuntime()
     worker = Worker(
         model="digits-cnn",
         worker_id="w1",
@@ -231,6 +234,51 @@ def test_a_cancelled_request_is_deleted_without_running(parts):
     assert results.get("acme", "keep").status == "done"
     assert len(runtime.calls) == 1 and len(runtime.calls[0]) == 1  # "keep" alone ran
     assert ("statuses", 2) in log  # one read for the batch, not one per message
+
+
+class GatedRuntime(EchoRuntime):
+    """Holds its first call until ``gate`` is set; ``running`` is set as it starts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.running, self.gate = threading.Event(), threading.Event()
+
+    def predict(self, inputs):
+        self.running.set()
+        self.gate.wait(5)
+        return super().predict(inputs)
+
+
+def test_the_next_batchs_statuses_are_read_while_the_model_runs_the_one_before(digits_v1):
+    # GIVEN a worker running a full batch (64 inputs) in a model that holds it
+    worker, realtime, _, results, runtime, log = build(digits_v1, GatedRuntime())
+    for rid in ("a1", "b1", "b2"):
+        queued(results, rid)
+    send(realtime, "a1", inputs=[[1] * 64] * 64)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        assert runtime.running.wait(5)
+        # WHEN the next batch is received meanwhile, full (two requests of 32 inputs)
+        send(realtime, "b1", inputs=[[1] * 64] * 32)
+        send(realtime, "b2", inputs=[[1] * 64] * 32)
+        # THEN their statuses are read before the model is free: one read for both
+        deadline = time.monotonic() + 5
+        while ("statuses", 2) not in log and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert ("statuses", 2) in log and not runtime.calls
+        # and a request cancelled after that read runs, but its result is not stored
+        results.cancel("acme", "b2", time.time())
+        runtime.gate.set()
+        assert results.wait_for(2, 5)
+    finally:
+        worker.stop()
+        thread.join(10)
+    assert [len(call) for call in runtime.calls] == [64, 64]
+    assert results.get("acme", "b1").status == "done"
+    assert results.get("acme", "b2").status == "cancelled"
+    assert realtime.depth == 0  # its message deleted all the same
+    assert [entry for entry in log if entry[0] == "statuses"] == [("statuses", 1), ("statuses", 2)]
 
 
 def test_an_unknown_version_gets_an_error_result(parts):
