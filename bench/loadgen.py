@@ -187,18 +187,24 @@ def run_ladder(
     meter: CpuMeter | None = None,
     retries: int = 2,
     settle: Callable[[], None] | None = None,
+    refine: int = 2,
 ) -> list[dict[str, Any]]:
-    """Steps of rising rate until one is not sustained (that one is kept too). With a
-    ``meter``, each step also records the CPU each process spent per answered request,
-    and a step that fails while other work took more than a fifth of the machine is
-    run again (at most ``retries`` times) once the machine is quiet."""
-    steps = []
+    """Steps of rising rate until one is not sustained (that one is kept too), then
+    up to ``refine`` steps that halve the gap between the highest rate sustained and
+    the lowest not, while it is over a tenth: the ladder's rungs are coarse (60 then
+    80), and the sustainable rate is read to within about 5 % of it. The steps come
+    back in order of rate. With a ``meter``, each step also records the CPU each
+    process spent per answered request, and a step that fails while other work took
+    more than a fifth of the machine is run again (at most ``retries`` times) once
+    the machine is quiet."""
+    steps: list[dict[str, Any]] = []
     cores = os.cpu_count() or 1
-    for n, rate in enumerate(rates):
+
+    def measured(rate: float, seed: int) -> bool:
         for attempt in range(retries + 1):
             if meter is not None:
                 meter.start()
-            result = run_step(url, send, rate, seconds, seed=100 + n)
+            result = run_step(url, send, rate, seconds, seed=seed)
             summary = result.summary()
             summary["attempt"] = attempt + 1
             if meter is None:
@@ -230,10 +236,28 @@ def run_ladder(
             f"p50 {summary['p50_ms']} ms, p99 {summary['p99_ms']} ms, "
             f"{summary['throughput']} req/s"
         )
-        if not result.sustained:
-            break
         time.sleep(pause_s)
-    return steps
+        return result.sustained
+
+    low = None
+    for n, rate in enumerate(rates):
+        if not measured(rate, seed=100 + n):
+            high = rate
+            break
+        low = rate
+    else:
+        high = None
+    for k in range(refine):
+        if low is None or high is None or high <= low * 1.1:
+            break
+        middle = round((low + high) / 2)
+        if settle is not None:
+            settle()  # the backlog the overloaded step left is not measured again
+        if measured(middle, seed=100 + len(rates) + k):
+            low = middle
+        else:
+            high = middle
+    return sorted(steps, key=lambda s: s["rate"])
 
 
 async def _sequential(url: str, send: Sender, count: int, timeout_s: float) -> list[Outcome]:

@@ -10,10 +10,19 @@ from collections import Counter
 import pytest
 
 from bench import generation as gen
+from bench import loadgen
 from bench.aws_calls import Call, item_size, read_units, summarise, write_units
 from bench.common import ROOT, digit_images, percentile, ratio, sentences
 from bench.end_to_end import breakdown
-from bench.loadgen import check_loopback, is_sustained, poisson_schedule, sustainable_rate
+from bench.loadgen import (
+    Outcome,
+    StepResult,
+    check_loopback,
+    is_sustained,
+    poisson_schedule,
+    run_ladder,
+    sustainable_rate,
+)
 from bench.report import clean, compare_peer, markdown
 from bench.soak import (
     BAD_INPUTS,
@@ -82,6 +91,31 @@ def test_sustainable_rate_is_the_highest_sustained_step():
     ]
     assert sustainable_rate(steps) == 10
     assert sustainable_rate([{"rate": 5, "sustained": False}]) is None
+
+
+def test_the_ladder_halves_the_gap_past_the_first_rate_not_sustained(monkeypatch):
+    # GIVEN a target that answers within 100 ms up to 55 req/s, and in 900 ms past it
+    asked: list[tuple[str, float]] = []
+
+    def step(url, send, rate, seconds, seed=1):
+        asked.append(("step", rate))
+        latency = 100.0 if rate <= 55 else 900.0
+        return StepResult(rate, 10, 1.0, [Outcome("ok", latency)] * 10)
+
+    monkeypatch.setattr(loadgen, "run_step", step)
+    # WHEN its ladder runs over coarse rungs
+    steps = run_ladder(
+        "http://127.0.0.1:1", None, [10, 20, 40, 80, 160], 1.0, lambda _: None, pause_s=0,
+        settle=lambda: asked.append(("settle", 0)),
+    )  # fmt: skip
+    # THEN it stops at the first rung not sustained, then halves the gap twice, each
+    # time once the backlog has drained
+    assert asked == [
+        ("step", 10), ("step", 20), ("step", 40), ("step", 80),
+        ("settle", 0), ("step", 60), ("settle", 0), ("step", 50),
+    ]  # fmt: skip
+    assert [s["rate"] for s in steps] == [10, 20, 40, 50, 60, 80]
+    assert sustainable_rate(steps) == 50
 
 
 def test_load_only_targets_loopback():
