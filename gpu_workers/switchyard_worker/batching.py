@@ -170,6 +170,12 @@ class BatchAssembler:
         """A batch of ``version`` took ``seconds`` for ``size`` inputs."""
         self.costs.setdefault(version, BatchCost()).observe(size, seconds)
 
+    def expected(self, version: str, size: int) -> float:
+        """Seconds a batch of ``size`` inputs of ``version`` is expected to take (0
+        before one has run)."""
+        cost = self.costs.get(version)
+        return cost.expected(size) if cost else 0.0
+
     @property
     def held(self) -> list[Pending]:
         return list(self._pool)
@@ -214,8 +220,7 @@ class BatchAssembler:
         now = self.clock()
         left = oldest.arrived + max_wait - now
         same = [p for p in self._pool if p.version == oldest.version]
-        cost = self.costs.get(oldest.version)
-        expected = cost.expected(sum(p.size for p in same)) if cost else 0.0
+        expected = self.expected(oldest.version, sum(p.size for p in same))
         for p in same:
             respond_by = p.respond_by
             if respond_by is not None:

@@ -86,6 +86,10 @@ _INSERTS = 25  # results per write (DynamoDB's BatchExecuteStatement takes 25)
 _WATCH_WAIT_S = 1  # the realtime watcher's long poll: short, as it holds no batch up
 _JOB_STATUS_SECONDS = 2.0  # how stale a job's cancelled-or-not may be
 _PAUSE_SLICE_S = 0.02  # how soon a pause notices a stop
+# While the model runs a batch and the next is due, the intake looks at the queue
+# once more this long before the running batch is expected to end, so that what
+# arrived meanwhile joins the next batch rather than the one after it.
+_LOOK_BEFORE_END_S = 0.005
 
 
 class BatchFailed(Exception):
@@ -151,6 +155,12 @@ class Worker:
         # Guards the assembler between the intake thread and the main thread; each
         # tells the other through it (a batch added, a batch taken).
         self._held = threading.Condition()
+        # The batch the model runs (under ``_held``): how many were started, and when
+        # the running one is expected to end (monotonic; None while the model is idle);
+        # and the batch before whose end the intake last looked at the queue.
+        self._started = 0
+        self._running_until: float | None = None
+        self._looked_before_end = 0
         self._stopping = threading.Event()
         self._in_hand: dict[str, Received] = {}
         self._in_hand_lock = threading.Lock()
@@ -381,14 +391,28 @@ class Worker:
 
     def _await_due(self) -> None:
         """The last look found the queue drained: let arrivals gather until the
-        forming batch is due, or, if it is due already (the model is busy with the
-        batch before), until that batch is taken, before looking again."""
+        forming batch is due. If it is due already (the model is busy with the batch
+        before), look once more shortly before that batch is expected to end, so what
+        arrived meanwhile runs in the next batch, not in the one after; after that,
+        wait until the forming batch is taken."""
         left = self._assembler.time_left()
         if left > 0:
             self._pause(left)
             return
         with self._held:
-            if self._assembler.held and self._assembler.time_left() <= 0:
+            if not self._assembler.held or self._assembler.time_left() > 0:
+                return
+            if self._running_until is not None and self._looked_before_end < self._started:
+                self._looked_before_end = self._started
+                ahead = self._running_until - _LOOK_BEFORE_END_S - time.monotonic()
+                if ahead > 0:
+                    self._held.wait(ahead)
+                return
+            started, oldest = self._started, self._assembler.held[0]
+            while not self._stopping.is_set() and self._started == started:
+                held = self._assembler.held
+                if not held or held[0] is not oldest:
+                    return
                 self._held.wait(0.25)
 
     def _hold(self, received: list[Received]) -> None:
@@ -587,6 +611,9 @@ class Worker:
         assert record is not None
         flat = [x for p in runnable for x in (p.inputs or [])]
         batch_lane = runnable[0].received.lane == "batch"
+        with self._held:
+            self._started += 1
+            self._running_until = time.monotonic() + self._assembler.expected(version, len(flat))
         started = time.time()
         computing = 0.0  # seconds in the model (realtime work run in between left out)
         try:
@@ -629,6 +656,8 @@ class Worker:
                     in_order[j] = output
                 outputs = in_order
         except Exception as exc:  # noqa: BLE001 - the whole batch goes back for retry
+            with self._held:
+                self._running_until = None
             log.warning(
                 "batch failed; messages released for retry",
                 extra={"version": version, "messages": len(runnable), "error": repr(exc)},
@@ -637,6 +666,7 @@ class Worker:
             raise BatchFailed(f"{type(exc).__name__}: {exc}"[:300]) from None
         compute_ms = computing * 1000
         with self._held:
+            self._running_until = None
             self._assembler.ran(version, len(flat), computing)
         per_message = []
         offset = 0

@@ -281,6 +281,43 @@ def test_the_next_batchs_statuses_are_read_while_the_model_runs_the_one_before(d
     assert [entry for entry in log if entry[0] == "statuses"] == [("statuses", 1), ("statuses", 2)]
 
 
+def test_what_arrives_while_the_model_runs_joins_the_next_batch_at_one_look(digits_v1):
+    # GIVEN a worker whose model takes about 0.5 s a batch, running one (held there)
+    worker, realtime, _, results, runtime, log = build(digits_v1, GatedRuntime())
+    worker._assembler.ran("v1", 1, 0.5)
+    send(realtime, "a1")
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        assert runtime.running.wait(5)
+        # WHEN a request is received meanwhile, its batch due at once (max_wait_ms 5),
+        # and a second arrives after it
+        send(realtime, "b1")
+        assert wait_until(lambda: len(worker._assembler.held) == 1)
+        receives = len(realtime.waits)
+        send(realtime, "b2")
+        # THEN the intake looks at the queue once more before the running batch ends,
+        # and the second joins the first
+        assert wait_until(lambda: len(worker._assembler.held) == 2)
+        time.sleep(1.0)  # and no more looks while the model still runs
+        assert len(realtime.waits) - receives <= 2  # the look when due, and the one before the end
+        runtime.gate.set()
+        assert results.wait_for(3, 5)
+    finally:
+        worker.stop()
+        thread.join(10)
+    assert [len(call) for call in runtime.calls] == [1, 2]
+
+
+def wait_until(condition, limit_s=5.0):
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
 def test_an_unknown_version_gets_an_error_result(parts):
     worker, realtime, _, results, _, _ = parts
     send(realtime, "r1", version="v9")
