@@ -4,7 +4,8 @@ driven over HTTP by the open-loop load generator.
 Sync predicts of one input each, with a generous deadline (``x-deadline-ms``
 10000), so that a 202 means the platform could not answer at all in time and is
 counted as a miss. Each ladder stops at the first rate it does not sustain (p99
-under 500 ms with no miss or error). The same ladder runs with micro-batching on
+under 500 ms with no miss or error), then halves the gap past it twice
+(``loadgen.run_ladder``). The same ladder runs with micro-batching on
 (the manifest's ``max_batch_size``) and off (``max_batch_size = 1``), each on a
 freshly started platform; the batching gain is the ratio of the two sustainable
 rates. The path of one request is taken from the ``timings`` the platform returns.

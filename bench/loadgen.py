@@ -27,6 +27,8 @@ from bench.proc_cpu import CpuMeter
 
 P99_LIMIT_MS = 500.0
 DISTURBED_SHARE = 0.2
+# Requests sent one at a time before a step that follows one not sustained.
+RECOVERY_REQUESTS = 16
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 # Sends one request; returns (HTTP status, parsed JSON body or None).
@@ -196,9 +198,18 @@ def run_ladder(
     back in order of rate. With a ``meter``, each step also records the CPU each
     process spent per answered request, and a step that fails while other work took
     more than a fifth of the machine is run again (at most ``retries`` times) once
-    the machine is quiet."""
+    the machine is quiet. A step run after one not sustained starts once the backlog
+    that one left has drained (``settle``) and a few requests have gone through one at
+    a time: the target's own notion of recent latency (the platform's router times
+    its looks for a result by its last 16 answers) would otherwise start the step from
+    the overload."""
     steps: list[dict[str, Any]] = []
     cores = os.cpu_count() or 1
+
+    def recover() -> None:
+        if settle is not None:
+            settle()
+        run_sequential(url, send, RECOVERY_REQUESTS)
 
     def measured(rate: float, seed: int) -> bool:
         for attempt in range(retries + 1):
@@ -224,8 +235,7 @@ def run_ladder(
                 f"  {rate:>6.1f} req/s: not sustained while other work used "
                 f"{summary['others_busy_share']:.0%} of the machine; retrying"
             )
-            if settle is not None:
-                settle()
+            recover()
             wait_for_quiet(120, 1.5, log)
             time.sleep(pause_s)
         steps.append(summary)
@@ -251,8 +261,7 @@ def run_ladder(
         if low is None or high is None or high <= low * 1.1:
             break
         middle = round((low + high) / 2)
-        if settle is not None:
-            settle()  # the backlog the overloaded step left is not measured again
+        recover()
         if measured(middle, seed=100 + len(rates) + k):
             low = middle
         else:

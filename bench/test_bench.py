@@ -103,16 +103,20 @@ def test_the_ladder_halves_the_gap_past_the_first_rate_not_sustained(monkeypatch
         return StepResult(rate, 10, 1.0, [Outcome("ok", latency)] * 10)
 
     monkeypatch.setattr(loadgen, "run_step", step)
+    monkeypatch.setattr(
+        loadgen, "run_sequential", lambda url, send, count: asked.append(("one at a time", count))
+    )
     # WHEN its ladder runs over coarse rungs
     steps = run_ladder(
         "http://127.0.0.1:1", None, [10, 20, 40, 80, 160], 1.0, lambda _: None, pause_s=0,
         settle=lambda: asked.append(("settle", 0)),
     )  # fmt: skip
     # THEN it stops at the first rung not sustained, then halves the gap twice, each
-    # time once the backlog has drained
+    # time once the backlog has drained and a few requests went through one at a time
     assert asked == [
         ("step", 10), ("step", 20), ("step", 40), ("step", 80),
-        ("settle", 0), ("step", 60), ("settle", 0), ("step", 50),
+        ("settle", 0), ("one at a time", 16), ("step", 60),
+        ("settle", 0), ("one at a time", 16), ("step", 50),
     ]  # fmt: skip
     assert [s["rate"] for s in steps] == [10, 20, 40, 50, 60, 80]
     assert sustainable_rate(steps) == 50
