@@ -86,15 +86,16 @@ GOALS = (
         0.5,
         False,
         "×",
-        "the worker's own Python: with the model's one thread (the model alone ~1 ms a "
-        "batch of 64) the worker spent 6.3 ms of CPU a batch, ~80 µs per message, spread "
-        "over decoding and validating each message, building, storing and logging its "
-        "result and the hand-offs between the intake, model and finisher threads, which "
-        "one interpreter lock serialises; with two model threads, which spin while they "
-        "wait, 10 to 15 ms. Keeping the forming batch's inputs counted (no walk of the "
-        "held messages on each look) and a lower or higher switch interval (0.5 ms, 50 "
-        "ms) moved neither figure beyond the run-to-run noise (7,200 to 12,100 inputs/s "
-        "the same code)",
+        "the worker's own Python, which one interpreter lock serialises: ~85 µs of it per "
+        "message (the model alone ~1 ms a batch of 64, 16 µs a message), sampled with "
+        "py-spy --gil over 12 runs of 6,400 messages: the per-message timings and batch "
+        "bookkeeping 15 µs, the result record 12, the prediction log's record 11, the "
+        "hand-offs between the intake, model and finisher threads 11, decoding and "
+        "validating 7, the model call's own Python 6, the batch's results log line 6, the "
+        "test fakes' store and delete 6, the answered check 3. No one part is large "
+        "enough to double the rate; keeping the forming batch's inputs counted and a "
+        "lower or higher switch interval (0.5 ms, 50 ms) moved the figure no more than "
+        "the run-to-run noise (7,200 to 12,100 inputs/s for the same code)",
     ),
     Goal(
         "AWS calls of a sync request of its own (router, and a result write of its own), "
@@ -104,14 +105,15 @@ GOALS = (
         True,
         "",
         "the router's looks for the result: a request's own calls are its enqueue and the "
-        "looks (its result is inserted with its batch's others, one call per batch: 0.23 "
+        "looks (its result is inserted with its batch's others, one call per batch: 0.22 "
         "a request here). The router looks at the median, 80th and 95th percentile of the "
-        "model's last 16 answer times, then further apart: 2.2 to 2.4 looks a request at "
-        "load in the last runs. Looking first at the 65th or the 75th percentile instead "
-        "gave 1.77 to 2.58 and 2.0 to 2.42 looks over three in-process runs each (the "
-        "median first, the same runs: 2.06 to 2.43): 16 closed-loop callers' answer times "
-        "move faster than the last 16 of them tell, so looking later saves little and "
-        "answers later",
+        "model's last 16 answer times, then further apart: 2.16 looks a request at load "
+        "in this page's run (2.2 to 2.4 before the worker looked at the queue once more "
+        "before a running batch's end, which narrowed the answer times). Looking first "
+        "at the 65th or the 75th percentile instead gave 1.77 to 2.58 and 2.0 to 2.42 "
+        "looks over three in-process runs each (the median first, the same runs: 2.06 to "
+        "2.43): 16 closed-loop callers' answer times move faster than the last 16 of "
+        "them tell, so looking later saves little and answers later",
     ),
     Goal(
         "AWS request cost per million sync inferences (SQS, DynamoDB, S3, Firehose), 16 callers",
@@ -193,14 +195,17 @@ GOALS = (
         0.85,
         False,
         "×",
-        "the model inside the worker: the worker took 21.6 to 22.7 CPU-s for the "
-        "burst's 3,200 sentences, against the emulator's 2.2 to 2.3 and the router's "
-        "0.6; the model's two threads share the two cores with them, and an operation "
-        "split over two threads goes at the pace of the slower. The runs gave 0.77, "
-        "0.80 and 0.79 (0.74, 0.84 and 0.79 with the async results batched, before the "
-        "emulator's direct PutItem and SendMessage; 0.86, 0.72 and 0.78 with its direct "
-        "PutItem alone) as the model's own limit, measured before and after each, moved "
-        "between 255 and 290 inputs/s",
+        "the model inside the worker: the worker took 21.5 to 22.8 CPU-s for the "
+        "burst's 3,200 sentences, against the emulator's 2.1 to 2.3 and the router's "
+        "0.6; the model ran one batch after another through the drain, and the burst lost "
+        "what its batches took beyond the model's own limit while those processes shared "
+        "the two cores with it (132 ms a batch of 32 against ~119 alone). The runs gave "
+        "0.76, 0.82 and 0.80; "
+        "the model's own limit, measured before and after each, moved between 240 and "
+        "286 inputs/s. The intake now reads which requests of a full forming batch are "
+        "answered already while the model runs the batch before: the model's idle time "
+        "between batches fell from 0.7 s a burst to 0.03 s (in-process: 14.5 to 15.0 s "
+        "to the last result before, 14.2 after)",
     ),
     Goal(
         "1,000 async one-sentence predicts, submitted at once, vs the model's limit",
@@ -210,10 +215,10 @@ GOALS = (
         "×",
         "submission: each request is a router call, a queued-record write and an "
         "enqueue through the emulator (the worker writes results 25 to a call): per "
-        "burst the emulator took 4.8 to 5.3 s of CPU and the router 2.5 to 2.8 s (8.2 to "
-        "13.2 and 4.8 to 7.2 before the batched async results and the emulator's direct "
-        "PutItem and SendMessage), on the two cores the model needs ~8 CPU-s of; the "
-        "runs gave 0.45, 0.43 and 0.43",
+        "burst the emulator took 4.9 to 5.1 s of CPU and the router 2.5 to 2.6 s, on the "
+        "two cores the model needs ~8 CPU-s of; the runs gave 0.49, 0.47 and 0.47 (0.40, "
+        "0.39 and 0.39 in a run whose model limit read 300 to 315 inputs/s: the drains "
+        "took 8.1 to 8.6 s in both)",
     ),
     Goal(
         "16 closed-loop sync callers of one sentence, answered vs the model's limit",
@@ -221,12 +226,15 @@ GOALS = (
         0.35,
         False,
         "×",
-        "78 answers/s at p50 200 ms, against a model limit of 265 to 272 inputs/s (67 at "
-        "230 ms before the emulator's direct PutItem and SendMessage, 46 at 338 ms "
-        "before that): each answer waits for its batch, and for the router's next look "
-        "at the results table, and every one-sentence request pays a message's send, "
-        "receive and delete, its share of a batch's result write and its router's looks "
-        "through the emulator on the same two cores as the model",
+        "82 answers/s at p50 188 ms, against a model limit of 250 to 264 inputs/s (78 at "
+        "200 ms before the worker looked at the queue once more before a running batch's "
+        "end; 67 at 230 ms before the emulator's direct PutItem and SendMessage). Of an "
+        "answer's time, ~30 ms is the queue, ~45 the wait for the batch before, ~70 its "
+        "batch of ~8 (~39 alone: every process shares the two cores) and ~45 the "
+        "router's pick-up of the stored result and the HTTP round trip; each "
+        "one-sentence request pays a message's send, receive and delete, its share of a "
+        "batch's result write and its router's looks through the emulator on the same "
+        "two cores as the model",
     ),
     Goal(
         "sustainable rate, platform vs Ray Serve (@serve.batch)",

@@ -93,32 +93,48 @@ def test_sustainable_rate_is_the_highest_sustained_step():
     assert sustainable_rate([{"rate": 5, "sustained": False}]) is None
 
 
-def test_the_ladder_halves_the_gap_past_the_first_rate_not_sustained(monkeypatch):
-    # GIVEN a target that answers within 100 ms up to 55 req/s, and in 900 ms past it
+def ladder_against(monkeypatch, limit: float, slow_once: set[float]) -> tuple[list, list]:
+    """The ladder against a target that answers within 100 ms up to ``limit`` req/s
+    and in 900 ms past it, and in 900 ms on the first try of each rate in
+    ``slow_once``: the steps, and what was asked of it in order."""
     asked: list[tuple[str, float]] = []
 
     def step(url, send, rate, seconds, seed=1):
         asked.append(("step", rate))
-        latency = 100.0 if rate <= 55 else 900.0
-        return StepResult(rate, 10, 1.0, [Outcome("ok", latency)] * 10)
+        slow = rate > limit or (rate in slow_once and asked.count(("step", rate)) == 1)
+        return StepResult(rate, 10, 1.0, [Outcome("ok", 900.0 if slow else 100.0)] * 10)
 
     monkeypatch.setattr(loadgen, "run_step", step)
     monkeypatch.setattr(
         loadgen, "run_sequential", lambda url, send, count: asked.append(("one at a time", count))
     )
-    # WHEN its ladder runs over coarse rungs
     steps = run_ladder(
         "http://127.0.0.1:1", None, [10, 20, 40, 80, 160], 1.0, lambda _: None, pause_s=0,
         settle=lambda: asked.append(("settle", 0)),
     )  # fmt: skip
-    # THEN it stops at the first rung not sustained, then halves the gap twice, each
-    # time once the backlog has drained and a few requests went through one at a time
+    return steps, asked
+
+
+def test_the_ladder_confirms_a_rung_not_sustained_then_halves_the_gap_past_it(monkeypatch):
+    # GIVEN a target that sustains up to 55 req/s, run up coarse rungs
+    steps, asked = ladder_against(monkeypatch, limit=55, slow_once=set())
+    # THEN the first rung not sustained is tried once more, then the gap past it is
+    # halved twice, each step once the backlog has drained and a few requests went
+    # through one at a time
+    recovered = [("settle", 0), ("one at a time", 16)]
     assert asked == [
         ("step", 10), ("step", 20), ("step", 40), ("step", 80),
-        ("settle", 0), ("one at a time", 16), ("step", 60),
-        ("settle", 0), ("one at a time", 16), ("step", 50),
+        *recovered, ("step", 80), *recovered, ("step", 60), *recovered, ("step", 50),
     ]  # fmt: skip
     assert [s["rate"] for s in steps] == [10, 20, 40, 50, 60, 80]
+    assert sustainable_rate(steps) == 50
+
+
+def test_a_rung_slow_once_does_not_end_the_ladder(monkeypatch):
+    # GIVEN a target that sustains up to 55 req/s, but was slow once at 20
+    steps, _ = ladder_against(monkeypatch, limit=55, slow_once={20})
+    # THEN the second try at 20 stands, and the ladder goes on
+    assert [(s["rate"], s["attempt"]) for s in steps][:3] == [(10, 1), (20, 2), (40, 1)]
     assert sustainable_rate(steps) == 50
 
 
