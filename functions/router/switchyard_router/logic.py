@@ -91,15 +91,9 @@ class LookSchedule:
     """When the router looks for a request's result. Every look is a read of the
     results table (an AWS call, and CPU in the router), so looks go where results
     are: at the median, the 80th and the 95th percentile of how long this model's
-    recent requests took to be answered, then further apart. A request therefore
+    last 16 requests took to be answered, then further apart. A request therefore
     costs about two looks whatever the load, and its answer waits to be picked up
     by a share of the spread of those times, not of their mean.
-
-    Recent is the last 64 answers of the last 30 seconds, and at least the last 16:
-    over 16 alone the 95th percentile is the largest of them and the median moves
-    with every batch (16 closed-loop callers: 2.4 looks a request over the last 16,
-    1.9 to 2.1 over the last 64, in the same runs), while a load that has fallen
-    still leaves the window within 30 seconds.
 
     How long a request took is read from its result, not from when a look found
     it: the worker stamps its ``completed_at`` as it stores it, so the looks' own
@@ -107,39 +101,22 @@ class LookSchedule:
 
     QUANTILES = (50.0, 80.0, 95.0)
 
-    def __init__(
-        self,
-        keep: int = 64,
-        fewest: int = 16,
-        horizon_s: float = 30.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, keep: int = 16) -> None:
         self._keep = keep
-        self._fewest = fewest
-        self._horizon = horizon_s
-        self._clock = clock
-        self._took: dict[str, deque[tuple[float, float]]] = {}
+        self._took: dict[str, deque[float]] = {}
 
     def saw(self, model: str, seconds: float) -> None:
         """A request of ``model`` was answered ``seconds`` after its wait began."""
         took = self._took.get(model)
         if took is None:
             took = self._took[model] = deque(maxlen=self._keep)
-        took.append((self._clock(), max(seconds, 0.0)))
-
-    def _recent(self, model: str) -> list[float]:
-        took = self._took.get(model) or ()
-        since = self._clock() - self._horizon
-        recent = [seconds for at, seconds in took if at >= since]
-        if len(recent) >= self._fewest:
-            return recent
-        return [seconds for _, seconds in list(took)[-self._fewest :]]
+        took.append(max(seconds, 0.0))
 
     def looks(self, model: str) -> list[float]:
         """The first looks, in seconds from the start of the wait: at least 5 ms
         apart, and each at most half as late again as the one before (a spread of
         times, as when load changes, is looked at more closely)."""
-        took = self._recent(model)
+        took = self._took.get(model)
         if not took:
             return [_FIRST_EXPECTED_S]
         times: list[float] = []
