@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -255,25 +256,17 @@ def test_the_next_batchs_statuses_are_read_while_the_model_runs_the_one_before(d
     for rid in ("a1", "b1", "b2"):
         queued(results, rid)
     send(realtime, "a1", inputs=[[1] * 64] * 64)
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    try:
+    with running(worker):
         assert runtime.running.wait(5)
         # WHEN the next batch is received meanwhile, full (two requests of 32 inputs)
         send(realtime, "b1", inputs=[[1] * 64] * 32)
         send(realtime, "b2", inputs=[[1] * 64] * 32)
         # THEN their statuses are read before the model is free: one read for both
-        deadline = time.monotonic() + 5
-        while ("statuses", 2) not in log and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert ("statuses", 2) in log and not runtime.calls
+        assert wait_until(lambda: ("statuses", 2) in log) and not runtime.calls
         # and a request cancelled after that read runs, but its result is not stored
         results.cancel("acme", "b2", time.time())
         runtime.gate.set()
         assert results.wait_for(2, 5)
-    finally:
-        worker.stop()
-        thread.join(10)
     assert [len(call) for call in runtime.calls] == [64, 64]
     assert results.get("acme", "b1").status == "done"
     assert results.get("acme", "b2").status == "cancelled"
@@ -286,9 +279,7 @@ def test_what_arrives_while_the_model_runs_joins_the_next_batch_at_one_look(digi
     worker, realtime, _, results, runtime, log = build(digits_v1, GatedRuntime())
     worker._assembler.ran("v1", 1, 0.5)
     send(realtime, "a1")
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    try:
+    with running(worker):
         assert runtime.running.wait(5)
         # WHEN a request is received meanwhile, its batch due at once (max_wait_ms 5),
         # and a second arrives after it
@@ -303,10 +294,19 @@ def test_what_arrives_while_the_model_runs_joins_the_next_batch_at_one_look(digi
         assert len(realtime.waits) - receives <= 2  # the look when due, and the one before the end
         runtime.gate.set()
         assert results.wait_for(3, 5)
+    assert [len(call) for call in runtime.calls] == [1, 2]
+
+
+@contextmanager
+def running(worker):
+    """The worker's loop on a thread of its own, stopped (and waited for) on exit."""
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        yield
     finally:
         worker.stop()
         thread.join(10)
-    assert [len(call) for call in runtime.calls] == [1, 2]
 
 
 def wait_until(condition, limit_s=5.0):
