@@ -11,7 +11,6 @@ layout sits exactly at those paths, each process in its own mount namespace.
 from __future__ import annotations
 
 import json
-import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -162,16 +161,6 @@ def answer(response: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str
     """A proxy integration response as (status, JSON body, headers by lower-case name)."""
     headers = {k.lower(): v for k, v in (response.get("headers") or {}).items()}
     return int(response["statusCode"]), json.loads(response["body"]), headers
-
-
-def wait_for(check: Any, timeout_s: float = 120, every_s: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, "gave up waiting"
-        time.sleep(every_s)
 
 
 def deployed_roots(launcher: Launcher, function: Function) -> tuple[Path, Path]:

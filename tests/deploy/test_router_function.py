@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from switchyard_local.deployed import LambdaInitError, LambdaProcess, Launcher
+from tests.waiting import wait_for
 
 from .conftest import (
     MODEL,
@@ -15,7 +16,6 @@ from .conftest import (
     rest_event,
     router_environment,
     start_function,
-    wait_for,
 )
 
 PREDICT = f"/v1/models/{MODEL}/predict"

@@ -9,8 +9,9 @@ import json
 from switchyard.jobs import Job, JobStore, chunk_request_id
 from switchyard_local.deployed import LambdaProcess, Launcher
 from tests.deploy.lambda_events import s3_event, sqs_event
+from tests.waiting import wait_for
 
-from .conftest import deployed_roots, wait_for
+from .conftest import deployed_roots
 
 
 def test_the_cold_start_imports_the_platform_from_the_asset_and_layer_only(

@@ -12,19 +12,12 @@ import httpx
 import pytest
 
 from switchyard.jobs import Job, JobStore, chunk_request_id
+from tests.waiting import wait_for
 
 
 def jobs_of(platform, tenant: str) -> list[Job]:
     store = JobStore(platform.client("dynamodb"), platform.info["names"]["jobs_table"])
     return [job for job in store.list(tenant, limit=1000)[0] if job.split_done]
-
-
-def wait_for(check, timeout_s: float = 120):
-    deadline = time.monotonic() + timeout_s
-    while not (value := check()):
-        assert time.monotonic() < deadline, "gave up waiting"
-        time.sleep(0.5)
-    return value
 
 
 def test_a_dropped_file_is_split_and_every_line_answered(platform, http):

@@ -234,8 +234,8 @@ def test_a_worker_killed_mid_stream_leaves_the_callers_text_whole_in_order(platf
 def test_a_batch_job_of_prompts_gets_one_generation_per_line(platform, http):
     """Generation requests (or bare prompts) as a job's lines ride the batch lane;
     each line's output is its generation, a bad line its error."""
-    from tests.e2e.test_batch_drop import wait_for
     from tests.e2e.test_jobs_api import output_lines
+    from tests.waiting import wait_for
 
     headers = {"x-api-key": platform.api_key}
     inputs = [

@@ -8,7 +8,7 @@ import time
 
 from switchyard.callbacks import ATTEMPT_HEADER, JOB_HEADER, SIGNATURE_HEADER, verify
 from tests.callback_receiver import CallbackReceiver
-from tests.e2e.test_batch_drop import wait_for
+from tests.waiting import wait_for
 
 
 def auth(platform, tenant: str) -> dict[str, str]:

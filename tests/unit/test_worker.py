@@ -12,6 +12,7 @@ from switchyard.generation import Chunk
 from switchyard.schemas import QueueMessage, ResultRecord
 from switchyard_worker.worker import Worker
 from tests.fakes import EchoRuntime, FakePayloads, FakeQueue, FakeRegistry, FakeResults
+from tests.waiting import wait_for
 
 
 @pytest.fixture
@@ -262,7 +263,8 @@ def test_the_next_batchs_statuses_are_read_while_the_model_runs_the_one_before(d
         send(realtime, "b1", inputs=[[1] * 64] * 32)
         send(realtime, "b2", inputs=[[1] * 64] * 32)
         # THEN their statuses are read before the model is free: one read for both
-        assert wait_until(lambda: ("statuses", 2) in log) and not runtime.calls
+        wait_for(lambda: ("statuses", 2) in log, timeout_s=5, every_s=0.005)
+        assert not runtime.calls
         # and a request cancelled after that read runs, but its result is not stored
         results.cancel("acme", "b2", time.time())
         runtime.gate.set()
@@ -284,12 +286,12 @@ def test_what_arrives_while_the_model_runs_joins_the_next_batch_at_one_look(digi
         # WHEN a request is received meanwhile, its batch due at once (max_wait_ms 5),
         # and a second arrives after it
         send(realtime, "b1")
-        assert wait_until(lambda: len(worker._assembler.held) == 1)
+        wait_for(lambda: len(worker._assembler.held) == 1, timeout_s=5, every_s=0.005)
         receives = len(realtime.waits)
         send(realtime, "b2")
         # THEN the intake looks at the queue once more before the running batch ends,
         # and the second joins the first
-        assert wait_until(lambda: len(worker._assembler.held) == 2)
+        wait_for(lambda: len(worker._assembler.held) == 2, timeout_s=5, every_s=0.005)
         time.sleep(1.0)  # and no more looks while the model still runs
         assert len(realtime.waits) - receives <= 2  # the look when due, and the one before the end
         runtime.gate.set()
@@ -307,15 +309,6 @@ def running(worker):
     finally:
         worker.stop()
         thread.join(10)
-
-
-def wait_until(condition, limit_s=5.0):
-    deadline = time.monotonic() + limit_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return True
 
 
 def test_an_unknown_version_gets_an_error_result(parts):
