@@ -28,9 +28,7 @@ and again after the next request.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import itertools
-import json
 import math
 import os
 import random
@@ -47,8 +45,10 @@ from bench.common import TEXT_MODEL, median, sentences
 from bench.platform_proc import local_platform
 from switchyard.scaling import ScalingPolicy
 from switchyard_local.autoscaler import TICK_SECONDS
+from tests.e2e.worker_log import logged_at
 from tests.local_platform import RunningPlatform
 from tests.scaling_scenarios import Simulator
+from tests.waiting import wait_for
 
 IDLE_SECONDS = 10
 # Scale-ins are at least 300 s apart in the manifest: without this, the model would
@@ -81,27 +81,7 @@ def platform_at_zero(standby_workers: int) -> Iterator[RunningPlatform]:
 
 
 def state(platform: RunningPlatform) -> dict[str, Any]:
-    return json.loads((platform.run_dir / "scaling.json").read_text())["models"][TEXT_MODEL]
-
-
-def at_zero(platform: RunningPlatform) -> bool:
-    w = state(platform)["workers"]
-    return w["running"] == w["starting"] == w.get("draining", 0) == w["desired"] == 0
-
-
-def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {timeout:.0f} s")
-        time.sleep(0.2)
-
-
-def _logged_at(event: dict[str, Any]) -> float:
-    """A Powertools log line's time (``2026-01-01 12:00:00,123+0000``)."""
-    if "at" in event:
-        return float(event["at"])
-    return dt.datetime.strptime(event["timestamp"], "%Y-%m-%d %H:%M:%S,%f%z").timestamp()
+    return platform.scaling()["models"][TEXT_MODEL]
 
 
 def first_request(platform: RunningPlatform, text: str) -> dict[str, Any]:
@@ -122,7 +102,7 @@ def first_request(platform: RunningPlatform, text: str) -> dict[str, Any]:
     events = platform.log_events(f"worker-{TEXT_MODEL}-*.log")
     starting = next(e for e in events if _is(e, "starting") and e["at"] not in starts_before)
     after = [
-        e for e in events if ("at" in e or "timestamp" in e) and _logged_at(e) >= starting["at"]
+        e for e in events if ("at" in e or "timestamp" in e) and logged_at(e) >= starting["at"]
     ]
     loaded = next(e for e in after if e.get("message") == "model loaded")
     ready = next(e for e in after if e.get("message") == "worker ready")
@@ -163,7 +143,12 @@ def from_zero(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
         runs = []
         with platform_at_zero(standby) as platform:
             for i in range(repeats[mode]):
-                wait_until(lambda p=platform: at_zero(p), IDLE_SECONDS + 120, "back at zero")
+                wait_for(
+                    lambda p=platform: p.at_zero(TEXT_MODEL),
+                    IDLE_SECONDS + 120,
+                    every_s=0.2,
+                    what="back at zero",
+                )
                 # The standby, if any, has finished its imports: the first is started
                 # with the platform, the next ones once the last worker was loaded. A
                 # random part of a tick more, so that the request does not arrive in
@@ -227,7 +212,9 @@ def burst(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
     texts = sentences()
     bodies = [[texts[i % len(texts)]] for i in range(requests)]
     with platform_at_zero(1) as platform:
-        wait_until(lambda: at_zero(platform), 60, "at zero before the burst")
+        wait_for(
+            lambda: platform.at_zero(TEXT_MODEL), 60, every_s=0.2, what="at zero before the burst"
+        )
         time.sleep(5)  # the standby's imports
         policy = ScalingPolicy(**platform.info["scaling"]["policies"][TEXT_MODEL])
         with Sampler(platform) as sampler:
@@ -239,7 +226,12 @@ def burst(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
             records = [adapters.results.get(tenant, request_id) for request_id in ids]
             done = [r for r in records if r is not None and r.status == "done"]
             finished = max((r.completed_at or 0.0) for r in done) if done else time.time()
-            wait_until(lambda: at_zero(platform), IDLE_SECONDS + 300, "back at zero")
+            wait_for(
+                lambda: platform.at_zero(TEXT_MODEL),
+                IDLE_SECONDS + 300,
+                every_s=0.2,
+                what="back at zero",
+            )
             back_at_zero = time.time()
             time.sleep(2)
         starts = [
@@ -251,7 +243,7 @@ def burst(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
     t0 = sampler.t0
     live = sampler.points
     most = max((p["running"] for p in live), default=0)
-    ready_after = sorted(_logged_at(e) - started for e in readies)
+    ready_after = sorted(logged_at(e) - started for e in readies)
     # Scaled in: nothing wanted, running or starting (drained workers may still be
     # finishing their last long poll before they exit).
     scaled_in = next(

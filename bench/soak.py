@@ -21,6 +21,7 @@ should not have been, or got a 5xx.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -768,6 +769,11 @@ def run(
         sampler.join(30)
         log(f"load and drain done at {load_end_s} s; reading every request back")
         read_back(platform, ledger, tenant)
+        # A worker logs a batch's results before it deletes their messages: once the
+        # queues are empty, every answer read back is in the logs.
+        for model in platform.info["queues"]:
+            with contextlib.suppress(TimeoutError):  # what is left is reported below
+                platform.wait_until_idle(model, timeout_s=60)
         worker_log = read_worker_log(platform.worker_log_events())
         results["queues_at_end"] = queue_depths(platform)
         results["platform_notices"] = [

@@ -70,6 +70,16 @@ class RunningPlatform:
         use_local_credentials()
         return aws.client(service, self.info["region"], self.info["emulator_url"])
 
+    def scaling(self) -> dict[str, Any]:
+        """The autoscaler's state as it last wrote it (``scaling.json``): each
+        model's workers (running, starting, draining, desired) and its figures."""
+        return json.loads((self.run_dir / "scaling.json").read_text())
+
+    def at_zero(self, model: str) -> bool:
+        """No worker of ``model`` running, starting or draining, and none wanted."""
+        w = self.scaling()["models"][model]["workers"]
+        return w["running"] == w["starting"] == w.get("draining", 0) == w["desired"] == 0
+
     def worker_pid(self, model: str) -> int:
         """The pid of ``model``'s first worker, once it is ready (its ready file
         names it: ``<worker>-<pid>``)."""

@@ -74,9 +74,13 @@ def test_sigkill_mid_batch_under_load_loses_nothing_and_duplicates_nothing(platf
 
     assert all(r["status"] == "done" for r in results.values())
     assert all(len(r["outputs"]) == 4 + i % 8 for i, r in enumerate(results[rid] for rid in ids))
-    # Each result was written once. A worker logs "result stored" after its batch's
-    # writes, so the killed worker may have written a result and died before saying
-    # so; then the redelivery found it stored ("duplicate suppressed").
+    # A worker stores a batch's results, logs them, then deletes their messages: a
+    # result can be read a moment before its log line is written, but not once its
+    # message is gone.
+    platform.wait_until_idle("minilm-embed", timeout_s=30)
+    # Each result was written once. The killed worker may have written a result and
+    # died before saying so; then the redelivery found it stored ("duplicate
+    # suppressed").
     stored = stored_per_request(platform)
     events = platform.worker_log_events()
     suppressed = {e["request_id"] for e in events if e.get("message") == "duplicate suppressed"}
@@ -93,8 +97,6 @@ def test_sigkill_mid_batch_under_load_loses_nothing_and_duplicates_nothing(platf
     ]
     assert redelivered, "the kill did not interrupt any message in flight"
     assert platform.queue_depth("minilm-embed", dlq=True) == 0
-    # The last answer is stored a moment before its message is deleted.
-    platform.wait_until_idle("minilm-embed", timeout_s=30)
     assert platform.worker_pid("minilm-embed") != victim  # replaced, as ECS would
 
 
@@ -116,6 +118,7 @@ def test_sigterm_drains_the_worker_and_releases_what_it_has_not_started(platform
         if e.get("message") == "stopped" and e.get("worker", "").endswith(f"-{victim}")
     ]
     assert len(stopped) == 1, "the worker did not log a clean stop"
+    platform.wait_until_idle("minilm-embed", timeout_s=30)  # every answer logged
     stored = stored_per_request(platform)
     assert {rid: stored[rid] for rid in ids} == {rid: 1 for rid in ids}
     assert platform.queue_depth("minilm-embed", dlq=True) == 0

@@ -9,11 +9,9 @@ scales ``minilm-embed`` past one worker.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -21,7 +19,9 @@ import pytest
 
 from tests.e2e.accounting import SENTENCES, stored_per_request, submit_async, wait_all_done
 from tests.e2e.conftest import Platform, e2e_manifest, start_platform
+from tests.e2e.worker_log import logged_at
 from tests.local_platform import set_everywhere
+from tests.waiting import wait_for
 
 MODEL = "minilm-embed"
 IDLE_SECONDS = 5
@@ -50,24 +50,8 @@ def scaling_platform(tmp_path_factory):
     started.stop()  # Ctrl-C: the workers drain
 
 
-def scaling_state(platform: Platform) -> dict[str, Any]:
-    return json.loads((platform.run_dir / "scaling.json").read_text())
-
-
 def workers(platform: Platform, model: str = MODEL) -> dict[str, int]:
-    return scaling_state(platform)["models"][model]["workers"]
-
-
-def at_zero(platform: Platform) -> bool:
-    w = workers(platform)
-    return w["running"] == w["starting"] == w["draining"] == w["desired"] == 0
-
-
-def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"{what} not within {timeout:.0f} s"
-        time.sleep(0.2)
+    return platform.scaling()["models"][model]["workers"]
 
 
 def autoscaler_records(platform: Platform, message: str) -> list[dict[str, Any]]:
@@ -102,17 +86,12 @@ class WorkerWatch:
             time.sleep(0.1)
 
 
-def _logged_at(event: dict[str, Any]) -> float:
-    """A worker log line's time (Powertools: ``2026-01-01 12:00:00,123+0000``)."""
-    return dt.datetime.strptime(event["timestamp"], "%Y-%m-%d %H:%M:%S,%f%z").timestamp()
-
-
 def test_from_zero_to_a_burst_and_back_every_request_answered_once(scaling_platform):
     platform = scaling_platform
     headers = {"x-api-key": platform.api_key}
 
     # GIVEN a platform at dev's minimum: no worker started, none wanted
-    assert at_zero(platform), workers(platform)
+    assert platform.at_zero(MODEL), workers(platform)
     assert list(platform.run_dir.glob(f"worker-{MODEL}-*.ready")) == []
 
     # WHEN a sync request arrives at zero
@@ -132,6 +111,9 @@ def test_from_zero_to_a_burst_and_back_every_request_answered_once(scaling_platf
     wakes = autoscaler_records(platform, "scaling decision")
     wake = next(r for r in wakes if r["action"] == "wake")
     assert wake["workers"] == 0 and wake["desired"] == 1
+    # (a result is read a moment before its log line is written, never after its
+    # message is deleted)
+    platform.wait_until_idle(MODEL, timeout_s=30)
     stored = next(
         e
         for e in platform.worker_log_events()
@@ -142,11 +124,16 @@ def test_from_zero_to_a_burst_and_back_every_request_answered_once(scaling_platf
     assert [e["standby"] for e in starting] == [True], starting
     print(
         f"\nfirst request at zero: HTTP {response.status_code}; decided after "
-        f"{wake['at'] - sent_at:.2f} s, result stored after {_logged_at(stored) - sent_at:.2f} s"
+        f"{wake['at'] - sent_at:.2f} s, result stored after {logged_at(stored) - sent_at:.2f} s"
     )
 
     # WHEN the model has had no work for the idle time, THEN it is back at zero
-    wait_for(lambda: at_zero(platform), IDLE_SECONDS + 30, "back to zero after the first request")
+    wait_for(
+        lambda: platform.at_zero(MODEL),
+        IDLE_SECONDS + 30,
+        every_s=0.2,
+        what="back to zero after the first request",
+    )
     assert autoscaler_records(platform, "worker stopped"), "the worker was not stopped"
 
     # WHEN a burst of async requests arrives at zero
@@ -160,13 +147,19 @@ def test_from_zero_to_a_burst_and_back_every_request_answered_once(scaling_platf
     assert watch.most >= 2, f"at most {watch.most} worker(s) for {BURST} requests"
     assert max(r["desired"] for r in autoscaler_records(platform, "scaling decision")) >= 2
     assert all(r["status"] == "done" for r in results.values())
+    platform.wait_until_idle(MODEL, timeout_s=30)  # every answer logged
     stored_counts = stored_per_request(platform)
     assert {rid: stored_counts[rid] for rid in [first, *ids]} == {rid: 1 for rid in [first, *ids]}
     assert platform.queue_depth(MODEL, "realtime", dlq=True) == 0
     print(f"burst of {BURST}: accepted in {accepted_s:.1f} s; at most {watch.most} workers")
 
     # AND after the idle time it is back at zero, the workers drained and gone
-    wait_for(lambda: at_zero(platform), IDLE_SECONDS + 60, "back to zero after the burst")
+    wait_for(
+        lambda: platform.at_zero(MODEL),
+        IDLE_SECONDS + 60,
+        every_s=0.2,
+        what="back to zero after the burst",
+    )
     scale_ins = [
         r for r in autoscaler_records(platform, "scaling decision") if r["action"] == "scale_in"
     ]
@@ -176,7 +169,7 @@ def test_from_zero_to_a_burst_and_back_every_request_answered_once(scaling_platf
 
 def test_the_scaling_state_and_metrics_are_written(scaling_platform):
     # GIVEN a running platform, WHEN its scaling state file and log are read
-    state = scaling_state(scaling_platform)
+    state = scaling_platform.scaling()
     emf = [
         json.loads(line)
         for line in (scaling_platform.run_dir / "logs" / "autoscaler.log").read_text().splitlines()

@@ -3,6 +3,9 @@ from them."""
 
 from __future__ import annotations
 
+import datetime as dt
+from typing import Any
+
 
 def delivery_events(events: list[dict]) -> list[dict]:
     """The workers' log events with each batch's ``results stored`` line read as one
@@ -25,3 +28,11 @@ def delivery_events(events: list[dict]) -> list[dict]:
                 }
             )
     return out
+
+
+def logged_at(event: dict[str, Any]) -> float:
+    """A log line's time: its ``at`` where it has one, else Powertools' ``timestamp``
+    (``2026-01-01 12:00:00,123+0000``)."""
+    if "at" in event:
+        return float(event["at"])
+    return dt.datetime.strptime(event["timestamp"], "%Y-%m-%d %H:%M:%S,%f%z").timestamp()
