@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from contextlib import contextmanager
@@ -66,16 +67,16 @@ def send(
 def run_until_idle(worker, turns=50):
     for _ in range(turns):
         worker.step()
-    worker._assembler.take(force=True)
+    worker.intake.assembler.take(force=True)
     worker.wait_for_results()
 
 
 def drain(worker, turns=20):
     for _ in range(turns):
         worker.step()
-        batch = worker._assembler.take(force=True)
+        batch = worker.intake.assembler.take(force=True)
         if batch:
-            worker._execute(batch)
+            worker.execute(batch)
     worker.wait_for_results()
 
 
@@ -279,19 +280,19 @@ def test_the_next_batchs_statuses_are_read_while_the_model_runs_the_one_before(d
 def test_what_arrives_while_the_model_runs_joins_the_next_batch_at_one_look(digits_v1):
     # GIVEN a worker whose model takes about 0.5 s a batch, running one (held there)
     worker, realtime, _, results, runtime, log = build(digits_v1, GatedRuntime())
-    worker._assembler.ran("v1", 1, 0.5)
+    worker.intake.assembler.ran("v1", 1, 0.5)
     send(realtime, "a1")
     with running(worker):
         assert runtime.running.wait(5)
         # WHEN a request is received meanwhile, its batch due at once (max_wait_ms 5),
         # and a second arrives after it
         send(realtime, "b1")
-        wait_for(lambda: len(worker._assembler.held) == 1, timeout_s=5, every_s=0.005)
+        wait_for(lambda: len(worker.intake.assembler.held) == 1, timeout_s=5, every_s=0.005)
         receives = len(realtime.waits)
         send(realtime, "b2")
         # THEN the intake looks at the queue once more before the running batch ends,
         # and the second joins the first
-        wait_for(lambda: len(worker._assembler.held) == 2, timeout_s=5, every_s=0.005)
+        wait_for(lambda: len(worker.intake.assembler.held) == 2, timeout_s=5, every_s=0.005)
         time.sleep(1.0)  # and no more looks while the model still runs
         assert len(realtime.waits) - receives <= 2  # the look when due, and the one before the end
         runtime.gate.set()
@@ -333,7 +334,7 @@ def test_a_batch_backlog_is_taken_without_waiting_on_the_idle_realtime_lane(part
     # GIVEN a worker whose idle long poll is 10 s, and more requests on the batch lane
     # than one receive takes
     worker, realtime, batch, results, _, _ = parts
-    worker._poll_wait = 10
+    worker.intake.poll_wait = 10
     for i in range(25):
         send(batch, f"b{i}", inputs=[[1] * 64] * 64)  # a full batch each
 
@@ -357,8 +358,8 @@ def test_stop_releases_what_was_received_but_not_started(parts):
     worker, realtime, _, results, _, _ = parts
     for i in range(3):
         send(realtime, f"r{i}")
-    worker._receive()
-    assert len(worker._assembler.held) == 3
+    worker.intake.receive()
+    assert len(worker.intake.assembler.held) == 3
     worker.stop()
     worker.run()  # returns at once: stopping; releases what it holds
     assert len(realtime.visible) == 3
@@ -429,11 +430,11 @@ def test_the_next_batch_runs_while_the_last_ones_results_are_stored(parts):
     send(realtime, "r1")
     send(realtime, "r2")
     # WHEN the worker runs two batches, one message each
-    worker._receive()
-    batch = worker._assembler.take(force=True)
+    worker.intake.receive()
+    batch = worker.intake.assembler.take(force=True)
     assert len(batch) == 2
-    worker._execute(batch[:1])
-    worker._execute(batch[1:])
+    worker.execute(batch[:1])
+    worker.execute(batch[1:])
     # THEN the model has run both batches while the first store still waits
     assert len(runtime.calls) == 2
     assert results.items == {} and realtime.depth == 2
@@ -453,13 +454,40 @@ def test_stopping_waits_for_finished_batches_to_be_stored(parts):
     worker, realtime, _, results, _, _ = parts
     gate = slow_store(results)
     send(realtime, "r1")
-    worker._receive()
-    worker._execute(worker._assembler.take(force=True))
+    worker.intake.receive()
+    worker.execute(worker.intake.assembler.take(force=True))
     threading.Timer(0.2, gate.set).start()
     worker.stop()
     worker.run()  # returns only once the stored result is in
     assert results.get("acme", "r1").status == "done"
     assert realtime.depth == 0
+
+
+def test_a_signal_landing_while_the_stop_is_being_set_does_not_hang_the_worker(parts):
+    # GIVEN the stop Event's lock held, as the main thread holds it inside the Event's
+    # own set() when a second signal follows the first (Ctrl-C, then the supervisor's
+    # SIGTERM); threading.Event keeps that lock as _cond
+    worker = parts[0]
+    held, release, letting_go = threading.Event(), threading.Event(), threading.Event()
+
+    def hold_the_lock():
+        with worker._stopping._cond:
+            held.set()
+            release.wait(10)
+            letting_go.set()
+
+    holder = threading.Thread(target=hold_the_lock)
+    holder.start()
+    held.wait(10)
+    # WHEN the signal handler runs
+    worker.on_signal(signal.SIGTERM, None)
+    # THEN it returned without waiting for that lock, and the worker stops once the
+    # lock is free
+    returned_while_held = not letting_go.is_set()
+    release.set()
+    holder.join()
+    assert returned_while_held
+    wait_for(worker._stopping.is_set, timeout_s=10, every_s=0.05, what="the stop")
 
 
 def test_when_storing_fails_the_messages_go_back_at_once(parts):
@@ -472,7 +500,7 @@ def test_when_storing_fails_the_messages_go_back_at_once(parts):
     send(realtime, "r1")
     drain(worker)
     assert realtime.depth == 1 and len(realtime.visible) == 1  # released, not held
-    assert worker._in_hand == {}
+    assert worker.in_hand.held() == []
 
 
 def test_a_realtime_request_waits_behind_one_batch_of_a_job_not_all_received(parts):
@@ -481,7 +509,7 @@ def test_a_realtime_request_waits_behind_one_batch_of_a_job_not_all_received(par
     for i in range(5):
         send(batch, f"b{i}", inputs=[[1] * 64] * 64)
     worker.step()  # receives them all and runs the first
-    assert len(worker._assembler.held) == 4
+    assert len(worker.intake.assembler.held) == 4
 
     # WHEN a realtime request arrives
     send(realtime, "r1", inputs=[[1] * 64] * 2)
@@ -544,17 +572,17 @@ def ask(queue, rid, **request):
 
 
 def generate_all(worker, queue, steps=100):
-    for pending in worker._keep(queue.receive(10, 0)):
-        worker._arrivals.put(pending)
+    for pending in worker.intake.keep(queue.receive(10, 0)):
+        worker.generation.arrivals.put(pending)
     for _ in range(steps):
         worker.step()
-    worker._stream_writer.submit(lambda: None).result()
+    worker.generation.stream_writer.submit(lambda: None).result()
     worker.wait_for_results()
 
 
 def test_a_generation_is_stored_after_its_stream_then_its_message_deleted(generating):
     worker, realtime, results, stream, _, log = generating
-    assert worker.generative and worker._visibility == 10  # held briefly, extended
+    assert worker.generative and worker.in_hand.visibility == 10  # held briefly, extended
     ask(realtime, "g1", max_tokens=9, stream=True)
     ask(realtime, "g2", max_tokens=3)  # not streamed: no chunks
     generate_all(worker, realtime)
@@ -617,7 +645,7 @@ def test_realtime_work_runs_between_the_parts_of_a_jobs_chunk(parts):
     def a_request_arrives_during_the_first_part(inputs):
         if not calls:
             send(realtime, "rt")
-            worker._hold(realtime.receive(10, 0))  # as the realtime watcher would
+            worker.intake.hold(realtime.receive(10, 0))  # as the realtime watcher would
         calls.append(len(inputs))
         return predict(inputs)
 
@@ -645,8 +673,8 @@ def test_realtime_arriving_while_realtime_waits_for_the_part_is_taken_with_it(pa
         if not calls:
             for rid in ("rt1", "rt2"):
                 send(realtime, rid)
-                if worker._watches_realtime():
-                    worker._look_at_realtime(0)
+                if worker.intake.watches_realtime():
+                    worker.intake.look_at_realtime(0)
         calls.append(len(inputs))
         return predict(inputs)
 
@@ -680,8 +708,8 @@ def test_realtime_runs_beside_a_jobs_part_where_the_runtime_takes_two_calls_at_o
         events.append(f"part of {len(inputs)} begins")
         if first:
             send(realtime, "rt")
-            if worker._watches_realtime():
-                worker._look_at_realtime(0)
+            if worker.intake.watches_realtime():
+                worker.intake.look_at_realtime(0)
             realtime_ran.wait(5)
         events.append(f"part of {len(inputs)} ends")
         return predict(inputs)
@@ -706,16 +734,16 @@ def test_the_realtime_watcher_stops_at_a_batch_of_realtime_work_in_hand(parts):
     # GIVEN a job's chunk in hand (the intake has stopped: the next batch is full)
     worker, realtime, batch, *_ = parts
     send(batch, "chunk", inputs=[[1] * 64] * 128)
-    worker._hold(batch.receive(10, 0))
-    assert worker._watches_realtime()
+    worker.intake.hold(batch.receive(10, 0))
+    assert worker.intake.watches_realtime()
     # WHEN realtime work in hand reaches a batch of the model's (64 inputs)
     send(realtime, "rt1", inputs=[[1] * 64] * 63)
-    worker._look_at_realtime(0)
-    assert worker._watches_realtime()  # one input short of a batch: still watched
+    worker.intake.look_at_realtime(0)
+    assert worker.intake.watches_realtime()  # one input short of a batch: still watched
     send(realtime, "rt2")
-    worker._look_at_realtime(0)
+    worker.intake.look_at_realtime(0)
     # THEN the lane is no longer watched: what is in hand is bounded
-    assert not worker._watches_realtime()
+    assert not worker.intake.watches_realtime()
 
 
 def test_a_jobs_chunk_runs_in_parts_of_like_size_and_is_answered_in_its_own_order(parts):

@@ -1,0 +1,333 @@
+"""The intake: receive, decode and validate the next batch while the model runs the
+one before.
+
+Its thread receives what the forming batch has room for and stops once the batch is
+full (one batch ahead at most, so memory stays bounded); then it reads which of the
+batch's requests are answered already, so the model need not wait for that read
+between two batches. A second thread, the realtime watcher, long-polls the realtime
+lane while a job's chunks fill the worker, so a realtime request runs after the part
+in progress, not after the chunks in hand.
+
+The forming batch (``BatchAssembler``) sits between this stage and the model, under
+one condition: the intake adds to it and the model's thread takes from it
+(``take_due``), and each tells the other. The intake also knows when the running
+batch is expected to end, so it can look at the queue once more just before.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+from typing import Any
+
+from aws_lambda_powertools import Logger
+from pydantic import ValidationError
+
+from switchyard.payloads import PayloadMissing, PayloadStore
+from switchyard.queues import Received, load_inputs
+from switchyard.results import ResultStore
+from switchyard.schemas import ErrorInfo, QueueMessage
+from switchyard.signatures import check_inputs
+from switchyard_worker.batching import BatchAssembler, Pending
+from switchyard_worker.in_hand import MessagesInHand
+from switchyard_worker.stages import pause
+from switchyard_worker.versions import ServedVersions
+
+log = Logger(service="switchyard-worker")
+
+RECEIVE_MAX = 10  # messages per receive (SQS's most)
+_WATCH_WAIT_S = 1  # the realtime watcher's long poll: short, as it holds no batch up
+# While the model runs a batch and the next is due, the intake looks at the queue
+# once more this long before the running batch is expected to end, so that what
+# arrived meanwhile joins the next batch rather than the one after it.
+_LOOK_BEFORE_END_S = 0.005
+
+
+def read_message(
+    received: Received,
+    arrived: float,
+    received_at: float,
+    *,
+    model: str,
+    versions: ServedVersions,
+    payloads: PayloadStore,
+) -> Pending:
+    """A received message decoded and its inputs checked against its version's
+    signature; what fails is kept as the request's error (or, undecodable, as no
+    message at all: there is no request id to answer)."""
+    pending = Pending(received=received, arrived=arrived, received_at=received_at)
+    try:
+        pending.message = QueueMessage.model_validate_json(received.body)
+    except ValidationError as exc:
+        # Undecodable: no request id to answer. Left for retries, then the DLQ.
+        log.error("undecodable message", extra={"id": received.message_id, "error": str(exc)})
+        return pending
+    message = pending.message
+    record = versions.get(message.version)
+    if message.model != model or record is None:
+        pending.error = ErrorInfo(
+            code="unknown_version",
+            message=f"{message.model} {message.version} is not served by this worker",
+        )
+        return pending
+    try:
+        inputs = load_inputs(message, payloads)
+    except (PayloadMissing, ValueError) as exc:
+        pending.error = ErrorInfo(code="invalid_input", message=str(exc), field="inputs")
+        return pending
+    problems = check_inputs(inputs, record.signature, record.max_inputs_per_request)
+    if problems:
+        first = problems[0]
+        pending.error = ErrorInfo(
+            code="invalid_input", message=f"{first.field} {first.message}", field=first.field
+        )
+        return pending
+    pending.inputs = inputs
+    return pending
+
+
+def unread(p: Pending) -> bool:
+    """A decoded request whose status in the results table is not read yet."""
+    return p.message is not None and p.status is None
+
+
+class Intake:
+    """Receives and decodes work into the forming batch; hands the model's thread the
+    next batch once it is due."""
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        in_hand: MessagesInHand,
+        versions: ServedVersions,
+        payloads: PayloadStore,
+        results: ResultStore,
+        stopping: threading.Event,
+        poll_wait_seconds: int,
+    ) -> None:
+        self._model = model
+        self._in_hand = in_hand
+        self._versions = versions
+        self._payloads = payloads
+        self._results = results
+        self._stopping = stopping
+        self.poll_wait = poll_wait_seconds
+        self._batch_waiting = False  # the batch lane's last look found work
+        self.assembler = BatchAssembler(versions.limits)
+        # Guards the assembler between the intake's threads and the model's; each
+        # tells the other through it (a batch added, a batch taken).
+        self._held = threading.Condition()
+        # The batch the model runs (under ``_held``): how many were started, and when
+        # the running one is expected to end (monotonic; None while the model is idle);
+        # and the batch before whose end the intake last looked at the queue.
+        self._started = 0
+        self._running_until: float | None = None
+        self._looked_before_end = 0
+
+    # -- the intake's threads ----------------------------------------------------
+
+    def run(self) -> None:
+        """The intake thread: receive and decode what the forming batch has room for,
+        while the model runs the one before; once it is full, read which of its
+        requests are answered already."""
+        while not self._stopping.is_set():
+            with self._held:
+                full = self.room() <= 0
+                unread_ = [p for p in self.assembler.held if unread(p)] if full else []
+                if full and not unread_:
+                    self._held.wait(0.05)  # until the model's thread takes a batch
+                    continue
+            try:
+                if unread_:
+                    self.read_statuses(unread_)
+                else:
+                    self.receive()
+            except Exception:  # noqa: BLE001 - the next turn tries again
+                log.exception("receive failed")
+                pause(self._stopping, 1.0)
+
+    def watch_realtime(self) -> None:
+        """The realtime watcher thread: while the work in hand is all batch lane and the
+        intake has stopped receiving (the next batch is full), long-poll the realtime
+        lane, so that a request arriving then runs after the part of a job's chunk in
+        progress, not after the chunks in hand."""
+        while not self._stopping.is_set():
+            with self._held:
+                if not self.watches_realtime():
+                    self._held.wait(0.05)
+                    continue
+            try:
+                self.look_at_realtime(_WATCH_WAIT_S)
+            except Exception:  # noqa: BLE001 - the next turn tries again
+                log.exception("receive failed")
+                pause(self._stopping, 1.0)
+
+    def watches_realtime(self) -> bool:
+        """Whether the realtime lane is watched: batch-lane work is in hand and the
+        intake has stopped receiving (the next batch is full). Realtime work already
+        in hand, waiting for the part in progress, does not stop it, up to a batch of
+        it: a second request arriving meanwhile is taken then, not after the first
+        has run (at 4 req/s beside a job, a twentieth of them waited so in the queue,
+        50-80 ms)."""
+        a = self.assembler
+        if not a.holds_batch_lane or self.room() > 0:
+            return False
+        max_size, _ = self._versions.limits(a.held[0].version)
+        return a.realtime_inputs < max_size
+
+    def look_at_realtime(self, wait_s: float) -> None:
+        """Take the realtime work that arrives within ``wait_s``: it runs ahead of the
+        batch-lane work in hand."""
+        self.hold(self._in_hand.lanes[0].receive(RECEIVE_MAX, wait_s))
+
+    def receive(self) -> None:
+        """Receive what the forming batch has room for. Idle, long-poll the realtime
+        lane, then look at the batch lane; while the batch lane has work, only glance
+        at the realtime lane (no wait) before taking more of it, so a batch backlog
+        drains at the model's speed and realtime still goes first. While a batch
+        forms and the last look found the queue drained, let arrivals gather until
+        the batch is due and look once more: at most one empty receive per batch,
+        and no leftovers beyond its room."""
+        held = bool(self.assembler.held)
+        if held and self.assembler.drained:
+            self._await_due()
+        room = max(1, min(RECEIVE_MAX, self.room()))
+        realtime, batch_lane = self._in_hand.lanes
+        received = realtime.receive(room, 0 if held or self._batch_waiting else self.poll_wait)
+        if not received and not held:
+            received = batch_lane.receive(room, 0)
+            self._batch_waiting = bool(received)
+        self.assembler.drained = len(received) < room
+        self.hold(received)
+
+    def _await_due(self) -> None:
+        """The last look found the queue drained: let arrivals gather until the
+        forming batch is due. If it is due already (the model is busy with the batch
+        before), look once more shortly before that batch is expected to end, so what
+        arrived meanwhile runs in the next batch, not in the one after; after that,
+        wait until the forming batch is taken."""
+        left = self.assembler.time_left()
+        if left > 0:
+            pause(self._stopping, left)
+            return
+        with self._held:
+            if not self.assembler.held or self.assembler.time_left() > 0:
+                return
+            if self._running_until is not None and self._looked_before_end < self._started:
+                self._looked_before_end = self._started
+                ahead = self._running_until - _LOOK_BEFORE_END_S - time.monotonic()
+                if ahead > 0:
+                    self._held.wait(ahead)
+                return
+            started, oldest = self._started, self.assembler.held[0]
+            while not self._stopping.is_set() and self._started == started:
+                held = self.assembler.held
+                if not held or held[0] is not oldest:
+                    return
+                self._held.wait(0.25)
+
+    def hold(self, received: list[Received]) -> None:
+        """Received messages decoded and added to the forming batch."""
+        kept = self.keep(received)
+        with self._held:
+            for pending in kept:
+                self.assembler.add(pending)
+            self._held.notify_all()
+
+    def keep(self, received: list[Received]) -> list[Pending]:
+        """Received messages, held (their visibility extended) and decoded."""
+        now_mono, now = time.monotonic(), time.time()
+        self._in_hand.hold(received)
+        return [
+            read_message(
+                r,
+                now_mono,
+                now,
+                model=self._model,
+                versions=self._versions,
+                payloads=self._payloads,
+            )
+            for r in received
+        ]
+
+    def room(self) -> int:
+        """Inputs the oldest held version's batch can still take."""
+        held = self.assembler.held
+        if not held:
+            return RECEIVE_MAX
+        max_size, _ = self._versions.limits(held[0].version)
+        return max_size - sum(p.size for p in held if p.version == held[0].version)
+
+    def read_statuses(self, pendings: list[Pending]) -> None:
+        """Read the results table's status of each pending request: one read for all."""
+        keys = [(p.message.tenant, p.message.request_id) for p in pendings if p.message]
+        statuses = self._results.statuses(keys) if keys else {}
+        for p in pendings:
+            if p.message is not None:
+                p.status = statuses.get((p.message.tenant, p.message.request_id), "queued")
+
+    # -- the model's side ----------------------------------------------------------
+
+    def take_due(self) -> list[Pending]:
+        """The next batch once it is due (full, or its oldest message has waited its
+        version's ``max_wait_ms``); otherwise wait a little for the intake and return
+        nothing."""
+        with self._held:
+            batch = self.assembler.take(force=False)
+            if not batch:
+                left = self.assembler.time_left() if self.assembler.held else 0.05
+                self._held.wait(min(max(left, 0.001), 0.05))
+                return []
+            self._held.notify_all()
+        return batch
+
+    def take(self, force: bool) -> list[Pending]:
+        """The next batch if one is due (or ``force``), without waiting."""
+        with self._held:
+            return self.assembler.take(force=force)
+
+    def take_realtime(self) -> list[Pending]:
+        """The realtime work held now, due or not, to run ahead of a job's chunk."""
+        with self._held:
+            batch = self.assembler.take_realtime()
+            if batch:
+                self._held.notify_all()  # the watcher looks again at once
+        return batch
+
+    def wait_for_realtime(self, part: Future[Any]) -> None:
+        """Wait until ``part`` is done or realtime work is held."""
+        with self._held:
+            while not part.done() and not self.assembler.holds_realtime:
+                self._held.wait(0.25)
+
+    def wake(self) -> None:
+        """Tell the threads waiting on the forming batch to look again."""
+        with self._held:
+            self._held.notify_all()
+
+    def part_size(self, max_batch_size: int) -> int:
+        with self._held:
+            return self.assembler.part_size(max_batch_size)
+
+    def model_started(self, version: str, size: int) -> None:
+        """The model starts a batch of ``size`` inputs of ``version``."""
+        with self._held:
+            self._started += 1
+            self._running_until = time.monotonic() + self.assembler.expected(version, size)
+
+    def model_ended(self, version: str, size: int, seconds: float | None) -> None:
+        """The model's batch ended: after ``seconds`` in the model (None: it failed)."""
+        with self._held:
+            self._running_until = None
+            if seconds is not None:
+                self.assembler.ran(version, size, seconds)
+
+    def wants_more(self) -> bool:
+        return self.assembler.wants_more()
+
+    def drain(self) -> list[Pending]:
+        """Everything held and not started, for release on shutdown."""
+        with self._held:
+            return self.assembler.drain()
