@@ -1,0 +1,246 @@
+"""The worker's pipeline stages, each on its own: the intake's decoding and its
+forming batch, triage, the finisher and the messages in hand, on in-memory queues
+and stores (``tests/test_worker.py`` runs them wired together)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from switchyard.schemas import ResultRecord
+from switchyard_worker.finisher import Finisher
+from switchyard_worker.in_hand import MessagesInHand
+from switchyard_worker.intake import Intake, read_message
+from switchyard_worker.triage import Triage
+from switchyard_worker.versions import ServedVersions
+from tests.fakes import EchoRuntime, FakePayloads, FakeQueue, FakeRegistry, FakeResults
+from tests.unit.test_worker import send
+from tests.waiting import wait_for
+
+
+class Stages:
+    """The stages wired as the worker wires them, without its threads."""
+
+    def __init__(self, digits_v1, visibility: int = 60) -> None:
+        self.log: list = []
+        self.realtime, self.batch = FakeQueue("realtime"), FakeQueue("batch")
+        self.realtime.log = self.batch.log = self.log
+        self.results = FakeResults(self.log)
+        self.versions = ServedVersions(
+            "digits-cnn", FakeRegistry(digits_v1), lambda record: EchoRuntime()
+        )
+        self.versions.all()
+        self.in_hand = MessagesInHand((self.realtime, self.batch), visibility)
+        self.stopping = threading.Event()
+        self.intake = Intake(
+            model="digits-cnn",
+            in_hand=self.in_hand,
+            versions=self.versions,
+            payloads=FakePayloads(),
+            results=self.results,
+            stopping=self.stopping,
+            poll_wait_seconds=0,
+        )
+        self.finisher = Finisher(
+            worker_id="w1",
+            results=self.results,
+            in_hand=self.in_hand,
+            versions=self.versions,
+            max_receive_count=self.realtime.max_receive_count,
+        )
+        self.triage = Triage(
+            worker_id="w1",
+            in_hand=self.in_hand,
+            finisher=self.finisher,
+            read_statuses=self.intake.read_statuses,
+        )
+
+    def pending(self, queue=None):
+        """What one receive of ``queue`` (the realtime lane) gives, decoded and held."""
+        return self.intake.keep((queue or self.realtime).receive(10, 0))
+
+    def close(self) -> None:
+        self.stopping.set()
+        self.finisher.close()
+
+
+@pytest.fixture
+def stages(digits_v1):
+    s = Stages(digits_v1)
+    yield s
+    s.close()
+
+
+# -- intake ------------------------------------------------------------------------
+
+
+def test_read_message_keeps_what_is_wrong_with_a_message_as_its_error(stages):
+    # GIVEN an undecodable body, a version nobody serves, inputs off the signature,
+    # and a good request
+    stages.realtime.send("{not json", "acme")
+    send(stages.realtime, "r-unknown", version="v9")
+    send(stages.realtime, "r-bad", inputs=[[1] * 63])
+    send(stages.realtime, "r-good")
+    received = stages.realtime.receive(10, 0)
+    # WHEN each is read
+    read = [
+        read_message(
+            r,
+            time.monotonic(),
+            time.time(),
+            model="digits-cnn",
+            versions=stages.versions,
+            payloads=FakePayloads(),
+        )
+        for r in received
+    ]
+    # THEN the undecodable one has no request to answer, the others their own error
+    undecodable, unknown, bad, good = read
+    assert undecodable.message is None and undecodable.error is None
+    assert unknown.error is not None and unknown.error.code == "unknown_version"
+    assert bad.error is not None and bad.error.code == "invalid_input"
+    assert bad.error.field == "inputs[0]"
+    assert good.error is None and good.inputs == [[1] * 64]
+
+
+def test_the_intake_receives_no_more_than_the_forming_batch_has_room_for(stages):
+    # GIVEN 70 one-input requests queued, and a version whose batch holds 64
+    for i in range(70):
+        send(stages.realtime, f"r{i}")
+    # WHEN the intake receives until the forming batch is full
+    while stages.intake.room() > 0:
+        stages.intake.receive()
+    # THEN it holds exactly one batch, and the rest wait in the queue
+    assert stages.intake.assembler.held_inputs == 64
+    assert len(stages.realtime.visible) == 6
+    # AND the model's thread takes that batch at once, as it is full
+    batch = stages.intake.take_due()
+    assert len(batch) == 64 and stages.intake.assembler.held == []
+
+
+def test_the_intake_learns_the_batch_cost_from_what_the_model_reports(stages):
+    # GIVEN the model ran batches of 8 and 32 of v1, and one failed
+    stages.intake.model_started("v1", 8)
+    stages.intake.model_ended("v1", 8, 0.010)
+    stages.intake.model_started("v1", 32)
+    stages.intake.model_ended("v1", 32, 0.040)
+    stages.intake.model_started("v1", 16)
+    stages.intake.model_ended("v1", 16, None)
+    # THEN a batch of 16 is expected to take between the two
+    assert 0.010 < stages.intake.assembler.expected("v1", 16) < 0.040
+
+
+# -- triage ------------------------------------------------------------------------
+
+
+def test_triage_answers_what_needs_no_model_and_deletes_what_was_answered(stages):
+    # GIVEN an expired request, one with bad inputs, one answered already, one to run
+    send(stages.realtime, "r-expired", expires_at=time.time() - 1)
+    send(stages.realtime, "r-bad", inputs=[[99] * 64])
+    send(stages.realtime, "r-answered")
+    send(stages.realtime, "r-run")
+    stages.results.complete(
+        ResultRecord(
+            request_id="r-answered",
+            tenant="acme",
+            model="digits-cnn",
+            version="v1",
+            status="done",
+            outputs=[1],
+            created_at=0.0,
+            expires_at=10**10,
+        )
+    )
+    batch = stages.pending()
+    # WHEN the batch is triaged
+    answered, runnable = stages.triage(batch)
+    # THEN only the last one runs; the first two get their final results, and the
+    # answered one's message is deleted without a second result
+    assert [p.message.request_id for p in runnable] == ["r-run"]
+    assert {p.message.request_id: r.status for p, r in answered} == {
+        "r-expired": "expired",
+        "r-bad": "error",
+    }
+    assert ("delete", batch[2].received.message_id) in stages.log
+    assert ("statuses", 4) in stages.log  # one read of the results table for the batch
+
+
+# -- finisher ----------------------------------------------------------------------
+
+
+def test_the_finisher_stores_each_batch_before_deleting_its_messages(stages):
+    # GIVEN two batches answered, one after the other
+    for rid in ("r1", "r2", "r3"):
+        send(stages.realtime, rid)
+    held = stages.pending()
+    # WHEN both are submitted
+    for batch in (held[:1], held[1:]):
+        stages.finisher.submit(
+            [(p, stages.finisher.record(p, "done", outputs=[[0]])) for p in batch]
+        )
+    stages.finisher.flush()
+    # THEN each result was written before its message was deleted, batch by batch
+    kinds = [kind for kind, _ in stages.log if kind in ("result", "delete")]
+    assert kinds == ["result", "delete", "result", "result", "delete", "delete"]
+    assert stages.realtime.depth == 0 and stages.in_hand.held() == []
+
+
+def test_a_failed_batch_goes_back_for_retry_and_its_last_try_gets_a_final_error(digits_v1):
+    s = Stages(digits_v1)
+    try:
+        # GIVEN two requests, one of them on its last allowed receive
+        send(s.realtime, "r-last")
+        for _ in range(s.realtime.max_receive_count - 1):
+            s.realtime.set_visibility(s.realtime.receive(1, 0), 0)
+        send(s.realtime, "r-again")
+        batch = s.pending()
+        assert {p.received.receive_count for p in batch} == {1, s.realtime.max_receive_count}
+        # WHEN the model fails their batch
+        s.finisher.failed(batch, "RuntimeError: boom")
+        # THEN the last try has its final error, the other its failure counted, and
+        # both messages are released (the last try's to go to the DLQ)
+        assert s.results.get("acme", "r-last").error.code == "retries_exhausted"
+        assert s.results.get("acme", "r-again").failures == 1
+        assert s.in_hand.held() == []
+        assert len(s.realtime.visible) == 2
+    finally:
+        s.close()
+
+
+# -- messages in hand --------------------------------------------------------------
+
+
+def test_messages_go_back_to_the_lane_they_came_from(stages):
+    # GIVEN a message from each lane in hand
+    send(stages.realtime, "r1")
+    send(stages.batch, "b1")
+    held = stages.pending() + stages.pending(stages.batch)
+    assert len(stages.in_hand.held()) == 2
+    # WHEN one is released and the other deleted
+    realtime_one, batch_one = held
+    stages.in_hand.release([realtime_one.received], 0)
+    stages.in_hand.delete([batch_one.received])
+    # THEN each lane saw only its own, and nothing is held any more
+    assert len(stages.realtime.visible) == 1 and stages.batch.deleted == [
+        batch_one.received.message_id
+    ]
+    assert stages.in_hand.held() == []
+
+
+def test_the_heartbeat_extends_what_is_held_until_stopped(digits_v1):
+    # GIVEN a message held with a 3 s visibility (a beat every second)
+    s = Stages(digits_v1, visibility=3)
+    send(s.realtime, "r1")
+    (p,) = s.pending()
+    beat = threading.Thread(target=s.in_hand.heartbeat, args=(s.stopping,))
+    beat.start()
+    try:
+        # THEN its visibility is extended while it is held
+        extension = ("visibility", (p.received.message_id, 3))
+        wait_for(lambda: extension in s.log, timeout_s=10, every_s=0.1, what="an extension")
+    finally:
+        s.close()
+        beat.join(5)
+    assert not beat.is_alive()
