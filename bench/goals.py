@@ -107,9 +107,10 @@ GOALS = (
         "the router's looks for the result: a request's own calls are its enqueue and the "
         "looks (its result is inserted with its batch's others, one call per batch: 0.22 "
         "a request here). The router looks at the median, 80th and 95th percentile of the "
-        "model's last 16 answer times, then further apart: 2.16 looks a request at load "
-        "in this page's run (2.2 to 2.4 before the worker looked at the queue once more "
-        "before a running batch's end, which narrowed the answer times). Looking first "
+        "model's last 16 answer times, then further apart: 2.12 looks a request at load "
+        "in this page's run (2.16 in the run before; 2.2 to 2.4 before the worker "
+        "looked at the queue once more before a running batch's end, which narrowed "
+        "the answer times). Looking first "
         "at the 65th or the 75th percentile instead gave 1.77 to 2.58 and 2.0 to 2.42 "
         "looks over three in-process runs each (the median first, the same runs: 2.06 to "
         "2.43): 16 closed-loop callers' answer times move faster than the last 16 of "
@@ -211,7 +212,13 @@ GOALS = (
         "286 inputs/s. The intake now reads which requests of a full forming batch are "
         "answered already while the model runs the batch before: the model's idle time "
         "between batches fell from 0.7 s a burst to 0.03 s (in-process: 14.5 to 15.0 s "
-        "to the last result before, 14.2 after)",
+        "to the last result before, 14.2 after). In this page's run (the worker split "
+        "into a module a stage) the drains ran at 221, 222 and 226 inputs/s, as fast "
+        "as the runs before (213 to 228), and gave 0.73, 0.76 and 0.75 against a limit "
+        "that read 291 to 309. With OMP_WAIT_POLICY=PASSIVE (torch's threads sleep "
+        "at once instead of spinning) they ran at 222, 226 and 213 inputs/s, the "
+        "same, and gave 0.82, 0.84 and 0.77 only because the limit then read 272 to "
+        "279: not kept, as it moves the yardstick, not the platform",
     ),
     Goal(
         "1,000 async one-sentence predicts, submitted at once, vs the model's limit",
@@ -224,7 +231,9 @@ GOALS = (
         "burst the emulator took 4.9 to 5.1 s of CPU and the router 2.5 to 2.6 s, on the "
         "two cores the model needs ~8 CPU-s of; the runs gave 0.49, 0.47 and 0.47 (0.40, "
         "0.39 and 0.39 in a run whose model limit read 300 to 315 inputs/s: the drains "
-        "took 8.1 to 8.6 s in both)",
+        "took 8.1 to 8.6 s in both). This page's run gave 0.38, 0.41 and 0.38: 115, "
+        "120 and 110 inputs/s (drains of 8.3 to 9.1 s) against a limit that read 285 "
+        "to 307",
     ),
     Goal(
         "16 closed-loop sync callers of one sentence, answered vs the model's limit",
@@ -232,7 +241,9 @@ GOALS = (
         0.35,
         False,
         "×",
-        "82 answers/s at p50 188 ms, against a model limit of 250 to 264 inputs/s (78 at "
+        "82 answers/s at p50 189 ms in this page's run, against a model limit that read "
+        "288 to 297 inputs/s (0.28×); the run before answered as many at p50 188 ms "
+        "against a limit that read 250 to 264 (0.32×; 78 at "
         "200 ms before the worker looked at the queue once more before a running batch's "
         "end; 67 at 230 ms before the emulator's direct PutItem and SendMessage). Of an "
         "answer's time, ~30 ms is the queue, ~45 the wait for the batch before, ~70 its "
