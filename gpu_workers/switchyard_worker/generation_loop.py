@@ -35,7 +35,7 @@ from switchyard_worker.versions import ServedVersions
 
 log = Logger(service="switchyard-worker")
 
-_PAUSE_SLICE_S = 0.02  # how long an idle step waits for an arrival
+_IDLE_WAIT_S = 0.02  # how long a step with nothing running waits for an arrival
 
 
 class GenerationLoop:
@@ -117,7 +117,7 @@ class GenerationLoop:
         """Let arrivals join, then advance every running batch by one token."""
         arrivals = []
         try:
-            wait = 0 if self.generating() else _PAUSE_SLICE_S
+            wait = 0 if self.generating() else _IDLE_WAIT_S
             arrivals.append(self.arrivals.get(timeout=wait) if wait else self.arrivals.get_nowait())
             while True:
                 arrivals.append(self.arrivals.get_nowait())

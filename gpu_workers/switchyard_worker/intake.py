@@ -135,13 +135,13 @@ class Intake:
         while not self._stopping.is_set():
             with self._held:
                 full = self.room() <= 0
-                unread_ = [p for p in self.assembler.held if unread(p)] if full else []
-                if full and not unread_:
+                to_read = [p for p in self.assembler.held if unread(p)] if full else []
+                if full and not to_read:
                     self._held.wait(0.05)  # until the model's thread takes a batch
                     continue
             try:
-                if unread_:
-                    self.read_statuses(unread_)
+                if to_read:
+                    self.read_statuses(to_read)
                 else:
                     self.receive()
             except Exception:  # noqa: BLE001 - the next turn tries again

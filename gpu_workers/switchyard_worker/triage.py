@@ -75,9 +75,9 @@ class Triage:
         intake thread while the batch before ran, when the batch was full by then,
         else here. A request answered after that read runs, and its result is not
         stored: every write is conditional on the request being unanswered."""
-        unread_ = [p for p in batch if unread(p)]
-        if unread_:
-            self._read_statuses(unread_)
+        to_read = [p for p in batch if unread(p)]
+        if to_read:
+            self._read_statuses(to_read)
         answered = []
         for p in batch:
             assert p.message is not None

@@ -125,7 +125,7 @@ class Worker:
             job_output_s3=job_output_s3,
             job_ended=job_ended,
         )
-        self._triage = Triage(
+        self.triage = Triage(
             worker_id=worker_id,
             in_hand=self.in_hand,
             finisher=self.finisher,
@@ -141,7 +141,7 @@ class Worker:
             versions=self._versions,
             in_hand=self.in_hand,
             intake=self.intake,
-            triage=self._triage,
+            triage=self.triage,
             finisher=self.finisher,
             metrics=self._metrics,
             stream=stream,
@@ -261,7 +261,7 @@ class Worker:
 
     def execute(self, batch: list[Pending]) -> None:
         """One batch through triage and the model, its results handed to the finisher."""
-        answered, runnable = self._triage(batch)
+        answered, runnable = self.triage(batch)
         if runnable:
             try:
                 outputs = self._run(runnable)

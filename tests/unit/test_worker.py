@@ -21,7 +21,7 @@ def parts(digits_v1):
     return build(digits_v1, EchoRuntime())
 
 
-def build(digits_v1, runtime):
+def build(digits_v1, runtime, visibility_timeout=60):
     log: list = []
     realtime, batch = FakeQueue("realtime"), FakeQueue("batch")
     realtime.log = batch.log = log
@@ -35,7 +35,7 @@ def build(digits_v1, runtime):
         results=results,
         payloads=FakePayloads(),
         load_runtime=lambda record: runtime,
-        visibility_timeout=60,
+        visibility_timeout=visibility_timeout,
         poll_wait_seconds=0,
         max_receive_count=realtime.max_receive_count,
     )

@@ -10,52 +10,26 @@ import time
 import pytest
 
 from switchyard.schemas import ResultRecord
-from switchyard_worker.finisher import Finisher
-from switchyard_worker.in_hand import MessagesInHand
-from switchyard_worker.intake import Intake, read_message
-from switchyard_worker.triage import Triage
+from switchyard_worker.intake import read_message
 from switchyard_worker.versions import ServedVersions
-from tests.fakes import EchoRuntime, FakePayloads, FakeQueue, FakeRegistry, FakeResults
-from tests.unit.test_worker import send
+from tests.fakes import EchoRuntime, FakePayloads, FakeRegistry
+from tests.unit.test_worker import build, send
 from tests.waiting import wait_for
 
 
 class Stages:
-    """The stages wired as the worker wires them, without its threads."""
+    """The stages as the worker wires them (``tests/unit/test_worker.py``'s ``build``),
+    each called directly: the worker's threads are never started."""
 
     def __init__(self, digits_v1, visibility: int = 60) -> None:
-        self.log: list = []
-        self.realtime, self.batch = FakeQueue("realtime"), FakeQueue("batch")
-        self.realtime.log = self.batch.log = self.log
-        self.results = FakeResults(self.log)
-        self.versions = ServedVersions(
-            "digits-cnn", FakeRegistry(digits_v1), lambda record: EchoRuntime()
+        self.worker, self.realtime, self.batch, self.results, _, self.log = build(
+            digits_v1, EchoRuntime(), visibility_timeout=visibility
         )
-        self.versions.all()
-        self.in_hand = MessagesInHand((self.realtime, self.batch), visibility)
+        self.intake = self.worker.intake
+        self.triage = self.worker.triage
+        self.finisher = self.worker.finisher
+        self.in_hand = self.worker.in_hand
         self.stopping = threading.Event()
-        self.intake = Intake(
-            model="digits-cnn",
-            in_hand=self.in_hand,
-            versions=self.versions,
-            payloads=FakePayloads(),
-            results=self.results,
-            stopping=self.stopping,
-            poll_wait_seconds=0,
-        )
-        self.finisher = Finisher(
-            worker_id="w1",
-            results=self.results,
-            in_hand=self.in_hand,
-            versions=self.versions,
-            max_receive_count=self.realtime.max_receive_count,
-        )
-        self.triage = Triage(
-            worker_id="w1",
-            in_hand=self.in_hand,
-            finisher=self.finisher,
-            read_statuses=self.intake.read_statuses,
-        )
 
     def pending(self, queue=None):
         """What one receive of ``queue`` (the realtime lane) gives, decoded and held."""
@@ -76,7 +50,7 @@ def stages(digits_v1):
 # -- intake ------------------------------------------------------------------------
 
 
-def test_read_message_keeps_what_is_wrong_with_a_message_as_its_error(stages):
+def test_read_message_keeps_what_is_wrong_with_a_message_as_its_error(stages, digits_v1):
     # GIVEN an undecodable body, a version nobody serves, inputs off the signature,
     # and a good request
     stages.realtime.send("{not json", "acme")
@@ -91,7 +65,9 @@ def test_read_message_keeps_what_is_wrong_with_a_message_as_its_error(stages):
             time.monotonic(),
             time.time(),
             model="digits-cnn",
-            versions=stages.versions,
+            versions=ServedVersions(
+                "digits-cnn", FakeRegistry(digits_v1), lambda record: EchoRuntime()
+            ),
             payloads=FakePayloads(),
         )
         for r in received
