@@ -31,6 +31,7 @@ from typing import Any
 from switchyard import aws
 from switchyard_local.emulator import free_port
 from tests.e2e.worker_log import delivery_events
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 READY = re.compile(r"^READY (http://127\.0\.0\.1:(\d+)) api_key=(\S+)$")
@@ -140,11 +141,11 @@ class RunningPlatform:
     def wait_until_idle(self, model: str, timeout_s: float = 180) -> None:
         """Wait for both lanes of a model to empty, so that a test's async
         backlog does not sit in front of the next test's requests."""
-        deadline = time.monotonic() + timeout_s
-        while self.queue_depth(model, "realtime") or self.queue_depth(model, "batch"):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{model}'s queues did not empty")
-            time.sleep(0.5)
+        wait_for(
+            lambda: not (self.queue_depth(model, "realtime") or self.queue_depth(model, "batch")),
+            timeout_s,
+            what=f"{model}'s queues to empty",
+        )
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
         """Ctrl-C, and wait for every process to stop; kill the group if it hangs."""

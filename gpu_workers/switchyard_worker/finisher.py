@@ -19,8 +19,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from aws_lambda_powertools import Logger
-
 from switchyard.jobs import Job, JobStore, finish_if_answered
 from switchyard.result_cache import CacheEntry, ResultCache
 from switchyard.results import ResultStore
@@ -28,10 +26,8 @@ from switchyard.schemas import RETRIES_EXHAUSTED, ErrorInfo, ResultRecord
 from switchyard.telemetry import PredictionLog, prediction_record
 from switchyard_worker.batching import Pending
 from switchyard_worker.in_hand import MessagesInHand
-from switchyard_worker.stages import InOrder
+from switchyard_worker.stages import InOrder, log
 from switchyard_worker.versions import ServedVersions
-
-log = Logger(service="switchyard-worker")
 
 _WRITERS = 8  # result writes in flight at once
 _INSERTS = 25  # results per write (DynamoDB's BatchExecuteStatement takes 25)

@@ -20,8 +20,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from aws_lambda_powertools import Logger
-
 from switchyard.generation import Chunk, TokenStream, as_request, over_context, tokens_written
 from switchyard.schemas import ErrorInfo, GenerationSignature, QueueMessage
 from switchyard_worker.batching import Pending
@@ -29,11 +27,9 @@ from switchyard_worker.finisher import Finisher
 from switchyard_worker.generation import Continuous, Sequence
 from switchyard_worker.in_hand import MessagesInHand
 from switchyard_worker.intake import RECEIVE_MAX, Intake
-from switchyard_worker.stages import MetricsEmitter, pause
+from switchyard_worker.stages import MetricsEmitter, log, pause
 from switchyard_worker.triage import Triage
 from switchyard_worker.versions import ServedVersions
-
-log = Logger(service="switchyard-worker")
 
 _IDLE_WAIT_S = 0.02  # how long a step with nothing running waits for an arrival
 

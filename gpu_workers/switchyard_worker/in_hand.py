@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import threading
 
-from aws_lambda_powertools import Logger
-
 from switchyard.queues import Received, WorkQueue
-
-log = Logger(service="switchyard-worker")
+from switchyard_worker.stages import log
 
 
 class MessagesInHand:

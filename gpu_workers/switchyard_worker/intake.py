@@ -21,7 +21,6 @@ import time
 from concurrent.futures import Future
 from typing import Any
 
-from aws_lambda_powertools import Logger
 from pydantic import ValidationError
 
 from switchyard.payloads import PayloadMissing, PayloadStore
@@ -31,10 +30,8 @@ from switchyard.schemas import ErrorInfo, QueueMessage
 from switchyard.signatures import check_inputs
 from switchyard_worker.batching import BatchAssembler, Pending
 from switchyard_worker.in_hand import MessagesInHand
-from switchyard_worker.stages import pause
+from switchyard_worker.stages import log, pause
 from switchyard_worker.versions import ServedVersions
-
-log = Logger(service="switchyard-worker")
 
 RECEIVE_MAX = 10  # messages per receive (SQS's most)
 _WATCH_WAIT_S = 1  # the realtime watcher's long poll: short, as it holds no batch up

@@ -15,7 +15,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Generic, TypeVar
 
+from aws_lambda_powertools import Logger
+
 from switchyard.telemetry import COUNT, MILLISECONDS, emit_metrics
+
+# The worker's one logger, shared by its stages.
+log = Logger(service="switchyard-worker")
 
 T = TypeVar("T")
 _STOP = object()

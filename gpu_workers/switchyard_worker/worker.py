@@ -42,8 +42,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from aws_lambda_powertools import Logger
-
 from switchyard.generation import TokenStream
 from switchyard.jobs import Job, JobStore
 from switchyard.payloads import PayloadStore
@@ -58,11 +56,9 @@ from switchyard_worker.generation_loop import GenerationLoop
 from switchyard_worker.in_hand import MessagesInHand
 from switchyard_worker.intake import Intake
 from switchyard_worker.runtimes import GENERATIVE_RUNTIMES, OutputCountMismatch, size_order
-from switchyard_worker.stages import MetricsEmitter
+from switchyard_worker.stages import MetricsEmitter, log
 from switchyard_worker.triage import Triage
 from switchyard_worker.versions import RuntimeLoader, ServedVersions
-
-log = Logger(service="switchyard-worker")
 
 
 class BatchFailed(Exception):
