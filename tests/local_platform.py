@@ -85,12 +85,12 @@ class RunningPlatform:
         """The pid of ``model``'s first worker, once it is ready (its ready file
         names it: ``<worker>-<pid>``)."""
         ready = self.run_dir / f"worker-{model}-0.ready"
-        deadline = time.monotonic() + WORKER_READY_TIMEOUT_S
-        while (pid := ready_pid(ready)) is None:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{ready} never appeared")
-            time.sleep(0.1)
-        return pid
+        return wait_for(
+            lambda: ready_pid(ready),
+            WORKER_READY_TIMEOUT_S,
+            every_s=0.1,
+            what=f"{ready} never appeared",
+        )
 
     def log_events(self, pattern: str) -> list[dict[str, Any]]:
         """The JSON lines of the run's logs named by ``pattern`` (a glob under

@@ -10,6 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+from tests.waiting import wait_for
+
 DIGIT_ZERO = [
     0,
     0,
@@ -187,10 +189,12 @@ def test_a_passed_deadline_gives_202_and_the_work_still_completes(platform, http
     assert response.status_code == 202
     location = response.headers["location"]
     assert location == f"/v1/requests/{response.json()['request_id']}"
-    deadline = time.monotonic() + 30
-    while (status := http.get(location, headers=auth(platform)).json())["status"] == "queued":
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+
+    def finished() -> dict | None:
+        status = http.get(location, headers=auth(platform)).json()
+        return status if status["status"] != "queued" else None
+
+    status = wait_for(finished, timeout_s=30, every_s=0.1, what="the late request's result")
     assert status["status"] == "done" and len(status["outputs"]) == 8
 
 
@@ -202,10 +206,12 @@ def test_async_requests_are_private_to_their_tenant(platform, http):
     )
     assert response.status_code == 202
     location = response.headers["location"]
-    deadline = time.monotonic() + 30
-    while (mine := http.get(location, headers=auth(platform, "acme"))).json()["status"] != "done":
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+
+    def done() -> httpx.Response | None:
+        mine = http.get(location, headers=auth(platform, "acme"))
+        return mine if mine.json()["status"] == "done" else None
+
+    mine = wait_for(done, timeout_s=30, every_s=0.05, what="the async request's result")
     assert mine.json()["outputs"][0]["class"] == 0
     assert http.get(location, headers=auth(platform, "globex")).status_code == 404
     assert http.get("/v1/requests/unknown", headers=auth(platform, "acme")).status_code == 404
@@ -228,8 +234,8 @@ def test_predictions_are_logged_to_s3_without_their_inputs(platform, http):
     request_id = response.json()["request_id"]
     s3 = platform.client("s3")
     bucket = platform.info["names"]["prediction_logs_bucket"]
-    deadline = time.monotonic() + 20
-    while True:
+
+    def logged() -> tuple[list[dict], list[str]] | None:
         lines = []
         for obj in s3.list_objects_v2(Bucket=bucket).get("Contents", []):
             body = s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()
@@ -237,9 +243,9 @@ def test_predictions_are_logged_to_s3_without_their_inputs(platform, http):
             raw = gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body
             lines.extend(raw.decode().splitlines())
         mine = [json.loads(line) for line in lines if request_id in line]
-        if mine or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
+        return (mine, lines) if mine else None
+
+    mine, lines = wait_for(logged, timeout_s=20, every_s=0.2, what="the prediction's log in S3")
     assert len(mine) == 1
     assert mine[0]["model"] == "minilm-embed" and mine[0]["outputs"] == [{"dimensions": 384}]
     # The secret's words, not its digits alone: ids and timestamps may hold "4111".

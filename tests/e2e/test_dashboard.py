@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests import waiting
 from tests.e2e.accounting import SENTENCES, wait_all_done
 from tests.e2e.chromium import Browser, Page, ensure_chromium
 from tests.e2e.test_rollouts import cli
@@ -62,13 +63,15 @@ PAGE_SUMMARY = """(() => {
 
 @pytest.fixture(scope="module")
 def dashboard_url(platform) -> str:
-    deadline = time.monotonic() + 30
-    while True:
+    def printed() -> str | None:
         for line in platform.output:
             if match := DASHBOARD.match(line.strip()):
                 return match.group(1)
-        assert time.monotonic() < deadline, "switchyard up printed no DASHBOARD line"
-        time.sleep(0.2)
+        return None
+
+    return waiting.wait_for(
+        printed, timeout_s=30, every_s=0.2, what="switchyard up printed no DASHBOARD line"
+    )
 
 
 @pytest.fixture(scope="module")

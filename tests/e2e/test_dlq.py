@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import json
-import time
 
 from tests.e2e.accounting import submit_pinned
 from tests.e2e.test_faults import wait_all_done
 from tests.e2e.test_rollouts import FAULTY, cli
+from tests.waiting import wait_for
 
 EXHAUSTED_LOG = "retries exhausted; the message goes to the DLQ"
 
@@ -16,15 +16,18 @@ EXHAUSTED_LOG = "retries exhausted; the message goes to the DLQ"
 def listed(platform, request_id: str, timeout: float = 60) -> dict:
     """The request's row in `switchyard dlq list`, once SQS has moved its message
     (on the receive after the last allowed one)."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def its_row() -> dict | None:
         out = cli(platform, "dlq", "list", "digits-cnn", "--json").stdout
         rows = [row for row in json.loads(out) if row["request_id"] == request_id]
         if rows:
             assert len(rows) == 1, rows
             return rows[0]
-        assert time.monotonic() < deadline, f"{request_id} never reached the DLQ"
-        time.sleep(1)
+        return None
+
+    return wait_for(
+        its_row, timeout_s=timeout, every_s=1, what=f"{request_id} never reached the DLQ"
+    )
 
 
 def exhausted_events(platform, request_id: str) -> int:

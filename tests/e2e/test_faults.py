@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 
 from tests.e2e.accounting import stored_per_request, submit_async, wait_all_done
+from tests.waiting import wait_for
 
 
 def signal_worker_under_load(platform, requests: int, after: int, sig: int) -> tuple[list, int]:
@@ -29,10 +30,12 @@ def submit_until_stored(platform, requests: int, after: int) -> Callable[[], lis
     ids: list[str] = []
     sender = threading.Thread(target=lambda: ids.extend(submit_async(platform, requests)))
     sender.start()
-    deadline = time.monotonic() + 60
-    while sum(stored_per_request(platform).values()) - before < after:
-        assert time.monotonic() < deadline, f"fewer than {after} results stored in 60 s"
-        time.sleep(0.05)
+    wait_for(
+        lambda: sum(stored_per_request(platform).values()) - before >= after,
+        timeout_s=60,
+        every_s=0.05,
+        what=f"fewer than {after} results stored",
+    )
 
     def submitted() -> list[str]:
         sender.join(120)
@@ -108,10 +111,12 @@ def test_sigterm_drains_the_worker_and_releases_what_it_has_not_started(platform
     assert all(r["status"] == "done" for r in results.values())
     # (The worker may log its stop, and end, a moment after the last result is stored.)
     replaced = "worker-minilm-embed-0 exited with 0; starting a new one"
-    deadline = time.monotonic() + 60
-    while replaced not in platform.output:
-        assert time.monotonic() < deadline, "the drained worker was not replaced"
-        time.sleep(0.1)
+    wait_for(
+        lambda: replaced in platform.output,
+        timeout_s=60,
+        every_s=0.1,
+        what="the drained worker was not replaced",
+    )
     stopped = [
         e
         for e in platform.worker_log_events()

@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 
 import httpx
 import openai
 import pytest
 
 from switchyard.registry import DynamoDBRegistry
+from tests.waiting import wait_for
 
 MODEL = "pydoc-gpt"
 PROMPT = "Return the"
@@ -156,12 +156,12 @@ def test_the_native_generate_streams_tokens_then_how_it_ended(platform, http):
 
     queued = http.post(f"/v1/models/{MODEL}/generate?async=true", json=body, headers=headers)
     assert queued.status_code == 202
-    deadline = time.monotonic() + 60
-    while (status := http.get(queued.headers["Location"], headers=headers).json())[
-        "status"
-    ] == "queued":
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+
+    def finished() -> dict | None:
+        status = http.get(queued.headers["Location"], headers=headers).json()
+        return status if status["status"] != "queued" else None
+
+    status = wait_for(finished, timeout_s=60, every_s=0.1, what="the async generation's result")
     assert status["outputs"][0]["text"] == answer["text"]  # the same seed, the same text
 
     refused = http.post(
@@ -235,7 +235,6 @@ def test_a_batch_job_of_prompts_gets_one_generation_per_line(platform, http):
     """Generation requests (or bare prompts) as a job's lines ride the batch lane;
     each line's output is its generation, a bad line its error."""
     from tests.e2e.test_jobs_api import output_lines
-    from tests.waiting import wait_for
 
     headers = {"x-api-key": platform.api_key}
     inputs = [

@@ -11,7 +11,6 @@ version pins that differ: a 422 of a schema-valid request must name only those.
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 from typing import Any
 
@@ -23,6 +22,7 @@ from schemathesis.core.parameters import ParameterLocation
 from schemathesis.specs.openapi.checks import negative_data_rejection
 
 from switchyard.schemas import FORBIDDEN, UNAUTHORIZED
+from tests.waiting import wait_for
 
 from .test_api import DIGIT_ZERO
 
@@ -193,7 +193,9 @@ def test_answers_about_real_requests_match_the_document(platform, http, keyed_ap
 
 
 def _wait_done(http: httpx.Client, request_id: str, key: dict[str, str]) -> None:
-    deadline = time.monotonic() + 120
-    while http.get(f"/v1/requests/{request_id}", headers=key).json()["status"] == "queued":
-        assert time.monotonic() < deadline, f"request {request_id} never ended"
-        time.sleep(0.1)
+    wait_for(
+        lambda: http.get(f"/v1/requests/{request_id}", headers=key).json()["status"] != "queued",
+        timeout_s=120,
+        every_s=0.1,
+        what=f"request {request_id} never ended",
+    )

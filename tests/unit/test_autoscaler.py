@@ -27,6 +27,7 @@ from switchyard_local.autoscaler import (
 )
 from switchyard_local.supervisor import DRAIN_TIMEOUT_SECONDS, WorkerPool
 from tests.scaling_scenarios import SAMPLE_POLICY
+from tests.waiting import wait_for
 
 MODEL = "minilm-embed"
 POLICY = SAMPLE_POLICY
@@ -540,13 +541,6 @@ def standby_pool(tmp_path: Path):
     workers.stop_all(timeout=10)
 
 
-def _until(check, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "not within the time"
-        time.sleep(0.05)
-
-
 def test_a_started_worker_takes_over_the_waiting_standby(standby_pool, tmp_path: Path) -> None:
     workers = standby_pool
     # GIVEN a pool whose standby is waiting
@@ -556,7 +550,12 @@ def test_a_started_worker_takes_over_the_waiting_standby(standby_pool, tmp_path:
     workers.start(MODEL, 2)
     # THEN the first became the standby's process, with its own log and settings; the
     # second started cold, as there was one standby
-    _until(lambda: workers.counts(MODEL).running == 2)
+    wait_for(
+        lambda: workers.counts(MODEL).running == 2,
+        timeout_s=20,
+        every_s=0.05,
+        what="two workers running",
+    )
     assert (
         tmp_path / f"worker-{MODEL}-0.log"
     ).read_text() == f"serving worker-{MODEL}-0 as standby\n"
@@ -573,7 +572,7 @@ def test_no_new_standby_while_a_worker_loads(standby_pool, tmp_path: Path) -> No
     # GIVEN a worker that has not yet written its ready file
     [name] = workers.start(MODEL, 1)
     ready = tmp_path / f"{name}.ready"
-    _until(ready.exists)
+    wait_for(ready.exists, timeout_s=20, every_s=0.05, what=f"{ready} to be written")
     ready.unlink()  # as if it were still loading
     # WHEN the pool is reaped THEN no standby takes the cores from its loading
     workers.reap()
@@ -588,7 +587,12 @@ def test_a_dead_standby_is_passed_over_and_replaced(standby_pool, tmp_path: Path
     standby.process.wait()
     # WHEN a worker starts THEN it starts cold rather than into the dead standby
     [name] = workers.start(MODEL, 1)
-    _until(lambda: workers.counts(MODEL).running == 1)
+    wait_for(
+        lambda: workers.counts(MODEL).running == 1,
+        timeout_s=20,
+        every_s=0.05,
+        what="one worker running",
+    )
     assert (tmp_path / f"{name}.log").read_text() == f"serving {name} cold\n"
     # AND once it is loaded a fresh standby waits
     workers.reap()
