@@ -52,7 +52,9 @@ from typing import Any
 from switchyard_local.moto_sqs import require_pinned_moto
 
 _WRITES = ("put_item", "update_item", "delete_item", "transact_write_items")
-_lock = threading.RLock()  # one write may run another (a transaction, a batch)
+# One write at a time; one may run another (a transaction, a batch), and a write made
+# of a read and a put (``moto_statements``) holds it across both.
+write_lock = threading.RLock()
 _query = threading.local()  # the partition (and range condition) a Query reads
 _originals: dict[str, Any] = {}  # method name -> moto's own; empty while not applied
 
@@ -141,7 +143,7 @@ def _partition_items(all_items: Callable[..., Any]) -> Callable[..., Any]:
 def _one_at_a_time(write: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(write)
     def locked(*args: Any, **kwargs: Any) -> Any:
-        with _lock:
+        with write_lock:
             return write(*args, **kwargs)
 
     return locked

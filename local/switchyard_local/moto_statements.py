@@ -27,11 +27,12 @@ AND "<range key>"=? AND "status"=?`` statements (``DynamoDBResultStore.complete_
 written by ``switchyard.results.update_statement``). In DynamoDB such an UPDATE
 changes the item only if it exists with that status, and otherwise fails with
 ``ConditionalCheckFailed``, on its own. moto's PartiQL cannot run them either (its
-parser takes no parameters there, and copies every table per statement); each is run
-as moto's backend ``update_item`` with the same SET, REMOVE and condition (under the
-write lock), answered as DynamoDB answers, ``ConditionalCheckFailed`` included. A
-batch may mix the two forms; one statement of any other form sends the whole
-request to moto.
+parser takes no parameters there, and copies every table per statement). Each is
+applied under the write lock as a read of the item, its status checked, and a put
+of it with the SETs and REMOVEs made: the item moto's ``update_item`` leaves
+(``tests/unit/test_moto_statements.py`` compares the two), answered as DynamoDB
+answers, ``ConditionalCheckFailed`` included. A batch may mix the two forms; one
+statement of any other form sends the whole request to moto.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from switchyard_local.moto_dynamodb import write_lock
 from switchyard_local.moto_reads import backend_of, json_request, key_names
 
 TARGET = "DynamoDB_20120810.BatchExecuteStatement"
@@ -147,7 +149,14 @@ def parse_update(statement: Any) -> Update | None:
 
 
 def _update(backend: Any, update: Update) -> dict[str, Any]:
-    from moto.dynamodb.exceptions import ConditionalCheckFailed, DynamodbException
+    """One UPDATE applied as a read and a put under the write lock: the item as it
+    stands, checked for the status asked for, with the SETs and REMOVEs made to a
+    copy of it, written back whole by moto's backend ``put_item`` (its checks of an
+    item included). moto's ``update_item`` parses, validates and runs an update
+    expression for the same result: 1.6 ms a statement against 0.1 ms here, a
+    third of the emulator's time in a burst of async requests."""
+    from moto.dynamodb.exceptions import DynamodbException
+    from moto.dynamodb.models.dynamo_type import DynamoType
 
     name = update.table
     table = backend.tables.get(name)
@@ -159,25 +168,19 @@ def _update(backend: Any, update: Update) -> dict[str, Any]:
             "ValidationError",
             "Where clause does not contain a mandatory equality on all key attributes",
         )
-    names = {"#c": update.condition[0]}
-    values = {":c": update.condition[1]}
-    parts = []
-    for i, (attribute, value) in enumerate(update.sets.items()):
-        names[f"#s{i}"], values[f":s{i}"] = attribute, value
-        parts.append(f"#s{i} = :s{i}")
-    expression = "SET " + ", ".join(parts)
-    for i, attribute in enumerate(update.removes):
-        names[f"#r{i}"] = attribute
-    if update.removes:
-        expression += " REMOVE " + ", ".join(f"#r{i}" for i in range(len(update.removes)))
-    try:
-        backend.update_item(
-            name, update.key, expression, names, values, condition_expression="#c = :c"
-        )
-    except ConditionalCheckFailed:
-        return _error(name, "ConditionalCheckFailed", "The conditional request failed")
-    except DynamodbException as exc:
-        return _error(name, "ValidationError", getattr(exc, "message", str(exc)))
+    attribute, value = update.condition
+    with write_lock:
+        try:
+            current = backend.get_item(name, update.key)
+            if current is None or current.attrs.get(attribute) != DynamoType(value):
+                return _error(name, "ConditionalCheckFailed", "The conditional request failed")
+            item = current.to_json()["Attributes"]
+            for removed in update.removes:
+                item.pop(removed, None)
+            item.update(update.sets)
+            backend.put_item(name, item)
+        except DynamodbException as exc:
+            return _error(name, "ValidationError", getattr(exc, "message", str(exc)))
     return {"TableName": name}
 
 

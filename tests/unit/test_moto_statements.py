@@ -158,6 +158,78 @@ def test_an_update_of_an_item_not_queued_fails_alone_and_keeps_it(clients):
     assert get(moto, "waiting")[1]["Item"] == item("waiting")
 
 
+def moto_update_item(client: Client, one: dict[str, Any], removed: list[str]) -> tuple[Any, Any]:
+    """The UpdateItem that the worker's UPDATE of ``one`` stands for, answered by
+    moto itself: each attribute but the key set, ``removed`` removed, on the
+    condition that the item's status is ``queued``."""
+    rest = [n for n in one if n not in ("tenant", "request_id")]
+    names = {f"#s{i}": n for i, n in enumerate(rest)}
+    names |= {f"#r{i}": n for i, n in enumerate(removed)}
+    expression = "SET " + ", ".join(f"#s{i} = :s{i}" for i in range(len(rest)))
+    if removed:
+        expression += " REMOVE " + ", ".join(f"#r{i}" for i in range(len(removed)))
+    return call(
+        client,
+        "UpdateItem",
+        {
+            "TableName": "inserts",
+            "Key": {"tenant": one["tenant"], "request_id": one["request_id"]},
+            "UpdateExpression": expression,
+            "ConditionExpression": "#c = :c",
+            "ExpressionAttributeNames": {**names, "#c": "status"},
+            "ExpressionAttributeValues": {
+                **{f":s{i}": one[n] for i, n in enumerate(rest)},
+                ":c": {"S": "queued"},
+            },
+        },
+    )
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "removed"),
+    [
+        # A result over a queued record that failed twice: its failures removed.
+        (queued, lambda rid: item(rid), ["failures", "last_failure", "error_code"]),
+        # Every plain type set; an attribute of the record left alone; a removal of
+        # an attribute the item does not have.
+        (
+            lambda rid: {**queued(rid), "kept": {"L": [{"S": "a"}, {"N": "2"}]}},
+            lambda rid: item(
+                rid, note={"NULL": True}, flag={"BOOL": False}, n={"N": "-1.50"}, empty={"S": ""}
+            ),
+            ["outputs", "failures"],
+        ),
+        # No record yet, and a record already final: neither is written.
+        (None, lambda rid: item(rid), []),
+        (lambda rid: item(rid, status={"S": "cancelled"}), lambda rid: item(rid), []),
+    ],
+)
+def test_an_update_leaves_what_motos_update_item_leaves(clients, before, after, removed):
+    moto, fast = clients
+    ours, theirs = f"ours-{uuid.uuid4()}", f"theirs-{uuid.uuid4()}"
+    if before is not None:
+        for rid in (ours, theirs):
+            put = {"TableName": "inserts", "Item": before(rid)}
+            assert call(moto, "PutItem", put)[0] == 200
+    status, answer = call(
+        fast, "BatchExecuteStatement", {"Statements": [queued_update(after(ours), removed)]}
+    )
+    assert status == 200
+    failed = answer["Responses"][0].get("Error", {}).get("Code")
+    moto_status, moto_answer = moto_update_item(moto, after(theirs), removed)
+    if moto_status == 200:
+        assert failed is None
+    else:
+        assert moto_answer["__type"].endswith("ConditionalCheckFailedException")
+        assert failed == "ConditionalCheckFailed"
+    mine, motos = get(moto, ours)[1].get("Item"), get(moto, theirs)[1].get("Item")
+    if motos is None:
+        assert mine is None
+    else:
+        assert mine["request_id"] == {"S": ours} and motos["request_id"] == {"S": theirs}
+        assert {**mine, "request_id": None} == {**motos, "request_id": None}
+
+
 @pytest.mark.parametrize(
     ("statement_of", "code"),
     [
