@@ -23,6 +23,9 @@ ROUTER = {
     "tenant_keys": {"acme": "k1", "globex": "k2"},
     "visibility_timeout_seconds": 30,
     "routing_source": "appconfig-extension",
+    "aws_endpoint_url": "http://127.0.0.1:4566",
+    "routing_cache_seconds": 0.5,
+    "max_age_seconds": {"realtime": 60, "batch": 600},
 }
 
 
@@ -36,6 +39,10 @@ def test_what_is_written_is_what_is_read(monkeypatch):
     assert settings.queues["m"].batch == "https://q/b"
     assert settings.visibility_timeout_seconds == 30
     assert settings.routing_source == "appconfig-extension"
+    assert settings.aws_endpoint_url == "http://127.0.0.1:4566"  # text, not JSON
+    assert settings.routing_cache_seconds == 0.5
+    assert settings.max_age_seconds == {"realtime": 60, "batch": 600}
+    assert settings.jobs_table is None  # not set: its default
 
 
 def test_mappings_go_through_the_given_json_renderer():
@@ -46,7 +53,7 @@ def test_mappings_go_through_the_given_json_renderer():
         return json.dumps(value)
 
     env = to_environment(RouterSettings, ROUTER, dumps=dumps)
-    assert rendered == [ROUTER["queues"], ROUTER["tenant_keys"]]
+    assert rendered == [ROUTER["queues"], ROUTER["tenant_keys"], ROUTER["max_age_seconds"]]
     assert json.loads(env["SWITCHYARD_QUEUES"]) == ROUTER["queues"]
 
 
@@ -73,7 +80,11 @@ def test_a_forgotten_or_unknown_setting_fails_where_the_environment_is_written()
 )
 def test_a_bad_variable_stops_the_start_with_its_name(monkeypatch, variable, value, expected):
     values = {
-        **{k: v for k, v in ROUTER.items() if k not in ("tenant_keys", "routing_source")},
+        **{
+            k: v
+            for k, v in ROUTER.items()
+            if k not in ("tenant_keys", "routing_source", "routing_cache_seconds")
+        },
         "worker_model": "m",
         "artifacts_bucket": "a",
     }

@@ -2,7 +2,9 @@
 
 Each deployable reads its own settings class at cold start (Lambda init, worker
 start): :class:`RouterSettings`, :class:`SplitterSettings`, :class:`WorkerSettings`,
-all built on the common :class:`Settings`. In the cloud the CDK app writes the
+all built on the common :class:`Settings`, from the ``SWITCHYARD_<NAME>`` variables
+(:func:`from_environment`: a mapping or a list as JSON, anything else as text for
+the field's type to parse). In the cloud the CDK app writes the
 variables, locally the supervisor does; both render them with
 :func:`to_environment` from the same classes, so the two cannot drift apart. A
 missing or malformed variable fails the start with a message naming it
@@ -12,13 +14,13 @@ missing or malformed variable fails the start with a message naming it
 from __future__ import annotations
 
 import json
+import os
+import types
 from collections.abc import Callable, Mapping
 from functools import lru_cache
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
-from pydantic import BaseModel, Field, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
-from pydantic_settings import SettingsError as EnvironmentParseError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from switchyard.schemas import Lane
 
@@ -32,10 +34,10 @@ class QueuePair(BaseModel):
     batch: str
 
 
-class Settings(BaseSettings):
+class Settings(BaseModel):
     """What every process of the platform needs to find its resources."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
     stage: str = "dev"
     region: str = "us-east-1"
@@ -194,18 +196,43 @@ def variable(kind: type[Settings], name: str) -> str:
     return ENV_PREFIX + name.upper()
 
 
+def from_environment(kind: type[Settings], environ: Mapping[str, str]) -> dict[str, Any]:
+    """The values of ``kind``'s settings in ``environ`` (:func:`variable` names
+    them): a mapping or list decoded from JSON, any other value the variable's text,
+    parsed by the field's type when validated."""
+    values: dict[str, Any] = {}
+    for name, field in kind.model_fields.items():
+        text = environ.get(variable(kind, name))
+        if text is None:
+            continue
+        if _is_json(field.annotation):
+            try:
+                values[name] = json.loads(text)
+            except ValueError:
+                raise SettingsError(
+                    f"invalid platform settings: {variable(kind, name)}: not valid JSON"
+                ) from None
+        else:
+            values[name] = text
+    return values
+
+
+def _is_json(annotation: Any) -> bool:
+    """Whether a field of this type is written as JSON: a mapping, a list or a model
+    (alone or in a union, as ``X | None``)."""
+    origin = get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        return any(_is_json(a) for a in get_args(annotation) if a is not type(None))
+    if origin in (dict, list, tuple, set):
+        return True
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
 @lru_cache(maxsize=4)
 def get_settings(kind: type[S]) -> S:
     """Parse the environment once; a bad variable stops the process with its name."""
     try:
-        return kind()  # type: ignore[call-arg]
-    except EnvironmentParseError as exc:
-        # A value that is not JSON where JSON is expected: pydantic-settings names
-        # the field; say which variable that is.
-        field = str(exc).split('"')[1] if '"' in str(exc) else "?"
-        raise SettingsError(
-            f"invalid platform settings: {ENV_PREFIX}{field.upper()}: not valid JSON"
-        ) from None
+        return kind.model_validate(from_environment(kind, os.environ))
     except ValidationError as exc:
         problems = "; ".join(
             f"{ENV_PREFIX}{str(err['loc'][0]).upper()}: {err['msg']}"
