@@ -23,6 +23,12 @@ moto's application unchanged, so errors and edge cases answer exactly as before.
 ``tests/unit/test_moto_reads.py`` sends one script of GetItems both ways and
 compares every answer.
 
+A worker reads the status of each request of a batch before it runs it, in one
+BatchGetItem of up to 100 keys projected to the key and the status: moto took
+0.38 ms a key (9.5 ms for 25), the most costly call on a worker's path. A
+BatchGetItem of that plain form (:func:`batch_get_item`) is answered the same way,
+item by item from the backend; anything else, and any error, is moto's.
+
 The same wrapper answers a worker's batch of result INSERTs or conditional UPDATEs,
 which moto cannot run (``switchyard_local.moto_statements``), and writes plain
 PutItems and SendMessages the same direct way (``switchyard_local.moto_puts``,
@@ -37,6 +43,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import uuid
 import zlib
 from collections.abc import Callable, Iterable
@@ -48,19 +55,24 @@ TARGET = "DynamoDB_20120810.GetItem"
 _FIELDS = {"TableName", "Key", "ConsistentRead"}
 _KEY_TYPES = {"S", "N"}
 _PLAIN_TYPES = {"S", "N", "BOOL", "NULL", "SS", "NS"}
+BATCH_TARGET = "DynamoDB_20120810.BatchGetItem"
+_BATCH_FIELDS = {"Keys", "ProjectionExpression", "ExpressionAttributeNames", "ConsistentRead"}
+_PLACEHOLDERS = re.compile(r"#\w+(?: ?, ?#\w+)*")
+_MOST_KEYS = 100  # DynamoDB's limit per BatchGetItem
 
 Application = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
 def wrap(app: Application) -> Application:
-    """``app`` (moto's WSGI application) with plain GetItems answered directly, plain
-    PutItems (``moto_puts``) and SendMessages (``moto_sends``), and batches of INSERTs
-    and conditional UPDATEs (``moto_statements``)."""
+    """``app`` (moto's WSGI application) with plain GetItems and BatchGetItems answered
+    directly, plain PutItems (``moto_puts``) and SendMessages (``moto_sends``)
+    written so, and batches of INSERTs and conditional UPDATEs (``moto_statements``)."""
     require_pinned_moto("switchyard_local.moto_reads reads {moto}'s DynamoDB tables")
     from switchyard_local import moto_puts, moto_sends, moto_statements
 
     answers = {
         TARGET: get_item,
+        BATCH_TARGET: batch_get_item,
         moto_statements.TARGET: moto_statements.batch_statements,
         moto_puts.TARGET: moto_puts.put_item,
         moto_sends.TARGET: moto_sends.send_message,
@@ -121,8 +133,72 @@ def get_item(environ: dict[str, Any], body: bytes) -> bytes | None:
     item = backend.get_item(name, key)
     if item is None:
         return b"{}"
+    attributes = _plain_attributes(item.attrs)
+    return None if attributes is None else json.dumps({"Item": attributes}).encode()
+
+
+def batch_get_item(environ: dict[str, Any], body: bytes) -> bytes | None:
+    """The answer to a plain BatchGetItem, or None for moto to answer. Plain: each
+    table's keys plain and naming its key, none twice, at most 100 in all, a
+    ``ProjectionExpression`` of ``#name`` placeholders that ``ExpressionAttributeNames``
+    names (each of them used), optionally ``ConsistentRead``; each item found holding
+    plain attributes where projected."""
+    request = json_request(body, {"RequestItems"})
+    batches = request.get("RequestItems") if request is not None else None
+    if not isinstance(batches, dict) or not batches:
+        return None
+    backend = backend_of(environ)
+    if backend is None:
+        return None
+    answer: dict[str, Any] = {"ConsumedCapacity": [], "Responses": {}, "UnprocessedKeys": {}}
+    asked_in_all = 0
+    for name, asked in batches.items():
+        if not isinstance(asked, dict) or not set(asked) <= _BATCH_FIELDS:
+            return None
+        keys, wanted = asked.get("Keys"), _projected(asked)
+        table = backend.tables.get(name)
+        if wanted is None or table is None or not isinstance(keys, list) or not keys:
+            return None
+        asked_in_all += len(keys)
+        if asked_in_all > _MOST_KEYS or not isinstance(asked.get("ConsistentRead", False), bool):
+            return None
+        names = set(key_names(table))
+        if not all(isinstance(k, dict) and _plain_key(k) and set(k) == names for k in keys):
+            return None
+        if len({json.dumps(k, sort_keys=True) for k in keys}) != len(keys):
+            return None  # a key asked twice: moto's error
+        found = []
+        for key in keys:
+            item = backend.get_item(name, key)
+            if item is None:
+                continue
+            attributes = _plain_attributes({a: v for a, v in item.attrs.items() if a in wanted})
+            if attributes is None:
+                return None
+            found.append(attributes)
+        answer["Responses"][name] = found
+        answer["ConsumedCapacity"].append({"CapacityUnits": len(keys), "TableName": name})
+    return json.dumps(answer).encode()
+
+
+def _projected(asked: dict[str, Any]) -> set[str] | None:
+    """The attribute names a ``ProjectionExpression`` of placeholders projects; None
+    where it is missing or of another form, or a name is missing or unused."""
+    projection, names = asked.get("ProjectionExpression"), asked.get("ExpressionAttributeNames")
+    if not isinstance(projection, str) or not isinstance(names, dict):
+        return None
+    if not _PLACEHOLDERS.fullmatch(projection):
+        return None
+    used = {p.strip() for p in projection.split(",")}
+    if used != set(names) or not all(isinstance(v, str) and v for v in names.values()):
+        return None
+    return {names[p] for p in used}
+
+
+def _plain_attributes(attrs: dict[str, Any]) -> dict[str, Any] | None:
+    """moto's attributes as DynamoDB's JSON, if each is of a plain type; else None."""
     attributes = {}
-    for attribute, value in item.attrs.items():
+    for attribute, value in attrs.items():
         if value.type in _PLAIN_TYPES:
             attributes[attribute] = {value.type: value.value}
         elif value.type == "B" and isinstance(value.value, str | bytes):
@@ -131,7 +207,7 @@ def get_item(environ: dict[str, Any], body: bytes) -> bytes | None:
             attributes[attribute] = {"B": text if isinstance(text, str) else _b64(text)}
         else:
             return None
-    return json.dumps({"Item": attributes}).encode()
+    return attributes
 
 
 def _b64(data: bytes) -> str:

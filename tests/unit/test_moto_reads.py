@@ -78,12 +78,16 @@ def answered_directly(module: Any, name: str) -> Iterator[list[str]]:
 
 @pytest.fixture(scope="module")
 def clients() -> Iterator[tuple[Client, Client, list[str]]]:
-    """moto's application and the wrapped one, over tables the script reads; and a
-    log of the GetItems the wrapped one answered itself."""
-    with answered_directly(moto_reads, "get_item") as answered:
+    """moto's application and the wrapped one, over tables the scripts read; and a
+    log of the GetItems and BatchGetItems the wrapped one answered itself."""
+    with (
+        answered_directly(moto_reads, "get_item") as answered,
+        answered_directly(moto_reads, "batch_get_item") as batches,
+    ):
         moto_app = DomainDispatcherApplication(create_backend_app)
         moto, fast = Client(moto_app), Client(moto_reads.wrap(moto_app))
-        yield from _with_tables(moto, fast, answered)
+        for both in _with_tables(moto, fast, answered):
+            yield (*both, batches)
 
 
 def _with_tables(
@@ -177,14 +181,14 @@ SCRIPT: list[tuple[Any, bool]] = [
 
 @pytest.mark.parametrize(("request_body", "direct"), SCRIPT)
 def test_a_getitem_is_answered_as_moto_answers_it(clients, request_body, direct):
-    moto, fast, answered = clients
+    moto, fast, answered, _ = clients
     before = len(answered)
     assert call(fast, "GetItem", request_body) == call(moto, "GetItem", request_body)
     assert (len(answered) > before) is direct
 
 
 def test_other_calls_pass_through_untouched(clients):
-    moto, fast, answered = clients
+    moto, fast, _, _ = clients
     body = {"TableName": "results", "KeyConditionExpression": "tenant = :t"}
     body["ExpressionAttributeValues"] = {":t": {"S": "acme"}}
     assert call(fast, "Query", body) == call(moto, "Query", body)
@@ -192,10 +196,79 @@ def test_other_calls_pass_through_untouched(clients):
 
 
 def test_an_item_written_is_read_back_at_once(clients):
-    moto, fast, _ = clients
+    moto, fast, _, _ = clients
     item = {"pk": {"S": "fresh"}, "status": {"S": "queued"}}
     assert call(fast, "PutItem", {"TableName": "single", "Item": item})[0] == 200
     assert call(fast, "GetItem", {"TableName": "single", "Key": {"pk": {"S": "fresh"}}}) == (
         200,
         {"Item": item},
     )
+
+
+def statuses_of(*request_ids: str, table: str = "results", **more: Any) -> dict[str, Any]:
+    """A BatchGetItem as the worker reads a batch's statuses (``ResultStore.statuses``)."""
+    return {
+        "RequestItems": {
+            table: {
+                "Keys": [key(r) for r in request_ids],
+                "ProjectionExpression": "#pk, #sk, #st",
+                "ExpressionAttributeNames": {"#pk": "tenant", "#sk": "request_id", "#st": "status"},
+                "ConsistentRead": True,
+                **more,
+            }
+        }
+    }
+
+
+def projected(projection: str, names: dict[str, str]) -> dict[str, Any]:
+    return statuses_of("plain", ProjectionExpression=projection, ExpressionAttributeNames=names)
+
+
+# (what the BatchGetItem asks, whether the direct path answers it itself)
+BATCH_SCRIPT: list[tuple[Any, bool]] = [
+    (statuses_of("plain", "absent", "binary", "nested"), True),  # the nested map not projected
+    (statuses_of("absent"), True),
+    (projected("#d,#e", {"#d": "doc", "#e": "expires_at"}), True),
+    (statuses_of("binary", ProjectionExpression="#b", ExpressionAttributeNames={"#b": "b"}), True),
+    (
+        {
+            "RequestItems": {
+                **statuses_of("plain")["RequestItems"],
+                "single": {
+                    "Keys": [{"pk": {"S": "one"}}, {"pk": {"S": "two"}}],
+                    "ProjectionExpression": "#v",
+                    "ExpressionAttributeNames": {"#v": "v"},
+                },
+            }
+        },
+        True,
+    ),
+    (statuses_of(*(f"r{i}" for i in range(100))), True),
+    # Not plain, or an error: moto answers
+    (statuses_of(*(f"r{i}" for i in range(101))), False),
+    (statuses_of("plain", "plain"), False),
+    (
+        statuses_of("nested", ProjectionExpression="#j", ExpressionAttributeNames={"#j": "job"}),
+        False,
+    ),
+    (statuses_of("plain", table="missing"), False),
+    (statuses_of("plain", ReturnConsumedCapacity="TOTAL"), False),
+    ({**statuses_of("plain"), "ReturnConsumedCapacity": "TOTAL"}, False),
+    (projected("doc", {}), False),
+    (projected("#d", {"#d": "doc", "#x": "unused"}), False),
+    (projected("#d, #e", {"#d": "doc"}), False),
+    (projected("#d.x", {"#d": "doc"}), False),
+    (statuses_of("plain", ConsistentRead="yes"), False),
+    (statuses_of(), False),
+    ({"RequestItems": {"results": {"Keys": [{"tenant": {"S": "acme"}}]}}}, False),
+    ({"RequestItems": {}}, False),
+    (b"{not json", False),
+]
+
+
+@pytest.mark.parametrize(("request_body", "direct"), BATCH_SCRIPT)
+def test_a_batchgetitem_is_answered_as_moto_answers_it(clients, request_body, direct):
+    moto, fast, _, answered = clients
+    before = len(answered)
+    assert call(fast, "BatchGetItem", request_body) == call(moto, "BatchGetItem", request_body)
+    assert (len(answered) > before) is direct
