@@ -195,8 +195,9 @@ def run_ladder(
     tried the second time: one slow moment of a shared machine puts a p99 over the
     limit), then up to ``refine`` steps that halve the gap between the highest rate
     sustained and the lowest not, while it is over a tenth: the rungs are coarse (60
-    then 80), and the sustainable rate is read to within about 5 % of it. The steps
-    come back in order of rate. With a ``meter``, each step also records the CPU each
+    then 80), and the sustainable rate is read to within about 5 % of it. A refining
+    step is confirmed the same way, as it decides the rate read. The steps come back
+    in order of rate. With a ``meter``, each step also records the CPU each
     process spent per answered request, and a step that fails while other work took
     more than a fifth of the machine is run again (at most ``retries`` times, none:
     no confirming either) once the machine is quiet. A step run after one not
@@ -272,7 +273,7 @@ def run_ladder(
             break
         middle = round((low + high) / 2)
         recover()
-        if measured(middle, seed=100 + len(rates) + k, confirm=False):
+        if measured(middle, seed=100 + len(rates) + k, confirm=True):
             low = middle
         else:
             high = middle

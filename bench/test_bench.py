@@ -119,12 +119,13 @@ def test_the_ladder_confirms_a_rung_not_sustained_then_halves_the_gap_past_it(mo
     # GIVEN a target that sustains up to 55 req/s, run up coarse rungs
     steps, asked = ladder_against(monkeypatch, limit=55, slow_once=set())
     # THEN the first rung not sustained is tried once more, then the gap past it is
-    # halved twice, each step once the backlog has drained and a few requests went
-    # through one at a time
+    # halved twice (a step not sustained there tried once more too), each step once
+    # the backlog has drained and a few requests went through one at a time
     recovered = [("settle", 0), ("one at a time", 16)]
     assert asked == [
         ("step", 10), ("step", 20), ("step", 40), ("step", 80),
-        *recovered, ("step", 80), *recovered, ("step", 60), *recovered, ("step", 50),
+        *recovered, ("step", 80), *recovered, ("step", 60), *recovered, ("step", 60),
+        *recovered, ("step", 50),
     ]  # fmt: skip
     assert [s["rate"] for s in steps] == [10, 20, 40, 50, 60, 80]
     assert sustainable_rate(steps) == 50
@@ -135,6 +136,15 @@ def test_a_rung_slow_once_does_not_end_the_ladder(monkeypatch):
     steps, _ = ladder_against(monkeypatch, limit=55, slow_once={20})
     # THEN the second try at 20 stands, and the ladder goes on
     assert [(s["rate"], s["attempt"]) for s in steps][:3] == [(10, 1), (20, 2), (40, 1)]
+    assert sustainable_rate(steps) == 50
+
+
+def test_a_refining_step_slow_once_does_not_lower_the_rate(monkeypatch):
+    # GIVEN a target that sustains up to 55 req/s, but was slow once at 50, a rate
+    # the ladder reaches only by halving the gap past 40
+    steps, _ = ladder_against(monkeypatch, limit=55, slow_once={50})
+    # THEN the second try at 50 stands
+    assert [(s["rate"], s["attempt"]) for s in steps if s["rate"] == 50] == [(50, 2)]
     assert sustainable_rate(steps) == 50
 
 
