@@ -1,5 +1,5 @@
-"""The emulator's direct GetItem answers what moto answers: one script of GetItems,
-plain and not, sent to moto's WSGI application and to it wrapped by
+"""The emulator's direct GetItem and BatchGetItem answer what moto answers: a script
+of each, plain and not, sent to moto's WSGI application and to it wrapped by
 ``moto_reads.wrap``, over the same tables; every answer compared."""
 
 from __future__ import annotations
@@ -77,22 +77,21 @@ def answered_directly(module: Any, name: str) -> Iterator[list[str]]:
 
 
 @pytest.fixture(scope="module")
-def clients() -> Iterator[tuple[Client, Client, list[str]]]:
+def clients() -> Iterator[tuple[Client, Client, dict[str, list[str]]]]:
     """moto's application and the wrapped one, over tables the scripts read; and a
-    log of the GetItems and BatchGetItems the wrapped one answered itself."""
+    log, per call, of the GetItems and BatchGetItems the wrapped one answered itself."""
     with (
-        answered_directly(moto_reads, "get_item") as answered,
+        answered_directly(moto_reads, "get_item") as gets,
         answered_directly(moto_reads, "batch_get_item") as batches,
     ):
         moto_app = DomainDispatcherApplication(create_backend_app)
         moto, fast = Client(moto_app), Client(moto_reads.wrap(moto_app))
-        for both in _with_tables(moto, fast, answered):
-            yield (*both, batches)
+        yield from _with_tables(moto, fast, {"GetItem": gets, "BatchGetItem": batches})
 
 
 def _with_tables(
-    moto: Client, fast: Client, answered: list[str]
-) -> Iterator[tuple[Client, Client, list[str]]]:
+    moto: Client, fast: Client, answered: dict[str, list[str]]
+) -> Iterator[tuple[Client, Client, dict[str, list[str]]]]:
     for table, keys in (("results", ("tenant", "request_id")), ("single", ("pk",))):
         schema = [{"AttributeName": keys[0], "KeyType": "HASH"}]
         defs = [{"AttributeName": keys[0], "AttributeType": "S"}]
@@ -179,16 +178,8 @@ SCRIPT: list[tuple[Any, bool]] = [
 ]
 
 
-@pytest.mark.parametrize(("request_body", "direct"), SCRIPT)
-def test_a_getitem_is_answered_as_moto_answers_it(clients, request_body, direct):
-    moto, fast, answered, _ = clients
-    before = len(answered)
-    assert call(fast, "GetItem", request_body) == call(moto, "GetItem", request_body)
-    assert (len(answered) > before) is direct
-
-
 def test_other_calls_pass_through_untouched(clients):
-    moto, fast, _, _ = clients
+    moto, fast, _ = clients
     body = {"TableName": "results", "KeyConditionExpression": "tenant = :t"}
     body["ExpressionAttributeValues"] = {":t": {"S": "acme"}}
     assert call(fast, "Query", body) == call(moto, "Query", body)
@@ -196,7 +187,7 @@ def test_other_calls_pass_through_untouched(clients):
 
 
 def test_an_item_written_is_read_back_at_once(clients):
-    moto, fast, _, _ = clients
+    moto, fast, _ = clients
     item = {"pk": {"S": "fresh"}, "status": {"S": "queued"}}
     assert call(fast, "PutItem", {"TableName": "single", "Item": item})[0] == 200
     assert call(fast, "GetItem", {"TableName": "single", "Key": {"pk": {"S": "fresh"}}}) == (
@@ -266,9 +257,12 @@ BATCH_SCRIPT: list[tuple[Any, bool]] = [
 ]
 
 
-@pytest.mark.parametrize(("request_body", "direct"), BATCH_SCRIPT)
-def test_a_batchgetitem_is_answered_as_moto_answers_it(clients, request_body, direct):
-    moto, fast, _, answered = clients
-    before = len(answered)
-    assert call(fast, "BatchGetItem", request_body) == call(moto, "BatchGetItem", request_body)
-    assert (len(answered) > before) is direct
+@pytest.mark.parametrize(
+    ("target", "request_body", "direct"),
+    [("GetItem", *case) for case in SCRIPT] + [("BatchGetItem", *case) for case in BATCH_SCRIPT],
+)
+def test_a_read_is_answered_as_moto_answers_it(clients, target, request_body, direct):
+    moto, fast, answered = clients
+    before = len(answered[target])
+    assert call(fast, target, request_body) == call(moto, target, request_body)
+    assert (len(answered[target]) > before) is direct
