@@ -203,8 +203,9 @@ def run_ladder(
     no confirming either) once the machine is quiet. A step run after one not
     sustained starts once the backlog that one left has drained (``settle``) and a
     few requests have gone through one at a time: the target's own notion of recent
-    latency (the platform's router times its looks for a result by its last 16
-    answers) would otherwise start the step from the overload."""
+    latency (the platform's router times its looks for a result by its recent
+    answers: the last 64 of the last 5 s) would otherwise start the step from the
+    overload."""
     steps: list[dict[str, Any]] = []
     cores = os.cpu_count() or 1
 

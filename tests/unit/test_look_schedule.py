@@ -87,3 +87,48 @@ def test_a_request_costs_about_two_looks_whatever_the_spread_of_its_times(spread
     mean_pickup = sum(p for _, p in taken) / len(taken)
     assert 1.2 < mean_looks < 2.2
     assert mean_pickup < 0.1 * spread + 0.005
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_looks_are_timed_by_the_last_64_answers_of_the_last_5_seconds():
+    clock = Clock()
+    schedule = LookSchedule(clock=clock)
+    for ms in range(1, 101):  # the first 36 fall out of the 64 kept
+        schedule.saw("m", ms / 1000)
+    assert schedule.recent("m") == pytest.approx([ms / 1000 for ms in range(37, 101)])
+    assert schedule.looks("m")[0] == pytest.approx(0.0685)
+
+
+def test_an_overload_that_has_passed_leaves_the_window_within_5_seconds():
+    """64 answers of a second each, then the load falls: once they are 5 s old, the
+    fast answers since time the looks, and the next answer is not looked for late."""
+    clock = Clock()
+    schedule = LookSchedule(clock=clock)
+    for _ in range(64):
+        schedule.saw("m", 1.0)
+    for _ in range(8):
+        clock.now += 0.5
+        schedule.saw("m", 0.04)
+    assert schedule.looks("m")[0] == pytest.approx(1.0)  # 4 s: still the overload's
+    clock.now += 1.5
+    assert schedule.looks("m") == pytest.approx([0.04, 0.045, 0.05])
+    assert looks_taken(schedule, "m", 0.04) == (1, pytest.approx(0.0))
+
+
+def test_fewer_than_8_answers_in_5_seconds_leave_the_last_8_timing_the_looks():
+    """A quiet model: its last answers, however old, say more than no answers."""
+    clock = Clock()
+    schedule = LookSchedule(clock=clock)
+    for seconds in [2.0] * 4 + [0.05] * 8:
+        schedule.saw("m", seconds)
+    clock.now += 600
+    assert schedule.recent("m") == [0.05] * 8
+    schedule.saw("m", 0.06)
+    assert schedule.recent("m") == [0.05] * 7 + [0.06]
