@@ -116,7 +116,8 @@ def test_an_overload_that_has_passed_leaves_the_window_within_5_seconds():
     for _ in range(8):
         clock.now += 0.5
         schedule.saw("m", 0.04)
-    assert schedule.looks("m")[0] == pytest.approx(1.0)  # 4 s: still the overload's
+    # 4 s on: the first look follows the last 8, the others are still the overload's
+    assert schedule.looks("m") == pytest.approx([0.04, 1.005, 1.01])
     clock.now += 1.5
     assert schedule.looks("m") == pytest.approx([0.04, 0.045, 0.05])
     assert looks_taken(schedule, "m", 0.04) == (1, pytest.approx(0.0))
@@ -132,3 +133,17 @@ def test_fewer_than_8_answers_in_5_seconds_leave_the_last_8_timing_the_looks():
     assert schedule.recent("m") == [0.05] * 8
     schedule.saw("m", 0.06)
     assert schedule.recent("m") == [0.05] * 7 + [0.06]
+
+
+def test_answers_faster_of_late_are_looked_for_at_the_median_of_the_last_8():
+    """A queue draining: the last 8 answers took 50 ms, the 56 before them 300."""
+    schedule = LookSchedule(clock=Clock())
+    for seconds in [0.3] * 56 + [0.05] * 8:
+        schedule.saw("m", seconds)
+    first, *rest = schedule.looks("m")
+    assert first == pytest.approx(0.05)
+    assert rest == pytest.approx([0.305, 0.31])  # the window's, 5 ms apart
+    # answers slower of late keep the window's median first
+    for _ in range(8):
+        schedule.saw("m", 0.9)
+    assert schedule.looks("m")[0] == pytest.approx(0.3)

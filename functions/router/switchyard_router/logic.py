@@ -99,7 +99,11 @@ class LookSchedule:
     came in that time. Over 16 alone, at load, the 95th percentile is their largest
     and the median moves with every batch (two batches' answers at 16 callers);
     the 5 seconds let a load that has fallen, or an overload that has passed, leave
-    the window within seconds, so the answers after it are not looked for late.
+    the window within seconds. Within them, the first look is at the median of the
+    last 8 answers where that is earlier: near saturation the queue builds and
+    drains within a second, and while it drains the answers are ready sooner than
+    the 64 before them say (the sync-calls goal in ``docs/benchmarks.md`` has the
+    open-loop runs that showed it).
 
     How long a request took is read from its result, not from when a look found
     it: the worker stamps its ``completed_at`` as it stores it, so the looks' own
@@ -149,6 +153,8 @@ class LookSchedule:
             if times:  # at least 5 ms after the look before, at most half again
                 at = min(max(at, times[-1] + _MIN_POLL_S), times[-1] * 1.5 + _MIN_POLL_S)
             times.append(at)
+        # Answers faster of late (a queue draining) are looked for at their median.
+        times[0] = min(times[0], percentile(took[-self._fewest :], 50.0))
         return times
 
     @staticmethod
