@@ -124,7 +124,7 @@ GOALS = (
         "the window of 64 alone (2.92: met). In-process, 16 closed-loop callers, paired "
         "runs in turn: 1.85 looks (window alone, 8 pairs) and 1.94 (with the first-look "
         "rule, 6 pairs) against 2.33 and 2.34 over the last 16, the router's wall time the "
-        "same; single runs of 128 requests spread from 1.5 to 2.2. Over the last 16 "
+        "same; single runs of 128 requests spread from 1.5 to 2.3. Over the last 16 "
         "(until this page): 2.20 looks in the run before (3.20 calls), 1.97 in the one "
         "before that (2.97: met), "
         "2.12, 2.25 and 2.16 in runs before those (2.2 to 2.4 before the worker "
@@ -223,8 +223,9 @@ GOALS = (
         "queued plain SendMessages directly). CPU is the bound: at 75 req/s every "
         "answered request costs 22 ms of CPU across the platform's processes (worker 10, "
         "router 5, emulator 4, load generator 2) against LitServe's 14 at 140 req/s "
-        "(this page's run: 23.7 ms at 70 req/s, the worker 11.1, the router 5.3, the "
-        "emulator 4.6, the load generator 2.3)",
+        "(this page's run: 21.8 ms at 75 req/s, the worker 10.3, the router 4.6, the "
+        "emulator 4.2, the load generator 2.3; 23.7 ms at 70 req/s in the run of "
+        "01:29-01:53)",
     ),
     Goal(
         "micro-batching gain in sustainable rate",
@@ -268,8 +269,8 @@ GOALS = (
         "limit that read 264 to 318. With OMP_WAIT_POLICY=PASSIVE (torch's threads sleep "
         "at once instead of spinning) they ran at 222, 226 and 213 inputs/s, the "
         "same, and gave 0.82, 0.84 and 0.77 only because the limit then read 272 to "
-        "279: not kept, as it moves the yardstick, not the platform. This page's run "
-        "gave 0.80, 0.80 and 0.90 (210, 213 and 235 inputs/s; the worker 21 to 23 "
+        "279: not kept, as it moves the yardstick, not the platform. The run of "
+        "2026-11-26 00:33 gave 0.80, 0.80 and 0.90 (210, 213 and 235 inputs/s; the worker 21 to 23 "
         "CPU-s), after the emulator stopped running moto's update_item for each async "
         "result (its CPU per burst 2.1-2.3 s before, 1.5-1.7 s now): the worker takes "
         "about 22 of the 28 CPU-seconds two cores give a 14 s drain, the emulator, the "
