@@ -190,6 +190,8 @@ class LambdaProcess:
         self.top_level: list[str] = first.get("top_level", [])
         # Modules it compiled from source, having no bytecode to load.
         self.compiled_at_start: list[str] = first.get("compiled_at_start", [])
+        # The cyclic collector after the init: on, and how many objects it froze.
+        self.gc: dict[str, Any] = first.get("gc", {})
 
     def invoke(self, event: dict[str, Any], timeout_s: float = 60) -> Any:
         """The handler's return value; raises :class:`LambdaInvokeError` if it raised."""

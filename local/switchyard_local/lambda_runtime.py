@@ -15,6 +15,7 @@ that fails does. Logs go to stderr.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -84,6 +85,8 @@ def main(argv: list[str]) -> int:
             "modules": modules,
             "top_level": top_level,
             "compiled_at_start": _compiled_at_start(),
+            # The cyclic collector as the init left it.
+            "gc": {"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()},
         },
     )
     for line in sys.stdin:

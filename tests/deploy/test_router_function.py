@@ -45,6 +45,16 @@ def test_the_cold_start_compiles_no_module(router: LambdaProcess) -> None:
     assert router.compiled_at_start == []
 
 
+def test_the_cold_start_freezes_what_it_made_and_leaves_the_collector_on(
+    router: LambdaProcess,
+) -> None:
+    # GIVEN the router's cold start, which runs with the cyclic collector off
+    # THEN the collector is on again for the requests, and the init's objects (the
+    # app, its routes, the clients) are frozen out of its reach
+    assert router.gc["enabled"] is True
+    assert router.gc["frozen"] > 50_000
+
+
 def test_a_predict_is_answered_by_the_workers(router: LambdaProcess, platform) -> None:
     body = {"inputs": ["a sentence to embed", "and another one"]}
     status, result, headers = answer(
