@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from switchyard.settings import RouterSettings, get_settings
+from switchyard_router.init_phase import init_phase
 
 Scope = dict[str, Any]
 ASGIApp = Callable[[Scope, Any, Any], Awaitable[None]]
@@ -46,8 +47,10 @@ def _parse(raw: bytes | None) -> dict[str, Any]:
 
 
 def create_served_app() -> ASGIApp:
-    """The app wired from its settings (at the adapter's start, like a cold start)."""
-    from switchyard_router.app import create_app
-    from switchyard_router.wiring import build_deps
+    """The app wired from its settings (at the adapter's start, like a cold start, with
+    the collector held off as there: ``init_phase``)."""
+    with init_phase():
+        from switchyard_router.app import create_app
+        from switchyard_router.wiring import build_deps
 
-    return RequestContextFromHeader(create_app(build_deps(get_settings(RouterSettings))))
+        return RequestContextFromHeader(create_app(build_deps(get_settings(RouterSettings))))
