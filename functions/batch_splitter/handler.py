@@ -7,12 +7,15 @@ Settings are read and the adapters built at init, so a missing or malformed
 
 from typing import Any
 
-from switchyard.settings import SplitterSettings, get_settings
-from switchyard.wiring import build_adapters
-from switchyard_batch.splitter import handle_sqs_event
+from switchyard.init_phase import init_phase
 
-SETTINGS = get_settings(SplitterSettings)
-ADAPTERS = build_adapters(SETTINGS)
+with init_phase():  # the collector held off while the init runs
+    from switchyard.settings import SplitterSettings, get_settings
+    from switchyard.wiring import build_adapters
+    from switchyard_batch.splitter import handle_sqs_event
+
+    SETTINGS = get_settings(SplitterSettings)
+    ADAPTERS = build_adapters(SETTINGS)
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:

@@ -5,7 +5,7 @@ Settings are read and the app is wired at init, so a missing or malformed
 The init runs with the cyclic collector held off (``init_phase``).
 """
 
-from switchyard_router.init_phase import init_phase
+from switchyard.init_phase import init_phase
 
 with init_phase():
     from mangum import Mangum

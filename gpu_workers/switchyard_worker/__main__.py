@@ -11,6 +11,7 @@ An ECS task starts a fresh container instead and never runs it.
 from __future__ import annotations
 
 import faulthandler
+import gc
 import json
 import os
 import signal
@@ -22,6 +23,7 @@ from pathlib import Path
 from switchyard.artifacts import fetch_artifact
 from switchyard.callbacks import JobEvents
 from switchyard.generation import DynamoDBTokenStream
+from switchyard.init_phase import init_phase
 from switchyard.jobs import JobStore
 from switchyard.registry import ModelVersion
 from switchyard.settings import SettingsError, WorkerSettings, get_settings
@@ -36,6 +38,27 @@ from switchyard_worker.worker import Worker, log
 
 
 def main(standby_seconds: float | None = None) -> None:
+    # The collector is held off until the model is loaded (``init_phase``).
+    with init_phase():
+        worker, settings = _started(standby_seconds)
+
+    def ready() -> None:
+        if settings.ready_file:
+            Path(settings.ready_file).write_text(worker.worker_id)
+        log.info(
+            "worker ready",
+            extra={
+                "at": time.time(),
+                "worker": worker.worker_id,
+                "gc": {"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()},
+            },
+        )
+
+    worker.run(ready)
+
+
+def _started(standby_seconds: float | None) -> tuple[Worker, WorkerSettings]:
+    """The worker, wired from its settings, with its active versions loaded."""
     log.info(
         "worker starting",
         extra={
@@ -112,18 +135,13 @@ def main(standby_seconds: float | None = None) -> None:
     # that does not stop is doing (the local supervisor sends it before a SIGKILL).
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     worker.preload()
-
-    def ready() -> None:
-        if settings.ready_file:
-            Path(settings.ready_file).write_text(worker.worker_id)
-        log.info("worker ready", extra={"at": time.time(), "worker": worker.worker_id})
-
-    worker.run(ready)
+    return worker, settings
 
 
 def standby() -> None:
     """Import every runtime's libraries, wait for the order, become that worker."""
-    import_libraries()
+    with init_phase():
+        import_libraries()
     waiting = time.monotonic()
     line = sys.stdin.readline()
     if not line.strip():

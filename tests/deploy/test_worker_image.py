@@ -10,6 +10,7 @@ from pathlib import Path
 from stacks.assets import REPO_ROOT, WORKER_DOCKERFILE, image_copies
 from switchyard_local.deployed import Launcher
 from switchyard_local.supervisor import base_environment
+from tests.local_platform import json_lines
 
 from .conftest import image_root
 
@@ -60,3 +61,18 @@ def test_the_platforms_workers_run_from_app(platform, launcher: Launcher) -> Non
         path = environ[b"PYTHONPATH"].decode().split(os.pathsep)
         assert path[0] == str(image_root(launcher))
         assert not any("layers/core" in p or "gpu_workers" in p for p in path)
+
+
+def test_a_worker_starts_with_the_collector_held_off_until_its_model_is_loaded(
+    platform,
+) -> None:
+    # GIVEN the platform's workers, each of which has logged that it is ready
+    logs = sorted((platform.run_dir / "logs").glob("worker-*.log"))
+    events = json_lines(line for path in logs for line in path.read_text().splitlines())
+    ready = [event for event in events if event.get("message") == "worker ready"]
+    assert len(ready) >= len(platform.workers) > 0
+    for event in ready:
+        # THEN the collector runs again for the requests, and what the start made
+        # (the libraries, the model) is frozen out of its reach
+        assert event["gc"]["enabled"] is True
+        assert event["gc"]["frozen"] > 100_000

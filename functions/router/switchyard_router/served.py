@@ -14,8 +14,8 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from switchyard.init_phase import init_phase
 from switchyard.settings import RouterSettings, get_settings
-from switchyard_router.init_phase import init_phase
 
 Scope = dict[str, Any]
 ASGIApp = Callable[[Scope, Any, Any], Awaitable[None]]
