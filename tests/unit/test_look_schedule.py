@@ -15,7 +15,7 @@ def looks_taken(schedule: LookSchedule, model: str, ready_at: float) -> tuple[in
     first = schedule.looks(model)
     at, n = 0.0, 0
     while True:
-        at = first.pop(0) if first else at + LookSchedule.next_gap(at)
+        at = first.pop(0) if first else at + schedule.next_gap(model, at)
         n += 1
         if at >= ready_at:
             return n, at - ready_at
@@ -24,8 +24,36 @@ def looks_taken(schedule: LookSchedule, model: str, ready_at: float) -> tuple[in
 def test_a_model_not_seen_yet_is_looked_at_soon_then_further_apart():
     schedule = LookSchedule()
     assert schedule.looks("m") == [0.02]
-    gaps = [LookSchedule.next_gap(w) for w in (0.0, 0.02, 0.1, 1.0)]
-    assert gaps == pytest.approx([0.005, 0.005, 0.025, 0.25])
+    gaps = [schedule.next_gap("m", w) for w in (0.0, 0.02, 0.1, 1.0, 4.0)]
+    assert gaps == pytest.approx([0.005, 0.005, 0.025, 0.25, 0.25])
+
+
+def test_a_quiet_models_request_is_picked_up_within_250_ms_of_its_answer():
+    """A model at zero: its last answers each waited for a worker to start (2 s),
+    and none came in the last 5 s. This request's answer may come after a standby
+    worker's start (1 s), a fresh one's (5 s) or at once from a warm worker."""
+    clock = Clock()
+    schedule = LookSchedule(clock=clock)
+    for _ in range(8):
+        schedule.saw("m", 2.0)
+        clock.now += 60
+    assert schedule.looks("m") == pytest.approx([0.25, 0.5, 0.75])
+    for ready_at in (5.0, 1.0, 0.05):
+        n, pickup = looks_taken(schedule, "m", ready_at)
+        assert pickup <= 0.25
+        assert n <= 4 + ready_at * 4  # four looks a second
+    assert schedule.next_gap("m", 4.0) == pytest.approx(0.25)
+    assert schedule.next_gap("m", 0.4) == pytest.approx(0.1)  # a quarter, where shorter
+
+
+def test_a_busy_models_requests_keep_their_looks_a_quarter_of_the_wait_apart():
+    """An overload: 64 answers of about 2 s in the last 5 s. A request waiting 6 s is
+    looked for 1.5 s later, not every 250 ms."""
+    schedule = LookSchedule(clock=Clock())
+    for i in range(64):
+        schedule.saw("m", 1.9 + i / 640)
+    assert schedule.looks("m")[0] > 1.9
+    assert schedule.next_gap("m", 6.0) == pytest.approx(1.5)
 
 
 def test_an_answer_later_than_all_before_costs_a_few_looks_and_a_quarter_of_its_time():
