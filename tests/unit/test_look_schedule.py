@@ -28,7 +28,7 @@ def test_a_model_not_seen_yet_is_looked_at_soon_then_further_apart():
     assert gaps == pytest.approx([0.005, 0.005, 0.025, 0.25, 0.25])
 
 
-def test_a_quiet_models_request_is_picked_up_within_250_ms_of_its_answer():
+def test_an_idle_models_request_is_picked_up_within_250_ms_of_its_answer():
     """A model at zero: its last answers each waited for a worker to start (2 s),
     and none came in the last 5 s. This request's answer may come after a standby
     worker's start (1 s), a fresh one's (5 s) or at once from a warm worker."""
@@ -44,6 +44,22 @@ def test_a_quiet_models_request_is_picked_up_within_250_ms_of_its_answer():
         assert n <= 4 + ready_at * 4  # four looks a second
     assert schedule.next_gap("m", 4.0) == pytest.approx(0.25)
     assert schedule.next_gap("m", 0.4) == pytest.approx(0.1)  # a quarter, where shorter
+    # its next answer ends the idle: the looks follow the answers again
+    schedule.saw("m", 2.0)
+    assert schedule.looks("m")[0] == pytest.approx(2.0)
+    assert schedule.next_gap("m", 4.0) == pytest.approx(1.0)
+
+
+def test_a_slow_model_answering_rarely_keeps_its_looks_where_its_answers_come():
+    """A generation model asked every 4 s, each answer 10 s: never idle, so its
+    requests are looked for at 10 s, not every 250 ms."""
+    clock = Clock()
+    schedule = LookSchedule(clock=clock)
+    for _ in range(8):
+        schedule.saw("m", 10.0)
+        clock.now += 4
+    assert schedule.looks("m")[0] == pytest.approx(10.0)
+    assert looks_taken(schedule, "m", 10.0)[0] == 1
 
 
 def test_a_busy_models_requests_keep_their_looks_a_quarter_of_the_wait_apart():

@@ -42,7 +42,7 @@ FALLBACK_AFTER_SHARE = 0.7
 # Result polling (see PredictService.wait and LookSchedule).
 _FIRST_EXPECTED_S = 0.02
 _MIN_POLL_S = 0.005
-# The longest gap between looks for a quiet model's requests (LookSchedule.next_gap).
+# The longest gap between looks for an idle model's requests (LookSchedule.next_gap).
 _LONGEST_GAP_S = 0.25
 
 log = logging.getLogger("switchyard.router")
@@ -138,21 +138,21 @@ class LookSchedule:
         return self._recent(model)[0]
 
     def _recent(self, model: str) -> tuple[list[float], bool]:
-        """The answer times the looks are timed by, and whether the model is quiet:
-        fewer than the fewest kept came within the window's seconds."""
+        """The answer times the looks are timed by, and whether the model is idle:
+        none came within the window's seconds."""
         took = list(self._took.get(model) or ())  # one copy: other threads append
         since = self._clock() - self._horizon
         recent = [seconds for at, seconds in took if at >= since]
         if len(recent) >= self._fewest:
             return recent, False
-        return [seconds for _, seconds in took[-self._fewest :]], True
+        return [seconds for _, seconds in took[-self._fewest :]], not recent
 
     def looks(self, model: str) -> list[float]:
         """The first looks, in seconds from the start of the wait: at least 5 ms
         apart, and each at most half as late again as the one before (a spread of
-        times, as when load changes, is looked at more closely). For a quiet model
+        times, as when load changes, is looked at more closely). For an idle model
         none is more than 250 ms after the one before (see :meth:`next_gap`)."""
-        took, quiet = self._recent(model)
+        took, idle = self._recent(model)
         if not took:
             return [_FIRST_EXPECTED_S]
         times: list[float] = []
@@ -163,7 +163,7 @@ class LookSchedule:
             times.append(at)
         # Answers faster of late (a queue draining) are looked for at their median.
         times[0] = min(times[0], percentile(took[-self._fewest :], 50.0))
-        if quiet:
+        if idle:
             before = 0.0
             for i, at in enumerate(times):
                 times[i] = before = min(at, before + _LONGEST_GAP_S)
@@ -175,13 +175,14 @@ class LookSchedule:
         than these requests' times, as when load rises, costs a few looks more and
         waits at most a quarter of its time to be picked up.
 
-        For a quiet model (fewer than the fewest kept answered in the window's
-        seconds) the gaps are at most 250 ms: what its last answers took says little
-        about this one (a model at zero answers its first request once a worker has
-        started, seconds later, and its next ones in milliseconds), so its answer is
-        picked up within 250 ms, not within a quarter of a wait of seconds; at its
-        rate of requests the looks cost nothing that counts. A busy model's requests
-        keep their looks a quarter of the wait apart, overloaded or not."""
+        For an idle model (no answer in the window's seconds) the gaps are at most
+        250 ms: what its last answers took says little about this one, as its workers
+        may have gone meanwhile (a model at zero answers its first request once a
+        worker has started, seconds later, and its next ones in milliseconds), so
+        its answer is picked up within 250 ms, not within a quarter of a wait of
+        seconds. Idle ends with the model's next answer: the requests waiting then
+        look a quarter of their wait apart again. A model that answers, however
+        slowly or rarely, keeps its requests' looks where its answers come."""
         gap = max(waited / 4, _MIN_POLL_S)
         return min(gap, _LONGEST_GAP_S) if self._recent(model)[1] else gap
 
