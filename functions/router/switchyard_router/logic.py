@@ -135,24 +135,25 @@ class LookSchedule:
 
     def recent(self, model: str) -> list[float]:
         """The answer times the looks are timed by (see the class)."""
-        return self._recent(model)[0]
-
-    def _recent(self, model: str) -> tuple[list[float], bool]:
-        """The answer times the looks are timed by, and whether the model is idle:
-        none came within the window's seconds."""
         took = list(self._took.get(model) or ())  # one copy: other threads append
         since = self._clock() - self._horizon
         recent = [seconds for at, seconds in took if at >= since]
         if len(recent) >= self._fewest:
-            return recent, False
-        return [seconds for _, seconds in took[-self._fewest :]], not recent
+            return recent
+        return [seconds for _, seconds in took[-self._fewest :]]
+
+    def idle(self, model: str) -> bool:
+        """No answer of ``model`` came within the window's seconds (answers are kept
+        in the order they came, so the newest tells)."""
+        took = self._took.get(model)
+        return not took or took[-1][0] < self._clock() - self._horizon
 
     def looks(self, model: str) -> list[float]:
         """The first looks, in seconds from the start of the wait: at least 5 ms
         apart, and each at most half as late again as the one before (a spread of
         times, as when load changes, is looked at more closely). For an idle model
         none is more than 250 ms after the one before (see :meth:`next_gap`)."""
-        took, idle = self._recent(model)
+        took = self.recent(model)
         if not took:
             return [_FIRST_EXPECTED_S]
         times: list[float] = []
@@ -163,7 +164,7 @@ class LookSchedule:
             times.append(at)
         # Answers faster of late (a queue draining) are looked for at their median.
         times[0] = min(times[0], percentile(took[-self._fewest :], 50.0))
-        if idle:
+        if self.idle(model):
             before = 0.0
             for i, at in enumerate(times):
                 times[i] = before = min(at, before + _LONGEST_GAP_S)
@@ -184,7 +185,7 @@ class LookSchedule:
         look a quarter of their wait apart again. A model that answers, however
         slowly or rarely, keeps its requests' looks where its answers come."""
         gap = max(waited / 4, _MIN_POLL_S)
-        return min(gap, _LONGEST_GAP_S) if self._recent(model)[1] else gap
+        return min(gap, _LONGEST_GAP_S) if self.idle(model) else gap
 
 
 class VersionCache:
