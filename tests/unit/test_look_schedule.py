@@ -37,7 +37,7 @@ def test_an_idle_models_request_is_picked_up_within_250_ms_of_its_answer():
     for _ in range(8):
         schedule.saw("m", 2.0)
         clock.now += 60
-    assert schedule.looks("m") == pytest.approx([0.25, 0.5, 0.75])
+    assert schedule.looks("m") == pytest.approx([0.25, 0.5])
     for ready_at in (5.0, 1.0, 0.05):
         n, pickup = looks_taken(schedule, "m", ready_at)
         assert pickup <= 0.25
@@ -82,25 +82,25 @@ def test_an_answer_later_than_all_before_costs_a_few_looks_and_a_quarter_of_its_
     assert pickup <= 0.700 / 4
 
 
-def test_the_first_looks_are_at_the_median_80th_and_95th_percentile_of_what_it_saw():
+def test_the_first_looks_are_at_the_median_and_the_90th_percentile_of_what_it_saw():
     schedule = LookSchedule(keep=100)
-    for ms in range(1, 101):
+    for ms in range(51, 151):
         schedule.saw("m", ms / 1000)
-    assert schedule.looks("m") == pytest.approx([0.0505, 0.0802, 0.09505])
+    assert schedule.looks("m") == pytest.approx([0.1005, 0.1401])
 
 
 def test_looks_are_at_least_5_ms_apart():
     schedule = LookSchedule()
     for _ in range(10):
         schedule.saw("m", 0.030)
-    assert schedule.looks("m") == pytest.approx([0.030, 0.035, 0.040])
+    assert schedule.looks("m") == pytest.approx([0.030, 0.035])
 
 
 def test_a_spread_of_times_is_looked_at_closer_than_its_percentiles():
     schedule = LookSchedule()
     for seconds in [0.04] * 10 + [0.7] * 6:
         schedule.saw("m", seconds)
-    assert schedule.looks("m") == pytest.approx([0.04, 0.065, 0.1025])
+    assert schedule.looks("m") == pytest.approx([0.04, 0.065])
 
 
 def test_models_are_timed_apart_and_only_recent_requests_count():
@@ -110,8 +110,8 @@ def test_models_are_timed_apart_and_only_recent_requests_count():
         schedule.saw("fast", 0.01)
     for _ in range(8):
         schedule.saw("slow", 0.2)
-    assert schedule.looks("slow") == pytest.approx([0.2, 0.205, 0.21])
-    assert schedule.looks("fast") == pytest.approx([0.01, 0.015, 0.02])
+    assert schedule.looks("slow") == pytest.approx([0.2, 0.205])
+    assert schedule.looks("fast") == pytest.approx([0.01, 0.015])
 
 
 @pytest.mark.parametrize("spread", [0.01, 0.1, 0.5])
@@ -161,9 +161,9 @@ def test_an_overload_that_has_passed_leaves_the_window_within_5_seconds():
         clock.now += 0.5
         schedule.saw("m", 0.04)
     # 4 s on: the first look follows the last 8, the others are still the overload's
-    assert schedule.looks("m") == pytest.approx([0.04, 1.005, 1.01])
+    assert schedule.looks("m") == pytest.approx([0.04, 1.005])
     clock.now += 1.5
-    assert schedule.looks("m") == pytest.approx([0.04, 0.045, 0.05])
+    assert schedule.looks("m") == pytest.approx([0.04, 0.045])
     assert looks_taken(schedule, "m", 0.04) == (1, pytest.approx(0.0))
 
 
@@ -186,7 +186,7 @@ def test_answers_faster_of_late_are_looked_for_at_the_median_of_the_last_8():
         schedule.saw("m", seconds)
     first, *rest = schedule.looks("m")
     assert first == pytest.approx(0.05)
-    assert rest == pytest.approx([0.305, 0.31])  # the window's, 5 ms apart
+    assert rest == pytest.approx([0.305])  # the window's 90th, 5 ms after
     # answers slower of late keep the window's median first
     for _ in range(8):
         schedule.saw("m", 0.9)
