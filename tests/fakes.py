@@ -9,6 +9,7 @@ messages on its own threads, and its heartbeat runs beside the loop."""
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -245,19 +246,30 @@ class DroppedPredictionLog:
 
 class FakePayloads:
     def __init__(self) -> None:
-        self.objects: dict[str, Any] = {}
+        self.objects: dict[str, Any] = {}  # values, or JSON text stored as such
 
     def put_json(self, key: str, value: Any) -> str:
         uri = f"s3://payloads/{key}"
         self.objects[uri] = value
         return uri
 
-    def get_json(self, uri: str) -> Any:
+    def put_json_text(self, key: str, text: bytes) -> str:
+        uri = f"s3://payloads/{key}"
+        self.objects[uri] = bytes(text)
+        return uri
+
+    def get_json(self, uri: str, byte_range: str | None = None) -> Any:
         from switchyard.payloads import PayloadMissing
 
         if uri not in self.objects:
             raise PayloadMissing(uri)
-        return self.objects[uri]
+        value = self.objects[uri]
+        if not isinstance(value, bytes):
+            return value
+        if byte_range:
+            first, last = (int(n) for n in byte_range.split("-"))
+            value = value[first : last + 1]
+        return json.loads(value)
 
 
 def key_id(tenant: str) -> str:

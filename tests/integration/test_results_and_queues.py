@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import time
 
 from switchyard.payloads import S3PayloadStore
@@ -107,7 +108,36 @@ def test_large_outputs_go_to_s3_behind_a_claim_check(manifest, provisioned, clie
     results.complete(record("done", outputs=outputs))
     assert results.get("acme", "r1").outputs == outputs
     keys = clients("s3").list_objects_v2(Bucket=manifest.names("dev").payloads_bucket)["Contents"]
-    assert [k["Key"] for k in keys] == ["results/acme/r1.json"]
+    assert len(keys) == 1 and keys[0]["Key"].startswith("results/acme/r1.")
+
+
+def test_a_tenants_large_outputs_written_together_share_one_object(manifest, provisioned, clients):
+    """A batch's results: three of acme's and one of globex's too large to hold
+    inline, one of acme's small enough. Two objects, not four (one per tenant), each
+    result read back whole and alone; a second copy of one, run again and refused,
+    leaves the stored result's object as it was."""
+    results = store(manifest, clients, threshold=1_000)
+    bucket = manifest.names("dev").payloads_bucket
+    s3 = clients("s3")
+
+    def large(rid, tenant, k):
+        outputs = [[round(0.001 * (k + j), 6)] * 384 for j in range(3)]
+        return record("done", tenant=tenant, outputs=outputs).model_copy(update={"request_id": rid})
+
+    batch = [large("a1", "acme", 1), large("a2", "acme", 2), large("g1", "globex", 3)]
+    batch += [large("a3", "acme", 4), result_of("small", outputs=[[0.5, 0.25]])]
+    assert results.complete_new(batch) == [True] * 5
+    keys = sorted(k["Key"] for k in s3.list_objects_v2(Bucket=bucket)["Contents"])
+    assert len(keys) == 2
+    assert keys[0].startswith("results/acme/a1.") and keys[1].startswith("results/globex/g1.")
+    for r in batch:
+        assert results.get(r.tenant, r.request_id).outputs == r.outputs
+    assert results.get("globex", "a1") is None  # scoped to the tenant as before
+    shared = json.loads(s3.get_object(Bucket=bucket, Key=keys[0])["Body"].read())
+    assert shared == [batch[0].outputs, batch[1].outputs, batch[3].outputs]
+    again = large("a2", "acme", 9)
+    assert results.complete_new([again]) == [False]
+    assert results.get("acme", "a2").outputs == batch[1].outputs
 
 
 def test_large_inputs_travel_by_claim_check_with_the_tenant_as_group(

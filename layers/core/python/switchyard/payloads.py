@@ -15,7 +15,26 @@ class PayloadStore(Protocol):
         """Store ``value`` as JSON under ``key``; returns its s3:// URI."""
         ...
 
-    def get_json(self, uri: str) -> Any: ...
+    def put_json_text(self, key: str, text: bytes) -> str:
+        """Store ``text``, JSON already, under ``key``; returns its s3:// URI."""
+        ...
+
+    def get_json(self, uri: str, byte_range: str | None = None) -> Any:
+        """The JSON stored at ``uri``; with ``byte_range`` (``first-last``, as
+        :func:`json_array` gives them), the value in those bytes of it only."""
+        ...
+
+
+def json_array(texts: list[bytes]) -> tuple[bytes, list[str]]:
+    """JSON texts as one JSON array, and the bytes each takes in it (``first-last``,
+    inclusive, as an HTTP ``Range`` names them): several values in one object, each
+    read back on its own."""
+    ranges = []
+    at = 1  # after the "["
+    for text in texts:
+        ranges.append(f"{at}-{at + len(text) - 1}")
+        at += len(text) + 1  # and its ","
+    return b"[" + b",".join(texts) + b"]", ranges
 
 
 class PayloadMissing(Exception):
@@ -28,14 +47,17 @@ class S3PayloadStore:
         self._bucket = bucket
 
     def put_json(self, key: str, value: Any) -> str:
-        body = json_bytes(value)
-        self._s3.put_object(Bucket=self._bucket, Key=key, Body=body, ContentType="application/json")
+        return self.put_json_text(key, json_bytes(value))
+
+    def put_json_text(self, key: str, text: bytes) -> str:
+        self._s3.put_object(Bucket=self._bucket, Key=key, Body=text, ContentType="application/json")
         return f"s3://{self._bucket}/{key}"
 
-    def get_json(self, uri: str) -> Any:
+    def get_json(self, uri: str, byte_range: str | None = None) -> Any:
         bucket, key = split_s3_uri(uri)
+        ranged = {"Range": f"bytes={byte_range}"} if byte_range else {}
         try:
-            body = self._s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+            body = self._s3.get_object(Bucket=bucket, Key=key, **ranged)["Body"].read()
         except self._s3.exceptions.NoSuchKey:
             raise PayloadMissing(f"{uri} does not exist") from None
         return json.loads(body)

@@ -14,12 +14,13 @@ import contextlib
 import json
 import struct
 import sys
+import uuid
 from array import array
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from switchyard.jsontext import json_bytes
-from switchyard.payloads import PayloadStore
+from switchyard.payloads import PayloadStore, json_array
 from switchyard.schemas import RETRIES_EXHAUSTED, ErrorInfo, ResultRecord
 from switchyard.tables import RESULTS
 
@@ -30,6 +31,7 @@ _QUEUED = {"S": "queued"}
 # once final (its outputs, its error's code).
 _FINAL_ONLY_OR_QUEUED_ONLY = (
     "failures", "last_failure", "error_code", "outputs", "outputs_f32", "outputs_ref",
+    "outputs_range",
 )  # fmt: skip
 _TTL = RESULTS.ttl_attribute or "expires_at"
 # A result item's own attributes (keys, status, model, version, TTL, failures,
@@ -104,7 +106,9 @@ class DynamoDBResultStore:
     def __init__(
         self, dynamodb: Any, table: str, payloads: PayloadStore, inline_bytes: int
     ) -> None:
-        """Outputs of more than ``inline_bytes`` (as stored) go to S3 under a key."""
+        """Outputs of more than ``inline_bytes`` (as stored) go to S3 under a key:
+        a tenant's among the results written together share one object (see
+        :meth:`_items`)."""
         self._ddb = dynamodb
         self._table = table
         self._payloads = payloads
@@ -179,8 +183,8 @@ class DynamoDBResultStore:
         once = list(firsts.values())
         for j in range(0, len(once), _BATCH_STATEMENT_LIMIT):
             part = once[j : j + _BATCH_STATEMENT_LIMIT]
-            # Built once: a large output goes to S3 here, not again for the put.
-            items = [self._to_item(records[i]) for i in part]
+            # Built once: large outputs go to S3 here, not again for the put.
+            items = self._items([records[i] for i in part])
             statements = [statement(item) for item in items]
             answers = self._ddb.batch_execute_statement(Statements=statements)["Responses"]
             for i, item, answer in zip(part, items, answers, strict=True):
@@ -327,10 +331,48 @@ class DynamoDBResultStore:
         if inline is not None:
             doc["outputs"] = inline
         elif "outputs_ref" in item:
-            doc["outputs"] = self._payloads.get_json(item["outputs_ref"]["S"])
+            part = item.get("outputs_range", {}).get("S")
+            doc["outputs"] = self._payloads.get_json(item["outputs_ref"]["S"], part)
         return ResultRecord.model_validate(doc)
 
     def _to_item(self, record: ResultRecord) -> dict[str, Any]:
+        return self._items([record])[0]
+
+    def _items(self, records: list[ResultRecord]) -> list[dict[str, Any]]:
+        """The items of ``records``. Outputs too large to hold inline go to S3, one
+        object per tenant for all of its among ``records`` (a JSON array; each item
+        points at its own element's bytes), so that a batch's large results cost one
+        PUT, not one each; a tenant's only one keeps an object of its own. Every
+        object's key is new: a copy of a request run twice (a message redelivered
+        while it ran) whose result is refused never overwrites the object the stored
+        one points at (what it leaves expires with the bucket's lifecycle)."""
+        attributes: dict[int, dict[str, Any]] = {}  # each item's outputs
+        large: dict[str, dict[int, bytes]] = {}  # JSON texts for S3, by tenant
+        for i, record in enumerate(records):
+            if record.outputs is None:
+                continue
+            stored = stored_outputs(record.outputs, self._inline_bytes)
+            if isinstance(stored, bytes):
+                large.setdefault(record.tenant, {})[i] = stored
+            else:
+                name, value = stored
+                attributes[i] = {name: value}
+        for tenant, texts in large.items():
+            first = records[next(iter(texts))].request_id
+            key = f"results/{tenant}/{first}.{uuid.uuid4().hex[:12]}.json"
+            if len(texts) == 1:
+                [(i, text)] = texts.items()
+                attributes[i] = {"outputs_ref": {"S": self._payloads.put_json_text(key, text)}}
+                continue
+            body, ranges = json_array(list(texts.values()))
+            uri = self._payloads.put_json_text(key, body)
+            for i, part in zip(texts, ranges, strict=True):
+                attributes[i] = {"outputs_ref": {"S": uri}, "outputs_range": {"S": part}}
+        return [
+            {**self._base_item(record), **attributes.get(i, {})} for i, record in enumerate(records)
+        ]
+
+    def _base_item(self, record: ResultRecord) -> dict[str, Any]:
         item: dict[str, Any] = {
             RESULTS.partition: {"S": record.tenant},
             RESULTS.sort: {"S": record.request_id},
@@ -344,14 +386,6 @@ class DynamoDBResultStore:
         }
         if record.error is not None:
             item["error_code"] = {"S": record.error.code}
-        if record.outputs is not None:
-            inline = outputs_attribute(record.outputs, self._inline_bytes)
-            if inline is None:
-                key = f"results/{record.tenant}/{record.request_id}.json"
-                item["outputs_ref"] = {"S": self._payloads.put_json(key, record.outputs)}
-            else:
-                name, value = inline
-                item[name] = value
         return item
 
 
@@ -392,12 +426,19 @@ def outputs_attribute(outputs: list[Any], limit: int) -> tuple[str, dict[str, An
     """Outputs as the item attribute that holds them inline: ``outputs_f32``
     (embeddings packed, see :func:`pack_rows`) or ``outputs`` (JSON); None if they
     take more than ``limit`` bytes either way."""
+    stored = stored_outputs(outputs, limit)
+    return None if isinstance(stored, bytes) else stored
+
+
+def stored_outputs(outputs: list[Any], limit: int) -> tuple[str, dict[str, Any]] | bytes:
+    """As :func:`outputs_attribute`, but where the outputs take more than ``limit``
+    bytes either way, their JSON text (for S3) rather than None."""
     packed = pack_rows(outputs, limit)
     if packed is not None:
         return "outputs_f32", {"B": packed}
     text = json_bytes(outputs)
     if len(text) > limit:
-        return None
+        return text
     return "outputs", {"S": text.decode()}
 
 
