@@ -374,6 +374,9 @@ def load_model(model_dir: Path) -> tuple[Any, Any]:
     """The model and its tokenizer, from the files alone."""
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
+    from switchyard_worker.allocator import tune_for_inference
+
+    tune_for_inference()  # as a worker runs it
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True)
     tokenizer = PreTrainedTokenizerFast.from_pretrained(str(model_dir), local_files_only=True)
     return model.eval(), tokenizer

@@ -7,7 +7,8 @@ the test suite's in-memory fakes (``tests/fakes.py``), so the figure isolates th
 worker's code (decode, validate, assemble, run, record, store, delete) from the AWS
 round trips, which the end-to-end section measures. Every call into the model is
 timed, so the time per batch splits into the bare model, the runtime's output
-conversion, and the rest of the loop.
+conversion, and the rest of the loop. A full run repeats the run and the limit beside
+it (``ROUNDS``) and keeps the median round.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ def _fill(queue: FakeQueue, model: LoadedModel, record: Any, count: int) -> None
 
 def saturate(model: LoadedModel, messages: int, time_limit: float) -> dict[str, Any]:
     """Run the worker over ``messages`` one-input requests already queued."""
+    from switchyard.init_phase import init_phase
     from switchyard_worker.worker import Worker
 
     record = version_record(model.name)
@@ -90,15 +92,28 @@ def saturate(model: LoadedModel, messages: int, time_limit: float) -> dict[str, 
             prediction_log=DroppedPredictionLog(),
         )
     )
-    worker.preload()
-    _fill(realtime, model, record, messages)
-    thread = threading.Thread(target=worker.run, name="bench-worker", daemon=True)
+    # As the deployed worker starts (``switchyard_worker.__main__``): what its start
+    # made (the model loaded, here also the queue filled) frozen out of the cyclic
+    # collector's way, so that no collection during the run traverses it.
+    with init_phase():
+        worker.preload()
+        _fill(realtime, model, record, messages)
+    # The model runs on the main thread, as in the deployed worker (on a thread of its
+    # own, minilm-embed ran at 0.87x with the allocator as it comes, 0.97x tuned); a
+    # watcher stops the worker once every result is stored, or at the time limit.
+    outcome: dict[str, bool] = {}
+
+    def stop_when_done() -> None:
+        outcome["finished"] = results.wait_for(messages, time_limit)
+        worker.stop()
+
+    watcher = threading.Thread(target=stop_when_done, name="bench-watcher", daemon=True)
     start = time.perf_counter()
-    thread.start()
-    finished = results.wait_for(messages, time_limit)
+    watcher.start()
+    worker.run()
+    watcher.join()
+    finished = outcome["finished"]
     end = results.completed_at[-1] if results.completed_at else time.perf_counter()
-    worker.stop()
-    thread.join(10)
     wall = end - start
     done = results.done
     sizes = Counter(n for _, _, n in timed.calls)
@@ -122,14 +137,27 @@ def saturate(model: LoadedModel, messages: int, time_limit: float) -> dict[str, 
     }
 
 
+ROUNDS = 5  # a full run's rounds per model: the run, then the model's limit beside it
+
+
 def run(models: dict[str, LoadedModel], quick: bool) -> dict[str, Any]:
+    """Per model, the median round by efficiency (a busy neighbour on this shared
+    machine slows one round's run or its limit, not the figure), with every round's
+    efficiency beside it."""
     counts = {"minilm-embed": 256 if quick else 1024, "digits-cnn": 1280 if quick else 6400}
     seconds = 0.3 if quick else 1.5
+    rounds = 1 if quick else ROUNDS
     out: dict[str, Any] = {}
     for name, model in models.items():
-        with quiet_output():
-            result = saturate(model, counts.get(name, 512), time_limit=60 if quick else 180)
-        out[name] = result | against_model(model, result, seconds)
+        readings = []
+        for _ in range(rounds):
+            with quiet_output():
+                result = saturate(model, counts.get(name, 512), time_limit=60 if quick else 180)
+            readings.append(result | against_model(model, result, seconds))
+        readings.sort(key=lambda r: r.get("efficiency_vs_model") or 0.0)
+        out[name] = readings[len(readings) // 2] | {
+            "rounds_efficiency_vs_model": [r.get("efficiency_vs_model") for r in readings]
+        }
     return out
 
 

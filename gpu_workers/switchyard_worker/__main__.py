@@ -28,6 +28,7 @@ from switchyard.jobs import JobStore
 from switchyard.registry import ModelVersion
 from switchyard.settings import SettingsError, WorkerSettings, get_settings
 from switchyard.wiring import build_adapters
+from switchyard_worker.allocator import tune_for_inference
 from switchyard_worker.runtimes import (
     ModelRuntime,
     choose_device,
@@ -38,6 +39,9 @@ from switchyard_worker.worker import Worker, log
 
 
 def main(standby_seconds: float | None = None) -> None:
+    # Before the model allocates anything: its freed activations kept for its next
+    # batch (``allocator``).
+    allocator = tune_for_inference()
     # The collector is held off until the model is loaded (``init_phase``).
     with init_phase():
         worker, settings = _started(standby_seconds)
@@ -51,6 +55,7 @@ def main(standby_seconds: float | None = None) -> None:
                 "at": time.time(),
                 "worker": worker.worker_id,
                 "gc": {"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()},
+                "allocator": allocator,
             },
         )
 
@@ -140,6 +145,7 @@ def _started(standby_seconds: float | None) -> tuple[Worker, WorkerSettings]:
 
 def standby() -> None:
     """Import every runtime's libraries, wait for the order, become that worker."""
+    tune_for_inference()
     with init_phase():
         import_libraries()
     waiting = time.monotonic()

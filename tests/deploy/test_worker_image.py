@@ -63,16 +63,32 @@ def test_the_platforms_workers_run_from_app(platform, launcher: Launcher) -> Non
         assert not any("layers/core" in p or "gpu_workers" in p for p in path)
 
 
-def test_a_worker_starts_with_the_collector_held_off_until_its_model_is_loaded(
-    platform,
-) -> None:
-    # GIVEN the platform's workers, each of which has logged that it is ready
+def _ready_lines(platform) -> list[dict]:
     logs = sorted((platform.run_dir / "logs").glob("worker-*.log"))
     events = json_lines(line for path in logs for line in path.read_text().splitlines())
     ready = [event for event in events if event.get("message") == "worker ready"]
     assert len(ready) >= len(platform.workers) > 0
-    for event in ready:
+    return ready
+
+
+def test_a_worker_starts_with_the_collector_held_off_until_its_model_is_loaded(
+    platform,
+) -> None:
+    # GIVEN the platform's workers, each of which has logged that it is ready
+    for event in _ready_lines(platform):
         # THEN the collector runs again for the requests, and what the start made
         # (the libraries, the model) is frozen out of its reach
         assert event["gc"]["enabled"] is True
         assert event["gc"]["frozen"] > 100_000
+
+
+def test_a_worker_keeps_its_models_freed_memory_for_the_next_batch(platform) -> None:
+    # GIVEN the platform's workers, each of which has logged that it is ready
+    for event in _ready_lines(platform):
+        # THEN each set the C allocator to serve blocks up to 32 MiB from its heap and
+        # keep up to 64 MiB of it free (switchyard_worker.allocator)
+        assert event["allocator"] == {
+            "tuned": True,
+            "mmap_threshold": 32 << 20,
+            "trim_threshold": 64 << 20,
+        }
