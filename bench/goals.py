@@ -87,26 +87,19 @@ GOALS = (
         0.5,
         False,
         "×",
-        "the worker's own Python, which one interpreter lock serialises. Each thread's CPU "
-        "time, 3 runs of 6,400 messages: the intake's receive, decode and check 17 to 18 µs "
-        "a message, the model's thread outside the model 7 to 22 (triage, the result record "
-        "7, the timings), the finisher 9 to 10 (the prediction log's record 3.5 of it), the "
-        "model call's own Python (its tensor in, its outputs out) 7: ~50 µs a message, "
-        "against the model's 14 (0.87 ms a batch of 64 alone). In the worker that call takes "
-        "3.6 to 4.1 ms: the model lets go of the lock while it computes and waits to take it "
-        "back behind the intake's and the finisher's Python (with one compute thread, beside "
-        "a thread spinning in Python, 1.6 ms became 12.4 ms). A switch interval of 0.1 or "
-        "0.02 ms instead of 5 cut the model call's share of the worker's time from 0.63-0.83 "
-        "to 0.33-0.55 and left the rate where it was (7,700 to 11,400 inputs/s either way): "
-        "what the call saved went to waiting for the lock elsewhere. The rate is bounded by "
-        "the Python all three threads run under one lock; 0.5× needs it under ~35 µs a "
-        "message, or the model in a process of its own. Keeping the forming batch's input "
-        "counts as messages come and go, instead of summing the batch at each question "
-        "(a profiler put a sixth of the Python there), left the rate where it was (three "
-        "alternating runs of three: 7,200-10,500 inputs/s with it, 7,900-10,800 without): "
-        "not kept. With OMP_WAIT_POLICY=PASSIVE the worker's CPU a message fell from ~160 "
-        "to ~100 µs and its rate rose 15-25 %, but the bare model's limit halved (0.87 to "
-        "1.7 ms a batch of 64): 0.27× against 0.15× only by moving the yardstick",
+        "the worker's own Python, which one interpreter lock serialises: this page, 0.19× (the "
+        "median of five rounds, 0.16 to 0.23×; 13,000 inputs/s against the model's 68,000). "
+        "Each thread's CPU time, 3 runs of 6,400 messages: the intake's receive, decode and "
+        "check 17 to 18 µs a message, the model's thread outside the model 7 to 22 (triage, "
+        "the result record 7, the timings), the finisher 9 to 10 (the prediction log's record "
+        "3.5 of it), the model call's own Python (its tensor in, its outputs out) 7: ~50 µs a "
+        "message, against the model's 14 (0.94 ms a batch of 64 alone). The model lets go of "
+        "the lock while it computes and waits to take it back behind the intake's and the "
+        "finisher's Python. A shorter switch interval (0.2, 0.05 ms) cut the model call's "
+        "share of the worker's time from ~0.8 to ~0.5 and left the rate where it was; freezing "
+        "the worker's start (as the deployed worker does), running it on the main thread and "
+        "the tuned allocator left it at 0.15 to 0.22×. 0.5× needs the Python under ~28 µs a "
+        "message, or the model in a process of its own",
     ),
     Goal(
         "AWS calls of a sync request of its own (router, and a result write of its own), "
@@ -183,23 +176,15 @@ GOALS = (
         0.5,
         False,
         "×",
-        "75 req/s against LitServe's 140 in this page's end-to-end and peer sections "
-        "(2026-11-26 04:22-04:40, 0.54×), 60 against 140 in the run an hour before it "
-        "(the look schedule's window of 64 alone; see the sync-calls goal); 70 against "
-        "140 at 01:29-01:53; 60 against 140 an hour before that "
-        "(its ladder then took a refining step that failed once, at 65 req/s, as the "
-        "rate: such a step is now tried twice, as a rung is); 70 against 120 at "
-        "2026-11-25 22:53-23:19; 75 against 140 at 16:17-16:36; 60 against 120 "
-        "before the ladder confirmed a rung that "
-        "failed and halved the gap past it, and before the worker looked at the queue "
-        "once more before a running batch's end; 30 against 80, 20 against 80, 20 "
-        "against 120 and 30 against 100 before the emulator wrote plain PutItems and "
-        "queued plain SendMessages directly). CPU is the bound: at 75 req/s every "
-        "answered request costs 22 ms of CPU across the platform's processes (worker 10, "
-        "router 5, emulator 4, load generator 2) against LitServe's 14 at 140 req/s "
-        "(this page's run: 21.8 ms at 75 req/s, the worker 10.3, the router 4.6, the "
-        "emulator 4.2, the load generator 2.3; 23.7 ms at 70 req/s in the run of "
-        "01:29-01:53)",
+        "This page's runs (2026-11-26 12:01-12:38) met a machine slower than the page "
+        "before's: the router's warm CPU a request read 0.59 ms against 0.47, with its code "
+        "unchanged. In them: 60 req/s against LitServe's 130 (0.46×); 65, 70 and 80 each "
+        "failed twice (p99 612 to 1,541 ms). The page before: 75 against 140 (0.54×, "
+        "2026-11-26 04:22-04:40); earlier runs 0.43 to 0.94× of LitServe and Ray Serve. CPU is "
+        "the bound: at 60 req/s every answered request costs 29 ms of CPU across the "
+        "platform's processes (the worker 13.8, the router 6.0, the emulator 5.7, the load "
+        "generator 2.9) against LitServe's ~14 at 130; at 75 req/s on the page before, 21.5 ms "
+        "(the router 4.6, the emulator 4.2)",
     ),
     Goal(
         "micro-batching gain in sustainable rate",
@@ -207,14 +192,14 @@ GOALS = (
         2.5,
         False,
         "×",
-        "the share of a request's CPU that batching does not touch: it saves model time "
-        "only, and the emulator's, the router's and the load generator's share (~11 of "
-        "22 ms of CPU at 75 req/s) is the same with it or without it. This page's run: "
-        "75 req/s sustained with batching (p99 455 ms at 70, 429 at 75 on its second try; "
-        "80 failed twice, 600 and 698 ms) and 35 without it (p99 418 ms; 38 and 40 failed "
-        "twice): 2.14×. The page before: 75 against 32 (2.34×); earlier runs 2.0 to 2.5× "
-        "(60 to 75 with, 30 to 32 without). The ladder's rungs are 5 req/s apart there: "
-        "80 sustained with batching would be the goal against 32",
+        "the share of a request's CPU that batching does not touch: it saves model time only, "
+        "and the emulator's, the router's and the load generator's share (15 of 29 ms of CPU "
+        "at 60 req/s in this page's run) is the same with it or without it. This page's runs "
+        "(2026-11-26 12:01-12:38) met a machine slower than the page before's: the router's "
+        "warm CPU a request read 0.59 ms against 0.47, with its code unchanged. In them: 60 "
+        "req/s sustained with batching (p99 429 ms; 65, 70 and 80 failed twice) and 32 without "
+        "it (p99 498 ms; 35 and 40 failed twice): 1.88×. The page before: 75 against 35 "
+        "(2.14×); earlier runs 2.0 to 2.5× (60 to 75 with, 30 to 35 without)",
     ),
     Goal(
         "200 async predicts of 16 sentences, submitted at once, vs the model's limit",
@@ -222,20 +207,16 @@ GOALS = (
         0.85,
         False,
         "×",
-        "the model inside the worker, on cores it shares: a drain runs one batch of 32 "
-        "after another, and the worker takes ~21-23 of the ~28 CPU-seconds two cores give "
-        "a 14 s drain, the emulator, the router, the load generator and the supervisor "
-        "~3; a batch took ~132 ms against ~119 alone. This page's run (a batch's large "
-        "results in one S3 object per tenant): 0.93, 0.88 and 0.86 (242, 236 and 233 "
-        "inputs/s, the emulator 1.31 to 1.37 CPU-s) against a limit that read 257 to "
-        "279; an hour before, one object per result: 0.83, 0.85 and 0.90 (the emulator "
-        "1.5); the page before: 0.84, 0.83 and 0.77; earlier runs 0.72 to 0.90. The limit, "
-        "measured before and after each burst, moves by as much as the goal's margin. "
-        "The intake reads which requests of a full forming batch are answered already "
-        "while the model runs the batch before (the model's idle time between batches "
-        "0.7 s a burst before, 0.03 s after). OMP_WAIT_POLICY=PASSIVE in the yardstick's "
-        "process too gave 0.82, 0.84 and 0.77 at the same drain rates, only by moving "
-        "the limit: not kept",
+        "the model inside the worker, on cores it shares: a drain runs one batch of 32 after "
+        "another, and the worker takes ~24-26 of the CPU-seconds two cores give a drain, the "
+        "emulator, the router, the load generator and the supervisor ~3. This page's runs "
+        "(2026-11-26 12:01-12:38) met a machine slower than the page before's: the router's "
+        "warm CPU a request read 0.59 ms against 0.47, with its code unchanged. In them: 0.71, "
+        "0.76 and 0.69 (198, 190 and 190 inputs/s) against a limit, measured in-process before "
+        "and after each burst, that read 231 to 293. The page before: 0.93, 0.88 and 0.86 "
+        "(242, 236 and 233 inputs/s); earlier runs 0.72 to 0.90. Alternated on the same hour's "
+        "machine (six bursts each way), the worker's tuned allocator drained at 205 inputs/s "
+        "against 190 as glibc comes",
     ),
     Goal(
         "1,000 async one-sentence predicts, submitted at once, vs the model's limit",
@@ -260,24 +241,19 @@ GOALS = (
         0.35,
         False,
         "×",
-        "a one-sentence request's round trip beside the model on two cores: 81.7 answers/s "
-        "at p50 192 ms in this page's run against a model limit that read 272 to 280 "
-        "inputs/s (0.30×); 82.5 at p50 193 ms an hour before against 256 to 266 (0.32×), "
-        "79.5 on the page before against 275 to 278 (0.29×), 74 to 82 answers/s (0.25 to "
-        "0.32×) in the runs before those, as the "
-        "limit read 248 to 297. The model is busy ~89 % of such a run (two 20 s runs: "
-        "batches of 5.5 on average, ~62 ms each against ~30 alone), so what it lacks is "
-        "CPU, not work: every process shares the two cores. Of an answer's time (a 20 s "
-        "run, p50 of the results' own timings), ~30 ms is the queue, ~41 the wait for "
-        "the batch before, ~72 its batch of ~7 (~39 alone) and ~60 the router's "
-        "pick-up of the stored result and the HTTP round trip (the looks pick an answer "
-        "up ~37 ms after it is stored, replayed on recorded answer times): the callers "
-        "fall into two or three groups whose batches take turns, and the model waits "
-        "while a group's answers travel. Each request pays a message's send, receive and "
-        "delete, its share of a batch's result write and its router's looks through the "
-        "emulator on the same cores. One torch thread in the worker instead of two "
-        "(three alternating pairs of 20 s runs): 80.5, 76.6 and 73.4 answers/s against "
-        "73.9, 74.8 and 75.8, within the noise",
+        "a one-sentence request's round trip beside the model on two cores. This page's runs "
+        "(2026-11-26 12:01-12:38) met a machine slower than the page before's: the router's "
+        "warm CPU a request read 0.59 ms against 0.47, with its code unchanged. In them: 75.8 "
+        "answers/s at p50 205 ms against a model limit that read 273 to 295 inputs/s (0.27×). "
+        "The page before: 81.7 at p50 192 ms against 272 to 280 (0.30×); earlier runs 0.25 to "
+        "0.32×. The model is busy ~89 % of such a run (batches of 5.5 on average, ~62 ms each "
+        "against ~30 alone), so what it lacks is CPU, not work: every process shares the two "
+        "cores. Of an answer's time, ~30-40 ms is the queue, ~45 the wait for the batch "
+        "before, ~75 its batch and ~45-60 the router's pick-up of the stored result and the "
+        "HTTP round trip: the callers fall into groups whose batches take turns, and the model "
+        "waits while a group's answers travel. One torch thread in the worker instead of two, "
+        "a shorter GIL switch interval and the tuned allocator (batches of ~5 make small "
+        "activations) each left it within the noise",
     ),
     Goal(
         "sustainable rate, platform vs Ray Serve (@serve.batch)",
