@@ -11,7 +11,7 @@ the kernel: minilm-embed on this machine's two cores, a batch of 32, faulted
 
 With the thresholds fixed (blocks up to 32 MiB from the heap, the heap's top kept
 up to 64 MiB), freed activations are reused by the next batch: 0-25 faults a batch,
-0.5 ms of system time, 5-11 % more inputs a second from the model alone (five 2 s
+0.5 ms of system time, 4-11 % more inputs a second from the model alone (five 2 s
 windows a setting, three settings alternated), for ~20 MiB more resident memory.
 Blocks above 32 MiB (a large batch's activations) are still mapped and unmapped
 each time. Standard library only; where the C library has no ``mallopt`` or refuses
