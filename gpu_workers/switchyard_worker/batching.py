@@ -147,15 +147,52 @@ class BatchAssembler:
     costs: dict[str, BatchCost] = field(default_factory=dict)
     arrivals: ArrivalRate = field(init=False)
     realtime_seen_at: float | None = None
+    # Kept as messages come and go, so that the questions asked for every receive
+    # (how many inputs of a version are held, when its earliest sync caller wants
+    # an answer) do not walk the whole pool: per version, the inputs held and the
+    # earliest ``respond_by`` (None: no sync caller among them).
+    _inputs: dict[str, int] = field(default_factory=dict)
+    _earliest: dict[str, float | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.arrivals = ArrivalRate(self.clock)
 
     def add(self, pending: Pending) -> None:
         self._pool.append(pending)
+        version = pending.version
+        self._inputs[version] = self._inputs.get(version, 0) + pending.size
+        respond_by = pending.respond_by
+        if respond_by is not None:
+            earliest = self._earliest.get(version)
+            if earliest is None or respond_by < earliest:
+                self._earliest[version] = respond_by
         self.arrivals.add()
         if pending.received.lane != "batch":
             self.realtime_seen_at = self.clock()
+
+    def _remove(self, taken: list[Pending]) -> None:
+        """``taken`` out of the pool, and out of the per-version tallies."""
+        gone = {id(p) for p in taken}
+        self._pool = [p for p in self._pool if id(p) not in gone]
+        versions = {p.version for p in taken}
+        for p in taken:
+            self._inputs[p.version] -= p.size
+        for version in versions:
+            if self._inputs[version] <= 0:
+                del self._inputs[version]
+                self._earliest.pop(version, None)
+                continue
+            times = [p.respond_by for p in self._pool if p.version == version]
+            self._earliest[version] = min((t for t in times if t is not None), default=None)
+
+    def inputs_of(self, version: str) -> int:
+        """Inputs of ``version`` held."""
+        return self._inputs.get(version, 0)
+
+    @property
+    def oldest(self) -> Pending | None:
+        """The message held longest (None when nothing is held)."""
+        return self._pool[0] if self._pool else None
 
     def part_size(self, max_batch_size: int) -> int:
         """How many of a job's inputs to run at once: ``max_batch_size``, or an eighth
@@ -197,7 +234,7 @@ class BatchAssembler:
 
     @property
     def held_inputs(self) -> int:
-        return sum(p.size for p in self._pool)
+        return sum(self._inputs.values())
 
     def wants_more(self) -> bool:
         """True while the oldest version's batch is neither full nor due."""
@@ -205,8 +242,7 @@ class BatchAssembler:
             return True
         oldest = self._pool[0]
         max_size, _ = self.limits(oldest.version)
-        same = sum(p.size for p in self._pool if p.version == oldest.version)
-        return same < max_size and self.time_left() > 0
+        return self._inputs[oldest.version] < max_size and self.time_left() > 0
 
     def time_left(self) -> float:
         """Seconds until the oldest held message's batch is due (0 when idle): its
@@ -219,12 +255,10 @@ class BatchAssembler:
         _, max_wait = self.limits(oldest.version)
         now = self.clock()
         left = oldest.arrived + max_wait - now
-        same = [p for p in self._pool if p.version == oldest.version]
-        expected = self.expected(oldest.version, sum(p.size for p in same))
-        for p in same:
-            respond_by = p.respond_by
-            if respond_by is not None:
-                left = min(left, respond_by - expected - now)
+        earliest = self._earliest.get(oldest.version)
+        if earliest is not None:
+            expected = self.expected(oldest.version, self._inputs[oldest.version])
+            left = min(left, earliest - expected - now)
         if self.drained and left > 0 and self.arrivals.per_second() * left < 1:
             return 0.0
         return left
@@ -236,7 +270,7 @@ class BatchAssembler:
         realtime = [p for p in self._pool if p.received.lane != "batch"]
         oldest = realtime[0] if realtime else self._pool[0]
         if oldest.is_retry or oldest.message is None:
-            self._pool.remove(oldest)
+            self._remove([oldest])
             return [oldest]
         candidates = [
             p
@@ -263,8 +297,7 @@ class BatchAssembler:
                 inputs += p.size
                 if not q:
                     queues.remove(q)
-        for p in batch:
-            self._pool.remove(p)
+        self._remove(batch)
         return batch
 
     def take_realtime(self) -> list[Pending]:
@@ -274,4 +307,6 @@ class BatchAssembler:
     def drain(self) -> list[Pending]:
         """Everything held and not started, for release on shutdown."""
         pool, self._pool = self._pool, []
+        self._inputs.clear()
+        self._earliest.clear()
         return pool

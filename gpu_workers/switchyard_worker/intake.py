@@ -168,10 +168,10 @@ class Intake:
         it: a second request arriving meanwhile is taken then, not after the first
         has run (at 4 req/s beside a job, a twentieth of them waited so in the queue,
         50-80 ms)."""
-        a = self.assembler
-        if not a.holds_batch_lane or self.room() > 0:
+        a, oldest = self.assembler, self.assembler.oldest
+        if oldest is None or not a.holds_batch_lane or self.room() > 0:
             return False
-        max_size, _ = self._versions.limits(a.held[0].version)
+        max_size, _ = self._versions.limits(oldest.version)
         return a.realtime_inputs < max_size
 
     def look_at_realtime(self, wait_s: float) -> None:
@@ -187,7 +187,7 @@ class Intake:
         forms and the last look found the queue drained, let arrivals gather until
         the batch is due and look once more: at most one empty receive per batch,
         and no leftovers beyond its room."""
-        held = bool(self.assembler.held)
+        held = self.assembler.oldest is not None
         if held and self.assembler.drained:
             self._await_due()
         room = max(1, min(RECEIVE_MAX, self.room()))
@@ -210,7 +210,7 @@ class Intake:
             pause(self._stopping, left)
             return
         with self._held:
-            if not self.assembler.held or self.assembler.time_left() > 0:
+            if self.assembler.oldest is None or self.assembler.time_left() > 0:
                 return
             if self._running_until is not None and self._looked_before_end < self._started:
                 self._looked_before_end = self._started
@@ -218,10 +218,9 @@ class Intake:
                 if ahead > 0:
                     self._held.wait(ahead)
                 return
-            started, oldest = self._started, self.assembler.held[0]
+            started, oldest = self._started, self.assembler.oldest
             while not self._stopping.is_set() and self._started == started:
-                held = self.assembler.held
-                if not held or held[0] is not oldest:
+                if self.assembler.oldest is not oldest:
                     return
                 self._held.wait(0.25)
 
@@ -251,11 +250,11 @@ class Intake:
 
     def room(self) -> int:
         """Inputs the oldest held version's batch can still take."""
-        held = self.assembler.held
-        if not held:
+        oldest = self.assembler.oldest
+        if oldest is None:
             return RECEIVE_MAX
-        max_size, _ = self._versions.limits(held[0].version)
-        return max_size - sum(p.size for p in held if p.version == held[0].version)
+        max_size, _ = self._versions.limits(oldest.version)
+        return max_size - self.assembler.inputs_of(oldest.version)
 
     def read_statuses(self, pendings: list[Pending]) -> None:
         """Read the results table's status of each pending request: one read for all."""
@@ -274,7 +273,7 @@ class Intake:
         with self._held:
             batch = self.assembler.take(force=False)
             if not batch:
-                left = self.assembler.time_left() if self.assembler.held else 0.05
+                left = self.assembler.time_left() if self.assembler.oldest else 0.05
                 self._held.wait(min(max(left, 0.001), 0.05))
                 return []
             self._held.notify_all()

@@ -2,8 +2,9 @@
 
 The model is the scarce resource: while it computes one batch, the results of the
 batch before are stored and its messages deleted on another thread
-(:class:`InOrder`, the finisher's), and metrics are printed on one of their own
-(:class:`MetricsEmitter`), so the model does not wait for the store, the log or SQS.
+(:class:`InOrder`, the finisher's), and metrics are gathered and printed once a
+second on one of their own (:class:`MetricsEmitter`), so the model does not wait
+for the store, the log or SQS.
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Generic, TypeVar
 
 from aws_lambda_powertools import Logger
+from aws_lambda_powertools.metrics import MetricUnit
 
-from switchyard.telemetry import COUNT, MILLISECONDS, emit_metrics
+from switchyard.telemetry import COUNT, MILLISECONDS, MetricValues, emit_metrics
 
 # The worker's one logger, shared by its stages.
 log = Logger(service="switchyard-worker")
@@ -71,13 +72,28 @@ class InOrder(Generic[T]):
 
 
 class MetricsEmitter:
-    """A model's metrics per version (EMF), printed on a thread of their own, off the
-    model's critical path."""
+    """A model's metrics per version (EMF), off the model's critical path: a batch's
+    values are added to what its version has gathered, and a thread of their own
+    prints what was gathered once every ``interval_s`` (one document per version,
+    each value a sample of its own), and on ``close``.
 
-    def __init__(self, model: str, enabled: bool = True) -> None:
+    Handing each batch's values to another thread cost the model's thread a wake-up
+    of that thread per batch (digits-cnn, ~200 batches a second: a sixth of the
+    interpreter time the model's thread held went to it); gathered, it costs a lock
+    and an append, and CloudWatch receives one document a second per version rather
+    than one per batch. A value is printed at most ``interval_s`` after its batch."""
+
+    def __init__(self, model: str, enabled: bool = True, interval_s: float = 1.0) -> None:
         self._model = model
         self._enabled = enabled
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="metrics")
+        self._interval_s = interval_s
+        self._lock = threading.Lock()
+        self._gathered: dict[str, MetricValues] = {}  # version -> name -> (unit, values)
+        self._closing = threading.Event()
+        self._thread: threading.Thread | None = None
+        if enabled:
+            self._thread = threading.Thread(target=self._loop, name="metrics", daemon=True)
+            self._thread.start()
 
     def emit(
         self,
@@ -90,17 +106,38 @@ class MetricsEmitter:
     ) -> None:
         if not self._enabled:
             return
-        values = {}
+        values: list[tuple[str, MetricUnit, float]] = []
         if batch_size is not None:
-            values["BatchSize"] = (COUNT, float(batch_size))
+            values.append(("BatchSize", COUNT, float(batch_size)))
         if compute_ms is not None:
-            values["Compute"] = (MILLISECONDS, compute_ms)
+            values.append(("Compute", MILLISECONDS, compute_ms))
         if queue_wait_ms is not None:
-            values["QueueWait"] = (MILLISECONDS, queue_wait_ms)
+            values.append(("QueueWait", MILLISECONDS, queue_wait_ms))
         if item_errors:
-            values["ItemErrors"] = (COUNT, float(item_errors))
-        if values:
-            self._pool.submit(emit_metrics, values, model=self._model, version=version)
+            values.append(("ItemErrors", COUNT, float(item_errors)))
+        with self._lock:
+            gathered = self._gathered.setdefault(version, {})
+            for name, unit, value in values:
+                _, samples = gathered.setdefault(name, (unit, []))
+                samples.append(value)  # type: ignore[union-attr]
+
+    def flush(self) -> None:
+        """Print what has been gathered now."""
+        with self._lock:
+            gathered, self._gathered = self._gathered, {}
+        for version, values in gathered.items():
+            try:
+                emit_metrics(values, model=self._model, version=version)
+            except Exception:  # noqa: BLE001 - a metric is never worth the worker
+                log.exception("metrics not printed", extra={"version": version})
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True)
+        """Print what is left, then stop the thread."""
+        self._closing.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.flush()
+
+    def _loop(self) -> None:
+        while not self._closing.wait(self._interval_s):
+            self.flush()

@@ -212,3 +212,37 @@ def test_async_work_waits_its_full_max_wait():
     assert a.take() == []
     clock.now += 0.051
     assert len(a.take()) == 1
+
+
+def test_what_is_held_is_counted_per_version_as_messages_come_and_go():
+    # GIVEN messages of two versions, one of 3 inputs
+    clock = Clock()
+    a = assembler(clock, size=4)
+    a.add(pending("t1", version="v1"))
+    a.add(pending("t2", n=3, version="v2"))
+    a.add(pending("t1", version="v1"))
+    assert (a.inputs_of("v1"), a.inputs_of("v2"), a.held_inputs) == (2, 3, 5)
+    # WHEN v1's batch is taken, THEN only v2's inputs are left, and v2 is the oldest
+    clock.now += 0.011
+    assert {p.version for p in a.take()} == {"v1"}
+    assert (a.inputs_of("v1"), a.inputs_of("v2"), a.oldest.version) == (0, 3, "v2")
+    # AND a drain leaves nothing counted
+    a.drain()
+    assert (a.inputs_of("v2"), a.held_inputs, a.oldest) == (0, 0, None)
+
+
+def test_once_the_most_urgent_caller_is_taken_the_next_one_sets_the_time_left():
+    # GIVEN batches of 4 that cost ~40 ms, a 200 ms max wait, and six sync callers:
+    # the four oldest want their answers 100 ms after receipt, the two others 300 ms
+    clock = Clock()
+    a = assembler(clock, size=4, wait=0.200)
+    for _ in range(3):
+        a.ran("v1", 1, 0.040)
+    for _ in range(4):
+        a.add(sync_pending(respond_in=0.100))
+    a.add(sync_pending(respond_in=0.300))
+    a.add(sync_pending(respond_in=0.300))
+    # WHEN the full batch of the urgent four is taken
+    assert len(a.take()) == 4
+    # THEN the two left wait up to max_wait (200 ms), no longer the urgent 100 - 80 ms
+    assert abs(a.time_left() - 0.200) < 1e-6

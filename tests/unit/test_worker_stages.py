@@ -220,3 +220,69 @@ def test_the_heartbeat_extends_what_is_held_until_stopped(digits_v1):
         s.close()
         beat.join(5)
     assert not beat.is_alive()
+
+
+def _emf_documents(text: str) -> list[dict]:
+    import json
+
+    return [json.loads(line) for line in text.splitlines() if line.startswith('{"_aws"')]
+
+
+def test_batch_metrics_are_gathered_and_printed_as_one_document_per_version(capsys):
+    from switchyard_worker.stages import MetricsEmitter
+
+    # GIVEN an emitter that prints once an hour
+    emitter = MetricsEmitter("digits-cnn", interval_s=3600)
+    # WHEN three batches of v1 and one failed batch of v2 report
+    for size in (4, 8, 16):
+        emitter.emit("v1", batch_size=size, compute_ms=size / 2, queue_wait_ms=1.0)
+    emitter.emit("v2", item_errors=3)
+    assert _emf_documents(capsys.readouterr().out) == []  # nothing printed yet
+    emitter.close()
+    # THEN closing prints one document per version, each value a sample of its own
+    docs = {d["version"]: d for d in _emf_documents(capsys.readouterr().out)}
+    assert set(docs) == {"v1", "v2"}
+    assert docs["v1"]["BatchSize"] == [4.0, 8.0, 16.0]
+    assert docs["v1"]["Compute"] == [2.0, 4.0, 8.0]
+    assert docs["v1"]["model"] == "digits-cnn"
+    assert docs["v2"]["ItemErrors"] == [3.0] and "BatchSize" not in docs["v2"]
+    assert docs["v1"]["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["model", "version"]]
+
+
+def test_gathered_metrics_are_printed_every_interval_while_the_worker_runs(capsys):
+    from switchyard_worker.stages import MetricsEmitter
+
+    emitter = MetricsEmitter("digits-cnn", interval_s=0.05)
+    try:
+        emitter.emit("v1", batch_size=2)
+        printed: list[dict] = []
+        # WHEN the interval passes, THEN what was gathered is printed, without a close
+        wait_for(
+            lambda: printed.extend(_emf_documents(capsys.readouterr().out)) or printed,
+            timeout_s=5,
+            every_s=0.01,
+        )
+        assert printed[0]["BatchSize"] == [2.0]
+        # AND a value is printed once: the next print holds only what came after it
+        emitter.emit("v1", batch_size=5)
+        wait_for(
+            lambda: printed.extend(_emf_documents(capsys.readouterr().out)) or len(printed) > 1,
+            timeout_s=5,
+            every_s=0.01,
+        )
+        assert printed[1]["BatchSize"] == [5.0]
+    finally:
+        emitter.close()
+
+
+def test_more_than_a_hundred_values_of_a_metric_go_out_in_several_documents(capsys):
+    from switchyard_worker.stages import MetricsEmitter
+
+    emitter = MetricsEmitter("digits-cnn", interval_s=3600)
+    for i in range(250):
+        emitter.emit("v1", batch_size=i + 1)
+    emitter.close()
+    docs = _emf_documents(capsys.readouterr().out)
+    values = [v for d in docs for v in d.get("BatchSize", [])]
+    assert values == [float(i + 1) for i in range(250)]
+    assert max(len(d["BatchSize"]) for d in docs) <= 100

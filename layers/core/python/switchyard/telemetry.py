@@ -22,16 +22,20 @@ COUNT = MetricUnit.Count
 MILLISECONDS = MetricUnit.Milliseconds
 
 
-def emit_metrics(
-    values: dict[str, tuple[MetricUnit, float]], *more: Mapping[str, str], **dimensions: str
-) -> None:
+MetricValues = dict[str, tuple[MetricUnit, float | Sequence[float]]]
+"""Metric name -> (unit, one value or several): an EMF document carries up to 100
+values of a metric, and CloudWatch files each as a sample of its own."""
+
+
+def emit_metrics(values: MetricValues, *more: Mapping[str, str], **dimensions: str) -> None:
     """One EMF document with ``values`` under ``dimensions``, and under each further
-    dimension set in ``more`` (CloudWatch files the values once per set), on stdout."""
+    dimension set in ``more`` (CloudWatch files the values once per set), on stdout
+    (more than one document where a metric has more than 100 values)."""
     _metric_set(values, dimensions, more).flush_metrics()
 
 
 def metrics_document(
-    values: dict[str, tuple[MetricUnit, float]], *more: Mapping[str, str], **dimensions: str
+    values: MetricValues, *more: Mapping[str, str], **dimensions: str
 ) -> dict[str, Any]:
     """The EMF document :func:`emit_metrics` prints, for a process that writes its
     metrics into a log file of its own (the local supervisor's autoscaler)."""
@@ -58,7 +62,7 @@ def dimension_sets(document: Mapping[str, Any]) -> list[list[str]]:
 
 
 def _metric_set(
-    values: dict[str, tuple[MetricUnit, float]],
+    values: MetricValues,
     dimensions: Mapping[str, str],
     more: Sequence[Mapping[str, str]] = (),
 ) -> EphemeralMetrics:
@@ -70,7 +74,8 @@ def _metric_set(
     for further in more:
         metrics.add_dimensions(**further)
     for name, (unit, value) in values.items():
-        metrics.add_metric(name=name, unit=unit, value=value)
+        for one in (value,) if isinstance(value, int | float) else value:
+            metrics.add_metric(name=name, unit=unit, value=one)
     return metrics
 
 
