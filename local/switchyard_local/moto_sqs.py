@@ -30,7 +30,9 @@ What :func:`apply` changes, where the local platform starts the emulator
   handle of a message still in that queue is in it; any other handle (never issued,
   already deleted, of a message purged or moved to the DLQ) goes to moto's own code,
   so errors and edge cases answer exactly as before;
-- SQS messages are not tracked for moto's dashboard, so a deleted message is freed.
+- SQS messages are not tracked for moto's dashboard, so a deleted message is freed;
+- a receipt handle (185 lowercase letters from moto's seedable random, as moto makes
+  it) is made from one draw of random bits, not one ``random.choice`` per letter.
 
 Why this is safe: every handle in a queue's index belongs to a message that is in
 that queue, so a fast path acts on the very message moto's scan would find, and does
@@ -109,8 +111,9 @@ def undo() -> None:
     _originals.clear()
 
 
-def _patches() -> list[tuple[type, str, Any]]:
+def _patches() -> list[tuple[Any, str, Any]]:
     from moto.core.utils import camelcase_to_underscores
+    from moto.sqs import models
     from moto.sqs.models import Message, Queue, SQSBackend
 
     counts = [
@@ -124,6 +127,7 @@ def _patches() -> list[tuple[type, str, Any]]:
         (Queue, "add_message", _add_message),
         (Queue, "delete_message", _queue_delete_message),
         (Message, "mark_received", _mark_received),
+        (models, "generate_receipt_handle", _receipt_handle),
         (Message, "__new__", staticmethod(_untracked_new)),
         (SQSBackend, "send_message", _scoped("SQSBackend.send_message", quiet=True)),
         (SQSBackend, "send_message_batch", _scoped("SQSBackend.send_message_batch", quiet=True)),
@@ -286,6 +290,20 @@ def _add_message(self: Any, message: Any) -> None:
         _forget(left, message)
     message._sy_queue = weakref.ref(self)
     _moto("Queue.add_message")(self, message)
+
+
+# A receipt handle as moto makes one (185 lowercase letters from its seedable random),
+# from one call for random bits instead of one random.choice per letter: moto's took
+# ~47 µs a message received, a fifth of a ReceiveMessage of 10.
+_HANDLE_LENGTH = 185
+_TO_LETTERS = bytes.maketrans(bytes(range(256)), bytes(97 + i % 26 for i in range(256)))
+
+
+def _receipt_handle() -> str:
+    from moto.moto_api._internal import mock_random
+
+    bits = mock_random.getrandbits(8 * _HANDLE_LENGTH)
+    return bits.to_bytes(_HANDLE_LENGTH, "little").translate(_TO_LETTERS).decode()
 
 
 def _mark_received(self: Any, visibility_timeout: int | None = None) -> None:

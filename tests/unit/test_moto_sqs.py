@@ -55,6 +55,9 @@ def script() -> list[Any]:
                 for m in got
             ],
         )
+        handles = [m["ReceiptHandle"] for m in got]
+        note("handles", all(len(h) == 185 and h.isalpha() and h.islower() for h in handles))
+        note("distinct handles", len(set(handles)) == len(handles))
         return got
 
     def outcome(call: Any) -> None:
@@ -208,16 +211,21 @@ def test_apply_is_idempotent_and_undo_puts_moto_back():
 
     # GIVEN moto's own code
     moto_sqs.undo()
+    from moto.sqs import models
+
     own = (Queue.__dict__["messages"], SQSBackend.receive_message, Message.__new__)
+    own_handle = models.generate_receipt_handle
     # WHEN the fix is applied twice, then undone once
     moto_sqs.apply()
     moto_sqs.apply()
     applied = (Queue.__dict__["messages"], SQSBackend.receive_message, Message.__new__)
+    assert models.generate_receipt_handle is not own_handle
     moto_sqs.undo()
     # THEN it was in force, and moto's code is back
     assert all(a is not o for a, o in zip(applied, own, strict=True))
     assert (Queue.__dict__["messages"], SQSBackend.receive_message, Message.__new__) == own
     assert "__new__" not in Message.__dict__
+    assert models.generate_receipt_handle is own_handle
 
 
 def test_the_fix_refuses_a_moto_it_was_not_written_for(monkeypatch):
