@@ -72,5 +72,5 @@ def test_a_request_that_has_not_run_is_cancelled_and_never_runs(platform):
         assert finished.json()["code"] == "already_finished"
         assert finished.json()["status"] == "done" and finished.json()["outputs"]
     events = [e for e in platform.worker_log_events() if e.get("request_id") == last]
-    assert [e["message"] for e in events] == ["cancelled; deleted without running"]
+    assert [e["message"] for e in events] == ["cancelled; deleted without running"], events
     assert platform.queue_depth("minilm-embed") == 0
