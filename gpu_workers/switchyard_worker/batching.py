@@ -147,47 +147,19 @@ class BatchAssembler:
     costs: dict[str, BatchCost] = field(default_factory=dict)
     arrivals: ArrivalRate = field(init=False)
     realtime_seen_at: float | None = None
-    # Kept as messages come and go, so that the questions asked for every receive
-    # (how many inputs of a version are held, when its earliest sync caller wants
-    # an answer) do not walk the whole pool: per version, the inputs held and the
-    # earliest ``respond_by`` (None: no sync caller among them).
-    _inputs: dict[str, int] = field(default_factory=dict)
-    _earliest: dict[str, float | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.arrivals = ArrivalRate(self.clock)
 
     def add(self, pending: Pending) -> None:
         self._pool.append(pending)
-        version = pending.version
-        self._inputs[version] = self._inputs.get(version, 0) + pending.size
-        respond_by = pending.respond_by
-        if respond_by is not None:
-            earliest = self._earliest.get(version)
-            if earliest is None or respond_by < earliest:
-                self._earliest[version] = respond_by
         self.arrivals.add()
         if pending.received.lane != "batch":
             self.realtime_seen_at = self.clock()
 
-    def _remove(self, taken: list[Pending]) -> None:
-        """``taken`` out of the pool, and out of the per-version tallies."""
-        gone = {id(p) for p in taken}
-        self._pool = [p for p in self._pool if id(p) not in gone]
-        versions = {p.version for p in taken}
-        for p in taken:
-            self._inputs[p.version] -= p.size
-        for version in versions:
-            if self._inputs[version] <= 0:
-                del self._inputs[version]
-                self._earliest.pop(version, None)
-                continue
-            times = [p.respond_by for p in self._pool if p.version == version]
-            self._earliest[version] = min((t for t in times if t is not None), default=None)
-
     def inputs_of(self, version: str) -> int:
         """Inputs of ``version`` held."""
-        return self._inputs.get(version, 0)
+        return sum(p.size for p in self._pool if p.version == version)
 
     @property
     def oldest(self) -> Pending | None:
@@ -234,7 +206,7 @@ class BatchAssembler:
 
     @property
     def held_inputs(self) -> int:
-        return sum(self._inputs.values())
+        return sum(p.size for p in self._pool)
 
     def wants_more(self) -> bool:
         """True while the oldest version's batch is neither full nor due."""
@@ -242,7 +214,7 @@ class BatchAssembler:
             return True
         oldest = self._pool[0]
         max_size, _ = self.limits(oldest.version)
-        return self._inputs[oldest.version] < max_size and self.time_left() > 0
+        return self.inputs_of(oldest.version) < max_size and self.time_left() > 0
 
     def time_left(self) -> float:
         """Seconds until the oldest held message's batch is due (0 when idle): its
@@ -255,10 +227,12 @@ class BatchAssembler:
         _, max_wait = self.limits(oldest.version)
         now = self.clock()
         left = oldest.arrived + max_wait - now
-        earliest = self._earliest.get(oldest.version)
-        if earliest is not None:
-            expected = self.expected(oldest.version, self._inputs[oldest.version])
-            left = min(left, earliest - expected - now)
+        same = [p for p in self._pool if p.version == oldest.version]
+        expected = self.expected(oldest.version, sum(p.size for p in same))
+        for p in same:
+            respond_by = p.respond_by
+            if respond_by is not None:
+                left = min(left, respond_by - expected - now)
         if self.drained and left > 0 and self.arrivals.per_second() * left < 1:
             return 0.0
         return left
@@ -270,7 +244,7 @@ class BatchAssembler:
         realtime = [p for p in self._pool if p.received.lane != "batch"]
         oldest = realtime[0] if realtime else self._pool[0]
         if oldest.is_retry or oldest.message is None:
-            self._remove([oldest])
+            self._pool.remove(oldest)
             return [oldest]
         candidates = [
             p
@@ -297,7 +271,8 @@ class BatchAssembler:
                 inputs += p.size
                 if not q:
                     queues.remove(q)
-        self._remove(batch)
+        for p in batch:
+            self._pool.remove(p)
         return batch
 
     def take_realtime(self) -> list[Pending]:
@@ -307,6 +282,4 @@ class BatchAssembler:
     def drain(self) -> list[Pending]:
         """Everything held and not started, for release on shutdown."""
         pool, self._pool = self._pool, []
-        self._inputs.clear()
-        self._earliest.clear()
         return pool
