@@ -30,6 +30,7 @@ import socket
 import sys
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
@@ -90,7 +91,7 @@ class Server:
                 try:
                     request = read_request(rfile, conn)
                 except BadRequest as exc:
-                    conn.sendall(_simple_response(400, str(exc)))
+                    conn.sendall(_bad_request(str(exc)))
                     return
                 if request is None:  # the client closed the connection
                     return
@@ -99,7 +100,7 @@ class Server:
                 conn.sendall(answer.encode(keep_alive))
                 if not keep_alive:
                     return
-        except (ConnectionError, TimeoutError, OSError):
+        except OSError:
             return  # the client went away mid-call: nothing to answer
         finally:
             rfile.close()
@@ -164,12 +165,13 @@ class Server:
         return answer
 
 
+@dataclass(slots=True)
 class Request:
-    __slots__ = ("method", "target", "version", "headers", "body")
-
-    def __init__(self, method: str, target: str, version: str, headers: list, body: bytes):
-        self.method, self.target, self.version = method, target, version
-        self.headers, self.body = headers, body
+    method: str
+    target: str
+    version: str
+    headers: list[tuple[str, str]]
+    body: bytes
 
 
 class Answer:
@@ -273,10 +275,9 @@ def _read_chunked(rfile: io.BufferedReader) -> bytes:
             raise BadRequest("malformed chunk")
 
 
-def _simple_response(code: int, message: str) -> bytes:
-    reason = {400: "Bad Request"}.get(code, "Error")
+def _bad_request(message: str) -> bytes:
     body = message.encode()
     return (
-        f"HTTP/1.1 {code} {reason}\r\nContent-Type: text/plain\r\n"
+        "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     ).encode() + body
