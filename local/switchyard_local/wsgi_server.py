@@ -145,8 +145,8 @@ class Server:
         answer = Answer(head=method == "HEAD")
 
         def start_response(status: str, headers: list, exc_info: Any = None) -> Callable:
-            if exc_info is not None and answer.started:
-                raise exc_info[1].with_traceback(exc_info[2])
+            # Nothing is sent before the application returns, so a second call (with
+            # exc_info, after an error) always just replaces the status and headers.
             answer.status, answer.headers = status, list(headers)
             return answer.body.append
 
@@ -154,7 +154,6 @@ class Server:
             result = self.app(environ, start_response)
             try:
                 answer.body.extend(result)
-                answer.started = True
             finally:
                 close = getattr(result, "close", None)
                 if close is not None:
@@ -184,7 +183,6 @@ class Answer:
         self.headers: list[tuple[str, str]] = []
         self.body: list[bytes] = body if body is not None else []
         self.head = head
-        self.started = False
 
     def encode(self, keep_alive: bool) -> bytes:
         code = int(self.status.split(" ", 1)[0])
