@@ -286,3 +286,49 @@ def test_more_than_a_hundred_values_of_a_metric_go_out_in_several_documents(caps
     values = [v for d in docs for v in d.get("BatchSize", [])]
     assert values == [float(i + 1) for i in range(250)]
     assert max(len(d["BatchSize"]) for d in docs) <= 100
+
+
+class _Writes:
+    """A stdout that keeps each ``write`` call apart."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.calls.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_each_metrics_document_is_one_line_written_in_one_call(monkeypatch):
+    import json
+
+    from switchyard.telemetry import COUNT, MILLISECONDS, emit_metrics
+
+    # GIVEN a stdout that tells the calls apart (another thread's log line can land
+    # between two calls, never inside one)
+    out = _Writes()
+    monkeypatch.setattr("sys.stdout", out)
+
+    # WHEN metrics go out: more values of one metric than a document holds, beside
+    # a single value and under two dimension sets, as the router files a request
+    emit_metrics(
+        {"BatchSize": (COUNT, [float(i) for i in range(250)]), "Latency": (MILLISECONDS, 5.0)},
+        {"model": "m"},
+        model="m",
+        version="v1",
+    )
+
+    # THEN every call wrote one whole document and its newline, and nothing was lost
+    assert len(out.calls) >= 3
+    docs = []
+    for text in out.calls:
+        assert text.endswith("\n") and text.count("\n") == 1, text[-40:]
+        docs.append(json.loads(text))
+    assert [v for d in docs for v in d["BatchSize"]] == [float(i) for i in range(250)]
+    latency = [d["Latency"] for d in docs if "Latency" in d]
+    assert latency in ([5.0], [[5.0]])  # one value, in one document
+    dimensions = {tuple(map(tuple, d["_aws"]["CloudWatchMetrics"][0]["Dimensions"])) for d in docs}
+    assert dimensions == {(("model", "version"), ("model",))}

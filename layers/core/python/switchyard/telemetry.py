@@ -9,11 +9,13 @@ canary alarms read them: namespace ``Switchyard``; dimensions ``model`` and
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
+from aws_lambda_powertools.metrics.provider.cloudwatch_emf.constants import MAX_METRICS
 
 from switchyard.schemas import ResultRecord
 
@@ -26,12 +28,42 @@ MetricValues = dict[str, tuple[MetricUnit, float | Sequence[float]]]
 """Metric name -> (unit, one value or several): an EMF document carries up to 100
 values of a metric, and CloudWatch files each as a sample of its own."""
 
+# Values of one metric in one document: Powertools prints a document by itself once
+# a metric reaches 100 (EMF's limit), so a document is filled to one short of that.
+_MOST_VALUES = MAX_METRICS - 1
+
 
 def emit_metrics(values: MetricValues, *more: Mapping[str, str], **dimensions: str) -> None:
     """One EMF document with ``values`` under ``dimensions``, and under each further
     dimension set in ``more`` (CloudWatch files the values once per set), on stdout
-    (more than one document where a metric has more than 100 values)."""
-    _metric_set(values, dimensions, more).flush_metrics()
+    (more than one document where a metric has more values than one holds).
+
+    Each document is one line written in one call. Powertools prints a document
+    with ``print``, the text and then its newline, and a log line that another
+    thread writes in between (the worker's finisher, the router's other requests)
+    lands inside the document's line: neither then reads as JSON, so CloudWatch
+    drops the metrics and a reader of the logs the record."""
+    for document in metrics_documents(values, *more, **dimensions):
+        sys.stdout.write(json.dumps(document, separators=(",", ":")) + "\n")
+
+
+def metrics_documents(
+    values: MetricValues, *more: Mapping[str, str], **dimensions: str
+) -> list[dict[str, Any]]:
+    """The EMF documents :func:`emit_metrics` writes: one, or more where a metric has
+    more than :data:`_MOST_VALUES` values (each document takes its share of them)."""
+    counts = [1 if isinstance(v, int | float) else len(v) for _, v in values.values()]
+    documents = []
+    for start in range(0, max(counts, default=0), _MOST_VALUES):
+        share: MetricValues = {}
+        for name, (unit, value) in values.items():
+            if isinstance(value, int | float):
+                if start == 0:
+                    share[name] = (unit, value)
+            elif part := value[start : start + _MOST_VALUES]:
+                share[name] = (unit, part)
+        documents.append(dict(_metric_set(share, dimensions, more).serialize_metric_set()))
+    return documents
 
 
 def metrics_document(
