@@ -77,9 +77,9 @@ GOALS = (
         False,
         "×",
         "the machine: on two shared cores the model's limit, measured beside the worker, "
-        "moves between runs by as much as the goal's margin (1.16× in the run this page "
-        "shows, where it read 191 inputs/s; 0.77 to 0.91× in four in-process runs an "
-        "hour before it, where it read 215 to 296; 1.03× and 0.87× in earlier runs)",
+        "moves between runs by as much as the goal's margin (this page's five rounds read "
+        "0.97 to 1.10×; 1.16× in one earlier run, where the limit read 191 inputs/s, and "
+        "0.77 to 0.91× in four in-process runs, where it read 215 to 296)",
     ),
     Goal(
         "worker at saturation vs the model's limit at the batch sizes it formed, digits-cnn",
@@ -87,8 +87,9 @@ GOALS = (
         0.5,
         False,
         "×",
-        "the worker's own Python, which one interpreter lock serialises: this page, 0.22× (the "
-        "median of five rounds, 0.17 to 0.25×; 13,400 inputs/s against the model's 61,400). Each "
+        "the worker's own Python, which one interpreter lock serialises: this page, 0.18× (the "
+        "median of five rounds, 0.16 to 0.19×; 9,300 inputs/s); the page before 0.22× (0.17 to "
+        "0.25×; 13,400 inputs/s against the model's 61,400). Each "
         "thread's CPU time, 3 runs of 6,400 messages, before this page's changes: the intake's "
         "receive, decode and check 17 to 18 µs a message, the model's thread outside the model 7 "
         "to 22 (triage, the result record 7, the timings), the finisher 9 to 10 (the prediction "
@@ -115,10 +116,12 @@ GOALS = (
         "looks are at the median and the 90th percentile of the model's recent answer "
         "times (the last 64 of the last 5 s; the first at the last 8's median where that "
         "is earlier), then a quarter of the wait apart. At 16 closed-loop callers those "
-        "times spread from ~90 to ~300 ms, so a request takes about two looks: 1.84 in "
-        "this page's run (2.84 calls). With a third look at the 80th percentile, as "
-        "before 2026-11-26 10:20: 2.05 on the page before, 1.80, 2.09 and 2.19 in the "
-        "runs before that, 1.84 to 2.21 over five in-process runs of 128. Replayed on "
+        "times spread from ~90 to ~300 ms, so a request takes about two looks: 1.81 in "
+        "this page's run of 384 requests (2.81 calls). Runs of 128 before it: 1.73, 1.88 "
+        "and 2.21 looks (2.73 to 3.21 calls) on 2026-11-26 between 14:10 and 17:12, which "
+        "is why the scenario now sends 384. With a third look at the 80th percentile, as "
+        "before 2026-11-26 10:20: 2.05, 1.80, 2.09 and 2.19 in single runs, "
+        "1.84 to 2.21 over five in-process runs of 128. Replayed on "
         "recorded answer times (6 runs of 160 requests) two looks take 1.84 a request "
         "against 1.95 and pick answers up 38 ms after they are ready against 37; six "
         "in-process runs of 128 each gave 1.73 to 2.13 (mean 1.92) against 1.63 to 2.67 "
@@ -134,7 +137,7 @@ GOALS = (
         "$",
         "DynamoDB writes: the result record of a 384-float embedding is two write units "
         "(1.5 KB packed); one at a time, the worker's per-batch calls are per request "
-        "($3.12 per million in the run this page shows)",
+        "($3.19 per million in the run this page shows)",
     ),
     Goal(
         "empty receives per inference, async burst",
@@ -158,8 +161,8 @@ GOALS = (
         "routes (~25 ms); the first request adds ~30 ms. The init runs with the cyclic "
         "collector held off and freezes what it made (~40 ms less: three alternating "
         "rounds of three starts, 412 to 422 ms against 451 to 473). The figure moves "
-        "with the machine: 445 and 447 ms in this page's runs (2026-11-26 06:08 and "
-        "06:39), 659 ms on the page before while the machine was slower, 456 to 561 ms "
+        "with the machine: 446 ms in this page's run (2026-11-26 17:20), 435 to 469 ms "
+        "in the runs of that day, 659 ms once while the machine was slower, 456 to 561 ms "
         "in runs before those without the collector held off",
     ),
     Goal(
@@ -169,8 +172,8 @@ GOALS = (
         True,
         " ms",
         "FastAPI's request handling and a sync endpoint's hop to a thread; the figure "
-        "moves with the machine (0.84 ms in the run this page shows, 0.67 ms in the one "
-        "before)",
+        "moves with the machine (0.55 ms in the run this page shows, 0.51 to 0.84 ms in "
+        "earlier ones)",
     ),
     Goal(
         "sustainable rate (p99 < 500 ms), platform vs LitServe",
@@ -178,13 +181,11 @@ GOALS = (
         0.5,
         False,
         "×",
-        "CPU is the bound. This page's run (2026-11-26 14:20-14:38): 75 req/s against LitServe's "
-        "140 (0.54×); 80 failed once and held once (p99 569, 545 ms). At 75 req/s an answered "
-        "request costs 21 ms of CPU across the platform's processes (the worker 11.2, the router "
-        "4.9, the emulator 2.6, the load generator 2.3) against LitServe's ~12 at 140. The "
-        "emulator's own HTTP server (one thread per connection, no hand-offs) took its share from "
-        "5.7 to 3.9 ms a request at 60 req/s. The page before: 60 against 130 (0.46×) on a slower "
-        "machine; earlier runs 0.43 to 0.94× of LitServe and Ray Serve",
+        "CPU is the bound. This page's run (2026-11-26 16:44-17:02): 80 req/s against LitServe's "
+        "140 (0.57×); 85 failed twice (p99 616 ms and over). At 80 req/s an answered request "
+        "costs 20.8 ms of CPU across the platform's processes (the worker 10.5, the router 4.9, "
+        "the emulator 2.6, the load generator 2.4) against LitServe's 14.2 at 140. The page "
+        "before: 75 against 140 (0.54×); earlier runs 0.43 to 0.94× of LitServe and Ray Serve",
     ),
     Goal(
         "micro-batching gain in sustainable rate",
@@ -194,11 +195,12 @@ GOALS = (
         "×",
         "the share of a request's CPU that batching does not touch: it saves model time only, and "
         "the router's, the emulator's and the load generator's share (10 of 21 ms of CPU at 75 "
-        "req/s, 15 of 39 at 35 without batching) is the same with it or without it. This page's "
-        "run (2026-11-26 14:20-14:32): 75 req/s sustained with batching (p99 336 ms; 80 failed "
-        "once) and 35 without it (p99 436 ms; 38 and 40 failed twice): 2.14×. The page before: 60 "
-        "against 32 (1.88×) on a slower machine; earlier runs 2.0 to 2.5× (60 to 75 with, 30 to 35 "
-        "without)",
+        "req/s, 16 of 45 at 30 without batching) is the same with it or without it. This page's "
+        "run (2026-11-26 16:44-16:57): 80 req/s sustained with batching (p99 476 ms; 85 failed "
+        "twice) and 30 without it (p99 415 ms; 32, 35 and 40 failed twice each): 2.67×, met; "
+        "without batching the rate read at the low end of its range (30 to 35), and with 35 it "
+        "would be 2.29×. The page before: 75 against 35 (2.14×); earlier runs 1.88 to 2.5× (60 to "
+        "75 with, 30 to 35 without)",
     ),
     Goal(
         "200 async predicts of 16 sentences, submitted at once, vs the model's limit",
@@ -207,11 +209,14 @@ GOALS = (
         False,
         "×",
         "the model inside the worker, on cores it shares. This page's run (2026-11-26 "
-        "14:13-14:15): 0.80, 0.82 and 0.84 (245, 252 and 255 inputs/s) against a limit, measured "
-        "in-process before and after each burst, of 301 to 310; alternated runs an hour before and "
-        "after read 0.78 to 0.89. The model never waits for work (over a drain's 100 batches of "
-        "32, 0.03 s between them in all), but a batch takes 115-130 ms in the worker against ~105 "
-        "alone, and the first two, while the burst is submitted, 280-310: the worker's other "
+        "17:13-17:16), with minilm-embed's max batch 64: 0.81, 0.90 and 0.86 (237, 263 and 258 "
+        "inputs/s) against a limit at 64, measured in-process before and after each burst, of 281 "
+        "to 303; three bursts each way, alternated, read 243 to 252 inputs/s at 32 and 267 to 270 "
+        "at 64: a batch of 64 pays the worker's per-batch calls once for twice the inputs (the "
+        "emulator 0.64 to 0.71 CPU-s a drain against 0.8 to 0.9). The page before, at 32: 0.80 to "
+        "0.84. At 32 the model never waited for work (over a drain's 100 batches, 0.03 s between "
+        "them in all), but a batch took 115-130 ms in the worker against ~105 alone, and the "
+        "first two, while the burst was submitted, 280-310: the worker's other "
         "threads (its AWS calls, ~3 a batch) and the other processes (the emulator 0.8, the router "
         "0.6, the supervisor and the load generator 0.3 CPU-s a drain) take cores from the model's "
         "two threads, and each stall of one holds the other at the next join. The emulator's own "
@@ -227,9 +232,9 @@ GOALS = (
         "×",
         "submission through the emulator on the model's two cores: each request is a router call, "
         "a queued-record write and an enqueue (the worker writes results 25 to a call). This "
-        "page's run: 0.48, 0.50 and 0.51 (147, 156 and 150 inputs/s; the router 2.4 to 2.7 CPU-s, "
-        "the emulator 1.5 to 1.7, the worker 7.2 to 7.6). The page before: 0.45 to 0.49 with the "
-        "emulator at 2.4 to 2.7 CPU-s; earlier runs 0.39 to 0.54",
+        "page's run: 0.50, 0.52 and 0.52 (144, 142 and 151 inputs/s; the router 2.7 to 2.9 CPU-s, "
+        "the emulator 1.7 to 1.8, the worker 7.4 to 7.7). The page before: 0.48 to 0.51; earlier "
+        "runs 0.39 to 0.54",
     ),
     Goal(
         "16 closed-loop sync callers of one sentence, answered vs the model's limit",
@@ -238,9 +243,10 @@ GOALS = (
         False,
         "×",
         "a one-sentence request's round trip beside the model on two cores. This page's run "
-        "(2026-11-26 14:17): 86.0 answers/s at p50 183 ms against a model limit that read 270 to "
-        "294 inputs/s (0.31×); alternated runs the same hour 77 to 89/s. The page before: 75.8 at "
-        "p50 205 ms (0.27×) on a slower machine; earlier runs 0.25 to 0.32×. The model is busy ~90 "
+        "(2026-11-26 17:17): 83.1 answers/s at p50 190 ms against a model limit of 295 inputs/s "
+        "(0.28×); a run an hour before it, 92.3 at p50 170 ms (0.30×). The page before: 86.0 at "
+        "p50 183 ms (0.31×); earlier runs 0.25 to 0.32×. The callers' batches hold at most 16, so "
+        "the max batch (32 or 64) does not enter. The model is busy ~90 "
         "% of such a run (batches of 5.6 on average, 55-65 ms each against ~30 alone), so what it "
         "lacks is CPU, not work: every process shares the two cores. Of an answer's time, ~30-35 "
         "ms is the queue, ~35-40 the wait for the batch before, ~65-80 its batch and ~35-40 the "
@@ -256,8 +262,9 @@ GOALS = (
         False,
         "×",
         "as against LitServe: the emulator, the router and the AWS calls around the model share "
-        "the two cores with it. Runs so far: 75 req/s against Ray Serve's 75 (1.0×, 2026-11-26 "
-        "14:20-14:41), 60 against 80 (0.75×, 12:01-12:38), 75 against 100 (0.75×, 04:22-04:45), 60 "
+        "the two cores with it. Runs so far: 80 req/s against Ray Serve's 70 (1.14×, 2026-11-26 "
+        "16:44-17:07), 75 against 75 (1.0×, 14:20-14:41), 60 against 80 (0.75×, 12:01-12:38), "
+        "75 against 100 (0.75×, 04:22-04:45), 60 "
         "against 85, 70 against 85, 75 against 80, 60 against 80, 20 against 40, 20 against 60, 30 "
         "against 60",
     ),
