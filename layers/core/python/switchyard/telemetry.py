@@ -62,15 +62,16 @@ def metrics_documents(
                     share[name] = (unit, value)
             elif part := value[start : start + _MOST_VALUES]:
                 share[name] = (unit, part)
-        documents.append(dict(_metric_set(share, dimensions, more).serialize_metric_set()))
+        documents.append(metrics_document(share, *more, **dimensions))
     return documents
 
 
 def metrics_document(
     values: MetricValues, *more: Mapping[str, str], **dimensions: str
 ) -> dict[str, Any]:
-    """The EMF document :func:`emit_metrics` prints, for a process that writes its
-    metrics into a log file of its own (the local supervisor's autoscaler)."""
+    """One EMF document with ``values`` (at most :data:`_MOST_VALUES` of a metric),
+    as :func:`emit_metrics` writes it; also for a process that writes its metrics
+    into a log file of its own (the local supervisor's autoscaler)."""
     return dict(_metric_set(values, dimensions, more).serialize_metric_set())
 
 
