@@ -348,6 +348,47 @@ def test_the_template_renders_every_section_of_a_full_run():
     assert "None" not in text
 
 
+def test_closed_loop_runs_render_with_where_an_answers_time_went():
+    # GIVEN a backlog section whose closed loop ran twice (the median run on top)
+    results = _full_results()
+
+    def run(rate: float, share: float, pickup: float) -> dict:
+        return {
+            "callers": 16,
+            "seconds": 30.0,
+            "answered_per_s": rate,
+            "p50_ms": 180.0,
+            "p99_ms": 290.0,
+            "model_limit_before": 290.0,
+            "model_limit_after": 300.0,
+            "share_of_model_limit": share,
+            "mean_stage_ms": {
+                "enqueue_ms": 4.5,
+                "queue_wait_ms": 29.0,
+                "batch_wait_ms": 33.0,
+                "compute_ms": 66.0,
+                "pickup_ms": pickup,
+            },
+            "mean_batch_size_per_answer": 7.8,
+            "cpu_ms_per_answer": {
+                "worker minilm-embed": 11.5,
+                "emulator": 2.2,
+                "router": 4.0,
+                "load generator": 0.5,
+            },
+        }
+
+    first, second = run(83.0, 0.282, 31.9), run(91.5, 0.31, 28.0)
+    results["sections"]["backlog"]["closed_loop"] = first | {"runs": [first, second]}
+    # WHEN the page is written
+    text = markdown(results, [])
+    # THEN each run is a row with its stages and CPU, and the median share is in bold
+    row = "| 1 | 83.0 | 180.0 / 290.0 ms | 290.0 / 300.0 | 0.28× | 4.5 / 29.0 / 33.0 / 66.0 / 31.9"
+    assert row in text
+    assert "| 2 | 91.5 |" in text and "| 7.8 | 11.5 / 2.2 / 4.0 / 0.5 |" in text
+    assert "Median share of the model's limit: **0.28×** (83.0 answers/s)." in text
+
+
 @pytest.mark.parametrize("section", sorted(_full_results()["sections"]))
 def test_a_failed_section_leaves_the_rest_of_the_page(section: str):
     # GIVEN a full run in which one section failed (a failed section has no results)
