@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.common import TEXT_MODEL, batching_of, median, percentile, ratio, sentences
+from bench.end_to_end import breakdown
 from bench.loadgen import check_loopback
 from bench.model_limit import LoadedModel, throughput
 from bench.platform_proc import local_platform
@@ -174,21 +175,17 @@ def burst(platform: RunningPlatform, requests: int, per_request: int) -> dict:
     }
 
 
-# The stages of a sync answer's time that its ``timings`` name (milliseconds; the
-# router's and the worker's own stamps), and the size of the batch it ran in.
-ANSWER_STAGES = ("enqueue_ms", "queue_wait_ms", "batch_wait_ms", "compute_ms", "pickup_ms")
-
-
 async def closed_loop(platform: RunningPlatform, callers: int, seconds: float) -> dict[str, Any]:
     """``callers`` sync callers, each sending its next one-sentence predict as soon as
-    the last is answered, for ``seconds``: answers per second, their latency, and the
-    mean of each stage of an answer's time, from the answers' own ``timings``."""
+    the last is answered, for ``seconds``: answers per second, their latency, and
+    where an answer's time went (section 4's ``breakdown`` of the answers' own
+    ``timings``)."""
     check_loopback(platform.url)
     texts = sentences()
     headers = {"x-api-key": platform.api_key}
     latencies: list[float] = []
     errors: list[str] = []
-    stages: dict[str, list[float]] = {}
+    timings: list[dict[str, float]] = []
     async with client_session(platform.url, callers, timeout_s=60) as client:
         end = time.perf_counter() + seconds
 
@@ -204,17 +201,13 @@ async def closed_loop(platform: RunningPlatform, callers: int, seconds: float) -
                     answer = await response.text()
                     if response.status == 200:
                         latencies.append((time.perf_counter() - began) * 1000)
-                        timings = json.loads(answer).get("timings", {})
-                        for name in (*ANSWER_STAGES, "total_ms", "batch_size"):
-                            if name in timings:
-                                stages.setdefault(name, []).append(timings[name])
+                        timings.append(json.loads(answer).get("timings", {}))
                     else:
                         errors.append(f"{response.status} {answer[:120]}")
 
         started = time.perf_counter()
         await asyncio.gather(*(caller(k) for k in range(callers)))
         wall = time.perf_counter() - started
-    means = {name: round(sum(v) / len(v), 1) for name, v in stages.items() if v}
     return {
         "callers": callers,
         "seconds": round(wall, 1),
@@ -224,10 +217,8 @@ async def closed_loop(platform: RunningPlatform, callers: int, seconds: float) -
         "answered_per_s": round(len(latencies) / wall, 1),
         "p50_ms": round(percentile(latencies, 50), 1) if latencies else None,
         "p99_ms": round(percentile(latencies, 99), 1) if latencies else None,
-        # Each stage's mean over the answers; ``batch_size`` is the mean batch an
-        # answer ran in (a large batch counts once for each of its answers).
-        "mean_stage_ms": {k: v for k, v in means.items() if k != "batch_size"},
-        "mean_batch_size_per_answer": means.get("batch_size"),
+        # No result write is split out of the pick-up (None): the stages as stamped.
+        "breakdown": breakdown(timings, latencies, None),
     }
 
 

@@ -349,6 +349,8 @@ def test_the_template_renders_every_section_of_a_full_run():
 
 
 def test_closed_loop_runs_render_with_where_an_answers_time_went():
+    from bench.end_to_end import breakdown
+
     # GIVEN a backlog section whose closed loop ran twice (the median run on top)
     results = _full_results()
 
@@ -362,14 +364,23 @@ def test_closed_loop_runs_render_with_where_an_answers_time_went():
             "model_limit_before": 290.0,
             "model_limit_after": 300.0,
             "share_of_model_limit": share,
-            "mean_stage_ms": {
-                "enqueue_ms": 4.5,
-                "queue_wait_ms": 29.0,
-                "batch_wait_ms": 33.0,
-                "compute_ms": 66.0,
-                "pickup_ms": pickup,
-            },
-            "mean_batch_size_per_answer": 7.8,
+            "breakdown": breakdown(
+                [
+                    {
+                        "router_ms": 0.5,
+                        "enqueue_ms": 4.5,
+                        "queue_wait_ms": 29.0,
+                        "batch_wait_ms": 33.0,
+                        "compute_ms": 66.0,
+                        "pickup_ms": pickup,
+                        "total_ms": 170.0,
+                        "batch_size": 7.0,
+                    },
+                    {"compute_ms": 66.0, "pickup_ms": pickup, "total_ms": 100.0, "batch_size": 9.0},
+                ],
+                [180.0, 110.0],
+                None,
+            ),
             "cpu_ms_per_answer": {
                 "worker minilm-embed": 11.5,
                 "emulator": 2.2,
@@ -383,9 +394,11 @@ def test_closed_loop_runs_render_with_where_an_answers_time_went():
     # WHEN the page is written
     text = markdown(results, [])
     # THEN each run is a row with its stages and CPU, and the median share is in bold
-    row = "| 1 | 83.0 | 180.0 / 290.0 ms | 290.0 / 300.0 | 0.28× | 4.5 / 29.0 / 33.0 / 66.0 / 31.9"
-    assert row in text
-    assert "| 2 | 91.5 |" in text and "| 7.8 | 11.5 / 2.2 / 4.0 / 0.5 |" in text
+    # (means over the answers: a stamp an answer lacks counts as 0)
+    stages = "router 0.2; enqueue 2.2; queue wait 14.5; batch wait 16.5; compute 66.0; "
+    row = "| 1 | 83.0 | 180.0 / 290.0 ms | 290.0 / 300.0 | 0.28× | " + stages
+    assert row + "result pick-up 31.9; other in router 3.6; HTTP, server and client 10.0 |" in text
+    assert "| 2 | 91.5 |" in text and "| 8.0 | 11.5 / 2.2 / 4.0 / 0.5 |" in text
     assert "Median share of the model's limit: **0.28×** (83.0 answers/s)." in text
 
 
