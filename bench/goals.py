@@ -209,11 +209,12 @@ GOALS = (
         False,
         "×",
         "the model inside the worker, on cores it shares. This page's run (2026-11-26 "
-        "17:13-17:16), with minilm-embed's max batch 64: 0.81, 0.90 and 0.86 (237, 263 and 258 "
-        "inputs/s) against a limit at 64, measured in-process before and after each burst, of 281 "
-        "to 303; three bursts each way, alternated, read 243 to 252 inputs/s at 32 and 267 to 270 "
+        "19:20-19:23), with minilm-embed's max batch 64: 0.85, 0.86 and 0.92 (258, 241 and 240 "
+        "inputs/s) against a limit at 64, measured in-process before and after each burst, of 245 "
+        "to 307; the page before, the same day: 0.81, 0.90 and 0.86. Three bursts each way, "
+        "alternated, read 243 to 252 inputs/s at 32 and 267 to 270 "
         "at 64: a batch of 64 pays the worker's per-batch calls once for twice the inputs (the "
-        "emulator 0.64 to 0.71 CPU-s a drain against 0.8 to 0.9). The page before, at 32: 0.80 to "
+        "emulator 0.64 to 0.71 CPU-s a drain against 0.8 to 0.9). Pages before, at 32: 0.80 to "
         "0.84. At 32 the model never waited for work (over a drain's 100 batches, 0.03 s between "
         "them in all), but a batch took 115-130 ms in the worker against ~105 alone, and the "
         "first two, while the burst was submitted, 280-310: the worker's other "
@@ -221,8 +222,8 @@ GOALS = (
         "0.6, the supervisor and the load generator 0.3 CPU-s a drain) take cores from the model's "
         "two threads, and each stall of one holds the other at the next join. The emulator's own "
         "HTTP server took its share of a drain from 1.8-1.9 to 0.8 CPU-s; a 1 ms switch interval "
-        "in the worker (three bursts each way) changed nothing. The page before: 0.71 on a slower "
-        "machine; earlier runs 0.72 to 0.93",
+        "in the worker (three bursts each way) changed nothing. Earlier pages: 0.71 on a slower "
+        "machine; other runs 0.72 to 0.93",
     ),
     Goal(
         "1,000 async one-sentence predicts, submitted at once, vs the model's limit",
@@ -232,9 +233,9 @@ GOALS = (
         "×",
         "submission through the emulator on the model's two cores: each request is a router call, "
         "a queued-record write and an enqueue (the worker writes results 25 to a call). This "
-        "page's run: 0.50, 0.52 and 0.52 (144, 142 and 151 inputs/s; the router 2.7 to 2.9 CPU-s, "
-        "the emulator 1.7 to 1.8, the worker 7.4 to 7.7). The page before: 0.48 to 0.51; earlier "
-        "runs 0.39 to 0.54",
+        "page's run: 0.50, 0.45 and 0.48 (133, 120 and 133 inputs/s; the router 2.9 to 3.4 CPU-s, "
+        "the emulator 1.7 to 2.1, the worker 8.5 to 9.1). The page before, the same day: 0.50, "
+        "0.52 and 0.52; earlier runs 0.39 to 0.54",
     ),
     Goal(
         "16 closed-loop sync callers of one sentence, answered vs the model's limit",
@@ -242,18 +243,24 @@ GOALS = (
         0.35,
         False,
         "×",
-        "a one-sentence request's round trip beside the model on two cores. This page's run "
-        "(2026-11-26 17:17): 83.1 answers/s at p50 190 ms against a model limit of 295 inputs/s "
-        "(0.28×); a run an hour before it, 92.3 at p50 170 ms (0.30×). The page before: 86.0 at "
-        "p50 183 ms (0.31×); earlier runs 0.25 to 0.32×. The callers' batches hold at most 16, so "
-        "the max batch (32 or 64) does not enter. The model is busy ~90 "
-        "% of such a run (batches of 5.6 on average, 55-65 ms each against ~30 alone), so what it "
-        "lacks is CPU, not work: every process shares the two cores. Of an answer's time, ~30-35 "
-        "ms is the queue, ~35-40 the wait for the batch before, ~65-80 its batch and ~35-40 the "
-        "router's pick-up of the stored result: the callers fall into groups whose batches take "
-        "turns, and the model waits while a group's answers travel. One torch thread instead of "
-        "two, a shorter GIL switch interval, the tuned allocator and a lower CPU priority for the "
-        "emulator and the router (nice 5, three runs each way) each left it within the noise",
+        "a one-sentence request's round trip beside the model on two cores. This page's three "
+        "runs (2026-11-26 19:24-19:27): 78.7, 82.1 and 86.1 answers/s at p50 196, 189 and 183 ms "
+        "against a model limit of 277 to 298 inputs/s (0.27, 0.28 and 0.30×; the table in the "
+        "backlog section). The page before: one run, 83.1 (0.28×); earlier runs 0.25 to 0.32×. The "
+        "callers' batches hold at most 16, so the max batch (32 or 64) does not enter. Of an "
+        "answer's ~190 ms, 30-35 are the queue, 36-40 the wait for the batch before, 71-77 its own "
+        "batch and 37-40 the router's pick-up. The model's thread is busy nearly all the time "
+        "(in one 20 s run: 407 batches of 50 ms on average), yet its batches are small (4.8 "
+        "inputs on average; 103 of the 407 held one) and run about twice as long as alone (a "
+        "batch of 4 takes 21-25 ms alone): the callers come in waves, as a batch's answers are "
+        "picked up together, and the model's two threads stall whenever another process or "
+        "thread takes a core (CPU per answer: the worker 11.4 to 12.3 ms, the router 4.1 to 4.7, "
+        "the emulator 2.2 to 2.5). Tried, alternated on the platform, each within the noise of "
+        "these runs (a run reads anywhere from 56 to 93 answers/s on this machine): one torch "
+        "thread instead of two, OpenMP's passive wait, a shorter GIL switch interval (0.5 ms), "
+        "the tuned allocator, a lower CPU priority for the emulator and the router (nice 5), a "
+        "batch never cut short when the queue is found drained, and one, two or four looks for "
+        "the result (four: 72 and 76 against 84 and 88)",
     ),
     Goal(
         "sustainable rate, platform vs Ray Serve (@serve.batch)",
