@@ -253,14 +253,18 @@ GOALS = (
         "(in one 20 s run: 407 batches of 50 ms on average), yet its batches are small (4.8 "
         "inputs on average; 103 of the 407 held one) and run about twice as long as alone (a "
         "batch of 4 takes 21-25 ms alone): the callers come in waves, as a batch's answers are "
-        "picked up together, and the model's two threads stall whenever another process or "
-        "thread takes a core (CPU per answer: the worker 11.4 to 12.3 ms, the router 4.1 to 4.7, "
-        "the emulator 2.2 to 2.5). Tried, alternated on the platform, each within the noise of "
+        "picked up together, and the model's threads are preempted by every other thread that "
+        "wakes: over a run at 89 answers/s the model's main thread was on a core 51 % of the "
+        "time, runnable but waiting for one 30 % (1,200 preemptions a second) and blocked 20 %, "
+        "while the machine had ~0.5 of its 2 cores idle on average (CPU per answer: the worker "
+        "11.4 to 12.3 ms, the router 4.1 to 4.7, the emulator 2.2 to 2.5). Tried, alternated on "
+        "the platform, each within the noise of "
         "these runs (a run reads anywhere from 56 to 93 answers/s on this machine): one torch "
         "thread instead of two, OpenMP's passive wait, a shorter GIL switch interval (0.5 ms), "
-        "the tuned allocator, a lower CPU priority for the emulator and the router (nice 5), a "
-        "batch never cut short when the queue is found drained, and one, two or four looks for "
-        "the result (four: 72 and 76 against 84 and 88)",
+        "the tuned allocator, a lower CPU priority for the emulator and the router (nice 5; or "
+        "SCHED_BATCH, so that they do not preempt on waking: the emulator alone 71-84, with the "
+        "router 70-95, against 63-91), a batch never cut short when the queue is found drained, "
+        "and one, two or four looks for the result (four: 72 and 76 against 84 and 88)",
     ),
     Goal(
         "sustainable rate, platform vs Ray Serve (@serve.batch)",
