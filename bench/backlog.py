@@ -28,6 +28,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from bench.common import TEXT_MODEL, batching_of, median, percentile, ratio, sentences
@@ -222,71 +223,66 @@ async def closed_loop(platform: RunningPlatform, callers: int, seconds: float) -
     }
 
 
-def closed_loop_bracketed(model: LoadedModel, quick: bool) -> dict[str, Any]:
-    """The closed-loop callers on a fresh platform, beside the model's limit, with
-    each process's CPU per answered request."""
-    before = model_limit(model, quick)
-    with local_platform(keep_models={TEXT_MODEL}, stage_scaling=ONE_WORKER) as platform:
-        asyncio.run(closed_loop(platform, 4, 3.0))  # warm-up: connections, first batches
-        meter = CpuMeter(platform.process.pid)
-        meter.start()
-        result = asyncio.run(closed_loop(platform, CLOSED_LOOP_CALLERS, 10 if quick else 30))
-        cpu, others = meter.stop()
-    after = model_limit(model, quick)
+def closed_loop_measured(platform: RunningPlatform, quick: bool) -> dict[str, Any]:
+    """The closed-loop callers after a short warm-up, with each process's CPU per
+    answered request."""
+    asyncio.run(closed_loop(platform, 4, 3.0))  # warm-up: connections, first batches
+    meter = CpuMeter(platform.process.pid)
+    meter.start()
+    result = asyncio.run(closed_loop(platform, CLOSED_LOOP_CALLERS, 10 if quick else 30))
+    cpu, others = meter.stop()
     answered = max(result["answered"], 1)
     result.update(
-        model_limit_before=round(before, 1),
-        model_limit_after=round(after, 1),
-        share_of_model_limit=round(ratio(result["answered_per_s"], (before + after) / 2) or 0.0, 3),
         cpu_ms_per_answer={name: round(1000 * v / answered, 2) for name, v in sorted(cpu.items())},
         cpu_seconds_elsewhere=round(others, 2),
     )
     return result
 
 
-def closed_loops(model: LoadedModel, quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
-    """The closed loop ``REPEATS`` times, each on a fresh platform: the median run's
-    figures (by share of the model's limit), with every run beside them."""
-    repeats = REPEATS["quick" if quick else "full"]
-    runs = []
-    for i in range(repeats):
-        log(
-            f"  {CLOSED_LOOP_CALLERS} closed-loop sync callers of one sentence, on a fresh "
-            f"platform (run {i + 1} of {repeats})"
-        )
-        runs.append(closed_loop_bracketed(model, quick))
-        log(f"    {runs[-1]}")
-    ranked = sorted(runs, key=lambda r: r["share_of_model_limit"])
-    return ranked[len(ranked) // 2] | {"runs": runs}
-
-
-def bracketed(model: LoadedModel, quick: bool, requests: int, per_request: int) -> dict:
-    """One burst on a fresh platform, beside the model's limit just before and after."""
+def bracketed(
+    model: LoadedModel, quick: bool, measure: Callable[[RunningPlatform], dict], rate: str
+) -> dict:
+    """``measure`` on a fresh platform, beside the model's limit just before and after
+    it: the share of their mean that the result's ``rate`` reaches."""
     before = model_limit(model, quick)
     with local_platform(keep_models={TEXT_MODEL}, stage_scaling=ONE_WORKER) as platform:
-        result = burst(platform, requests, per_request)
+        result = measure(platform)
     after = model_limit(model, quick)
     limit = (before + after) / 2
     result.update(
         model_limit_before=round(before, 1),
         model_limit_after=round(after, 1),
-        share_of_model_limit=round(ratio(result["inputs_per_s"], limit) or 0.0, 3),
+        share_of_model_limit=round(ratio(result[rate], limit) or 0.0, 3),
     )
     return result
+
+
+def repeated(
+    what: str,
+    model: LoadedModel,
+    quick: bool,
+    measure: Callable[[RunningPlatform], dict],
+    rate: str,
+    log: Callable[[str], None],
+) -> list[dict]:
+    """``measure`` ``REPEATS`` times, each on a fresh platform beside the model's limit
+    (``bracketed``), each run logged."""
+    times = REPEATS["quick" if quick else "full"]
+    runs = []
+    for i in range(times):
+        log(f"  {what}, on a fresh platform (run {i + 1} of {times})")
+        runs.append(bracketed(model, quick, measure, rate))
+        log(f"    {runs[-1]}")
+    return runs
 
 
 def run(model: LoadedModel, quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
     mode = "quick" if quick else "full"
     out: dict[str, Any] = {"batch_size": BATCH_SIZE, "repeats": REPEATS[mode], "bursts": []}
     for requests, per_request in BURSTS[mode]:
-        runs = []
-        for i in range(REPEATS[mode]):
-            log(
-                f"  {requests} async predicts of {per_request} sentence(s), on a fresh platform "
-                f"(run {i + 1} of {REPEATS[mode]})"
-            )
-            runs.append(bracketed(model, quick, requests, per_request))
-            log(f"    {runs[-1]}")
+        what = f"{requests} async predicts of {per_request} sentence(s)"
+        measure = partial(burst, requests=requests, per_request=per_request)
+        runs = repeated(what, model, quick, measure, "inputs_per_s", log)
         out["bursts"].append(
             {
                 "requests": requests,
@@ -295,7 +291,13 @@ def run(model: LoadedModel, quick: bool, log: Callable[[str], None]) -> dict[str
                 "runs": runs,
             }
         )
-    out["closed_loop"] = closed_loops(model, quick, log)
+    # The closed loop: the median run's figures (by share of the model's limit), with
+    # every run beside them.
+    what = f"{CLOSED_LOOP_CALLERS} closed-loop sync callers of one sentence"
+    measure = partial(closed_loop_measured, quick=quick)
+    runs = repeated(what, model, quick, measure, "answered_per_s", log)
+    ranked = sorted(runs, key=lambda r: r["share_of_model_limit"])
+    out["closed_loop"] = ranked[len(ranked) // 2] | {"runs": runs}
     limits = [
         v
         for b in out["bursts"]
