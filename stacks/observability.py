@@ -156,8 +156,11 @@ class ModelAlarms(Construct):
         """``judge``'s rule, one alarm per limit and per case: a canary judged alone
         (stable has too few requests) or against stable. Each alarm's value is the
         canary's error rate (%) or p99 (ms) where the rest of its case holds, else 0,
-        so that its threshold is the absolute limit."""
+        so that its threshold is the absolute limit. A role's requests over the SLO
+        are its requests times the share of its latencies above the SLO
+        (``100 - PR(:SLO)``, CloudWatch's percentile rank)."""
         window = Duration.seconds(limits.window_seconds)
+        slo = spec.slo_p99_ms
         metrics = {
             f"{role[0]}{short}": model_metric(model, name, statistic, window, role=role)
             for role in ("canary", "stable")
@@ -165,19 +168,33 @@ class ModelAlarms(Construct):
                 ("r", "Requests", "Sum"),
                 ("e", "Errors", "Sum"),
                 ("p", "Latency", "p99"),
+                ("u", "Latency", f"PR(:{slo})"),
             )
         }
         n = limits.min_requests
         judged = f"FILL(cr, 0) >= {n}"
         alone = f"{judged} AND FILL(sr, 0) < {n}"
         compared = f"{judged} AND FILL(sr, 0) >= {n}"
+
+        def beyond_noise(canary_hits: str, stable_hits: str, margin: float) -> str:
+            """``traffic._beyond_noise`` over each role's hits and requests."""
+            excess = f"({canary_hits} / FILL(cr, 1) - {stable_hits} / FILL(sr, 1) - {margin:g})"
+            pooled = f"(({canary_hits} + {stable_hits}) / (FILL(cr, 1) + FILL(sr, 0)))"
+            noise = (
+                f"{limits.noise_z**2:g} * ({pooled} * (1 - {pooled}) "
+                "* (1 / FILL(cr, 1) + 1 / FILL(sr, 1)))"
+            )
+            return (
+                f"{canary_hits} >= {limits.noise_min_count} AND {excess} > 0 "
+                f"AND {excess} * {excess} > {noise}"
+            )
+
         rate = "FILL(ce, 0) / FILL(cr, 1)"
-        excess = f"({rate} - FILL(se, 0) / FILL(sr, 1) - {limits.max_error_rate_over_stable:g})"
-        pooled = "((FILL(ce, 0) + FILL(se, 0)) / (FILL(cr, 1) + FILL(sr, 0)))"
-        noise = (
-            f"{limits.noise_z**2:g} * ({pooled} * (1 - {pooled}) "
-            "* (1 / FILL(cr, 1) + 1 / FILL(sr, 1)))"
+        errors_beyond_noise = beyond_noise(
+            "FILL(ce, 0)", "FILL(se, 0)", limits.max_error_rate_over_stable
         )
+        slow = "((100 - FILL({}, 100)) / 100 * FILL({}, 0))"
+        slow_beyond_noise = beyond_noise(slow.format("cu", "cr"), slow.format("su", "sr"), 0)
         p99 = "FILL(cp, 0)"
         error_limit = f"{limits.max_error_rate:.0%} of its requests"
         rules = [
@@ -192,8 +209,7 @@ class ModelAlarms(Construct):
             (
                 "CanaryErrorRateOverStable",
                 "error-rate-over-stable",
-                f"IF({compared} AND {excess} > 0 AND {excess} * {excess} > {noise}, "
-                f"100 * {rate}, 0)",
+                f"IF({compared} AND {errors_beyond_noise}, 100 * {rate}, 0)",
                 100 * limits.max_error_rate,
                 f"A canary of {model} failed more than {error_limit}, and more than "
                 f"{limits.max_error_rate_over_stable:.0%} above the stable version's "
@@ -210,10 +226,12 @@ class ModelAlarms(Construct):
             (
                 "CanaryLatencyOverStable",
                 "latency-over-stable",
-                f"IF({compared} AND {p99} > {limits.max_p99_ratio:g} * FILL(sp, 0), {p99}, 0)",
+                f"IF({compared} AND {p99} > {limits.max_p99_ratio:g} * FILL(sp, 0) "
+                f"AND {slow_beyond_noise}, {p99}, 0)",
                 spec.slo_p99_ms,
-                f"A canary of {model} has a p99 latency over the {spec.slo_p99_ms} ms SLO, "
-                f"and over {limits.max_p99_ratio:g} times the stable version's",
+                f"A canary of {model} has a p99 latency over the {spec.slo_p99_ms} ms SLO "
+                f"and over {limits.max_p99_ratio:g} times the stable version's, and more of "
+                "its requests over the SLO than the stable version beyond noise",
             ),
         ]
         return [

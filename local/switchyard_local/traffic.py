@@ -283,6 +283,10 @@ class VersionStats:
     def p99_ms(self) -> float | None:
         return self.percentile_ms(0.99)
 
+    def slower_than(self, ms: float) -> int:
+        """How many requests took longer than ``ms``."""
+        return sum(latency > ms for latency in self.latencies or ())
+
 
 def judge(
     document: RoutingDocument,
@@ -308,10 +312,14 @@ def judge(
 
       - errors: ``r_c > L`` and ``x = r_c - r_s - m > 0`` and
         ``x * x > z * z * q * (1 - q) * (1 / n_c + 1 / n_s)``, with the pooled rate
-        ``q = (e_c + e_s) / (n_c + n_s)``: the excess also clears ``z`` standard
-        errors of the difference, so that two identical versions never part by
-        the luck of a small sample;
-      - latency: ``p_c > S`` and ``p_c > k * p_s``.
+        ``q = (e_c + e_s) / (n_c + n_s)``, and ``e_c >= M`` (``noise_min_count``):
+        the excess also clears ``z`` standard errors of the difference, so that two
+        identical versions never part by the luck of a small sample;
+      - latency: ``p_c > S`` and ``p_c > k * p_s``, and the canary's share of
+        requests over the SLO exceeds stable's beyond noise: the same test as for
+        errors, with ``m = 0`` and ``e`` the requests over ``S``. The p99 of a
+        small sample is its slowest request or nearly; without this test one slow
+        request among a canary's few dozen rolls back a version identical to stable.
 
     The cloud's canary alarms (``stacks/observability.py``) are this rule in
     CloudWatch metric math over the router's per-role metrics; an infra test
@@ -343,15 +351,12 @@ def _error_verdict(
     )
     if stable is None:
         return f"{over}; stable has too few requests to compare"
-    excess = rate - stable.error_rate - limits.max_error_rate_over_stable
-    pooled = (canary.errors + stable.errors) / (canary.requests + stable.requests)
-    variance = pooled * (1 - pooled) * (1 / canary.requests + 1 / stable.requests)
-    if excess <= 0 or excess * excess <= limits.noise_z**2 * variance:
+    margin = limits.max_error_rate_over_stable
+    if not _beyond_noise(
+        canary.errors, canary.requests, stable.errors, stable.requests, margin, limits
+    ):
         return None
-    return (
-        f"{over} and stable's {stable.error_rate:.1%} "
-        f"+ {limits.max_error_rate_over_stable:.0%} beyond noise"
-    )
+    return f"{over} and stable's {stable.error_rate:.1%} + {margin:.0%} beyond noise"
 
 
 def _latency_verdict(
@@ -366,7 +371,37 @@ def _latency_verdict(
     stable_p99 = stable.p99_ms or 0.0
     if p99 <= limits.max_p99_ratio * stable_p99:
         return None
-    return f"{over} and > {limits.max_p99_ratio:g} x stable's {stable_p99:.0f} ms"
+    slow, stable_slow = canary.slower_than(slo_p99_ms), stable.slower_than(slo_p99_ms)
+    if not _beyond_noise(slow, canary.requests, stable_slow, stable.requests, 0, limits):
+        return None
+    return (
+        f"{over} and > {limits.max_p99_ratio:g} x stable's {stable_p99:.0f} ms; "
+        f"{slow / canary.requests:.1%} of its requests over the SLO against stable's "
+        f"{stable_slow / stable.requests:.1%} beyond noise"
+    )
+
+
+def _beyond_noise(
+    hits: int,
+    requests: int,
+    stable_hits: int,
+    stable_requests: int,
+    margin: float,
+    limits: RolloutLimits,
+) -> bool:
+    """Whether the canary's share of hits (errors, or requests over the SLO) exceeds
+    stable's by more than ``margin`` beyond sampling noise: the excess clears
+    ``noise_z`` standard errors of the difference between two samples of one pooled
+    rate (a two-proportion z-test), and the canary has at least ``noise_min_count``
+    hits, without which that test's normal approximation does not hold (three slow
+    requests in 50 against none in 450 clear 4 standard errors, yet one version
+    slowing one request in 200 gives that in one window of a few hundred)."""
+    if hits < limits.noise_min_count:
+        return False
+    excess = hits / requests - stable_hits / stable_requests - margin
+    pooled = (hits + stable_hits) / (requests + stable_requests)
+    variance = pooled * (1 - pooled) * (1 / requests + 1 / stable_requests)
+    return excess > 0 and excess * excess > limits.noise_z**2 * variance
 
 
 def describe(by: str, why: str, at: float | None = None) -> str:

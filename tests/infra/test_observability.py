@@ -105,30 +105,33 @@ CANARY_ALARMS = (
 )
 
 
-# (canary requests, errors, p99 ms), (stable requests, errors, p99 ms), rolled back?
-# digits-cnn: SLO 500 ms; [rollout]: 20 requests, 5 %, 2 points, twice the p99, z = 4.
+# (canary requests, errors, p99 ms, requests over the SLO), (stable's), rolled back?
+# digits-cnn: SLO 500 ms; [rollout]: 20 requests, 5 %, 2 points, twice the p99, z = 4, 5 hits.
 SCENARIOS = [
-    ((100, 0, 80), (900, 0, 75), False),  # healthy
+    ((100, 0, 80, 0), (900, 0, 75, 0), False),  # healthy
     # errors
-    ((100, 10, 80), (900, 9, 75), True),  # 10 % against 1 %: the canary fails
-    ((100, 10, 80), (900, 90, 75), False),  # identical: 10 % on both, the model fails
-    ((100, 10, 80), (900, 180, 75), False),  # stable fails more
-    ((100, 4, 80), (900, 0, 75), False),  # worse than stable, but within the 5 % limit
-    ((30, 3, 80), (270, 6, 75), False),  # 10 % against 2 %: within a small sample's noise
-    ((300, 30, 80), (2700, 54, 75), True),  # the same rates, ten times the requests
-    ((10, 10, 80), (900, 0, 75), False),  # every request failed, but too few to judge
+    ((100, 10, 80, 0), (900, 9, 75, 0), True),  # 10 % against 1 %: the canary fails
+    ((100, 10, 80, 0), (900, 90, 75, 0), False),  # identical: 10 % on both, the model fails
+    ((100, 10, 80, 0), (900, 180, 75, 0), False),  # stable fails more
+    ((100, 4, 80, 0), (900, 0, 75, 0), False),  # worse than stable, but within the 5 % limit
+    ((30, 3, 80, 0), (270, 6, 75, 0), False),  # 10 % against 2 %: within a small sample's noise
+    ((30, 3, 80, 0), (270, 0, 75, 0), False),  # 10 % against none: three errors tell nothing
+    ((300, 30, 80, 0), (2700, 54, 75, 0), True),  # the same rates, ten times the requests
+    ((10, 10, 80, 0), (900, 0, 75, 0), False),  # every request failed, but too few to judge
     # p99
-    ((100, 0, 9000), (900, 0, 75), True),  # over the SLO, stable far under it
-    ((100, 0, 1404), (900, 0, 1380), False),  # saturated both: over the SLO alike
-    ((30, 2, 1500), (270, 15, 1450), False),  # identical at saturation, errors and all
-    ((100, 0, 900), (900, 0, 600), False),  # both over the SLO, within twice stable's
-    ((100, 0, 1300), (900, 0, 600), True),  # over the SLO and over twice stable's
-    ((100, 0, 300), (900, 0, 100), False),  # three times stable's, but within the SLO
+    ((100, 0, 9000, 100), (900, 0, 75, 0), True),  # over the SLO, stable far under it
+    ((100, 0, 1404, 100), (900, 0, 1380, 900), False),  # saturated both: over the SLO alike
+    ((30, 2, 1500, 30), (270, 15, 1450, 270), False),  # identical at saturation, errors and all
+    ((100, 0, 900, 100), (900, 0, 600, 900), False),  # both over the SLO, within twice stable's
+    ((100, 0, 1300, 30), (900, 0, 600, 20), True),  # over the SLO and over twice stable's
+    ((100, 0, 300, 0), (900, 0, 100, 0), False),  # three times stable's, but within the SLO
+    ((50, 0, 1162, 1), (450, 0, 162, 0), False),  # one slow request is its p99: noise
+    ((50, 0, 1162, 6), (450, 0, 162, 0), True),  # six are not
     # too few stable requests to compare with: the canary is judged alone
-    ((100, 0, 900), (10, 0, 80), True),  # over the SLO
-    ((100, 0, 300), (0, 0, None), False),  # within the SLO
-    ((100, 10, 80), (5, 0, 75), True),  # over the error limit
-    ((100, 3, 300), (0, 0, None), False),  # within it
+    ((100, 0, 900, 100), (10, 0, 80, 0), True),  # over the SLO
+    ((100, 0, 300, 0), (0, 0, None, 0), False),  # within the SLO
+    ((100, 10, 80, 0), (5, 0, 75, 0), True),  # over the error limit
+    ((100, 3, 300, 0), (0, 0, None, 0), False),  # within it
 ]
 
 
@@ -144,16 +147,23 @@ def test_canary_alarms_apply_the_local_controllers_rule(
     base = manifest.names("dev").base
     model = "digits-cnn"
     spec = manifest.models[model]
-    values: dict[tuple[str, str], float | None] = {}
+    slo = spec.slo_p99_ms
+    values: dict[tuple[str, str, str], float | None] = {}
     stats: dict[str, VersionStats] = {}
-    for role, version, (requests, errors, p99) in (
+    for role, version, (requests, errors, p99, slow) in (
         ("canary", "v2", canary),
         ("stable", "v1", stable),
     ):
-        values[(role, "Requests")] = requests or None
-        values[(role, "Errors")] = errors if requests else None
-        values[(role, "Latency")] = p99
-        stats[version] = VersionStats(requests, errors, [p99] * requests if p99 else [])
+        values[(role, "Requests", "Sum")] = requests or None
+        values[(role, "Errors", "Sum")] = errors if requests else None
+        values[(role, "Latency", "p99")] = p99
+        values[(role, "Latency", f"PR(:{slo})")] = (
+            100 * (requests - slow) / requests if requests else None
+        )
+        # the slow requests at the p99, the others at it or at the SLO if faster
+        latencies = [p99] * slow + [min(p99, slo)] * (requests - slow) if p99 else []
+        stats[version] = VersionStats(requests, errors, latencies)
+        assert stats[version].p99_ms == p99 and stats[version].slower_than(slo) == slow
     alarms = [
         only(serving_template, "AWS::CloudWatch::Alarm", {"AlarmName": f"{base}-{model}-{name}"})
         for name in CANARY_ALARMS
@@ -161,7 +171,7 @@ def test_canary_alarms_apply_the_local_controllers_rule(
 
     def metric_value(stat: dict[str, Any]) -> float | None:
         role = {d["Name"]: d["Value"] for d in stat["Metric"]["Dimensions"]}["role"]
-        return values[(role, stat["Metric"]["MetricName"])]
+        return values[(role, stat["Metric"]["MetricName"], stat["Stat"])]
 
     assert {alarm["Properties"]["ComparisonOperator"] for alarm in alarms} == {
         "GreaterThanThreshold"

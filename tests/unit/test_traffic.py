@@ -32,6 +32,7 @@ LIMITS = RolloutLimits(
     max_error_rate_over_stable=0.02,
     max_p99_ratio=2.0,
     noise_z=4.0,
+    noise_min_count=5,
 )
 
 
@@ -186,6 +187,36 @@ def test_identical_versions_at_saturation_are_never_parted_by_noise():
         for w in windows
     )
     assert caught >= 0.9 * len(windows)
+
+
+def paused(rng, requests, median_ms, slow_share, slow_ms):
+    """A window of a version under its SLO but for the requests a pause caught."""
+    latencies = [
+        slow_ms if rng.random() < slow_share else median_ms * rng.lognormvariate(0, 0.35)
+        for _ in range(requests)
+    ]
+    return VersionStats(requests, 0, latencies)
+
+
+def test_identical_versions_are_never_parted_by_one_slow_request():
+    # GIVEN 300 windows of two identical versions at 90/10 well under the SLO, where
+    # a pause makes one request in 200 take over a second
+    rng = random.Random(2)
+    windows = [
+        {"v1": paused(rng, 450, 120, 0.005, 1160), "v2": paused(rng, 50, 120, 0.005, 1160)}
+        for _ in range(300)
+    ]
+    # (the canary's p99, its slowest request or nearly, is over the SLO and many
+    # times stable's in a fifth of them)
+    over = [w for w in windows if w["v2"].p99_ms > max(500, 2 * w["v1"].p99_ms)]
+    assert len(over) >= 0.1 * len(windows)
+    # WHEN each is judged THEN none rolls the canary back
+    assert [v for w in windows if (v := judge(CANARY, w, LIMITS, 500))] == []
+    # while a canary that keeps one request in five waiting over a second is caught
+    caught = [
+        judge(CANARY, {**w, "v2": paused(rng, 50, 120, 1 / 5, 1160)}, LIMITS, 500) for w in windows
+    ]
+    assert sum("requests over the SLO" in v.get("v2", "") for v in caught) >= 0.9 * len(windows)
 
 
 def test_a_healthy_or_unproven_canary_is_left_alone():

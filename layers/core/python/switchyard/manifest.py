@@ -157,8 +157,11 @@ class RolloutLimits(_Strict):
     max_error_rate: float = Field(gt=0, le=1)
     max_error_rate_over_stable: float = Field(ge=0, le=1)
     max_p99_ratio: float = Field(gt=1)
-    # Standard errors of sampling noise an error-rate excess must also clear.
+    # Standard errors of sampling noise a canary's excess of errors (or of requests
+    # over the SLO) must also clear, and how many of them it must have at least: the
+    # test's normal approximation says nothing of two or three.
     noise_z: float = Field(default=4.0, ge=0, le=10)
+    noise_min_count: int = Field(default=5, ge=1)
 
 
 class Tier(_Strict):
