@@ -184,8 +184,10 @@ class ModelAlarms(Construct):
                 f"{limits.noise_z**2:g} * ({pooled} * (1 - {pooled}) "
                 "* (1 / FILL(cr, 1) + 1 / FILL(sr, 1)))"
             )
+            # Hits are whole requests; a count from a percentile rank may be off by a
+            # rounding error, so the least count is compared half a request lower.
             return (
-                f"{canary_hits} >= {limits.noise_min_count} AND {excess} > 0 "
+                f"{canary_hits} > {limits.noise_min_count - 0.5:g} AND {excess} > 0 "
                 f"AND {excess} * {excess} > {noise}"
             )
 

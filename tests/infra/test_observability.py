@@ -127,6 +127,8 @@ SCENARIOS = [
     ((100, 0, 300, 0), (900, 0, 100, 0), False),  # three times stable's, but within the SLO
     ((50, 0, 1162, 1), (450, 0, 162, 0), False),  # one slow request is its p99: noise
     ((50, 0, 1162, 6), (450, 0, 162, 0), True),  # six are not
+    ((47, 0, 1162, 5), (423, 0, 162, 0), True),  # five, the least that counts
+    ((47, 0, 1162, 4), (423, 0, 162, 0), False),  # four, within noise
     # too few stable requests to compare with: the canary is judged alone
     ((100, 0, 900, 100), (10, 0, 80, 0), True),  # over the SLO
     ((100, 0, 300, 0), (0, 0, None, 0), False),  # within the SLO
