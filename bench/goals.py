@@ -243,7 +243,11 @@ GOALS = (
         0.35,
         False,
         "×",
-        "a one-sentence request's round trip beside the model on two cores. This page's three "
+        "a one-sentence request's round trip beside the model on two cores, and the CPU it "
+        "takes: in the median run an answer cost 19.4 ms of CPU over the processes (the worker "
+        "11.9, the router 4.3, the emulator 2.4, the load generator 0.6, the supervisor 0.2), so "
+        "0.35× (~101 answers/s against a limit of ~288) needs 1.96 of the 2 cores busy all the "
+        "time; the run used 1.59. This page's three "
         "runs (2026-11-26 19:24-19:27): 78.7, 82.1 and 86.1 answers/s at p50 196, 189 and 183 ms "
         "against a model limit of 277 to 298 inputs/s (0.27, 0.28 and 0.30×; the table in the "
         "backlog section). The page before: one run, 83.1 (0.28×); earlier runs 0.25 to 0.32×. The "
