@@ -393,9 +393,9 @@ def _beyond_noise(
     stable's by more than ``margin`` beyond sampling noise: the excess clears
     ``noise_z`` standard errors of the difference between two samples of one pooled
     rate (a two-proportion z-test), and the canary has at least ``noise_min_count``
-    hits, without which that test's normal approximation does not hold (three slow
-    requests in 50 against none in 450 clear 4 standard errors, yet one version
-    slowing one request in 200 gives that in one window of a few hundred)."""
+    hits, without which that test's normal approximation does not hold (two slow
+    requests in 50 against none in 450 clear 4 standard errors, yet two identical
+    versions that each slow one request in 200 show that in one window in 300)."""
     if hits < limits.noise_min_count:
         return False
     excess = hits / requests - stable_hits / stable_requests - margin
