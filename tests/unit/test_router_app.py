@@ -148,6 +148,7 @@ def test_unknown_model_is_404(world):
         ({"inputs": [[0] * 63]}, 422, "inputs[0]"),
         ({"inputs": [[0] * 63 + ["a"]]}, 422, "inputs[0][63]"),
         ({"inputs": [[0] * 63 + [99]]}, 422, "inputs[0][63]"),
+        ({"inputs": [[0] * 63 + [10**400]]}, 422, "inputs[0][63]"),  # no float holds it
         ({"inputs": [IMAGE] * 257}, 422, "inputs"),
         ({"inputs": [IMAGE] * 500}, 400, "body"),  # over the 60 kB body limit
     ],

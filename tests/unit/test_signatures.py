@@ -5,7 +5,7 @@ import math
 import pytest
 
 from switchyard.schemas import TensorSignature, TextSignature
-from switchyard.signatures import check_inputs
+from switchyard.signatures import check_inputs, check_item
 
 TEXT = TextSignature(max_chars=10)
 TENSOR = TensorSignature(shape=(4,), minimum=0, maximum=16)
@@ -60,3 +60,26 @@ def test_every_bad_item_is_reported_up_to_a_bound():
     errors = check_inputs([1] * 50, TEXT, 100)
     assert len(errors) == 20
     assert errors[19].field == "inputs[19]"
+
+
+def test_an_integer_too_large_for_a_float_is_a_clear_error():
+    errors = check_inputs([[1, 10**400, 3, 4]], TENSOR, 5)
+    assert fields(errors) == [("inputs[0][1]", "is too large for a 64-bit float")]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [0, 16, 1.5, -0.0, 17, -1, 16.000001, math.nan, math.inf, -math.inf, True, False]
+    + ["3", None, [1], {"a": 1}, 10**400, 2**53 + 1],
+    ids=lambda value: repr(value)[:12],
+)
+def test_the_one_call_check_accepts_nothing_the_walk_refuses(value):
+    """check_inputs first checks tensors in one call into pydantic-core and walks them
+    only when that fails; the walk (check_item) names each problem. For a value in
+    every place of an input, and for inputs of other shapes, both say the same."""
+    tuple_row = (1, 2, 3, 4)
+    cases = [[[value, 2, 3, 4]], [[1, 2, 3, value]], [[1, 2, 3, 4], [value] * 4]]
+    cases += [[tuple_row], [[1, 2, 3]], [[1, 2, 3, 4, 5]], [[1, 2, 3, 4], "abcd"]]
+    for inputs in cases:
+        walked = [e for i, x in enumerate(inputs) for e in check_item(x, TENSOR, f"inputs[{i}]")]
+        assert check_inputs(inputs, TENSOR, 5) == walked, inputs
