@@ -72,15 +72,17 @@ def rig(manifest, provisioned, clients, emulator_url):
 
 
 def test_a_dropped_file_is_validated_split_and_enqueued_once(rig):
-    lines = [VECTOR] * 300 + ["not json", json.dumps([1] * 3), "", VECTOR]
+    deep = "[" * 5000 + "]" * 5000  # the json module raised RecursionError on it
+    lines = [VECTOR] * 300 + ["not json", json.dumps([1] * 3), "", deep, VECTOR]
     (job,) = handle_message(rig.drop("acme/digits-cnn/scores.jsonl", lines), rig.splitter, forever)
 
     assert job.split_done and job.status == "queued"
-    assert (job.inputs, job.rejected, job.chunks, job.split_line) == (301, 3, 2, 304)
+    assert (job.inputs, job.rejected, job.chunks, job.split_line) == (301, 4, 2, 305)
     assert [(e.line, e.code) for e in job.errors] == [
         (301, "invalid_json"),
         (302, "invalid_input"),
         (303, "invalid_input"),
+        (304, "invalid_json"),
     ]
     assert "line 302" in job.errors[1].message
     assert rig.jobs.get("acme", job.job_id) == job

@@ -141,6 +141,10 @@ def test_unknown_model_is_404(world):
     ("body", "status", "field"),
     [
         ("{not json", 400, "body"),
+        # The json module raised RecursionError on it.
+        pytest.param("[" * 5000 + "]" * 5000, 400, "body", id="nested-5000-deep"),
+        # A lone surrogate: no UTF-8 text holds it, so its error could not be written.
+        pytest.param('{"\\ud800": 1, "inputs": [[0]]}', 400, "body", id="lone-surrogate"),
         ("[1, 2]", 422, "body"),
         ({"input": [IMAGE]}, 422, "inputs"),
         ({"inputs": [IMAGE], "extra": 1}, 422, "extra"),

@@ -62,6 +62,7 @@ from switchyard.jobs import (
     finish_if_answered,
     job_for_file,
 )
+from switchyard.jsontext import parse_json
 from switchyard.payloads import PayloadStore
 from switchyard.queues import WorkQueue, encode_message
 from switchyard.registry import ModelVersion, Registry
@@ -274,7 +275,7 @@ class Splitter:
             progress.reject(line, "invalid_input", "an empty line")
             return
         try:
-            item = json.loads(raw)
+            item = parse_json(raw)
         except ValueError as exc:
             progress.reject(line, "invalid_json", f"not valid JSON: {exc}")
             return

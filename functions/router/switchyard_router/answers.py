@@ -3,12 +3,11 @@ is queued (async, or past its deadline), and the status of one that failed."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from fastapi.responses import JSONResponse as StarletteJSONResponse
 
-from switchyard.jsontext import json_bytes
+from switchyard.jsontext import json_bytes, parse_json
 from switchyard.schemas import ResultRecord
 from switchyard.signatures import FieldError
 from switchyard_router.logic import Admitted, RequestRejected
@@ -27,8 +26,8 @@ class JSONResponse(StarletteJSONResponse):
 def json_body(body: bytes) -> Any:
     """The body's JSON; a body that is not JSON is refused (400, ``malformed_json``)."""
     try:
-        return json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
+        return parse_json(body)
+    except ValueError as exc:
         raise RequestRejected(
             400,
             "malformed_json",
