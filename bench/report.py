@@ -238,7 +238,10 @@ def write(results: dict[str, Any], out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     images = plots(results, out_dir)
     json_path = out_dir / "benchmarks.json"
-    json_path.write_text(json.dumps(clean(results), indent=2, default=str) + "\n")
+    # The goals as the page judges them, beside the figures (judged afresh each time:
+    # a merged report's figures may have changed).
+    document = clean({**results, "goals": evaluate(results)})
+    json_path.write_text(json.dumps(document, indent=2, default=str) + "\n")
     md_path = out_dir / "benchmarks.md"
     md_path.write_text(markdown(results, images))
     return [md_path, json_path] + [out_dir / IMG / name for name in images]

@@ -280,6 +280,11 @@ def test_sentences_are_deterministic_and_varied():
 
 def _page(sections: dict, **results) -> str:
     """The page for a run that had only ``sections``."""
+    return markdown(_report(sections, **results), [])
+
+
+def _report(sections: dict, **results) -> dict:
+    """The report of a run that had only ``sections``."""
     machine = {
         "date": "d",
         "cpu": "c",
@@ -293,7 +298,7 @@ def _page(sections: dict, **results) -> str:
         "load_average_at_start": 0.1,
     }
     run = {"quick": True, "wall_seconds": 1.0, "machine": machine, "timing": {}}
-    return markdown(clean({**run, **results, "sections": sections}), [])
+    return clean({**run, **results, "sections": sections})
 
 
 def _full_results() -> dict:
@@ -941,3 +946,23 @@ def test_goals_are_judged_from_the_figures_and_say_why_when_unmet():
     assert burst["met"] is True
     unmeasured = [g for g in judged.values() if g["met"] is None]
     assert unmeasured and all(g["why_not"] for g in unmeasured)
+
+
+def test_the_json_report_carries_the_goals_judged_beside_its_figures(tmp_path):
+    import json
+
+    from bench.report import write
+
+    sections = {
+        "worker_efficiency": {
+            "minilm-embed": {"efficiency_vs_model": 0.97},
+            "digits-cnn": {"efficiency_vs_model": 0.2},
+        },
+    }
+    # a merged report's goals were judged on its old figures: judged again
+    write(_report(sections, goals=[{"goal": "stale", "met": True}]), tmp_path)
+    goals = json.loads((tmp_path / "benchmarks.json").read_text())["goals"]
+    judged = {g["goal"].rsplit(", ", 1)[-1]: g for g in goals if "saturation" in g["goal"]}
+    assert (judged["minilm-embed"]["met"], judged["digits-cnn"]["met"]) == (True, False)
+    assert "interpreter lock" in judged["digits-cnn"]["why_not"]
+    assert "stale" not in {g["goal"] for g in goals}
