@@ -319,3 +319,18 @@ def test_queued_results_are_updated_many_to_a_call_and_never_replace_a_final_one
     assert results.get("acme", "unrecorded").outputs == [2]
     assert results.get("acme", "large").outputs == [["x" * 100] * 50]
     assert results.get("acme", "q3").outputs == [[0.5, -0.25, 3.0]]
+
+
+def test_a_key_naming_a_token_chunk_is_no_request(manifest, provisioned, clients):
+    from switchyard.generation import Chunk, DynamoDBTokenStream, chunk_key
+
+    # GIVEN a streamed request's first chunk, in the results table beside its record
+    results = store(manifest, clients)
+    results.put_queued(record())
+    tokens = DynamoDBTokenStream(clients("dynamodb"), manifest.names("dev").results_table)
+    tokens.put("acme", "r1", Chunk(start=0, ids=[1], pieces=["a"]), int(time.time()) + 60)
+    # WHEN a client asks for (or cancels) the chunk's key as a request id
+    # THEN there is no such request (its read raised KeyError: a 500)
+    assert results.get("acme", chunk_key("r1", 0)) is None
+    assert results.cancel("acme", chunk_key("r1", 0), time.time()) is None
+    assert results.get("acme", "r1").status == "queued"

@@ -129,10 +129,15 @@ def test_the_openai_api_is_translated_to_generation_requests():
         ({"model": "m", "prompt": "x", "top_k": 3}, "top_k"),
         ({"model": "m", "prompt": ["a", "b"]}, "prompt"),
         ({"model": "m", "prompt": "x", "stop": ["a"] * 5}, "stop"),
+        # an integer no float holds: math.isfinite raised OverflowError (a 500)
+        ({"model": "m", "prompt": "x", "seed": -(10**400)}, "seed"),
     ):
         with pytest.raises(RequestRejected) as refused:
             completion_request(bad)
         assert refused.value.status == 400 and refused.value.errors[0].field == param
+    # passed on to the signature's check, which refuses it (400), as any over its limit
+    huge = {"model": "m", "prompt": "x", "max_tokens": 10**400}
+    assert completion_request(huge)["max_tokens"] == 10**400
     with pytest.raises(RequestRejected) as refused:
         chat_request({"model": "m", "messages": [{"role": "tool", "content": "x"}]})
     assert refused.value.errors[0].field == "messages[0].role"

@@ -365,3 +365,18 @@ def test_a_null_where_the_body_schema_wants_a_value_is_refused(world, body, fiel
     assert response.status_code == 422, response.text
     assert [e["field"] for e in response.json()["errors"]] == [field]
     assert queue.visible == []
+
+
+def test_a_content_length_of_other_digits_is_read_as_no_length():
+    # "²" is a digit to str.isdigit and not to int(): reading the body raised ValueError
+    import asyncio
+
+    from starlette.requests import Request
+
+    from switchyard_router.app import _read_body
+
+    async def receive():
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    scope = {"type": "http", "method": "POST", "headers": [(b"content-length", b"\xb2")]}
+    assert asyncio.run(_read_body(Request(scope, receive), 100)) == b"{}"

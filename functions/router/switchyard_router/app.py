@@ -461,7 +461,8 @@ def _emit_request(admitted: Admitted, *, error: bool) -> None:
 
 async def _read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
+    # isdigit alone also takes "²", which int() refuses
+    if declared and declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise _too_large(int(declared), limit)
     body = bytearray()
     async for chunk in request.stream():

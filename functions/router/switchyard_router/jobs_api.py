@@ -13,8 +13,9 @@ import json
 import uuid
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from switchyard.callbacks import JobEvents, cancel
 from switchyard.jobs import TERMINAL, Job, JobRejected, JobStore, job_for_file
@@ -24,10 +25,10 @@ from switchyard_router.answers import json_body
 from switchyard_router.logic import RequestRejected
 
 MAX_INPUTS = 10_000  # per submission with inputs (a larger job is a dropped file)
-# An http(s) URL with a host and no whitespace. The whitespace is spelled out (not
-# \s), so the router and the API document's readers mean the same characters.
-_BLANK = " \t\n\r\f\v"
-CALLBACK_URL_PATTERN = f"^https?://[^{_BLANK}/?#]+([/?#][^{_BLANK}]*)?$"
+# An http(s) URL with a host, in printable ASCII (a character outside it is written
+# percent-encoded): spelled as ranges, so the router and the API document's readers
+# mean the same characters. The host excludes / ? and #, which end it.
+CALLBACK_URL_PATTERN = '^https?://[!-"$-.0->@-~]+([/?#][!-~]*)?$'
 
 
 class JobSubmission(BaseModel):
@@ -49,6 +50,18 @@ class JobSubmission(BaseModel):
                 if value is None:
                     raise ValueError(f"{name} is null: leave it out instead")
         return data
+
+    @field_validator("callback_url")
+    @classmethod
+    def _callback_parses(cls, url: str | None) -> str | None:
+        """What the pattern lets through and urllib cannot post to (``https://[::1/``,
+        a port of letters) is refused here, not when the job ends."""
+        if url is not None:
+            parts = urlsplit(url)
+            if not parts.hostname:
+                raise ValueError("callback_url names no host")
+            parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+        return url
 
     @model_validator(mode="after")
     def _one_source(self) -> JobSubmission:

@@ -242,7 +242,7 @@ def _whole(value: Any, name: str, minimum: int) -> int:
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
-        or not math.isfinite(value)
+        or (isinstance(value, float) and not math.isfinite(value))
         or value != int(value)
     ):
         raise _bad(name, f"{name} must be an integer")

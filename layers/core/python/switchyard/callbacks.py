@@ -68,13 +68,16 @@ def deliver_once(url: str, body: bytes, secret: str, job_id: str, attempt: int) 
         ATTEMPT_HEADER: str(attempt),
         "User-Agent": "switchyard-callback/1",
     }
-    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
+        request = urllib.request.Request(url, data=body, headers=headers, method="POST")
         with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:  # noqa: S310 - http(s) only, checked at submission
             return str(response.status)
     except urllib.error.HTTPError as exc:
         return str(exc.code)
-    except (urllib.error.URLError, OSError) as exc:
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        # ValueError: a URL urllib cannot post to (http.client.InvalidURL, an IDNA
+        # UnicodeError), stored before submissions were checked for it; an attempt
+        # that failed, not an error that stops the job's callbacks.
         return f"{type(exc).__name__}: {exc}"[:200]
 
 

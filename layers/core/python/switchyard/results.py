@@ -312,7 +312,8 @@ class DynamoDBResultStore:
             Key={RESULTS.partition: {"S": tenant}, RESULTS.sort: {"S": request_id}},
             ConsistentRead=True,
         ).get("Item")
-        if not item:
+        if not item or "doc" not in item:
+            # (a key that names a generation's token chunk, ``<id>#t000000``, is no request)
             return None
         doc = json.loads(item["doc"]["S"])
         # The fields the item holds as attributes of their own are not in the doc.
