@@ -5,7 +5,7 @@ import math
 import pytest
 
 from switchyard.schemas import TensorSignature, TextSignature
-from switchyard.signatures import check_inputs, check_item
+from switchyard.signatures import _check_tensor, check_inputs, check_item
 
 TEXT = TextSignature(max_chars=10)
 TENSOR = TensorSignature(shape=(4,), minimum=0, maximum=16)
@@ -74,12 +74,14 @@ def test_an_integer_too_large_for_a_float_is_a_clear_error():
     ids=lambda value: repr(value)[:12],
 )
 def test_the_one_call_check_accepts_nothing_the_walk_refuses(value):
-    """check_inputs first checks tensors in one call into pydantic-core and walks them
-    only when that fails; the walk (check_item) names each problem. For a value in
+    """check_inputs and check_item first check tensors in one call into pydantic-core and
+    walk them only when that fails; the walk (_check_tensor) names each problem. For a value in
     every place of an input, and for inputs of other shapes, both say the same."""
     tuple_row = (1, 2, 3, 4)
     cases = [[[value, 2, 3, 4]], [[1, 2, 3, value]], [[1, 2, 3, 4], [value] * 4]]
     cases += [[tuple_row], [[1, 2, 3]], [[1, 2, 3, 4, 5]], [[1, 2, 3, 4], "abcd"]]
     for inputs in cases:
-        walked = [e for i, x in enumerate(inputs) for e in check_item(x, TENSOR, f"inputs[{i}]")]
+        where = [(x, f"inputs[{i}]") for i, x in enumerate(inputs)]
+        walked = [e for x, at in where for e in _check_tensor(x, TENSOR, at)]
         assert check_inputs(inputs, TENSOR, 5) == walked, inputs
+        assert [e for x, at in where for e in check_item(x, TENSOR, at)] == walked, inputs

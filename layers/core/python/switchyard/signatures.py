@@ -55,6 +55,8 @@ def check_item(item: Any, signature: Signature, field: str) -> list[FieldError]:
         from switchyard.generation import check_generation  # it imports FieldError
 
         return check_generation(item, signature, field)
+    if _plainly_valid([item], signature):  # one item alone: a dropped file's line
+        return []
     return _check_tensor(item, signature, field)
 
 
