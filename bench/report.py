@@ -234,14 +234,17 @@ def clean(value: Any) -> Any:
     return value
 
 
+def json_document(results: dict[str, Any]) -> dict[str, Any]:
+    """``benchmarks.json``: the figures, and the goals as the page judges them (judged
+    afresh each time: a merged report's figures may have changed)."""
+    return clean({**results, "goals": evaluate(results)})
+
+
 def write(results: dict[str, Any], out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     images = plots(results, out_dir)
     json_path = out_dir / "benchmarks.json"
-    # The goals as the page judges them, beside the figures (judged afresh each time:
-    # a merged report's figures may have changed).
-    document = clean({**results, "goals": evaluate(results)})
-    json_path.write_text(json.dumps(document, indent=2, default=str) + "\n")
+    json_path.write_text(json.dumps(json_document(results), indent=2, default=str) + "\n")
     md_path = out_dir / "benchmarks.md"
     md_path.write_text(markdown(results, images))
     return [md_path, json_path] + [out_dir / IMG / name for name in images]

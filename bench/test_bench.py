@@ -948,10 +948,8 @@ def test_goals_are_judged_from_the_figures_and_say_why_when_unmet():
     assert unmeasured and all(g["why_not"] for g in unmeasured)
 
 
-def test_the_json_report_carries_the_goals_judged_beside_its_figures(tmp_path):
-    import json
-
-    from bench.report import write
+def test_the_json_report_carries_the_goals_judged_beside_its_figures():
+    from bench.report import json_document
 
     sections = {
         "worker_efficiency": {
@@ -960,8 +958,7 @@ def test_the_json_report_carries_the_goals_judged_beside_its_figures(tmp_path):
         },
     }
     # a merged report's goals were judged on its old figures: judged again
-    write(_report(sections, goals=[{"goal": "stale", "met": True}]), tmp_path)
-    goals = json.loads((tmp_path / "benchmarks.json").read_text())["goals"]
+    goals = json_document(_report(sections, goals=[{"goal": "stale", "met": True}]))["goals"]
     judged = {g["goal"].rsplit(", ", 1)[-1]: g for g in goals if "saturation" in g["goal"]}
     assert (judged["minilm-embed"]["met"], judged["digits-cnn"]["met"]) == (True, False)
     assert "interpreter lock" in judged["digits-cnn"]["why_not"]
