@@ -199,6 +199,15 @@ def test_a_line_too_long_is_an_error_and_the_split_goes_on(rig, monkeypatch):
     assert [(e.line, e.code) for e in job.errors] == [(2, "line_too_long")]
 
 
+def test_a_file_saved_with_a_byte_order_mark_reads_its_first_line(rig):
+    # Windows tools begin UTF-8 text with U+FEFF: its first line was invalid JSON.
+    # Only at the file's start is it a mark; elsewhere it is a line's mistake.
+    lines = ["\ufeff" + VECTOR, "\r\n".join([VECTOR, VECTOR]), "\ufeff" + VECTOR]
+    (job,) = handle_message(rig.drop("acme/digits-cnn/bom.jsonl", lines), rig.splitter, forever)
+    assert (job.inputs, job.rejected) == (3, 1)
+    assert [(e.line, e.code) for e in job.errors] == [(4, "invalid_json")]
+
+
 def test_a_file_for_an_unknown_model_is_rejected_without_enqueuing(rig):
     assert handle_message(rig.drop("acme/nope/x.jsonl", ["[1]"]), rig.splitter, forever) == []
     assert rig.enqueued() == []

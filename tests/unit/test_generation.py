@@ -123,6 +123,10 @@ def test_the_openai_api_is_translated_to_generation_requests():
     }  # fmt: skip
     assert chat["prompt"] == "System: Be brief.\nUser: Hi\nAssistant:"
     assert completion_request({"model": "m", "prompt": ["only one"]})["prompt"] == "only one"
+    # what OpenAI takes and this platform does not do, at its neutral value and JSON type
+    neutral = {"n": 1, "logprobs": False, "presence_penalty": 0.0, "frequency_penalty": 0,
+               "echo": None, "tool_choice": "none"}  # fmt: skip
+    assert completion_request({"model": "m", "prompt": "x", **neutral})["prompt"] == "x"
     for bad, param in (
         ({"model": "m", "prompt": "x", "n": 2}, "n"),
         ({"model": "m", "prompt": "x", "logprobs": 3}, "logprobs"),
@@ -131,6 +135,9 @@ def test_the_openai_api_is_translated_to_generation_requests():
         ({"model": "m", "prompt": "x", "stop": ["a"] * 5}, "stop"),
         # an integer no float holds: math.isfinite raised OverflowError (a 500)
         ({"model": "m", "prompt": "x", "seed": -(10**400)}, "seed"),
+        # a neutral value of another JSON type: true is no n of 1, 0 no logprobs of false
+        ({"model": "m", "prompt": "x", "n": True}, "n"),
+        ({"model": "m", "prompt": "x", "logprobs": 0}, "logprobs"),
     ):
         with pytest.raises(RequestRejected) as refused:
             completion_request(bad)

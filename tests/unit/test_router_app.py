@@ -380,3 +380,81 @@ def test_a_content_length_of_other_digits_is_read_as_no_length():
 
     scope = {"type": "http", "method": "POST", "headers": [(b"content-length", b"\xb2")]}
     assert asyncio.run(_read_body(Request(scope, receive), 100)) == b"{}"
+
+
+@pytest.fixture
+def text_world():
+    """A generative model and an embedding model, no worker: nothing is answered."""
+    from tests.fakes import version_record
+
+    results = FakeResults()
+    lanes = {
+        m: ModelLanes(realtime=FakeQueue("realtime"), batch=FakeQueue("batch"))
+        for m in ("pydoc-gpt", "minilm-embed")
+    }
+    service = PredictService(
+        endpoints=lanes,
+        registry=FakeRegistry(version_record("pydoc-gpt"), version_record("minilm-embed")),
+        results=results,
+        payloads=FakePayloads(),
+        routing=None,
+        result_ttl_seconds=3600,
+        claim_check_bytes=200_000,
+    )
+    app = create_app(RouterDeps(service=service, tenants=tenant_keys(KEYS), max_body_bytes=60_000))
+    return TestClient(behind_api_gateway(app, KEYS)), lanes, results
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status", "field"),
+    [
+        # the platform's own generate: the fields as sent, not as the signature's input
+        ("/v1/models/pydoc-gpt/generate", {"prompt": "x", "top_k": 3}, 422, "top_k"),
+        ("/v1/models/pydoc-gpt/generate", {"prompt": "x", "temperature": "hot"}, 422,
+         "temperature"),
+        ("/v1/models/pydoc-gpt/generate", {"prompt": "x" * 9000}, 422, "prompt"),
+        ("/v1/models/pydoc-gpt/generate", {"max_tokens": 4}, 422, "prompt"),
+        # OpenAI: dimensions is checked before the model runs (it ran, then failed)
+        ("/openai/v1/embeddings", {"model": "minilm-embed", "input": "x", "dimensions": "a"},
+         400, "dimensions"),
+        ("/openai/v1/embeddings", {"model": "minilm-embed", "input": "x", "dimensions": 0},
+         400, "dimensions"),
+        # an input the signature refuses is named as sent: input[1], not inputs[1]
+        ("/openai/v1/embeddings", {"model": "minilm-embed", "input": ["a", " "]}, 400,
+         "input[1]"),
+        # a content part's text must be a string (it was taken as "", "None" or {...})
+        ("/openai/v1/chat/completions",
+         {"model": "pydoc-gpt", "messages": [{"role": "user", "content": [{"type": "text"}]}]},
+         400, "messages[0].content[0].text"),
+        ("/openai/v1/chat/completions",
+         {"model": "pydoc-gpt",
+          "messages": [{"role": "user", "content": [{"type": "text", "text": None}]}]},
+         400, "messages[0].content[0].text"),
+        ("/openai/v1/chat/completions",
+         {"model": "pydoc-gpt", "messages": [{"role": "user", "content": ["hi"]}]},
+         400, "messages[0].content[0]"),
+        # a neutral value of another JSON type: true is no n of 1, 0 no logprobs of false
+        ("/openai/v1/completions", {"model": "pydoc-gpt", "prompt": "x", "n": True}, 400, "n"),
+        ("/openai/v1/completions", {"model": "pydoc-gpt", "prompt": "x", "logprobs": 0}, 400,
+         "logprobs"),
+        ("/openai/v1/completions", {"model": "pydoc-gpt", "prompt": "x", "echo": 0}, 400,
+         "echo"),
+    ],
+)  # fmt: skip
+def test_generation_and_embedding_mistakes_name_the_field_as_sent(
+    text_world, path, body, status, field
+):
+    client, lanes, results = text_world
+    response = client.post(path, json=body, headers={"x-api-key": "k-acme"})
+    assert response.status_code == status, response.text
+    answer = response.json()
+    if path.startswith("/openai"):
+        assert answer["error"]["param"] == field
+    else:
+        assert [e["field"] for e in answer["errors"]] == [field]
+        if status == 422:
+            assert (
+                answer["message"] == "the request does not match pydoc-gpt's generation signature"
+            )
+    assert all(lane.visible == [] for m in lanes.values() for lane in (m.realtime, m.batch))
+    assert results.items == {}

@@ -30,6 +30,7 @@ queue; this function makes each delivery try (``switchyard.callbacks``).
 
 from __future__ import annotations
 
+import codecs
 import json
 import time
 from collections.abc import Iterator
@@ -271,6 +272,8 @@ class Splitter:
         if raw is None:
             progress.reject(line, "line_too_long", f"longer than {MAX_LINE_BYTES} bytes")
             return
+        if line == 1 and raw.startswith(codecs.BOM_UTF8):
+            raw = raw[len(codecs.BOM_UTF8) :]  # a file saved with a byte order mark
         if not raw.strip():
             progress.reject(line, "invalid_input", "an empty line")
             return

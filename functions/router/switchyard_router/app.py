@@ -140,7 +140,7 @@ def create_app(deps: RouterDeps) -> FastAPI:
     @app.exception_handler(RequestRejected)
     async def _rejected(request: Request, exc: RequestRejected) -> JSONResponse:
         if is_openai_path(request.url.path):
-            param = _param(exc.errors[0].field) if exc.errors else None
+            param = exc.errors[0].field if exc.errors else None
             message = exc.message
             if exc.code == "invalid_input" and exc.errors:
                 message = f"{param}: {exc.errors[0].message}"
@@ -378,11 +378,6 @@ _GENERATE_BODY = {
         }
     },
 }
-
-
-def _param(field: str) -> str:
-    """A field of the platform's request as the caller named it (``inputs[0].x``: x)."""
-    return field.removeprefix("inputs[0].").removeprefix("inputs[0]") or "body"
 
 
 def _allowed_methods(app: FastAPI, scope: Scope) -> str:

@@ -27,6 +27,7 @@ from fastapi.responses import Response, StreamingResponse
 from switchyard.generation import TokenStream
 from switchyard.results import ResultStore
 from switchyard.schemas import GenerationSignature, ResultRecord
+from switchyard.signatures import FieldError
 from switchyard_router.answers import JSONResponse, failure_of, queued, routed_headers
 from switchyard_router.logic import Admitted, PredictService, RequestRejected
 from switchyard_router.streaming import (
@@ -65,6 +66,13 @@ class GenerationCall:
     base_path: str = ""
 
 
+def request_field(field: str) -> str:
+    """A field of a generation as its caller named it. The request is submitted as
+    the one input of the version's signature (``inputs[0].temperature``); its caller
+    sent ``temperature``, and the request as a whole is the body."""
+    return field.removeprefix("inputs[0].").removeprefix("inputs[0]") or "body"
+
+
 def require_generative(service: PredictService, model: str) -> None:
     """A model that does not generate is refused before anything is queued."""
     if model not in service.models:
@@ -83,15 +91,21 @@ def generate(
     hub: StreamHub | None = None,
 ) -> Response:
     require_generative(service, call.model)
-    admitted = service.submit(
-        model=call.model,
-        tenant=call.tenant,
-        inputs=[call.request],
-        sticky_headers=call.headers,
-        deadline_ms=call.deadline_ms,
-        is_async=call.is_async,
-        pinned=call.pinned,
-    )
+    try:
+        admitted = service.submit(
+            model=call.model,
+            tenant=call.tenant,
+            inputs=[call.request],
+            sticky_headers=call.headers,
+            deadline_ms=call.deadline_ms,
+            is_async=call.is_async,
+            pinned=call.pinned,
+        )
+    except RequestRejected as exc:
+        if exc.code == "invalid_input":
+            exc.message = f"the request does not match {call.model}'s generation signature"
+        exc.errors = [FieldError(request_field(e.field), e.message) for e in exc.errors]
+        raise
     headers = routed_headers(admitted)
     if call.is_async:
         return queued(admitted, call.base_path)

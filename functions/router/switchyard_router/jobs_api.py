@@ -25,6 +25,7 @@ from switchyard_router.answers import json_body
 from switchyard_router.logic import RequestRejected
 
 MAX_INPUTS = 10_000  # per submission with inputs (a larger job is a dropped file)
+MAX_KEY_BYTES = 1024  # an S3 object key's longest, in UTF-8
 # An http(s) URL with a host, in printable ASCII (a character outside it is written
 # percent-encoded): spelled as ranges, so the router and the API document's readers
 # mean the same characters. The host excludes / ? and #, which end it.
@@ -199,7 +200,12 @@ class JobsApi:
             raise RequestRejected(
                 404, "no_such_file", f"no .jsonl file of yours at {uri} (under {prefix})"
             )
-        return uri.removeprefix(f"s3://{self.drop_bucket}/")
+        key = uri.removeprefix(f"s3://{self.drop_bucket}/")
+        if len(key.encode()) > MAX_KEY_BYTES:  # S3 would refuse to look (400)
+            raise RequestRejected(
+                404, "no_such_file", f"no file can be at {uri}: S3 keys are at most 1,024 bytes"
+            )
+        return key
 
     def get(self, tenant: str, job_id: str) -> Job:
         job = self.store.get(tenant, job_id)

@@ -28,6 +28,7 @@ from starlette.concurrency import run_in_threadpool
 
 from switchyard.generation import CHAT_ROLES, CHAT_STOP, MAX_STOPS, render_chat
 from switchyard.schemas import ResultRecord, TextSignature
+from switchyard.signatures import FieldError
 from switchyard_router import api_document
 from switchyard_router.answers import JSONResponse, failure_of, json_body
 from switchyard_router.generate_api import GenerationCall, generate
@@ -175,8 +176,6 @@ def error_body(status: int, code: str, message: str, param: str | None = None) -
 
 
 def _bad(param: str, message: str) -> RequestRejected:
-    from switchyard.signatures import FieldError
-
     return RequestRejected(400, "invalid_parameter", message, [FieldError(param, message)])
 
 
@@ -203,10 +202,16 @@ def _check_known(document: dict[str, Any], allowed: set[str]) -> None:
         if name in allowed or name in _IGNORED:
             continue
         if name in _NEUTRAL:
-            if value not in _NEUTRAL[name]:
+            if not _neutral(value, _NEUTRAL[name]):
                 raise _bad(name, f"{name}={json.dumps(value)} is not supported by this platform")
             continue
         raise _bad(name, f"unrecognized request argument: {name}")
+
+
+def _neutral(value: Any, neutral: tuple[Any, ...]) -> bool:
+    """Whether ``value`` is one of the ``neutral`` values, of its JSON type too: true
+    is no ``n`` of 1, and 0 no ``logprobs`` of false."""
+    return any(value is v or (type(value) is type(v) and value == v) for v in neutral)
 
 
 def _stops(value: Any) -> list[str]:
@@ -277,9 +282,14 @@ def chat_request(document: dict[str, Any]) -> dict[str, Any]:
             raise _bad(f"messages[{i}].role", f"role must be one of {sorted(CHAT_ROLES)}")
         content = message.get("content")
         if isinstance(content, list):  # content parts: text only
-            if not all(isinstance(p, dict) and p.get("type") == "text" for p in content):
-                raise _bad(f"messages[{i}].content", "only text content parts are supported")
-            content = "".join(str(p.get("text", "")) for p in content)
+            for j, part in enumerate(content):
+                if not isinstance(part, dict) or part.get("type") != "text":
+                    raise _bad(
+                        f"messages[{i}].content[{j}]", "only text content parts are supported"
+                    )
+                if not isinstance(part.get("text"), str):
+                    raise _bad(f"messages[{i}].content[{j}].text", "text must be a string")
+            content = "".join(part["text"] for part in content)
         if not isinstance(content, str):
             raise _bad(f"messages[{i}].content", "content must be a string")
         turns.append({"role": message["role"], "content": content})
@@ -481,6 +491,9 @@ def add_openai_routes(app: FastAPI, deps: Any, tenant_of: Callable[[Request], st
         encoding = document.get("encoding_format") or "float"
         if encoding not in ("float", "base64"):
             raise _bad("encoding_format", "encoding_format must be 'float' or 'base64'")
+        dimensions = document.get("dimensions")
+        if dimensions is not None:
+            dimensions = _whole(dimensions, "dimensions", minimum=1)
         versions = service.active_versions(model)
         if versions and not all(
             isinstance(v.signature, TextSignature) and v.runtime == "sentence-transformers"
@@ -488,8 +501,7 @@ def add_openai_routes(app: FastAPI, deps: Any, tenant_of: Callable[[Request], st
         ):
             raise RequestRejected(400, "wrong_task", f"model {model!r} does not embed text")
         return await run_in_threadpool(
-            _embed, service, tenant, model, inputs, encoding, document.get("dimensions"),
-            dict(request.headers),
+            _embed, service, tenant, model, inputs, encoding, dimensions, dict(request.headers),
         )  # fmt: skip
 
 
@@ -515,12 +527,19 @@ def _embed(
     model: str,
     inputs: list[str],
     encoding: str,
-    dimensions: Any,
+    dimensions: int | None,
     headers: dict[str, str],
 ) -> Response:
-    admitted = service.submit(
-        model=model, tenant=tenant, inputs=inputs, sticky_headers=headers, deadline_ms=None
-    )
+    try:
+        admitted = service.submit(
+            model=model, tenant=tenant, inputs=inputs, sticky_headers=headers, deadline_ms=None
+        )
+    except RequestRejected as exc:
+        # Named as the caller sent them: input, input[2] (the platform's inputs[2]).
+        exc.errors = [
+            FieldError("input" + e.field.removeprefix("inputs"), e.message) for e in exc.errors
+        ]
+        raise
     record = service.wait(admitted, tenant)
     if record is None:
         return error_body(504, "timeout", "the embeddings were not ready within the deadline")
