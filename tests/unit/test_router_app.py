@@ -433,6 +433,10 @@ def text_world():
         ("/openai/v1/chat/completions",
          {"model": "pydoc-gpt", "messages": [{"role": "user", "content": ["hi"]}]},
          400, "messages[0].content[0]"),
+        # a chat's prompt is its messages, rendered
+        ("/openai/v1/chat/completions",
+         {"model": "pydoc-gpt", "messages": [{"role": "user", "content": "x" * 9000}]},
+         400, "messages"),
         # a neutral value of another JSON type: true is no n of 1, 0 no logprobs of false
         ("/openai/v1/completions", {"model": "pydoc-gpt", "prompt": "x", "n": True}, 400, "n"),
         ("/openai/v1/completions", {"model": "pydoc-gpt", "prompt": "x", "logprobs": 0}, 400,

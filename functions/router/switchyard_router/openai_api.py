@@ -449,9 +449,17 @@ def add_openai_routes(app: FastAPI, deps: Any, tenant_of: Callable[[Request], st
             request=body,
             headers=dict(request.headers),
         )
-        return await run_in_threadpool(
-            generate, service, deps.stream, deps.results, call, fmt, deps.hub
-        )
+        try:
+            return await run_in_threadpool(
+                generate, service, deps.stream, deps.results, call, fmt, deps.hub
+            )
+        except RequestRejected as exc:
+            if chat:  # the prompt is the caller's messages, rendered
+                exc.errors = [
+                    FieldError("messages" if e.field == "prompt" else e.field, e.message)
+                    for e in exc.errors
+                ]
+            raise
 
     @app.post(
         f"{PREFIX}/completions",
