@@ -21,6 +21,15 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    ProfileNotFound,
+)
+from pydantic import ValidationError
+
 from stacks.assets import MANIFEST_FILE
 from switchyard import aws
 from switchyard.artifacts import publish_artifact
@@ -71,16 +80,44 @@ class Target:
         return self.adapters.registry
 
 
-def _target(args: argparse.Namespace) -> Target:
-    manifest = load_manifest(args.manifest)
-    if args.aws:
-        return _aws_target(args, manifest)
-    path = Path(args.run_dir) / "platform.json"
+class CommandError(Exception):
+    """What stops a command, said in words (``switchyard: ...``, exit 2)."""
+
+
+def _manifest(args: argparse.Namespace) -> Manifest:
+    try:
+        return load_manifest(args.manifest)
+    except (OSError, ValueError) as exc:  # missing, a folder, not TOML, not a manifest
+        raise CommandError(f"--manifest {args.manifest}: {_one_line(exc)}") from None
+
+
+def _platform_info(run_dir: str) -> dict[str, Any]:
+    """The running local platform's ``platform.json``."""
+    path = Path(run_dir) / "platform.json"
     if not path.exists():
-        raise SystemExit(
+        raise CommandError(
             f"no local platform found ({path} is missing): run `make up`, or pass --aws"
         )
-    info = json.loads(path.read_text())
+    try:
+        info = json.loads(path.read_text())
+        info["settings"], info["names"]  # noqa: B018 - what every command reads
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CommandError(
+            f"{path} is not a platform's record ({_one_line(exc)}): run `make up` again"
+        ) from None
+    return dict(info)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _target(args: argparse.Namespace) -> Target:
+    manifest = _manifest(args)
+    if args.aws:
+        return _aws_target(args, manifest)
+    info = _platform_info(args.run_dir)
     from switchyard_local.bridge import LocalTrafficStore
 
     adapters = build_adapters(Settings(**info["settings"]))
@@ -175,14 +212,28 @@ def _models_register(args: argparse.Namespace) -> int:
     if not artifact.is_file():
         raise TrafficError(f"--artifact {artifact}: no such file")
     registry = target.registry
+    extra = {"fallback": args.fallback} if args.fallback is not None else {}
+    try:  # the record as it will be, checked before anything is uploaded
+        spec.version_record(args.model, args.version, "s3://-/-", "0" * 64, **extra)
+    except ValidationError as exc:
+        raise TrafficError(f"{args.model} {args.version!r}: {_first_problem(exc)}") from None
     if registry.get(args.model, args.version) is not None:
         raise TrafficError(
             f"{args.model} {args.version} is registered already; versions are immutable"
         )
+    if args.fallback is not None:
+        fallback = registry.get(args.model, args.fallback)
+        if args.fallback == args.version or fallback is None or fallback.status != "active":
+            active = sorted(
+                v.version for v in registry.versions(args.model) if v.status == "active"
+            )
+            raise TrafficError(
+                f"--fallback {args.fallback}: not an active version of {args.model} "
+                f"(active: {', '.join(active) or 'none'})"
+            )
     uri, digest = publish_artifact(
         target.client("s3"), target.artifacts_bucket, args.model, args.version, artifact
     )
-    extra = {"fallback": args.fallback} if args.fallback else {}
     try:
         registry.register(spec.version_record(args.model, args.version, uri, digest, **extra))
     except VersionExists as exc:
@@ -260,6 +311,12 @@ def _summary(document: Any) -> str:
     if document.fallback:
         parts.append(f"fallback {document.fallback}")
     return ", ".join(parts)
+
+
+def _first_problem(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    where = ".".join(str(p) for p in error["loc"])
+    return f"{where}: {error['msg']}" if where else error["msg"]
 
 
 def _known_model(target: Target, model: str) -> None:
@@ -452,7 +509,7 @@ def _status_reader(args: argparse.Namespace) -> Callable[[], Any]:
     from switchyard_local.status import AwsStatusReader, LocalStatusReader
 
     if args.aws:
-        manifest = load_manifest(args.manifest)
+        manifest = _manifest(args)
         region = _aws_region(args, manifest)
         return AwsStatusReader(
             manifest.names(args.stage),
@@ -461,13 +518,8 @@ def _status_reader(args: argparse.Namespace) -> Callable[[], Any]:
             ecs=aws.client("ecs", region),
             autoscaling=aws.client("application-autoscaling", region),
         ).read
-    run_dir = Path(args.run_dir)
-    if not (run_dir / "platform.json").exists():
-        raise SystemExit(
-            f"no local platform found ({run_dir / 'platform.json'} is missing): "
-            "run `make up`, or pass --aws"
-        )
-    return LocalStatusReader.for_run_dir(run_dir).read
+    _platform_info(args.run_dir)
+    return LocalStatusReader.for_run_dir(Path(args.run_dir)).read
 
 
 # -- up --------------------------------------------------------------------------
@@ -475,7 +527,7 @@ def _status_reader(args: argparse.Namespace) -> Callable[[], Any]:
 
 def _up(args: argparse.Namespace) -> int:
     from switchyard_local.autoscaler import WarmFloorTooHigh
-    from switchyard_local.supervisor import LocalPlatform
+    from switchyard_local.supervisor import LocalPlatform, PortTaken
 
     try:
         platform = LocalPlatform(
@@ -489,6 +541,8 @@ def _up(args: argparse.Namespace) -> int:
         )
     except WarmFloorTooHigh as exc:
         raise SystemExit(f"switchyard up: --min-workers: {exc}") from None
+    except PortTaken as exc:
+        raise SystemExit(f"switchyard up: {exc}") from None
     dashboard = None
     try:
         platform.start()
@@ -500,7 +554,7 @@ def _up(args: argparse.Namespace) -> int:
         if dashboard is not None:
             dashboard.stop()
         platform.stop()
-    return 0
+    return 1 if platform.failed else 0
 
 
 def _start_dashboard(run_dir: Path, args: argparse.Namespace) -> Any:
@@ -518,38 +572,45 @@ def _start_dashboard(run_dir: Path, args: argparse.Namespace) -> Any:
     return dashboard
 
 
-def _count(variable: str) -> Any:
-    """An argparse type for a whole number >= 0 that may come from ``variable``."""
+def _count(variable: str | None = None, minimum: int = 0, maximum: int | None = None) -> Any:
+    """An argparse type for a whole number from ``minimum`` to ``maximum``, which may
+    come from the environment's ``variable``."""
+    bounds = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
+    source = f" (the option, or {variable})" if variable else ""
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            value = -1
-        if value < 0:
-            raise argparse.ArgumentTypeError(
-                f"{text!r} is not a whole number >= 0 (the option, or {variable})"
-            )
+            value = minimum - 1
+        if value < minimum or (maximum is not None and value > maximum):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number {bounds}{source}")
         return value
 
     return parse
 
 
-def _seconds(variable: str) -> Any:
-    """An argparse type for seconds >= 0 that may come from ``variable``."""
+def _seconds(variable: str | None = None, positive: bool = False) -> Any:
+    """An argparse type for seconds (>= 0, or > 0 if ``positive``) that may come from
+    the environment's ``variable``."""
+    bounds = "> 0" if positive else ">= 0"
+    source = f" (the option, or {variable})" if variable else ""
 
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             value = -1.0
-        if not 0 <= value < float("inf"):
+        if not 0 <= value < float("inf") or (positive and value == 0):
             raise argparse.ArgumentTypeError(
-                f"{text!r} is not a number of seconds >= 0 (the option, or {variable})"
+                f"{text!r} is not a number of seconds {bounds}{source}"
             )
         return value
 
     return parse
+
+
+_PORT = _count("PORT", minimum=1, maximum=65535)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -569,7 +630,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     up = commands.add_parser("up", help="run the local platform until Ctrl-C")
-    up.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8080")))
+    up.add_argument("--port", type=_PORT, default=os.environ.get("PORT") or "8080")
     up.add_argument("--models-dir", default="build/models")
     up.add_argument(
         "--min-workers",
@@ -593,7 +654,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     up.add_argument(
         "--dashboard-port",
-        type=int,
+        type=_count("SWITCHYARD_DASHBOARD_PORT", minimum=0, maximum=65535),
         default=os.environ.get("SWITCHYARD_DASHBOARD_PORT"),
         help="the local dashboard's port on 127.0.0.1 (default: --port + 1; 0: any free "
         "port; a taken port falls back to a free one); its URL is printed at start",
@@ -608,7 +669,10 @@ def build_parser() -> argparse.ArgumentParser:
     status = commands.add_parser("status", help=about, description=about)
     status.add_argument("--watch", action="store_true", help="redraw until Ctrl-C")
     status.add_argument(
-        "--interval", type=float, default=2.0, help="seconds between redraws, with --watch"
+        "--interval",
+        type=_seconds(positive=True),
+        default=2.0,
+        help="seconds between redraws, with --watch",
     )
     status.add_argument(
         "--json", action="store_true", help="JSON, for machines (one line per read with --watch)"
@@ -631,7 +695,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     show = traffic.add_parser("show", help="weights, shadow, fallback and history")
     show.add_argument("model")
-    show.add_argument("--limit", type=int, default=10)
+    show.add_argument("--limit", type=_count(minimum=1), default=10, help="changes in the history")
     show.set_defaults(func=_traffic_show)
     set_ = traffic.add_parser("set", help="set weights (e.g. v1=90 v2=10)")
     set_.add_argument("model")
@@ -687,9 +751,29 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
     try:
         return int(args.func(args))
-    except (TrafficError, DeadLetterError, JobsError) as exc:
-        print(f"switchyard: {exc}", file=sys.stderr)
-        return 2
+    except (CommandError, TrafficError, DeadLetterError, JobsError) as exc:
+        return _refused(str(exc))
+    except EndpointConnectionError as exc:
+        if args.aws:
+            return _refused(f"cannot reach AWS: {exc}")
+        url = exc.kwargs.get("endpoint_url")
+        return _refused(
+            f"the local platform in {args.run_dir} does not answer ({url}): is it running? "
+            "Start it with `make up`"
+        )
+    except (NoCredentialsError, ProfileNotFound) as exc:
+        return _refused(f"{exc} (--aws acts with your AWS credentials: AWS_PROFILE or --profile)")
+    except (ClientError, BotoCoreError) as exc:
+        return _refused(_one_line(exc))
+    except BrokenPipeError:
+        # The reader went away (``| head``): the rest is not wanted.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _refused(message: str) -> int:
+    print(f"switchyard: {message}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -52,6 +52,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def port_taken(port: int) -> bool:
+    """Whether something listens on the loopback ``port`` (a server's own restart,
+    with its socket in TIME_WAIT, does not count: servers bind with SO_REUSEADDR)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((LOOPBACK, port))
+        except OSError:
+            return True
+    return False
+
+
 def emulator_argv(port: int) -> list[str]:
     """The command line of an emulator listening on ``127.0.0.1:port``."""
     return [sys.executable, "-m", "switchyard_local.emulator", "-H", LOOPBACK, "-p", str(port)]

@@ -28,6 +28,8 @@ class JobsError(Exception):
 
 def add_commands(commands: Any) -> None:
     """The ``jobs`` subcommands (``--aws`` and the rest are the main parser's)."""
+    from switchyard_local.cli import _count
+
     jobs = commands.add_parser("jobs", help="batch jobs").add_subparsers(
         dest="jobs_command", required=True
     )
@@ -43,7 +45,7 @@ def add_commands(commands: Any) -> None:
     submit.add_argument("--model", required=True)
     submit.add_argument("--wait", action="store_true", help="follow it until it ends")
     listing = command("list", "the tenant's jobs, newest first", _list)
-    listing.add_argument("--limit", type=int, default=20)
+    listing.add_argument("--limit", type=_count(minimum=1), default=20)
     listing.add_argument("--json", action="store_true")
     command("show", "a job as the API shows it (JSON)", _show).add_argument("job_id")
     command("watch", "a job's progress until it ends", _watch).add_argument("job_id")
@@ -58,13 +60,18 @@ def _store(args: argparse.Namespace) -> tuple[Any, JobStore, str]:
     from switchyard_local.cli import _target
 
     target = _target(args)
-    tenant = args.tenant or target.default_tenant
-    if not tenant:
+    tenant = args.tenant if args.tenant is not None else target.default_tenant
+    if tenant is None:
         raise JobsError("--tenant is required with --aws")
+    if tenant not in target.manifest.tenants:
+        known = ", ".join(target.manifest.tenants)
+        raise JobsError(f"unknown tenant {tenant!r} (tenants: {known})")
     return target, JobStore(target.client("dynamodb"), target.jobs_table), tenant
 
 
 def _job(store: JobStore, tenant: str, job_id: str) -> Job:
+    if not job_id:
+        raise JobsError("a job id is required")
     job = store.get(tenant, job_id)
     if job is None:
         raise JobsError(f"no job {job_id} for tenant {tenant}")
@@ -74,6 +81,8 @@ def _job(store: JobStore, tenant: str, job_id: str) -> Job:
 def _submit(args: argparse.Namespace) -> int:
     target, store, tenant = _store(args)
     path = Path(args.file)
+    if not path.exists():
+        raise JobsError(f"{path}: no such file")
     if not path.is_file() or path.suffix != ".jsonl":
         raise JobsError(f"{path}: not a .jsonl file")
     if args.model not in target.manifest.models:
@@ -182,6 +191,9 @@ def _secret(args: argparse.Namespace) -> int:
 
 
 def _fetch(args: argparse.Namespace) -> int:
+    output = Path(args.output)
+    if not args.output or output.is_dir() or not output.parent.is_dir():
+        raise JobsError(f"-o {args.output!r}: not a file in an existing folder")
     target, store, tenant = _store(args)
     job = _job(store, tenant, args.job_id)
     if job.output_uri is None:

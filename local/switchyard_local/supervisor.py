@@ -39,6 +39,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,7 +61,7 @@ from switchyard_local.autoscaler import (
 from switchyard_local.bridge import ExtensionStandIn, LocalTrafficStore
 from switchyard_local.controller import MetricsWindow, RollbackController
 from switchyard_local.deployed import Launcher, LocalFunction
-from switchyard_local.emulator import emulator_argv, free_port, wait_http
+from switchyard_local.emulator import emulator_argv, free_port, port_taken, wait_http
 from switchyard_local.event_source import SqsEventSource
 from switchyard_local.provision import Provisioned, provision, register_demo_models
 from switchyard_local.traffic import Change
@@ -70,6 +71,10 @@ LOCAL_REGION = "us-east-1"
 # ECS's longest stopTimeout: a worker asked to stop that has not exited by then is
 # killed (its messages come back to the queue when their visibility runs out).
 DRAIN_TIMEOUT_SECONDS = 120.0
+# A router that exits this many times within RESTART_WINDOW_S, and once more, is
+# not restarted again: the platform stops, with its log's end.
+ROUTER_RESTARTS = 5
+RESTART_WINDOW_S = 60.0
 # On one machine a model's threads share the cores with the emulator and the router:
 # threads that sleep at a barrier, rather than spin, leave them the CPU (an ECS task
 # has its cores to itself and keeps the default).
@@ -360,11 +365,20 @@ class LocalPlatform:
     autoscaler: Autoscaler | None = None
     policies: dict[str, ScalingPolicy] = field(init=False)
     info: dict[str, Any] = field(default_factory=dict)
+    # Stopped by a failure (the emulator gone, the router unable to start), not asked.
+    failed: bool = False
     _autoscaler_log: IO[str] | None = None
     _autoscaler_stop: threading.Event = field(default_factory=threading.Event)
     _autoscaler_thread: threading.Thread | None = None
 
     def __post_init__(self) -> None:
+        if port_taken(self.port):
+            # Started anyway, its router could not listen, and the one already there
+            # would answer its readiness check: READY with a key that one never knew.
+            raise PortTaken(
+                f"port {self.port} is in use (another platform? `PORT=9000 make up`, or "
+                "`switchyard up --port 9000`)"
+            )
         self.manifest = load_manifest(self.manifest_path)
         self.policies = {}
         for model in self.manifest.models:
@@ -621,16 +635,31 @@ class LocalPlatform:
                 daemon=True,
             )
             self._autoscaler_thread.start()
+        restarts: deque[float] = deque(maxlen=ROUTER_RESTARTS)
         while not stop["now"]:
             self.pool.reap()
             for child in self.children:
                 if child.name == "router" and not child.alive() and child.process is not None:
-                    # A new router process, as Lambda starts a new instance.
+                    # A new router process, as Lambda starts a new instance; but one that
+                    # cannot start (its port taken since) stops the platform.
                     code = child.process.returncode
+                    now = time.monotonic()
+                    if len(restarts) == ROUTER_RESTARTS and now - restarts[0] < RESTART_WINDOW_S:
+                        print(
+                            f"the router exited {ROUTER_RESTARTS + 1} times within "
+                            f"{RESTART_WINDOW_S:.0f} s; stopping the platform. Its log "
+                            f"ends:\n{child.log_tail(10)}",
+                            flush=True,
+                        )
+                        self.failed = True
+                        stop["now"] = True
+                        break
+                    restarts.append(now)
                     print(f"router exited with {code}; starting a new one", flush=True)
                     child.restart()
                 if child.name == "emulator" and not child.alive():
                     print("the emulator exited; stopping the platform", flush=True)
+                    self.failed = True
                     stop["now"] = True
             time.sleep(0.2)
 
@@ -651,6 +680,10 @@ class LocalPlatform:
             self.extension.close()
         if self._autoscaler_log is not None:
             self._autoscaler_log.close()
+
+
+class PortTaken(Exception):
+    """The platform's port has a listener already."""
 
 
 def base_environment() -> dict[str, str]:

@@ -413,6 +413,8 @@ def text_world():
         ("/v1/models/pydoc-gpt/generate", {"prompt": "x", "temperature": "hot"}, 422,
          "temperature"),
         ("/v1/models/pydoc-gpt/generate", {"prompt": "x" * 9000}, 422, "prompt"),
+        # at most 4 stop sequences, as on the OpenAI route (5 were taken)
+        ("/v1/models/pydoc-gpt/generate", {"prompt": "x", "stop": list("abcde")}, 422, "stop"),
         ("/v1/models/pydoc-gpt/generate", {"max_tokens": 4}, 422, "prompt"),
         # OpenAI: dimensions is checked before the model runs (it ran, then failed)
         ("/openai/v1/embeddings", {"model": "minilm-embed", "input": "x", "dimensions": "a"},

@@ -24,7 +24,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from switchyard.schemas import GenerationSignature
 from switchyard.signatures import FieldError
@@ -57,6 +57,14 @@ class GenerationRequest(BaseModel):
     # A caller's stop sequences (at most MAX_STOPS), and a chat's end of turn.
     stop: list[str] = Field(default_factory=list, max_length=MAX_STOPS + 1)
     stream: bool = False
+
+    @field_validator("stop")
+    @classmethod
+    def _callers_stops(cls, stop: list[str]) -> list[str]:
+        """A caller names at most MAX_STOPS; a chat's end of turn comes beside them."""
+        if len([s for s in stop if s != CHAT_STOP]) > MAX_STOPS:
+            raise ValueError(f"at most {MAX_STOPS} stop sequences")
+        return stop
 
     @property
     def repeatable(self) -> bool:

@@ -1,0 +1,166 @@
+"""An operator's mistakes at the command line get one line of why and exit code 2,
+never a traceback, and change nothing: the CLI runs as an operator runs it, from a
+local platform's ``platform.json``, against the emulator over its wire protocol."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from switchyard_local.cli import main
+from switchyard_local.emulator import free_port
+
+MODEL = "digits-cnn"
+
+
+@pytest.fixture
+def run_dir(provisioned, tmp_path):
+    (tmp_path / "platform.json").write_text(
+        json.dumps(
+            {
+                "settings": provisioned.settings_values(),
+                "names": provisioned.resource_names(),
+                "default_tenant": "acme",
+            }
+        )
+    )
+    return tmp_path
+
+
+@pytest.fixture
+def cli(run_dir, capsys):
+    def run(*args: str, where=None) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = main(["--run-dir", str(where or run_dir), *args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def refused(result: tuple[int, str, str], *words: str) -> None:
+    code, _, err = result
+    assert code == 2, result
+    assert err.startswith("switchyard: ") and len(err.strip().splitlines()) == 1, err
+    for word in words:
+        assert word in err, err
+
+
+def test_commands_say_when_the_platform_does_not_answer(cli, run_dir, provisioned, tmp_path):
+    # GIVEN the record of a platform that has stopped (its emulator's port now closed)
+    stopped = tmp_path / "stopped"
+    stopped.mkdir()
+    record = (run_dir / "platform.json").read_text()
+    dead = f"http://127.0.0.1:{free_port()}"
+    (stopped / "platform.json").write_text(record.replace(provisioned.endpoint_url, dead))
+    # THEN every command that reads it says so: each raised EndpointConnectionError
+    for command in (
+        ("models", "list"),
+        ("traffic", "show", MODEL),
+        ("shadow", "report", MODEL),
+        ("dlq", "list", MODEL),
+        ("jobs", "list"),
+        ("jobs", "show", "abc"),
+    ):
+        refused(cli(*command, where=stopped), "does not answer", "make up")
+
+
+def test_a_platform_record_that_is_not_one_is_said_so(cli, tmp_path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for text in ("{not json", "[]", '{"settings": {}}'):
+        (broken / "platform.json").write_text(text)
+        refused(cli("models", "list", where=broken), "is not a platform's record")
+    refused(cli("models", "list", where=tmp_path / "none"), "no local platform found")
+
+
+def test_a_manifest_that_cannot_be_read_is_named(cli, tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[models\n")
+    for path in (tmp_path / "missing.toml", tmp_path, bad):
+        refused(cli("--manifest", str(path), "models", "list"), f"--manifest {path}")
+
+
+@pytest.mark.parametrize("tenant", ["nobody", "", "globex/digits-cnn"])
+def test_a_tenant_the_manifest_does_not_name_is_refused(cli, tenant, tmp_path):
+    # It was taken: "nobody" got a job, "" meant the first tenant (and its secret was
+    # printed), "globex/digits-cnn" ran a minilm-embed job as globex's digits-cnn one.
+    lines = tmp_path / "lines.jsonl"
+    lines.write_text('"a line"\n')
+    for command in (
+        ("jobs", "submit", str(lines), "--model", "minilm-embed"),
+        ("jobs", "list"),
+        ("jobs", "secret"),
+    ):
+        refused(cli(*command, "--tenant", tenant), "unknown tenant", "acme, globex")
+
+
+def test_job_commands_refuse_what_they_cannot_do(cli, tmp_path):
+    refused(cli("jobs", "show", ""), "a job id is required")
+    refused(cli("jobs", "submit", str(tmp_path / "none.jsonl"), "--model", MODEL), "no such file")
+    for output in (str(tmp_path), str(tmp_path / "no" / "x.jsonl"), ""):
+        refused(cli("jobs", "fetch", "abc", "-o", output), "-o", "not a file in an existing folder")
+
+
+def test_a_version_is_checked_before_its_artifact_is_uploaded(cli, clients, provisioned, tmp_path):
+    artifact = tmp_path / "m.pt"
+    artifact.write_bytes(b"weights")
+    bucket = provisioned.resource_names()["artifacts_bucket"]
+
+    def uploaded() -> list[str]:
+        listed = clients("s3").list_objects_v2(Bucket=bucket, Prefix=f"{MODEL}/")
+        return [o["Key"] for o in listed.get("Contents", [])]
+
+    before = uploaded()
+    for version, extra, words in (
+        ("", (), ("version",)),
+        ("v 1/../x", (), ("version",)),
+        ("v10", ("--fallback", "v99"), ("--fallback v99", "not an active version")),
+        ("v10", ("--fallback", "v10"), ("--fallback v10",)),
+    ):
+        args = ("models", "register", MODEL, version, "--artifact", str(artifact), *extra)
+        refused(cli(*args), *words)
+    assert uploaded() == before
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("up", "--port", "70000"),
+        ("up", "--port", "0"),
+        ("up", "--dashboard-port", "-1"),
+        ("status", "--watch", "--interval", "-1"),
+        ("status", "--watch", "--interval", "0"),
+        ("traffic", "show", MODEL, "--limit", "0"),
+        ("jobs", "list", "--limit", "-5"),
+    ],
+)
+def test_numbers_out_of_range_are_refused_by_the_parser(args, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(list(args))
+    assert exited.value.code == 2
+    assert "is not a" in capsys.readouterr().err
+
+
+def test_a_bad_port_in_the_environment_troubles_only_up(cli, monkeypatch):
+    monkeypatch.setenv("PORT", "abc")
+    # every command's parser built `up`'s default: int("abc") raised for all of them
+    assert cli("models", "list")[0] == 0
+    with pytest.raises(SystemExit) as exited:
+        main(["up"])
+    assert exited.value.code == 2
+
+
+def test_up_on_a_port_already_served_stops_before_it_starts_anything(tmp_path):
+    # It printed READY with a key the platform already there never knew, then
+    # restarted its router, which could not listen, five times a second.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(SystemExit) as exited:
+            main(["--run-dir", str(tmp_path / "run"), "up", "--port", str(port)])
+    assert f"port {port} is in use" in str(exited.value.code)
+    assert not (tmp_path / "run").exists()
