@@ -614,7 +614,7 @@ _PORT = _count("PORT", minimum=1, maximum=65535)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="switchyard", description=__doc__)
+    parser = argparse.ArgumentParser(prog="switchyard", description=__doc__.replace("``", "`"))
     parser.add_argument(
         "--run-dir",
         default=os.environ.get("SWITCHYARD_RUN_DIR", ".run"),

@@ -680,6 +680,8 @@ class LocalPlatform:
             self.extension.close()
         if self._autoscaler_log is not None:
             self._autoscaler_log.close()
+        if self.info:  # the record of a running platform, which it no longer is
+            (self.run_dir / "platform.json").unlink(missing_ok=True)
 
 
 class PortTaken(Exception):

@@ -41,6 +41,8 @@ def test_ctrl_c_stops_every_process_it_started(platform):
         time.sleep(0.1)
     assert [p for p in started if alive(p)] == []
     assert not any(alive(p) for p in standbys)
+    # and the CLI finds no platform to talk to (it tried the stopped one's emulator)
+    assert not (platform.run_dir / "platform.json").exists()
     # The workers drained rather than died: each logged a clean stop. (One that does
     # not stop in time is killed, after its stacks go to its log.)
     assert stops(platform) - stops_before == len(workers), "\n".join(
