@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import urllib.request
 from pathlib import Path
@@ -50,6 +51,34 @@ def manifest():
 @pytest.fixture
 def provisioned(manifest, clients, emulator_url):
     return provision(manifest, "dev", emulator_url, REGION)
+
+
+@pytest.fixture
+def run_dir(provisioned, tmp_path) -> Path:
+    """A run folder as the local platform leaves it for the CLI: ``platform.json``
+    with its settings, names and first tenant."""
+    record = {
+        "settings": provisioned.settings_values(),
+        "names": provisioned.resource_names(),
+        "default_tenant": "acme",
+    }
+    (tmp_path / "platform.json").write_text(json.dumps(record))
+    return tmp_path
+
+
+@pytest.fixture
+def cli(run_dir, capsys):
+    """``switchyard`` as an operator runs it, on ``run_dir`` (or ``where``): its exit
+    code, output and errors."""
+    from switchyard_local.cli import main
+
+    def run(*args: str, where: Path | None = None) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = main(["--run-dir", str(where or run_dir), *args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,6 @@ local platform's ``platform.json``, against the emulator over its wire protocol.
 
 from __future__ import annotations
 
-import json
 import socket
 
 import pytest
@@ -13,31 +12,6 @@ from switchyard_local.cli import main
 from switchyard_local.emulator import free_port
 
 MODEL = "digits-cnn"
-
-
-@pytest.fixture
-def run_dir(provisioned, tmp_path):
-    (tmp_path / "platform.json").write_text(
-        json.dumps(
-            {
-                "settings": provisioned.settings_values(),
-                "names": provisioned.resource_names(),
-                "default_tenant": "acme",
-            }
-        )
-    )
-    return tmp_path
-
-
-@pytest.fixture
-def cli(run_dir, capsys):
-    def run(*args: str, where=None) -> tuple[int, str, str]:
-        capsys.readouterr()
-        code = main(["--run-dir", str(where or run_dir), *args])
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
 
 
 def refused(result: tuple[int, str, str], *words: str) -> None:

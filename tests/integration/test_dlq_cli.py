@@ -14,34 +14,8 @@ import pytest
 from switchyard.schemas import RETRIES_EXHAUSTED, ErrorInfo, QueueMessage, ResultRecord
 from switchyard.settings import Settings
 from switchyard.wiring import build_adapters
-from switchyard_local.cli import main
 
 MODEL = "digits-cnn"
-
-
-@pytest.fixture
-def platform(provisioned, tmp_path):
-    """What the local platform writes for the CLI: its settings and names."""
-    (tmp_path / "platform.json").write_text(
-        json.dumps(
-            {
-                "settings": provisioned.settings_values(),
-                "names": provisioned.resource_names(),
-            }
-        )
-    )
-    return tmp_path
-
-
-@pytest.fixture
-def cli(platform, capsys):
-    def run(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        code = main(["--run-dir", str(platform), *args])
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
 
 
 @pytest.fixture
