@@ -27,7 +27,6 @@ from fastapi.responses import Response, StreamingResponse
 from switchyard.generation import TokenStream
 from switchyard.results import ResultStore
 from switchyard.schemas import GenerationSignature, ResultRecord
-from switchyard.signatures import FieldError
 from switchyard_router.answers import JSONResponse, failure_of, queued, routed_headers
 from switchyard_router.logic import Admitted, PredictService, RequestRejected
 from switchyard_router.streaming import (
@@ -104,7 +103,7 @@ def generate(
     except RequestRejected as exc:
         if exc.code == "invalid_input":
             exc.message = f"the request does not match {call.model}'s generation signature"
-        exc.errors = [FieldError(request_field(e.field), e.message) for e in exc.errors]
+        exc.rename_fields(request_field)
         raise
     headers = routed_headers(admitted)
     if call.is_async:

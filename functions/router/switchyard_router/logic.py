@@ -60,6 +60,10 @@ class RequestRejected(Exception):
         self.message = message
         self.errors = errors or []
 
+    def rename_fields(self, rename: Callable[[str], str]) -> None:
+        """Its fields named as the caller of an API on top of predict's named them."""
+        self.errors = [FieldError(rename(e.field), e.message) for e in self.errors]
+
 
 @dataclass
 class Admitted:

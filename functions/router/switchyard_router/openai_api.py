@@ -455,10 +455,7 @@ def add_openai_routes(app: FastAPI, deps: Any, tenant_of: Callable[[Request], st
             )
         except RequestRejected as exc:
             if chat:  # the prompt is the caller's messages, rendered
-                exc.errors = [
-                    FieldError("messages" if e.field == "prompt" else e.field, e.message)
-                    for e in exc.errors
-                ]
+                exc.rename_fields(lambda field: "messages" if field == "prompt" else field)
             raise
 
     @app.post(
@@ -544,9 +541,7 @@ def _embed(
         )
     except RequestRejected as exc:
         # Named as the caller sent them: input, input[2] (the platform's inputs[2]).
-        exc.errors = [
-            FieldError("input" + e.field.removeprefix("inputs"), e.message) for e in exc.errors
-        ]
+        exc.rename_fields(lambda field: "input" + field.removeprefix("inputs"))
         raise
     record = service.wait(admitted, tenant)
     if record is None:
