@@ -109,8 +109,14 @@ def _platform_info(run_dir: str) -> dict[str, Any]:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+    return _first_line(str(exc)) or type(exc).__name__
+
+
+def _first_line(text: str) -> str:
+    """What fits a line of a message or a table: the first (the rest is elsewhere:
+    a log, or a command's --json)."""
+    lines = text.strip().splitlines()
+    return lines[0] + (" …" if len(lines) > 1 else "") if lines else ""
 
 
 def _target(args: argparse.Namespace) -> Target:
@@ -210,7 +216,8 @@ def _models_register(args: argparse.Namespace) -> int:
         raise TrafficError(f"unknown model {args.model!r} (not in the manifest)")
     artifact = Path(args.artifact)
     if not artifact.is_file():
-        raise TrafficError(f"--artifact {artifact}: no such file")
+        why = "a folder, not a file" if artifact.is_dir() else "no such file"
+        raise TrafficError(f"--artifact {artifact}: {why}")
     registry = target.registry
     extra = {"fallback": args.fallback} if args.fallback is not None else {}
     try:  # the record as it will be, checked before anything is uploaded
@@ -448,7 +455,8 @@ def _dlq_list(args: argparse.Namespace) -> int:
         print(
             f"{letter.lane:<8} {letter.request_id or '?':<36} {letter.tenant or '?':<12} "
             f"{letter.version or '?':<10} {letter.receives:>8} "
-            f"{_stamp(row.enqueued_at or 0.0):<19} {row.status or '?':<9} {row.last_error}"
+            f"{_stamp(row.enqueued_at or 0.0):<19} {row.status or '?':<9} "
+            f"{_first_line(row.last_error)}"
         )
     print(f"{where}: {len(listed)} message(s) in the DLQ; receives exclude this listing's own")
     return 0

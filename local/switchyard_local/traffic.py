@@ -240,10 +240,14 @@ def document_from_args(
         version, sep, value = item.partition("=")
         if not sep or not version:
             raise TrafficError(f"{item!r}: expected VERSION=PERCENT")
+        if version in parsed:
+            raise TrafficError(f"{item!r}: {version} is given a weight twice")
         try:
             parsed[version] = int(value)
         except ValueError:
             raise TrafficError(f"{item!r}: the percent must be a whole number") from None
+    if sticky is not None and not sticky.strip():
+        raise TrafficError("--sticky: a header's name, not nothing")
     raw: dict[str, Any] = {
         "schema_version": 1,
         "weights": parsed,

@@ -138,3 +138,11 @@ def test_up_on_a_port_already_served_stops_before_it_starts_anything(tmp_path):
             main(["--run-dir", str(tmp_path / "run"), "up", "--port", str(port)])
     assert f"port {port} is in use" in str(exited.value.code)
     assert not (tmp_path / "run").exists()
+
+
+def test_routing_and_registration_mistakes_are_named(cli, tmp_path):
+    # v1 weighed twice read "they sum to 0"; an empty --sticky was ignored; a folder
+    # given as the artifact was "no such file"
+    refused(cli("traffic", "set", MODEL, "v1=100", "v1=0"), "v1 is given a weight twice")
+    refused(cli("traffic", "set", MODEL, "v1=100", "--sticky", " "), "--sticky")
+    refused(cli("models", "register", MODEL, "v9", "--artifact", str(tmp_path)), "a folder")

@@ -106,7 +106,7 @@ def test_list_shows_each_message_with_its_request_and_last_error_and_moves_nothi
     for rid, tenant in (("exhausted", "acme"), ("still-queued", "globex"), ("batch-one", "acme")):
         admit(results, rid, tenant)
     exhaust(results, "exhausted", reason="RuntimeError: injected fault")
-    exhaust(results, "batch-one", reason="RuntimeError: batch fault")
+    exhaust(results, "batch-one", reason="RuntimeError: batch fault\n  in forward, layer 3")
     results.mark_failed(
         results.get("globex", "still-queued").model_copy(update={"version": "v2"}),
         "CUDA out of memory",
@@ -142,7 +142,9 @@ def test_list_shows_each_message_with_its_request_and_last_error_and_moves_nothi
     assert (queued["tenant"], queued["version"], queued["status"]) == ("globex", "v2", "queued")
     assert queued["last_error"] == "v2: CUDA out of memory"
     assert rows["batch-one"]["lane"] == "batch"
-    assert rows["batch-one"]["last_error"] == "failed after 3 attempts: RuntimeError: batch fault"
+    assert rows["batch-one"]["last_error"] == (
+        "failed after 3 attempts: RuntimeError: batch fault\n  in forward, layer 3"
+    )
     undecodable = rows[None]
     assert undecodable["tenant"] == "initech" and undecodable["receives"] == 0
     assert undecodable["last_error"].startswith("undecodable: not JSON")
@@ -153,9 +155,11 @@ def test_list_shows_each_message_with_its_request_and_last_error_and_moves_nothi
     # WHEN the operator lists one lane as a table
     code, out, _ = cli("dlq", "list", MODEL, "--lane", "batch")
 
-    # THEN only that lane's message is shown, readably
+    # THEN only that lane's message is shown, readably: a row a message (its error's
+    # first line; the rest is in --json)
     assert code == 0
-    assert "batch-one" in out and "failed after 3 attempts: RuntimeError: batch fault" in out
+    assert "batch-one" in out and "failed after 3 attempts: RuntimeError: batch fault …" in out
+    assert "layer 3" not in out and len(out.splitlines()) == 3
     assert "exhausted" not in out and "still-queued" not in out
     assert "1 message(s) in the DLQ" in out
 
