@@ -4,11 +4,15 @@ the job's callbacks."""
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from switchyard.callbacks import deliver_once
-from switchyard_router.jobs_api import JobSubmission
+from switchyard_router.jobs_api import CALLBACK_URL_PATTERN, JobSubmission
 
 
 def submission(url: str) -> JobSubmission:
@@ -20,8 +24,9 @@ def submission(url: str) -> JobSubmission:
     [
         "https://hooks.example.com/switchyard",
         "http://10.0.0.7:8080/ended?team=data#x",
-        "https://[::1]:8443/hook",
         "https://example.com/caf%C3%A9",
+        "https://user:pa%20ss@hooks.example.com:65535/a?b=c#d",
+        "http://10.0.0.7:/x",  # an empty port is none
     ],
 )
 def test_a_callback_url_urllib_can_post_to_is_taken(url):
@@ -40,12 +45,29 @@ def test_a_callback_url_urllib_can_post_to_is_taken(url):
         "https:///path",
         "ftp://example.com/",
         "https://exa mple.com/",
+        # no host, or a port urllib cannot read (the fuzzer found the first)
+        "https://:@",
+        "https://user@/x",
+        "https://h:65536/",
+        "https://h:1:2/",
+        # an IPv6 literal: its brackets are not checked here, so none is taken
+        "https://[::1]:8443/hook",
     ],
 )
 def test_a_callback_url_that_could_never_be_posted_to_is_refused(url):
     with pytest.raises(ValidationError) as refused:
         submission(url)
     assert refused.value.errors()[0]["loc"] == ("callback_url",)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.from_regex(CALLBACK_URL_PATTERN, fullmatch=True))
+def test_every_url_the_pattern_takes_names_a_host_and_a_port_urllib_reads(url):
+    # The API document states the pattern alone: what it takes, the router takes.
+    parts = urlsplit(url)
+    assert parts.scheme in ("http", "https") and parts.hostname
+    parts.port  # noqa: B018 - raises ValueError for a port urllib cannot read
+    assert submission(url).callback_url == url
 
 
 def test_a_stored_url_urllib_cannot_post_to_is_a_failed_attempt():
