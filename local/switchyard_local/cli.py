@@ -105,7 +105,7 @@ def _platform_info(run_dir: str) -> dict[str, Any]:
         raise CommandError(
             f"{path} is not a platform's record ({_one_line(exc)}): run `make up` again"
         ) from None
-    return dict(info)
+    return info
 
 
 def _one_line(exc: BaseException) -> str:

@@ -195,9 +195,8 @@ class JobsApi:
             )
         key = uri.removeprefix(f"s3://{self.drop_bucket}/")
         if len(key.encode()) > MAX_KEY_BYTES:  # S3 would refuse to look (400)
-            raise RequestRejected(
-                404, "no_such_file", f"no file can be at {uri}: S3 keys are at most 1,024 bytes"
-            )
+            why = f"no file can be at {uri}: S3 keys are at most {MAX_KEY_BYTES:,} bytes"
+            raise RequestRejected(404, "no_such_file", why)
         return key
 
     def get(self, tenant: str, job_id: str) -> Job:
