@@ -632,7 +632,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--manifest", default=os.environ.get("SWITCHYARD_MANIFEST", str(MANIFEST_FILE))
     )
     parser.add_argument("--aws", action="store_true", help="act on a deployed stack")
-    parser.add_argument("--stage", choices=["dev", "prod"], default="dev", help="with --aws")
+    parser.add_argument(
+        "--stage", choices=["dev", "prod"], help="the deployed stage, with --aws (default: dev)"
+    )
     parser.add_argument("--profile", help="AWS profile, with --aws")
     parser.add_argument("--region", help="AWS region, with --aws")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -752,11 +754,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_AWS_ONLY = ("stage", "profile", "region")  # the options that name a deployed stack
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if not args.aws:
+        given = [f"--{name}" for name in _AWS_ONLY if getattr(args, name) is not None]
+        if given:
+            verb = "names" if len(given) == 1 else "name"
+            parser.error(f"{', '.join(given)} {verb} a deployed stack: add --aws")
         os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
         os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+    else:
+        args.stage = args.stage or "dev"
     try:
         return int(args.func(args))
     except (CommandError, TrafficError, DeadLetterError, JobsError) as exc:

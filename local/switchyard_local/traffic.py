@@ -259,6 +259,12 @@ def document_from_args(
         version, sep, percent = shadow.partition(":")
         if not sep or not percent.isdigit():
             raise TrafficError(f"--shadow {shadow!r}: expected VERSION:PERCENT")
+        if parsed.get(version) == 100:
+            # A request is never copied to the version it is routed to.
+            raise TrafficError(
+                f"--shadow {shadow!r}: {version} takes all the traffic, so nothing would be "
+                "copied to it; shadow a version that takes less"
+            )
         raw["shadow"] = {"version": version, "percent": int(percent)}
     return raw
 

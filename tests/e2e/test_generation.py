@@ -259,4 +259,5 @@ def test_a_batch_job_of_prompts_gets_one_generation_per_line(platform, http):
     assert lines[0]["output"]["usage"]["completion_tokens"] == 6
     assert lines[1]["output"]["usage"]["completion_tokens"] == 16  # the default max_tokens
     assert lines[2]["error"]["code"] == "invalid_input"
+    assert lines[2]["error"]["message"].startswith("line 3: max_tokens is 100000; at most")
     assert lines[3]["output"]["usage"]["completion_tokens"] == 5

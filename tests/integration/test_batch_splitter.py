@@ -18,6 +18,7 @@ from switchyard_batch.splitter import CONTINUE, handle_message, splitter_of
 
 MODEL = "digits-cnn"  # 256 inputs per request at most
 VECTOR = json.dumps([1] * 64)
+BAD_PIXEL = json.dumps([1, 1, "1"] + [1] * 61)
 
 
 def event(bucket: str, key: str) -> dict:
@@ -73,18 +74,20 @@ def rig(manifest, provisioned, clients, emulator_url):
 
 def test_a_dropped_file_is_validated_split_and_enqueued_once(rig):
     deep = "[" * 5000 + "]" * 5000  # the json module raised RecursionError on it
-    lines = [VECTOR] * 300 + ["not json", json.dumps([1] * 3), "", deep, VECTOR]
+    lines = [VECTOR] * 300 + ["not json", json.dumps([1] * 3), "", deep, VECTOR, BAD_PIXEL]
     (job,) = handle_message(rig.drop("acme/digits-cnn/scores.jsonl", lines), rig.splitter, forever)
 
     assert job.split_done and job.status == "queued"
-    assert (job.inputs, job.rejected, job.chunks, job.split_line) == (301, 4, 2, 305)
+    assert (job.inputs, job.rejected, job.chunks, job.split_line) == (301, 5, 2, 306)
     assert [(e.line, e.code) for e in job.errors] == [
         (301, "invalid_json"),
         (302, "invalid_input"),
         (303, "invalid_input"),
         (304, "invalid_json"),
+        (306, "invalid_input"),
     ]
-    assert "line 302" in job.errors[1].message
+    assert job.errors[1].message == "line 302 must hold exactly 64 numbers, got 3"
+    assert job.errors[4].message == "line 306: [2] must be a number, got string"
     assert rig.jobs.get("acme", job.job_id) == job
     messages = rig.enqueued()
     assert sorted(m.request_id for m in messages) == [

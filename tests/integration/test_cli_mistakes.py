@@ -118,6 +118,22 @@ def test_numbers_out_of_range_are_refused_by_the_parser(args, capsys):
     assert "is not a" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (("--stage", "prod", "models", "list"), "--stage names"),
+        (("--stage", "dev", "--profile", "ops", "status"), "--stage, --profile name"),
+        (("--region", "eu-west-1", "dlq", "list", MODEL), "--region names"),
+    ],
+)
+def test_options_of_a_deployed_stack_need_aws(args, named, capsys):
+    # Without --aws they were ignored: the command acted on the local platform
+    with pytest.raises(SystemExit) as exited:
+        main(list(args))
+    assert exited.value.code == 2
+    assert f"{named} a deployed stack: add --aws" in capsys.readouterr().err
+
+
 def test_a_bad_port_in_the_environment_troubles_only_up(cli, monkeypatch):
     monkeypatch.setenv("PORT", "abc")
     # every command's parser built `up`'s default: int("abc") raised for all of them
@@ -145,4 +161,6 @@ def test_routing_and_registration_mistakes_are_named(cli, tmp_path):
     # given as the artifact was "no such file"
     refused(cli("traffic", "set", MODEL, "v1=100", "v1=0"), "v1 is given a weight twice")
     refused(cli("traffic", "set", MODEL, "v1=100", "--sticky", " "), "--sticky")
+    # a shadow of the version taking all the traffic was taken, and copied nothing
+    refused(cli("traffic", "set", MODEL, "v1=100", "--shadow", "v1:50"), "takes all the traffic")
     refused(cli("models", "register", MODEL, "v9", "--artifact", str(tmp_path)), "a folder")

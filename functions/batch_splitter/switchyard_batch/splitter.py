@@ -282,10 +282,14 @@ class Splitter:
         except ValueError as exc:
             progress.reject(line, "invalid_json", f"not valid JSON: {exc}")
             return
-        problems = check_item(item, version.signature, f"line {line}")
+        where = f"line {line}"
+        problems = check_item(item, version.signature, where)
         if problems:
+            # "line 3 must be a string", "line 3: max_tokens is 900; …", "line 3: [5] …"
             first = problems[0]
-            progress.reject(line, "invalid_input", f"{first.field} {first.message}")
+            inside = first.field.removeprefix(where).removeprefix(".")
+            named = f"{where}: {inside}" if inside else where
+            progress.reject(line, "invalid_input", f"{named} {first.message}")
             return
         progress.pending.append(item)
 
