@@ -105,7 +105,26 @@ def _platform_info(run_dir: str) -> dict[str, Any]:
         raise CommandError(
             f"{path} is not a platform's record ({_one_line(exc)}): run `make up` again"
         ) from None
+    if not _running(info.get("pid")):
+        raise CommandError(
+            f"the local platform recorded in {path} (pid {info['pid']}) is no longer "
+            "running: start it with `make up`"
+        )
     return info
+
+
+def _running(pid: Any) -> bool:
+    """Whether the process ``pid`` is alive (True when the record names none: it is
+    asked over the network then)."""
+    if not isinstance(pid, int):
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _one_line(exc: BaseException) -> str:

@@ -453,6 +453,7 @@ class LocalPlatform:
         tenant, key = next(iter(provisioned.api_keys.items()))
         self.info = {
             "url": self.url,
+            "pid": os.getpid(),  # the CLI tells a platform killed outright by it
             "emulator_url": self.emulator_url,
             "region": LOCAL_REGION,
             "stage": LOCAL_STAGE,

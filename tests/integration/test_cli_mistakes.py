@@ -4,7 +4,9 @@ local platform's ``platform.json``, against the emulator over its wire protocol.
 
 from __future__ import annotations
 
+import json
 import socket
+import subprocess
 
 import pytest
 
@@ -39,6 +41,19 @@ def test_commands_say_when_the_platform_does_not_answer(cli, run_dir, provisione
         ("jobs", "show", "abc"),
     ):
         refused(cli(*command, where=stopped), "does not answer", "make up")
+
+
+def test_commands_say_when_the_platform_was_killed_outright(cli, run_dir, tmp_path):
+    # GIVEN the record a platform killed with -9 leaves behind (its process is gone)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    record = json.loads((run_dir / "platform.json").read_text())
+    (killed / "platform.json").write_text(json.dumps(record | {"pid": gone.pid}))
+    # THEN commands say so, not that it "does not answer"
+    for command in (("models", "list"), ("status",), ("jobs", "list")):
+        refused(cli(*command, where=killed), f"(pid {gone.pid}) is no longer running", "make up")
 
 
 def test_a_platform_record_that_is_not_one_is_said_so(cli, tmp_path):
