@@ -12,6 +12,7 @@ import argparse
 import getpass
 import json
 import os
+import signal
 import sys
 import time
 from collections import defaultdict
@@ -42,6 +43,7 @@ from switchyard.tables import RESULTS
 from switchyard.wiring import Adapters, build_adapters
 from switchyard_local import jobs_cli
 from switchyard_local.dead_letters import DeadLetterError, Listed, list_dead_letters, redrive
+from switchyard_local.emulator import process_alive
 from switchyard_local.jobs_cli import JobsError
 from switchyard_local.traffic import (
     AppConfigTrafficStore,
@@ -105,26 +107,13 @@ def _platform_info(run_dir: str) -> dict[str, Any]:
         raise CommandError(
             f"{path} is not a platform's record ({_one_line(exc)}): run `make up` again"
         ) from None
-    if not _running(info.get("pid")):
+    pid = info.get("pid")
+    if isinstance(pid, int) and not process_alive(pid):
         raise CommandError(
             f"the local platform recorded in {path} (pid {info['pid']}) is no longer "
             "running: start it with `make up`"
         )
     return info
-
-
-def _running(pid: Any) -> bool:
-    """Whether the process ``pid`` is alive (True when the record names none: it is
-    asked over the network then)."""
-    if not isinstance(pid, int):
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def _one_line(exc: BaseException) -> str:
@@ -554,8 +543,13 @@ def _status_reader(args: argparse.Namespace) -> Callable[[], Any]:
 
 def _up(args: argparse.Namespace) -> int:
     from switchyard_local.autoscaler import WarmFloorTooHigh
-    from switchyard_local.supervisor import LocalPlatform, PortTaken
+    from switchyard_local.supervisor import InUse, LocalPlatform, TooManyStandbys
 
+    # Ctrl-C or SIGTERM while it starts stops what has started, as after READY; a
+    # shell's background job (`make up &`) starts with SIGINT ignored, which lost it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    _manifest(args)  # a path that is no manifest, said in one line
     try:
         platform = LocalPlatform(
             manifest_path=Path(args.manifest),
@@ -567,9 +561,11 @@ def _up(args: argparse.Namespace) -> int:
             idle_seconds=args.idle_seconds,
         )
     except WarmFloorTooHigh as exc:
-        raise SystemExit(f"switchyard up: --min-workers: {exc}") from None
-    except PortTaken as exc:
-        raise SystemExit(f"switchyard up: {exc}") from None
+        raise CommandError(f"up --min-workers: {exc}") from None
+    except TooManyStandbys as exc:
+        raise CommandError(f"up --standby-workers: {exc}") from None
+    except InUse as exc:
+        raise CommandError(f"up: {exc}") from None
     dashboard = None
     try:
         platform.start()
@@ -577,6 +573,8 @@ def _up(args: argparse.Namespace) -> int:
         platform.supervise()
     except KeyboardInterrupt:
         pass
+    except FileNotFoundError as exc:  # a model's artifact: `make models` not run
+        raise CommandError(f"up: {_one_line(exc)}") from None
     finally:
         if dashboard is not None:
             dashboard.stop()

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
+import os
 import socket
 import subprocess
 import sys
@@ -62,6 +63,17 @@ def port_taken(port: int) -> bool:
         except OSError:
             return True
     return False
+
+
+def process_alive(pid: int) -> bool:
+    """Whether the process ``pid`` exists (another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def emulator_argv(port: int) -> list[str]:

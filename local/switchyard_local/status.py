@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
-import os
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -39,6 +38,7 @@ from switchyard.schemas import LANES
 from switchyard.settings import ENV_PREFIX
 from switchyard.telemetry import NAMESPACE as METRICS_NAMESPACE
 from switchyard_local.controller import MetricsWindow
+from switchyard_local.emulator import process_alive
 from switchyard_local.traffic import VersionStats
 
 SCALING_FILE = "scaling.json"
@@ -249,16 +249,6 @@ def read_scaling_file(
 # -- local observations ------------------------------------------------------------
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _ready_file_of(pid: str) -> str | None:
     """The ready file a process was told to write (from its environment), if any."""
     try:
@@ -291,7 +281,7 @@ def observe_workers(
                 continue
             with contextlib.suppress(OSError, ValueError, IndexError):
                 pid = int(ready.read_text().rsplit("-", 1)[1])
-                if _alive(pid):
+                if process_alive(pid):
                     running.add(pid)
         starting = {
             pid

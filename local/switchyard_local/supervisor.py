@@ -61,7 +61,13 @@ from switchyard_local.autoscaler import (
 from switchyard_local.bridge import ExtensionStandIn, LocalTrafficStore
 from switchyard_local.controller import MetricsWindow, RollbackController
 from switchyard_local.deployed import Launcher, LocalFunction
-from switchyard_local.emulator import emulator_argv, free_port, port_taken, wait_http
+from switchyard_local.emulator import (
+    emulator_argv,
+    free_port,
+    port_taken,
+    process_alive,
+    wait_http,
+)
 from switchyard_local.event_source import SqsEventSource
 from switchyard_local.provision import Provisioned, provision, register_demo_models
 from switchyard_local.traffic import Change
@@ -375,9 +381,17 @@ class LocalPlatform:
         if port_taken(self.port):
             # Started anyway, its router could not listen, and the one already there
             # would answer its readiness check: READY with a key that one never knew.
-            raise PortTaken(
+            raise InUse(
                 f"port {self.port} is in use (another platform? `PORT=9000 make up`, or "
                 "`switchyard up --port 9000`)"
+            )
+        owner = running_platform(self.run_dir)
+        if owner is not None:
+            # It would write over that one's platform.json, and remove it on stopping:
+            # the CLI would lose the platform still serving.
+            raise InUse(
+                f"a platform (pid {owner}) runs from {self.run_dir} already: stop it "
+                "first, or give this one a folder of its own (--run-dir)"
             )
         self.manifest = load_manifest(self.manifest_path)
         self.policies = {}
@@ -390,6 +404,13 @@ class LocalPlatform:
                 )
             except WarmFloorTooHigh as exc:
                 raise WarmFloorTooHigh(f"{model}: {exc}") from None
+        most = sum(policy.max_tasks for policy in self.policies.values())
+        if self.standby_workers > most:
+            # Each is an interpreter of ~0.5 GiB that no worker would ever take over.
+            raise TooManyStandbys(
+                f"{self.standby_workers} is more than the {most} workers the models can "
+                "have at once"
+            )
         self.emulator_port = self.emulator_port or free_port()
         self.run_dir = self.run_dir.resolve()
         (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
@@ -681,12 +702,28 @@ class LocalPlatform:
             self.extension.close()
         if self._autoscaler_log is not None:
             self._autoscaler_log.close()
-        if self.info:  # the record of a running platform, which it no longer is
+        if self.info and running_platform(self.run_dir) == os.getpid():
+            # Its own record (of a running platform, which it no longer is).
             (self.run_dir / "platform.json").unlink(missing_ok=True)
 
 
-class PortTaken(Exception):
-    """The platform's port has a listener already."""
+def running_platform(run_dir: Path) -> int | None:
+    """The pid of the platform whose record (``platform.json``) is in ``run_dir``, if
+    that process is alive."""
+    try:
+        pid = json.loads((run_dir / "platform.json").read_text()).get("pid")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return pid if isinstance(pid, int) and process_alive(pid) else None
+
+
+class TooManyStandbys(ValueError):
+    """More standby workers asked for than workers can ever run at once."""
+
+
+class InUse(Exception):
+    """The platform's port has a listener already, or its run folder is another
+    running platform's."""
 
 
 def base_environment() -> dict[str, str]:

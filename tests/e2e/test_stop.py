@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
-from tests.local_platform import descendants, stat_fields
+from switchyard_local.emulator import free_port
+from tests.local_platform import ROOT, descendants, stat_fields
 
 
 def alive(pid: int) -> bool:
@@ -64,3 +67,34 @@ def cmdline(pid: int) -> bytes:
 
 def stops(platform) -> int:
     return sum(1 for e in platform.worker_log_events() if e.get("message") == "stopped")
+
+
+def test_ctrl_c_while_it_starts_stops_what_has_started(tmp_path):
+    # Started as a shell's background job is (`make up &`): SIGINT ignored. Ctrl-C
+    # before READY was lost, and the platform came up and served until a second one.
+    run = tmp_path / "run"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "switchyard_local.cli", "--run-dir", str(run), "up",
+         "--port", str(free_port())],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        # its emulator is starting or up: the start is under way, READY is seconds off
+        while not (run / "logs" / "emulator.log").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        started = descendants(process.pid)
+        os.killpg(process.pid, signal.SIGINT)
+        output, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 0, output
+    assert "READY" not in output
+    assert [p for p in started if alive(p)] == []
+    assert not (run / "platform.json").exists()

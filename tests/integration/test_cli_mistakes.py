@@ -5,6 +5,7 @@ local platform's ``platform.json``, against the emulator over its wire protocol.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 
@@ -158,17 +159,59 @@ def test_a_bad_port_in_the_environment_troubles_only_up(cli, monkeypatch):
     assert exited.value.code == 2
 
 
-def test_up_on_a_port_already_served_stops_before_it_starts_anything(tmp_path):
+def test_up_on_a_port_already_served_stops_before_it_starts_anything(tmp_path, capsys):
     # It printed READY with a key the platform already there never knew, then
     # restarted its router, which could not listen, five times a second.
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        with pytest.raises(SystemExit) as exited:
-            main(["--run-dir", str(tmp_path / "run"), "up", "--port", str(port)])
-    assert f"port {port} is in use" in str(exited.value.code)
+        code = main(["--run-dir", str(tmp_path / "run"), "up", "--port", str(port)])
+    assert code == 2
+    assert f"switchyard: up: port {port} is in use" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_up_in_the_run_folder_of_a_running_platform_stops_before_it_starts_anything(
+    tmp_path, capsys
+):
+    # A second platform on another port took the first one's .run: it wrote over its
+    # platform.json and removed it on stopping, and the CLI lost the first platform.
+    run = tmp_path / "run"
+    run.mkdir()
+    record = json.dumps({"pid": os.getpid(), "settings": {}, "names": {}})
+    (run / "platform.json").write_text(record)
+    assert main(["--run-dir", str(run), "up", "--port", str(free_port())]) == 2
+    assert f"a platform (pid {os.getpid()}) runs from {run}" in capsys.readouterr().err
+    assert (run / "platform.json").read_text() == record
+    assert sorted(p.name for p in run.iterdir()) == ["platform.json"]
+
+
+def test_up_with_paths_that_hold_no_platform_says_so_in_a_line(tmp_path, capsys):
+    # Both were tracebacks; the missing artifact only after the emulator had started
+    run = ["--run-dir", str(tmp_path / "run")]
+    port = ["--port", str(free_port())]
+    missing = tmp_path / "missing.toml"
+    assert main([*run, "--manifest", str(missing), "up", *port]) == 2
+    assert f"switchyard: --manifest {missing}: " in capsys.readouterr().err
+    assert main([*run, "up", *port, "--models-dir", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("switchyard: up: ") and "run `make models` first" in err, err
+    assert not (tmp_path / "run" / "platform.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "said"),
+    [
+        (("--min-workers", "5"), "up --min-workers: "),  # exited 1, not 2
+        (("--standby-workers", "1000"), "up --standby-workers: 1000 is more than the "),
+    ],
+)
+def test_up_with_more_workers_than_the_models_can_have_is_refused(option, said, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["--run-dir", str(run), "up", "--port", str(free_port()), *option]) == 2
+    assert capsys.readouterr().err.startswith(f"switchyard: {said}")
+    assert not run.exists()
 
 
 def test_routing_and_registration_mistakes_are_named(cli, tmp_path):
