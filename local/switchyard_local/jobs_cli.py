@@ -147,17 +147,26 @@ def _follow(store: JobStore, job: Job) -> int:
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
-        TextColumn("{task.completed:,.0f}/{task.total:,.0f} lines"),
-        TextColumn("{task.fields[status]}"),
+        # "2,000/2,000 lines answered (3 with an error) succeeded" read as if every
+        # line had, when the status followed the count alone
+        TextColumn("{task.completed:,.0f}/{task.total:,.0f} lines answered"),
+        TextColumn("({task.fields[failed]:,} with an error) · {task.fields[status]}"),
         TimeElapsedColumn(),
     )
     with Progress(*columns, transient=False) as bar:
-        task = bar.add_task(job.job_id, total=1, status=job.display_status)
+        task = bar.add_task(job.job_id, total=1, status=job.display_status, failed=0)
         while True:
             current = store.get(job.tenant, job.job_id) or job
             view = job_view(current)
             total = view["counts"]["total"] or max(view["counts"]["read"], 1)
-            bar.update(task, total=total, completed=view["counts"]["done"], status=view["status"])
+            counts = view["counts"]
+            bar.update(
+                task,
+                total=total,
+                completed=counts["done"],
+                failed=counts["failed"],
+                status=view["status"],
+            )
             if view["status"] in TERMINAL:
                 break
             time.sleep(WATCH_EVERY_S)

@@ -71,6 +71,39 @@ def test_a_streamed_chat_completion_is_the_same_text_as_the_whole_answer(client)
     assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
 
 
+def requests_counted(platform) -> dict[str, int]:
+    """Requests per model in the router's metrics (its EMF documents in its log)."""
+    counted: dict[str, int] = {}
+    for line in (platform.run_dir / "logs" / "router.log").read_text().splitlines():
+        document = json.loads(line) if line.startswith("{") else {}
+        if "Requests" in document and "model" in document:
+            counted[document["model"]] = counted.get(document["model"], 0) + 1
+    return counted
+
+
+def test_generations_and_embeddings_count_in_their_models_request_metrics(client, platform, http):
+    # They were answered, but only predict's requests were counted: a generative
+    # model's status and dashboard read 0 requests, and no alarm could see them
+    before = requests_counted(platform)
+    asked = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3}
+    client.chat.completions.create(**asked)
+    list(client.chat.completions.create(**asked, stream=True))
+    native = http.post(
+        f"/v1/models/{MODEL}/generate",
+        json={"prompt": PROMPT, "max_tokens": 3},
+        headers={"x-api-key": platform.api_key},
+    )
+    assert native.status_code == 200, native.text
+    client.embeddings.create(model="minilm-embed", input="a sentence")
+
+    def grown() -> dict[str, int] | None:
+        now = requests_counted(platform)
+        added = {m: now.get(m, 0) - before.get(m, 0) for m in (MODEL, "minilm-embed")}
+        return added if added == {MODEL: 3, "minilm-embed": 1} else None
+
+    wait_for(grown, timeout_s=10, what="the requests counted in the router's metrics")
+
+
 def test_completions_honour_max_tokens_and_stop_whole_and_streamed(client):
     long = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=12, temperature=0)
     assert long.object == "text_completion"

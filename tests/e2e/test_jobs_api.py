@@ -173,6 +173,7 @@ def test_the_cli_submits_watches_lists_and_fetches_a_job(platform, tmp_path):
     # THEN it is uploaded under the tenant's prefix, followed to its end, and succeeds
     job_id = submitted.stdout.split()[1]
     assert "succeeded; 40 lines, 1 with an error" in submitted.stdout
+    assert "40/40 lines answered (1 with an error) · succeeded" in submitted.stdout
     shown = json.loads(cli(platform, "jobs", "show", job_id).stdout)
     assert shown["status"] == "succeeded"
     assert shown["source"].endswith(

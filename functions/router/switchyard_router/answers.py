@@ -1,8 +1,10 @@
 """What the router's routes share: a JSON body read, the answer to a request that
-is queued (async, or past its deadline), and the status of one that failed."""
+is queued (async, or past its deadline), the status of one that failed, and the
+metrics of a request answered or handed off at its deadline."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from fastapi.responses import JSONResponse as StarletteJSONResponse
@@ -10,6 +12,7 @@ from fastapi.responses import JSONResponse as StarletteJSONResponse
 from switchyard.jsontext import json_bytes, parse_json
 from switchyard.schemas import ResultRecord
 from switchyard.signatures import FieldError
+from switchyard.telemetry import COUNT, MILLISECONDS, emit_metrics, request_dimension_sets
 from switchyard_router.logic import Admitted, RequestRejected
 
 
@@ -74,3 +77,25 @@ def queued(admitted: Admitted, base_path: str) -> JSONResponse:
         "location": location,
     }
     return JSONResponse(body, 202, headers={**routed_headers(admitted), "Location": location})
+
+
+def emit_answered(admitted: Admitted, record: ResultRecord | None) -> None:
+    """The metrics of a request that was waited for (predict, generate, chat,
+    embeddings), once it is answered: ``record`` is its result where there is one
+    by now (None: handed off at its deadline, or a stream that has begun).
+    Requests, Latency (until the answer, or its first token when streamed), Errors
+    (a failure of the platform's, not a refused input) and Fallbacks of the version
+    it was routed to: a failure answered by the fallback still counts against that
+    version, which is what canary alarms and rollback watch. One document, filed per
+    version, per model and per role (``request_dimension_sets``)."""
+    error = admitted.fell_back == "failure"
+    if record is not None and record.status != "done":
+        error = error or failure_of(record)[0] >= 500
+    values = {
+        "Requests": (COUNT, 1.0),
+        "Latency": (MILLISECONDS, (time.time() - admitted.timings["received_at"]) * 1000),
+        "Errors": (COUNT, 1.0 if error else 0.0),
+        "Fallbacks": (COUNT, 1.0 if admitted.fell_back else 0.0),
+    }
+    first, *more = request_dimension_sets(admitted.model, admitted.version, admitted.role)
+    emit_metrics(values, *more, **first)

@@ -25,10 +25,10 @@ from switchyard.jobs import job_view
 from switchyard.results import ResultStore
 from switchyard.schemas import FORBIDDEN, ResultRecord
 from switchyard.signatures import FieldError
-from switchyard.telemetry import COUNT, MILLISECONDS, emit_metrics, request_dimension_sets
 from switchyard_router import api_document
 from switchyard_router.answers import (
     JSONResponse,
+    emit_answered,
     failure_of,
     json_object,
     queued,
@@ -36,7 +36,7 @@ from switchyard_router.answers import (
 )
 from switchyard_router.generate_api import GenerationCall, NativeFormat, generate
 from switchyard_router.jobs_api import JOB_BODY, JobsApi, parse_submission
-from switchyard_router.logic import MAX_DEADLINE_MS, Admitted, PredictService, RequestRejected
+from switchyard_router.logic import MAX_DEADLINE_MS, PredictService, RequestRejected
 from switchyard_router.openai_api import add_openai_routes, is_openai_path
 from switchyard_router.openai_api import error_body as openai_error
 from switchyard_router.streaming import StreamHub
@@ -422,8 +422,8 @@ def _predict_sync(
     if is_async:
         return queued(admitted, base_path)
     record = service.wait(admitted, tenant)
+    emit_answered(admitted, record)
     if record is None:
-        _emit_request(admitted, error=admitted.fell_back == "failure")
         return queued(admitted, base_path)
     headers = routed_headers(admitted)
     body = _status_body(record, admitted.timings)
@@ -433,25 +433,8 @@ def _predict_sync(
         assert record.error is not None or record.status == "cancelled"
         status, _ = failure_of(record)
         message = record.error.message if record.error else "the request was cancelled"
-        _emit_request(admitted, error=status >= 500 or admitted.fell_back == "failure")
         return JSONResponse({**body, "message": message}, status, headers=headers)
-    _emit_request(admitted, error=admitted.fell_back == "failure")
     return JSONResponse(body, status_code=200, headers=headers)
-
-
-def _emit_request(admitted: Admitted, *, error: bool) -> None:
-    """Requests, Latency, Errors and Fallbacks of the version the request was
-    routed to (a failure answered by the fallback still counts against the chosen
-    version: that is what canary alarms and rollback watch), in one document filed
-    per version, per model and per role (``request_dimension_sets``)."""
-    values = {
-        "Requests": (COUNT, 1.0),
-        "Latency": (MILLISECONDS, (time.time() - admitted.timings["received_at"]) * 1000),
-        "Errors": (COUNT, 1.0 if error else 0.0),
-        "Fallbacks": (COUNT, 1.0 if admitted.fell_back else 0.0),
-    }
-    first, *more = request_dimension_sets(admitted.model, admitted.version, admitted.role)
-    emit_metrics(values, *more, **first)
 
 
 async def _read_body(request: Request, limit: int) -> bytes:

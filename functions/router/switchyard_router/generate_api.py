@@ -27,7 +27,13 @@ from fastapi.responses import Response, StreamingResponse
 from switchyard.generation import TokenStream
 from switchyard.results import ResultStore
 from switchyard.schemas import GenerationSignature, ResultRecord
-from switchyard_router.answers import JSONResponse, failure_of, queued, routed_headers
+from switchyard_router.answers import (
+    JSONResponse,
+    emit_answered,
+    failure_of,
+    queued,
+    routed_headers,
+)
 from switchyard_router.logic import Admitted, PredictService, RequestRejected
 from switchyard_router.streaming import (
     SSE_HEADERS,
@@ -110,6 +116,7 @@ def generate(
         return queued(admitted, call.base_path)
     if not call.request.get("stream") or stream is None:
         record = service.wait(admitted, call.tenant)
+        emit_answered(admitted, record)
         if record is None:
             return queued(admitted, call.base_path)
         if record.status != "done":
@@ -118,11 +125,14 @@ def generate(
     reader = TokenReader(stream, results, call.tenant, admitted.request_id, hub=hub)
     first = reader.first(admitted.deadline)
     if first is None:
+        emit_answered(admitted, None)
         service.hand_off(admitted)  # its Location reads the record (or the result)
         return queued(admitted, call.base_path)
     if isinstance(first[0], Ending) and first[0].failed:
         assert first[0].record is not None
+        emit_answered(admitted, first[0].record)
         return fmt.failure(first[0].record)
+    emit_answered(admitted, None)  # its first token, or its end, is here
     until = time.monotonic() + MAX_STREAM_SECONDS
 
     def items() -> Iterator[Piece | Ending]:

@@ -30,7 +30,7 @@ from switchyard.generation import CHAT_ROLES, CHAT_STOP, MAX_STOPS, render_chat
 from switchyard.schemas import ResultRecord, TextSignature
 from switchyard.signatures import FieldError
 from switchyard_router import api_document
-from switchyard_router.answers import JSONResponse, failure_of, json_body
+from switchyard_router.answers import JSONResponse, emit_answered, failure_of, json_body
 from switchyard_router.generate_api import GenerationCall, generate
 from switchyard_router.logic import Admitted, RequestRejected
 from switchyard_router.streaming import Ending, Piece, sse
@@ -544,6 +544,7 @@ def _embed(
         exc.rename_fields(lambda field: "input" + field.removeprefix("inputs"))
         raise
     record = service.wait(admitted, tenant)
+    emit_answered(admitted, record)
     if record is None:
         return error_body(504, "timeout", "the embeddings were not ready within the deadline")
     if record.status != "done" or record.outputs is None:
