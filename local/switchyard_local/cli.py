@@ -648,12 +648,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--manifest", default=os.environ.get("SWITCHYARD_MANIFEST", str(MANIFEST_FILE))
     )
-    parser.add_argument("--aws", action="store_true", help="act on a deployed stack")
-    parser.add_argument(
-        "--stage", choices=["dev", "prod"], help="the deployed stage, with --aws (default: dev)"
-    )
-    parser.add_argument("--profile", help="AWS profile, with --aws")
-    parser.add_argument("--region", help="AWS region, with --aws")
+    _stack_options(parser, default=None)
     commands = parser.add_subparsers(dest="command", required=True)
 
     up = commands.add_parser("up", help="run the local platform until Ctrl-C")
@@ -768,7 +763,36 @@ def build_parser() -> argparse.ArgumentParser:
     dlq_redrive.add_argument("--lane", choices=LANES, help="one lane only (default: both)")
     dlq_redrive.add_argument("--json", action="store_true", help="JSON, for machines")
     dlq_redrive.set_defaults(func=_dlq_redrive)
+    # Also after the command (`switchyard status --aws`), as one writes it; a value
+    # given there stands over one given before it.
+    for command in _commands(parser):
+        if command.prog != "switchyard up":
+            _stack_options(command, default=argparse.SUPPRESS)
     return parser
+
+
+def _stack_options(parser: argparse.ArgumentParser, default: Any) -> None:
+    """The options that act on a deployed stack instead of the local platform."""
+    aws = False if default is None else default
+    parser.add_argument("--aws", action="store_true", default=aws, help="act on a deployed stack")
+    parser.add_argument(
+        "--stage",
+        choices=["dev", "prod"],
+        default=default,
+        help="the deployed stage, with --aws (default: dev)",
+    )
+    parser.add_argument("--profile", default=default, help="AWS profile, with --aws")
+    parser.add_argument("--region", default=default, help="AWS region, with --aws")
+
+
+def _commands(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """The parsers of the commands that run (``status``, ``traffic set``, ...)."""
+    found = []
+    for action in parser._actions:  # noqa: SLF001 - argparse lists its subparsers only here
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            for sub in dict.fromkeys(action.choices.values()):
+                found.extend(_commands(sub) or [sub])
+    return found
 
 
 _AWS_ONLY = ("stage", "profile", "region")  # the options that name a deployed stack

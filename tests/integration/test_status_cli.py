@@ -138,6 +138,10 @@ def test_status_aws_reads_cloudwatch_and_the_worker_services(cli, clients, manif
     assert status["models"]["digits-cnn"]["workers"]["desired"] == 1  # found by its tag
     # The emulator has no scaling activities (nor percentiles): none shown, no failure.
     assert embed["last_decision"] is None
+    # AND the deployed stack's options read the same after the command, as one writes
+    # them (`switchyard status --aws`: "unrecognized arguments" before)
+    after = cli("status", "--json", "--aws", "--stage", STAGE, "--region", "us-east-1")
+    assert after[0] == 0 and json.loads(after[1])["models"] == status["models"]
 
 
 def test_status_aws_as_text_names_a_model_without_a_service(cli, clients, manifest, as_aws):
