@@ -33,7 +33,7 @@ from pydantic import ValidationError
 
 from stacks.assets import MANIFEST_FILE
 from switchyard import aws
-from switchyard.artifacts import publish_artifact
+from switchyard.artifacts import artifact_problem, publish_artifact
 from switchyard.manifest import Manifest, load_manifest
 from switchyard.registry import DynamoDBRegistry, VersionExists
 from switchyard.routing import canaries, rolled_back
@@ -246,6 +246,9 @@ def _models_register(args: argparse.Namespace) -> int:
                 f"--fallback {args.fallback}: not an active version of {args.model} "
                 f"(active: {', '.join(active) or 'none'})"
             )
+    problem = artifact_problem(spec.runtime, artifact)
+    if problem is not None:
+        raise TrafficError(f"--artifact {artifact}: {problem}; {args.model} runs {spec.runtime}")
     uri, digest = publish_artifact(
         target.client("s3"), target.artifacts_bucket, args.model, args.version, artifact
     )

@@ -8,6 +8,8 @@ import json
 import os
 import socket
 import subprocess
+import tarfile
+import zipfile
 
 import pytest
 
@@ -112,7 +114,26 @@ def test_a_version_is_checked_before_its_artifact_is_uploaded(cli, clients, prov
     ):
         args = ("models", "register", MODEL, version, "--artifact", str(artifact), *extra)
         refused(cli(*args), *words)
+    # A file that is not the runtime's artifact was registered active, and failed
+    # every request it got until the DLQ; a version cannot be registered again.
+    hugging_face = tmp_path / "model.tar"
+    (tmp_path / "config.json").write_text("{}")
+    with tarfile.open(hugging_face, "w") as tar:
+        tar.add(tmp_path / "config.json", arcname="config.json")
+    torchscript = tmp_path / "model.pt"
+    with zipfile.ZipFile(torchscript, "w") as archive:
+        archive.writestr("model/data.pkl", b"")
+        archive.writestr("model/code/__torch__.py", "")
+    for model, wrong, words in (
+        (MODEL, artifact, "not a TorchScript module"),
+        (MODEL, hugging_face, "not a TorchScript module"),
+        ("minilm-embed", torchscript, "not a tar of a Hugging Face model's folder"),
+        ("pydoc-gpt", artifact, "pydoc-gpt runs causal-lm"),
+    ):
+        refused(cli("models", "register", model, "v10", "--artifact", str(wrong)), words)
     assert uploaded() == before
+    code, listed, _ = cli("models", "list")
+    assert code == 0 and "v10" not in listed
 
 
 @pytest.mark.parametrize(

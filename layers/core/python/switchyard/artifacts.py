@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tarfile
 import tempfile
+import zipfile
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -27,6 +29,29 @@ def sha256_file(path: Path) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def artifact_problem(runtime: str, path: Path) -> str | None:
+    """Why the file at ``path`` cannot be ``runtime``'s artifact (None: it can), from
+    its layout alone, before it is uploaded: a version is immutable, so one
+    registered with the wrong file stays active and fails every request it gets.
+    A TorchScript module is the zip ``torch.jit.save`` writes (its ``data.pkl`` and
+    ``code/``); a Hugging Face model, a tar of its folder with ``config.json``."""
+    if runtime == "torchscript-classifier":
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as archive:
+                names = archive.namelist()
+            if any(n.endswith("/data.pkl") for n in names) and any("/code/" in n for n in names):
+                return None
+        return "not a TorchScript module (the zip torch.jit.save writes)"
+    try:
+        with tarfile.open(path) as archive:
+            names = archive.getnames()
+    except (tarfile.TarError, OSError):
+        names = []
+    if any(Path(n).name == "config.json" and len(Path(n).parts) <= 2 for n in names):
+        return None
+    return "not a tar of a Hugging Face model's folder (with its config.json)"
 
 
 def split_s3_uri(uri: str) -> tuple[str, str]:
