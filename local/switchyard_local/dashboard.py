@@ -260,20 +260,47 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "switchyard-dashboard"
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        self._answer()
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self._answer(head=True)
+
+    def _not_allowed(self) -> None:
+        """Every other method: 405 naming the two it takes (501 in HTML before)."""
+        self._send(
+            HTTPStatus.METHOD_NOT_ALLOWED,
+            b"GET or HEAD only\n",
+            "text/plain",
+            extra={"Allow": "GET, HEAD"},
+        )
+
+    do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = _not_allowed  # noqa: N815
+
+    def _answer(self, head: bool = False) -> None:
         if not loopback_host(self.headers.get("Host")):
-            self._send(HTTPStatus.FORBIDDEN, b"loopback only\n", "text/plain")
+            self._send(HTTPStatus.FORBIDDEN, b"loopback only\n", "text/plain", head=head)
             return
         path = self.path.split("?", 1)[0]
         dashboard = self.server.dashboard
         if path in ("/", "/index.html"):
-            self._send(HTTPStatus.OK, dashboard.page(), "text/html; charset=utf-8")
+            self._send(HTTPStatus.OK, dashboard.page(), "text/html; charset=utf-8", head=head)
         elif path == "/api/status":
-            self._send(HTTPStatus.OK, dashboard.document(), "application/json")
+            self._send(HTTPStatus.OK, dashboard.document(), "application/json", head=head)
         else:
-            self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain")
+            self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain", head=head)
 
-    def _send(self, status: HTTPStatus, body: bytes, content_type: str) -> None:
+    def _send(
+        self,
+        status: HTTPStatus,
+        body: bytes,
+        content_type: str,
+        extra: dict[str, str] | None = None,
+        head: bool = False,
+    ) -> None:
+        """The answer; to a HEAD, its headers alone."""
         self.send_response(status)
+        for name, value in (extra or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
@@ -284,7 +311,8 @@ class _Handler(BaseHTTPRequestHandler):
             "connect-src 'self'; img-src 'self' data:",
         )
         self.end_headers()
-        self.wfile.write(body)
+        if not head:
+            self.wfile.write(body)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
         return  # no access log: the page polls every two seconds

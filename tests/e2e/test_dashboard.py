@@ -206,3 +206,16 @@ def test_the_dashboard_answers_loopback_names_only(dashboard_url):
     assert page_html.status_code == 200 and '<main id="models">' in page_html.text
     refused = httpx.get(dashboard_url, headers={"Host": "evil.example"}, timeout=10)
     assert refused.status_code == 403
+
+
+def test_the_dashboard_takes_get_and_head_and_names_them_to_other_methods(dashboard_url):
+    head = httpx.head(f"{dashboard_url}api/status", timeout=10)
+    got = httpx.get(f"{dashboard_url}api/status", timeout=10)
+    assert head.status_code == 200 and head.content == b""
+    assert head.headers["content-type"] == got.headers["content-type"] == "application/json"
+    for method in ("POST", "PUT", "PATCH", "DELETE", "OPTIONS"):
+        # 501 and an HTML page before
+        refused = httpx.request(method, f"{dashboard_url}api/status", timeout=10)
+        assert refused.status_code == 405, method
+        assert refused.headers["allow"] == "GET, HEAD"
+        assert refused.headers["content-type"] == "text/plain"

@@ -4,6 +4,7 @@ the job's callbacks."""
 
 from __future__ import annotations
 
+import json
 from urllib.parse import urlsplit
 
 import pytest
@@ -12,7 +13,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from switchyard.callbacks import deliver_once
-from switchyard_router.jobs_api import CALLBACK_URL_PATTERN, JobSubmission
+from switchyard_router.jobs_api import CALLBACK_URL_PATTERN, JobSubmission, parse_submission
+from switchyard_router.logic import RequestRejected
 
 
 def submission(url: str) -> JobSubmission:
@@ -73,3 +75,13 @@ def test_every_url_the_pattern_takes_names_a_host_and_a_port_urllib_reads(url):
 def test_a_stored_url_urllib_cannot_post_to_is_a_failed_attempt():
     outcome = deliver_once("https://[::1/", b"{}", "secret", "job-1", 1)
     assert outcome.startswith("ValueError")
+
+
+def test_a_refused_callback_url_is_told_in_words_not_as_the_pattern():
+    body = json.dumps({"model": "minilm-embed", "inputs": ["a"], "callback_url": "ftp://h/"})
+    with pytest.raises(RequestRejected) as refused:
+        parse_submission(body.encode())
+    (error,) = refused.value.errors
+    assert error.field == "callback_url"
+    assert error.message.startswith("must be an http:// or https:// URL")
+    assert "^" not in error.message  # it read "String should match pattern '^https?://..."

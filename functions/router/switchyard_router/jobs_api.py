@@ -123,9 +123,19 @@ def parse_submission(body: bytes) -> JobSubmission:
         return JobSubmission.model_validate(document)
     except ValidationError as exc:
         errors = [
-            FieldError(".".join(str(p) for p in e["loc"]) or "body", e["msg"]) for e in exc.errors()
+            FieldError(".".join(str(p) for p in e["loc"]) or "body", _said(e)) for e in exc.errors()
         ]
         raise RequestRejected(422, "invalid_request", "the job is not valid", errors) from None
+
+
+def _said(error: Any) -> str:
+    """A validation error's message; a callback URL's in words, not its pattern."""
+    if error["type"] == "string_pattern_mismatch" and tuple(error["loc"]) == ("callback_url",):
+        return (
+            "must be an http:// or https:// URL of printable ASCII naming a host (not an "
+            "IPv6 literal), with a port from 0 to 65535 if it gives one"
+        )
+    return str(error["msg"])
 
 
 @dataclass
