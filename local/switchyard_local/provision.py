@@ -92,6 +92,7 @@ class Provisioned:
             "jobs_table": self.names.jobs_table,
             "drop_queue_url": self.drop_queue,
             "webhook_secret_prefix": self.names.webhook_secret_prefix,
+            "callbacks_to_private_addresses": True,  # the receivers are on loopback
         }
 
     def worker_values(self, model: str) -> dict[str, Any]:

@@ -37,6 +37,7 @@ def rig(manifest, provisioned, clients):
 
     class Rig:
         jobs = JobStore(clients("dynamodb"), names.jobs_table)
+        delivering = splitter
         events = JobEvents.on_queue(sqs, provisioned.drop_queue)
 
         @staticmethod
@@ -153,3 +154,21 @@ def test_a_cancel_calls_back_once_and_a_job_without_a_url_never(rig):
     (delivery,) = receiver.deliveries
     summary = json.loads(delivery.body)
     assert (summary["job_id"], summary["status"]) == ("running", "cancelled")
+
+
+def test_in_aws_a_callback_reaches_public_addresses_only(rig):
+    # GIVEN the splitter as deployed (not the local platform's, which allows
+    # loopback) and a receiver on loopback, named by address and by name
+    rig.delivering.callbacks_to_private_addresses = False
+    with CallbackReceiver() as receiver:
+        by_name = receiver.url.replace("127.0.0.1", "localhost")
+        # WHEN jobs calling back there end
+        jobs = [rig.ended_job(receiver.url), rig.ended_job(by_name, tenant="globex")]
+        rig.run_callbacks()
+
+    # THEN nothing was posted: each try failed at the connection, and said why
+    assert receiver.deliveries == []
+    for job in jobs:
+        tries = rig.jobs.get(job.tenant, job.job_id).callback
+        assert len(tries) == 3
+        assert all(t.endswith("is not a public address>") for t in tries), tries

@@ -31,6 +31,7 @@ queue; this function makes each delivery try (``switchyard.callbacks``).
 from __future__ import annotations
 
 import codecs
+import functools
 import json
 import time
 from collections.abc import Iterator
@@ -51,6 +52,7 @@ from switchyard.callbacks import (
     RETRY_DELAYS_S,
     JobEvents,
     call_back,
+    deliver_once,
     secrets_reader,
 )
 from switchyard.jobs import (
@@ -178,6 +180,7 @@ class Splitter:
     events: JobEvents | None = None  # asks for an ended job's callback
     secret_of: Any = None  # tenant -> its webhook secret (None: no callbacks)
     callback_delays: tuple[int, ...] = RETRY_DELAYS_S  # between a callback's tries
+    callbacks_to_private_addresses: bool = False  # True on the local platform only
 
     def job_for_drop(self, bucket: str, key: str) -> tuple[Job, bool]:
         """The job of a dropped file (made if new) and whether it is new."""
@@ -263,7 +266,15 @@ class Splitter:
         if self.events is None or self.secret_of is None:
             log.warning("a callback is asked for, but no webhook secrets are set", extra=ref)
             return
-        outcome = call_back(ref, self.jobs, self.secret_of, self.events, self.callback_delays)
+        public_only = not self.callbacks_to_private_addresses
+        outcome = call_back(
+            ref,
+            self.jobs,
+            self.secret_of,
+            self.events,
+            self.callback_delays,
+            deliver=functools.partial(deliver_once, public_only=public_only),
+        )
         log.info("job callback", extra={**ref, "outcome": outcome})
 
     def _read_line(
@@ -377,6 +388,7 @@ def splitter_of(adapters: Adapters) -> Splitter:
         secret_of=secrets_reader(adapters.client("secretsmanager"), settings.webhook_secret_prefix)
         if settings.webhook_secret_prefix
         else None,
+        callbacks_to_private_addresses=settings.callbacks_to_private_addresses,
     )
 
 

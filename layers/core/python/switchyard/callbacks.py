@@ -16,13 +16,22 @@ with the tenant's webhook secret (Secrets Manager, ``<webhook prefix><tenant>``,
 one per tenant, made at deploy time; ``switchyard jobs secret`` shows it to the
 operator who hands it over). ``X-Switchyard-Job`` names the job and
 ``X-Switchyard-Attempt`` the try, so a receiver can drop a repeat.
+
+In AWS a callback goes to public addresses only (``public_only``): the URL is the
+tenant's, and must not reach what sits beside the function (Lambda's runtime API on
+loopback, a VPC's private hosts, link-local metadata). The address is checked once
+connected, so a name that resolves, or a redirect that leads, to such an address is
+refused as well. The local platform's receivers are on loopback, so it allows them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import http.client
+import ipaddress
 import json
+import socket
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -58,9 +67,51 @@ def summary_body(job: Job) -> bytes:
     return json.dumps(view, separators=(",", ":"), sort_keys=True).encode()
 
 
-def deliver_once(url: str, body: bytes, secret: str, job_id: str, attempt: int) -> str:
+class NotPublic(OSError):
+    """A callback's connection reached an address that is not a public one."""
+
+
+def _require_public(sock: socket.socket) -> None:
+    address = ipaddress.ip_address(sock.getpeername()[0].split("%", 1)[0])
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if not address.is_global:
+        sock.close()
+        raise NotPublic(f"{address} is not a public address")
+
+
+class _PublicHTTP(http.client.HTTPConnection):
+    def connect(self) -> None:
+        super().connect()
+        _require_public(self.sock)
+
+
+class _PublicHTTPS(http.client.HTTPSConnection):
+    def connect(self) -> None:
+        super().connect()
+        _require_public(self.sock)
+
+
+class _PublicHTTPHandler(urllib.request.HTTPHandler):
+    def http_open(self, req: urllib.request.Request) -> Any:
+        return self.do_open(_PublicHTTP, req)
+
+
+class _PublicHTTPSHandler(urllib.request.HTTPSHandler):
+    def https_open(self, req: urllib.request.Request) -> Any:
+        return self.do_open(_PublicHTTPS, req, context=self._context)  # type: ignore[attr-defined]
+
+
+_PUBLIC_ONLY = urllib.request.build_opener(_PublicHTTPHandler, _PublicHTTPSHandler)
+
+
+def deliver_once(
+    url: str, body: bytes, secret: str, job_id: str, attempt: int, public_only: bool = False
+) -> str:
     """One signed POST of ``body``: what it got (``"200"``, ``"503"``,
-    ``"URLError: ..."``)."""
+    ``"URLError: ..."``); with ``public_only``, a connection that reaches an address
+    that is not public is a failed try (``"URLError: <urlopen error 10.0.0.7 is not
+    a public address>"``)."""
     headers = {
         "Content-Type": "application/json",
         SIGNATURE_HEADER: signature(secret, body),
@@ -70,7 +121,8 @@ def deliver_once(url: str, body: bytes, secret: str, job_id: str, attempt: int) 
     }
     try:
         request = urllib.request.Request(url, data=body, headers=headers, method="POST")
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:  # noqa: S310 - http(s) only, checked at submission
+        opener = _PUBLIC_ONLY if public_only else urllib.request.build_opener()
+        with opener.open(request, timeout=TIMEOUT_S) as response:
             return str(response.status)
     except urllib.error.HTTPError as exc:
         return str(exc.code)

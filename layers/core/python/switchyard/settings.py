@@ -111,6 +111,10 @@ class SplitterSettings(Settings):
     # Where the tenants' webhook secrets are (Secrets Manager: this and the
     # tenant): this function delivers jobs' callbacks, signed with them.
     webhook_secret_prefix: str | None = None
+    # Whether a callback may reach a loopback, private or link-local address: off in
+    # AWS (the URL is a tenant's; switchyard.callbacks), on for the local platform,
+    # whose receivers are on loopback.
+    callbacks_to_private_addresses: bool = False
 
 
 class WorkerSettings(Settings):
