@@ -110,7 +110,7 @@ def _platform_info(run_dir: str) -> dict[str, Any]:
     pid = info.get("pid")
     if isinstance(pid, int) and not process_alive(pid):
         raise CommandError(
-            f"the local platform recorded in {path} (pid {info['pid']}) is no longer "
+            f"the local platform recorded in {path} (pid {pid}) is no longer "
             "running: start it with `make up`"
         )
     return info

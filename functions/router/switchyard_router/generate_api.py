@@ -124,15 +124,15 @@ def generate(
         return JSONResponse(fmt.answer(record, admitted), headers=headers)
     reader = TokenReader(stream, results, call.tenant, admitted.request_id, hub=hub)
     first = reader.first(admitted.deadline)
+    failed = first[0] if first and isinstance(first[0], Ending) and first[0].failed else None
+    # its first token or its end is here, or its deadline passed first
+    emit_answered(admitted, failed.record if failed else None)
     if first is None:
-        emit_answered(admitted, None)
         service.hand_off(admitted)  # its Location reads the record (or the result)
         return queued(admitted, call.base_path)
-    if isinstance(first[0], Ending) and first[0].failed:
-        assert first[0].record is not None
-        emit_answered(admitted, first[0].record)
-        return fmt.failure(first[0].record)
-    emit_answered(admitted, None)  # its first token, or its end, is here
+    if failed is not None:
+        assert failed.record is not None
+        return fmt.failure(failed.record)
     until = time.monotonic() + MAX_STREAM_SECONDS
 
     def items() -> Iterator[Piece | Ending]:

@@ -102,6 +102,7 @@ class _PublicHTTPSHandler(urllib.request.HTTPSHandler):
         return self.do_open(_PublicHTTPS, req, context=self._context)  # type: ignore[attr-defined]
 
 
+_ANY_ADDRESS = urllib.request.build_opener()
 _PUBLIC_ONLY = urllib.request.build_opener(_PublicHTTPHandler, _PublicHTTPSHandler)
 
 
@@ -121,7 +122,7 @@ def deliver_once(
     }
     try:
         request = urllib.request.Request(url, data=body, headers=headers, method="POST")
-        opener = _PUBLIC_ONLY if public_only else urllib.request.build_opener()
+        opener = _PUBLIC_ONLY if public_only else _ANY_ADDRESS
         with opener.open(request, timeout=TIMEOUT_S) as response:
             return str(response.status)
     except urllib.error.HTTPError as exc:
