@@ -31,7 +31,7 @@ from botocore.exceptions import (
 )
 from pydantic import ValidationError
 
-from stacks.assets import MANIFEST_FILE
+from stacks.assets import MANIFEST_FILE, REPO_ROOT
 from switchyard import aws
 from switchyard.artifacts import artifact_problem, publish_artifact
 from switchyard.manifest import Manifest, load_manifest
@@ -645,8 +645,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="switchyard", description=__doc__.replace("``", "`"))
     parser.add_argument(
         "--run-dir",
-        default=os.environ.get("SWITCHYARD_RUN_DIR", ".run"),
-        help="the local platform's state folder",
+        # The repository's, wherever the command is run from (as the manifest's)
+        default=os.environ.get("SWITCHYARD_RUN_DIR", str(REPO_ROOT / ".run")),
+        help="the local platform's state folder (default: the repository's .run)",
     )
     parser.add_argument(
         "--manifest", default=os.environ.get("SWITCHYARD_MANIFEST", str(MANIFEST_FILE))
@@ -656,7 +657,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     up = commands.add_parser("up", help="run the local platform until Ctrl-C")
     up.add_argument("--port", type=_PORT, default=os.environ.get("PORT") or "8080")
-    up.add_argument("--models-dir", default="build/models")
+    up.add_argument("--models-dir", default=str(REPO_ROOT / "build" / "models"))
     up.add_argument(
         "--min-workers",
         type=_count("SWITCHYARD_MIN_WORKERS"),

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import tarfile
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -243,3 +244,17 @@ def test_routing_and_registration_mistakes_are_named(cli, tmp_path):
     # a shadow of the version taking all the traffic was taken, and copied nothing
     refused(cli("traffic", "set", MODEL, "v1=100", "--shadow", "v1:50"), "takes all the traffic")
     refused(cli("models", "register", MODEL, "v9", "--artifact", str(tmp_path)), "a folder")
+
+
+def test_the_run_folder_and_models_are_the_repositorys_wherever_the_command_runs(
+    monkeypatch, tmp_path
+):
+    # From outside the repository, commands said "no local platform found" while one
+    # ran, and `up` found no models: both defaults were relative to the directory
+    from stacks.assets import REPO_ROOT
+    from switchyard_local.cli import build_parser
+
+    monkeypatch.delenv("SWITCHYARD_RUN_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert Path(build_parser().parse_args(["models", "list"]).run_dir) == REPO_ROOT / ".run"
+    assert Path(build_parser().parse_args(["up"]).models_dir) == REPO_ROOT / "build" / "models"
