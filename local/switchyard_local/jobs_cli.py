@@ -158,11 +158,10 @@ def _follow(store: JobStore, job: Job) -> int:
         while True:
             current = store.get(job.tenant, job.job_id) or job
             view = job_view(current)
-            total = view["counts"]["total"] or max(view["counts"]["read"], 1)
             counts = view["counts"]
             bar.update(
                 task,
-                total=total,
+                total=counts["total"] or max(counts["read"], 1),
                 completed=counts["done"],
                 failed=counts["failed"],
                 status=view["status"],
