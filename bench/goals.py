@@ -105,8 +105,14 @@ GOALS = (
         "printed once a second (a wake-up a batch was a sixth of the model thread's interpreter "
         "time), the tensor built through numpy; a shorter switch interval (0.2, 0.05, 0.5, 1 "
         "and 2 ms), one torch thread, freezing the worker's start and the tuned allocator each "
-        "left it where it was. 0.5× needs the Python under ~28 µs a message, or the model in a "
-        "process of its own",
+        "left it where it was. The two cores alone nearly forbid 0.5× (13,800 inputs/s at this "
+        "page's limit): that leaves 145 µs of CPU a message over both cores, and the model takes "
+        "47 µs of CPU an input on one thread, 70 on two (2026-11-27: 21,000 and 28,500 inputs/s), "
+        "so the ~95 µs of Python would fit only with both cores busy all the time and no lock "
+        "between the stages; with the lock, which runs the Python one thread at a time, 0.5× "
+        "allows at most 72 µs of it a message. The model in a process of its own, or two "
+        "workers' processes, would lift the lock, not the cores' bound: the Python has to "
+        "shrink by about half",
     ),
     Goal(
         "AWS calls of a sync request of its own (router, and a result write of its own), "
