@@ -14,6 +14,7 @@ from aws_cdk import aws_s3_notifications as s3n
 from constructs import Construct
 
 from stacks.cloud import SPLITTER_MEMORY_MB, Deployment
+from stacks.configuration import EveryModelRouting
 from stacks.data import Storage, grant_items, grant_objects, grant_registry_read
 from stacks.functions import FunctionCode, PlatformFunction, settings_environment
 from stacks.nag import acknowledge
@@ -36,6 +37,7 @@ class BatchIngest(Construct):
         code: FunctionCode,
         storage: Storage,
         queues: Mapping[str, ModelQueues],
+        routing: EveryModelRouting,
     ) -> None:
         super().__init__(scope, construct_id)
         names = deployment.names
@@ -69,8 +71,10 @@ class BatchIngest(Construct):
                 jobs_table=storage.jobs_table.table_name,
                 drop_queue_url=self.drop_queue.queue_url,
                 webhook_secret_prefix=names.webhook_secret_prefix,
-            ),
-            layers=[code.core_layer],
+                **routing.settings,
+            )
+            | routing.environment,
+            layers=[code.core_layer, code.appconfig_extension],
             timeout=Duration.seconds(deployment.manifest.platform.splitter_timeout_seconds),
             memory_size=SPLITTER_MEMORY_MB,
         )
@@ -79,6 +83,8 @@ class BatchIngest(Construct):
         # It delivers jobs' callbacks, signed with the tenants' webhook secrets.
         storage.grant_webhook_secrets(role)
         grant_registry_read(storage.registry_table, role)
+        # A job runs on its model's stable version, read from its routing document.
+        routing.grant_read(role)
         for model_queues in queues.values():
             model_queues.batch.grant_send_messages(role)
         # A split longer than one invocation continues through its own queue.

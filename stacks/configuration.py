@@ -4,6 +4,7 @@ and per model an environment watched by that model's canary alarms."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 
 from aws_cdk import Aws, Duration
 from aws_cdk import aws_appconfig as appconfig
@@ -12,6 +13,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from stacks.cloud import (
+    APPCONFIG_POLL_SECONDS,
     CONFIG_LINEAR_DURATION,
     CONFIG_LINEAR_STEP_PERCENT,
     ROUTING_SCHEMA_FILE,
@@ -137,6 +139,32 @@ class ModelRouting(Construct):
                 ],
             )
         )
+
+
+class EveryModelRouting:
+    """What a function needs to read every model's routing document through the
+    AppConfig extension (its layer besides): the settings that point it there (no
+    one environment: each model's is named after the model), the extension's
+    prefetch list and poll interval, and the right to read each document. The
+    OpenAI-compatible router picks versions with them; the jobs API and the
+    splitter run each job on its model's stable version."""
+
+    def __init__(self, deployment: Deployment, routings: Iterable[ModelRouting]) -> None:
+        self._routings = list(routings)
+        self.settings = {
+            "routing_source": "appconfig-extension",
+            "appconfig_application": deployment.names.appconfig_application,
+        }
+        self.environment = {
+            "AWS_APPCONFIG_EXTENSION_PREFETCH_LIST": ",".join(
+                routing.extension_path for routing in self._routings
+            ),
+            "AWS_APPCONFIG_EXTENSION_POLL_INTERVAL_SECONDS": str(APPCONFIG_POLL_SECONDS),
+        }
+
+    def grant_read(self, grantee: iam.IGrantable) -> None:
+        for routing in self._routings:
+            routing.grant_read(grantee)
 
 
 def initial_routing(spec: ModelSpec) -> dict[str, object]:

@@ -8,9 +8,9 @@ from constructs import Construct
 
 from stacks.api import Api
 from stacks.batch import BatchIngest
-from stacks.cloud import APPCONFIG_POLL_SECONDS, ROUTER_MEMORY_MB, ROUTER_TIMEOUT, Deployment
+from stacks.cloud import ROUTER_MEMORY_MB, ROUTER_TIMEOUT, Deployment
 from stacks.compute import Compute
-from stacks.configuration import RoutingConfiguration
+from stacks.configuration import EveryModelRouting, RoutingConfiguration
 from stacks.data import DataStack, grant_items, grant_objects, grant_registry_read
 from stacks.endpoint import (
     ARTIFACTS_READ_REASON,
@@ -56,6 +56,9 @@ class ServingStack(Stack):
             )
             for model, spec in deployment.manifest.models.items()
         }
+        self.routing = EveryModelRouting(
+            deployment, [endpoint.routing for endpoint in self.endpoints.values()]
+        )
         self.requests = self._requests_function(deployment)
         self.openai = self._openai_function(deployment)
         self.batch = BatchIngest(
@@ -65,6 +68,7 @@ class ServingStack(Stack):
             code=self.shared.code,
             storage=storage,
             queues={model: endpoint.queues for model, endpoint in self.endpoints.items()},
+            routing=self.routing,
         )
         # Whoever ends a job asks the splitter, through its queue, for the job's
         # callback: the workers (a job's last chunk) and the jobs API (a cancel).
@@ -75,8 +79,10 @@ class ServingStack(Stack):
             )
 
     def _requests_function(self, deployment: Deployment) -> PlatformFunction:
-        """The router app for routes that belong to no one model: the catalog and
-        async status. It sends nothing; it knows every model's queues only to list them."""
+        """The router app for routes that belong to no one model: the catalog, async
+        status and batch jobs. It sends nothing; it knows every model's queues only to
+        list them, and reads every model's routing document to run a job on the
+        model's stable version."""
         storage = self.shared.storage
         names = deployment.names
         function = PlatformFunction(
@@ -95,13 +101,16 @@ class ServingStack(Stack):
                 tenant_keys=self.shared.api.tenant_keys,
                 jobs_table=storage.jobs_table.table_name,
                 batch_drop_bucket=storage.batch_drop_bucket.bucket_name,
+                **self.routing.settings,
                 **deployment.manifest.router_settings_values(),
-            ),
-            layers=[self.shared.code.core_layer],
+            )
+            | self.routing.environment,
+            layers=[self.shared.code.core_layer, self.shared.code.appconfig_extension],
             timeout=ROUTER_TIMEOUT,
             memory_size=ROUTER_MEMORY_MB,
         )
         grant_registry_read(storage.registry_table, function.role)
+        self.routing.grant_read(function.role)
         storage.results_table.grant(function.role, "dynamodb:GetItem")
         grant_objects(
             names.payloads_bucket,
@@ -131,7 +140,6 @@ class ServingStack(Stack):
         code = self.shared.code
         names = deployment.names
         serving = code.router_serving(stream=True)
-        routings = [endpoint.routing for endpoint in self.endpoints.values()]
         function = PlatformFunction(
             self,
             "OpenAI",
@@ -147,16 +155,10 @@ class ServingStack(Stack):
                     queues={m: e.queues.urls() for m, e in self.endpoints.items()},
                     service="router",
                     tenant_keys=self.shared.api.tenant_keys,
-                    # Each model's document lives in its own environment (named after
-                    # the model), so no one environment is named here.
-                    routing_source="appconfig-extension",
-                    appconfig_application=names.appconfig_application,
+                    **self.routing.settings,
                     **deployment.manifest.router_settings_values(),
                 ),
-                "AWS_APPCONFIG_EXTENSION_PREFETCH_LIST": ",".join(
-                    routing.extension_path for routing in routings
-                ),
-                "AWS_APPCONFIG_EXTENSION_POLL_INTERVAL_SECONDS": str(APPCONFIG_POLL_SECONDS),
+                **self.routing.environment,
                 **serving.environment,
             },
             layers=[code.core_layer, code.appconfig_extension, *serving.layers],
@@ -166,9 +168,9 @@ class ServingStack(Stack):
         )
         role = function.role
         # Synchronous and streamed requests only: the realtime lane of every model.
+        self.routing.grant_read(role)
         for endpoint in self.endpoints.values():
             endpoint.queues.realtime.grant_send_messages(role)
-            endpoint.routing.grant_read(role)
         grant_registry_read(storage.registry_table, role)
         # Requests recorded as queued, their results read, and a generation's streamed
         # chunks read in order (a Query over the request's chunk keys, or every

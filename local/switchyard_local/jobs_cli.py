@@ -18,6 +18,8 @@ from typing import Any
 from switchyard.aws import transfer
 from switchyard.callbacks import JobEvents, cancel, secrets_reader
 from switchyard.jobs import TERMINAL, Job, JobRejected, JobStore, job_for_file, job_view
+from switchyard.routing import RoutingDocument
+from switchyard_local.traffic import TrafficStore
 
 WATCH_EVERY_S = 1.0
 
@@ -99,6 +101,7 @@ def _submit(args: argparse.Namespace) -> int:
                 target.drop_bucket,
                 key,
                 target.adapters.settings.result_ttl_seconds,
+                _DeployedRouting(target.traffic),
             )
         )
     except JobRejected as exc:
@@ -106,6 +109,18 @@ def _submit(args: argparse.Namespace) -> int:
     # (the same bytes again are the same job, which may have ended already)
     print(f"job {job.job_id} ({job.source}): {job.display_status}")
     return _follow(store, job) if args.wait else 0
+
+
+class _DeployedRouting:
+    """The routing documents in force, as the traffic commands read them: the job
+    runs on its model's stable version, as it would dropped in the bucket."""
+
+    def __init__(self, traffic: TrafficStore) -> None:
+        self._traffic = traffic
+
+    def document(self, model: str) -> RoutingDocument | None:
+        change = self._traffic.deployed(model)
+        return change.document if change is not None else None
 
 
 def _list(args: argparse.Namespace) -> int:

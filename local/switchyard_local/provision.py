@@ -70,25 +70,37 @@ class Provisioned:
             "appconfig_application_id": self.appconfig_application_id,
         }
 
-    def router_values(self, appconfig_extension_url: str) -> dict[str, Any]:
-        """The router's settings: it reads routing documents through the AppConfig
-        extension's HTTP API, which ``bridge.ExtensionStandIn`` serves locally."""
+    def routing_values(self, appconfig_extension_url: str | None) -> dict[str, Any]:
+        """Where a router or the splitter reads routing documents: the AppConfig
+        extension's HTTP API, which ``bridge.ExtensionStandIn`` serves locally (None:
+        none is read, and each model's newest active version serves)."""
+        if appconfig_extension_url is None:
+            return {"routing_source": "none"}
         return {
-            **self.settings_values(),
-            **self.manifest.router_settings_values(),
-            "tenant_keys": self.api_key_ids,
             "routing_source": "appconfig-extension",
             "appconfig_extension_url": appconfig_extension_url,
             "appconfig_application": self.appconfig_application_id,
             "appconfig_environment": self.stage,
+        }
+
+    def router_values(self, appconfig_extension_url: str) -> dict[str, Any]:
+        """The router's settings."""
+        return {
+            **self.settings_values(),
+            **self.manifest.router_settings_values(),
+            **self.routing_values(appconfig_extension_url),
+            "tenant_keys": self.api_key_ids,
             "jobs_table": self.names.jobs_table,
             "batch_drop_bucket": self.names.batch_drop_bucket,
             "drop_queue_url": self.drop_queue,
         }
 
-    def splitter_values(self) -> dict[str, Any]:
+    def splitter_values(self, appconfig_extension_url: str | None) -> dict[str, Any]:
+        """The splitter's settings: it reads the routing documents to run each job on
+        its model's stable version."""
         return {
             **self.settings_values(),
+            **self.routing_values(appconfig_extension_url),
             "jobs_table": self.names.jobs_table,
             "drop_queue_url": self.drop_queue,
             "webhook_secret_prefix": self.names.webhook_secret_prefix,

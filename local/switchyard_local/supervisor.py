@@ -533,7 +533,9 @@ class LocalPlatform:
         command = self.launcher.lambda_handler("splitter")
         env = {
             **self._base_env(),
-            **to_environment(SplitterSettings, self.provisioned.splitter_values()),
+            **to_environment(
+                SplitterSettings, self.provisioned.splitter_values(self.extension.url)
+            ),
         }
         self.splitter = LocalFunction(command, env, self.run_dir / "logs" / "splitter.log")
         self.splitter.warm()  # its cold start now, not under the first drop's load

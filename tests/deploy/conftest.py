@@ -126,8 +126,9 @@ def requests_router(platform: LocalPlatform) -> Iterator[LambdaProcess]:
 
 @pytest.fixture(scope="session")
 def splitter(platform: LocalPlatform) -> Iterator[LambdaProcess]:
-    assert platform.provisioned is not None
-    environment = to_environment(SplitterSettings, platform.provisioned.splitter_values())
+    assert platform.provisioned is not None and platform.extension is not None
+    values = platform.provisioned.splitter_values(platform.extension.url)
+    environment = to_environment(SplitterSettings, values)
     function = start_function(platform, "splitter", "splitter", environment)
     yield function
     function.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -254,4 +255,46 @@ def test_the_fallback_answers_when_the_chosen_version_fails(platform, http):
     body = response.json()
     assert body["fallback"] is True and body["version"] == "v1"
     assert body["outputs"][0]["class"] == 0
+    set_traffic(platform, "v1=100")
+
+
+def test_batch_jobs_run_on_the_stable_version_not_on_a_canary(platform, http):
+    # GIVEN v2, registered after v1, held at 0 % beside it
+    set_traffic(platform, "v1=100", "v2=0")
+    headers = {"x-api-key": platform.api_key}
+
+    def submitted(inputs: list) -> dict:
+        response = http.post(
+            "/v1/jobs", json={"model": "digits-cnn", "inputs": inputs}, headers=headers
+        )
+        assert response.status_code == 202, response.text
+        return response.json()
+
+    def ended(job_id: str) -> dict:
+        def done() -> dict | None:
+            job = http.get(f"/v1/jobs/{job_id}", headers=headers).json()
+            return job if job["status"] in ("succeeded", "failed") else None
+
+        return wait_for(done)
+
+    # WHEN a job is submitted, and a file is dropped in the bucket
+    job = submitted([DIGIT_ZERO] * 3)
+    bucket = platform.info["names"]["batch_drop_bucket"]
+    key = "acme/digits-cnn/stable-version.jsonl"
+    body = "\n".join(json.dumps(DIGIT_ZERO) for _ in range(4)).encode()
+    platform.client("s3").put_object(Bucket=bucket, Key=key, Body=body)
+
+    def dropped() -> dict | None:
+        jobs = http.get("/v1/jobs", params={"limit": 100}, headers=headers).json()["jobs"]
+        return next((j for j in jobs if j["source"] == f"s3://{bucket}/{key}"), None)
+
+    # THEN both run on v1, which takes the traffic, not on the newer v2
+    assert job["version"] == wait_for(dropped)["version"] == "v1"
+    assert ended(job["job_id"])["status"] == "succeeded"
+    assert ended(wait_for(dropped)["job_id"])["status"] == "succeeded"
+    # and once v2 takes the larger share, the next job runs on it
+    set_traffic(platform, "v1=10", "v2=90")
+    promoted = submitted([DIGIT_ZERO] * 2)
+    assert promoted["version"] == "v2"
+    assert ended(promoted["job_id"])["status"] == "succeeded"
     set_traffic(platform, "v1=100")

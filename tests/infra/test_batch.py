@@ -7,9 +7,11 @@ import json
 
 from aws_cdk.assertions import Match, Template
 
+from stacks.cloud import APPCONFIG_EXTENSION_LAYER
 from switchyard.manifest import Manifest
 
 from .helpers import actions_of, logical_id, statements
+from .helpers import granted as granted_on
 
 
 def _splitter(template: Template) -> str:
@@ -141,3 +143,37 @@ def test_ended_jobs_are_called_back_by_the_splitter_with_each_tenants_secret(
     assert "secretsmanager:GetSecretValue" not in actions_of(granted)
     sent_to = [s["Resource"] for s in granted if "sqs:SendMessage" in actions_of([s])]
     assert sent_to == [{"Fn::GetAtt": [drop, "Arn"]}]
+
+
+def test_whatever_records_a_job_reads_every_models_routing_document(
+    serving_template: Template, manifest: Manifest
+) -> None:
+    """A job runs on its model's stable version: the splitter (a dropped file) and
+    the jobs API (a submission) read each model's document through the extension."""
+    names = manifest.names("dev")
+    functions = serving_template.find_resources("AWS::Lambda::Function")
+    jobs_api = [
+        name
+        for name, fn in functions.items()
+        if "SWITCHYARD_BATCH_DROP_BUCKET"
+        in fn["Properties"].get("Environment", {}).get("Variables", {})
+    ]
+    assert len(jobs_api) == 1
+    for name in (_splitter(serving_template), *jobs_api):
+        fn = functions[name]
+        env = fn["Properties"]["Environment"]["Variables"]
+        assert env["SWITCHYARD_ROUTING_SOURCE"] == "appconfig-extension"
+        assert env["SWITCHYARD_APPCONFIG_APPLICATION"] == names.appconfig_application
+        assert "SWITCHYARD_APPCONFIG_ENVIRONMENT" not in env  # each model's is its own
+        assert env["AWS_APPCONFIG_EXTENSION_PREFETCH_LIST"].split(",") == [
+            f"/applications/{names.appconfig_application}/environments/{model}"
+            f"/configurations/{names.routing_profile(model)}"
+            for model in manifest.models
+        ]
+        assert json.dumps(APPCONFIG_EXTENSION_LAYER[manifest.platform.region]) in {
+            json.dumps(layer) for layer in fn["Properties"]["Layers"]
+        }
+        granted = statements(serving_template, fn["Properties"]["Role"]["Fn::GetAtt"][0])
+        read = granted_on(granted, "appconfig:GetLatestConfiguration")
+        assert len(read) == len(manifest.models) and all("/configuration/" in r for r in read)
+        assert "*" not in json.dumps(read)

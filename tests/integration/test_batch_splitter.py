@@ -36,7 +36,7 @@ def rig(manifest, provisioned, clients, emulator_url):
     registry = DynamoDBRegistry(clients("dynamodb"), names.registry_table)
     if registry.get(MODEL, "v1") is None:
         registry.register(spec.version_record(MODEL, "v1", "s3://x/y", "0" * 64))
-    adapters = build_adapters(SplitterSettings(**provisioned.splitter_values()))
+    adapters = build_adapters(SplitterSettings(**provisioned.splitter_values(None)))
     sqs = clients("sqs")
     for url in (provisioned.queues[MODEL]["batch"], provisioned.drop_queue):
         sqs.purge_queue(QueueUrl=url)

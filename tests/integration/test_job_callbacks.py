@@ -29,7 +29,7 @@ def rig(manifest, provisioned, clients):
     names = manifest.names("dev")
     registry = DynamoDBRegistry(clients("dynamodb"), names.registry_table)
     registry.register(manifest.models[MODEL].version_record(MODEL, "v1", "s3://x/y", "0" * 64))
-    splitter = splitter_of(build_adapters(SplitterSettings(**provisioned.splitter_values())))
+    splitter = splitter_of(build_adapters(SplitterSettings(**provisioned.splitter_values(None))))
     splitter.callback_delays = (1, 1)  # three tries in all, a second apart
     sqs = clients("sqs")
     s3 = clients("s3")
@@ -51,7 +51,7 @@ def rig(manifest, provisioned, clients):
             key = f"{tenant}/{MODEL}/refused.jsonl"
             bucket = names.batch_drop_bucket
             s3.put_object(Bucket=bucket, Key=key, Body=b"not json\n[1, 2]\n")
-            job = job_for_file(s3, registry, manifest.models, bucket, key, 3600)
+            job = job_for_file(s3, registry, manifest.models, bucket, key, 3600, None)
             Rig.jobs.create(job.model_copy(update={"callback_url": url}))
             event = {"Records": [{"s3": {"bucket": {"name": bucket}, "object": {"key": key}}}]}
             (ended,) = handle_message(event, splitter, forever)

@@ -5,7 +5,9 @@ import json
 import pytest
 from pydantic import ValidationError
 
+from switchyard.jobs import JobRejected, job_version
 from switchyard.routing import CachedRouting, RoutingDocument, load_schema, pick_version
+from tests.fakes import FakeRegistry, version_record
 
 
 def keys(n: int) -> list[str]:
@@ -81,3 +83,41 @@ def test_cache_picks_up_a_change_after_its_ttl():
     assert routing.document("m").weights == {"v1": 100}
     now[0] = 6.0
     assert routing.document("m").weights == {"v1": 50, "v2": 50}
+
+
+class Documents:
+    """A routing source holding one document per model (or none)."""
+
+    def __init__(self, **documents: RoutingDocument) -> None:
+        self._documents = documents
+
+    def document(self, model: str) -> RoutingDocument | None:
+        return self._documents.get(model)
+
+
+def test_a_job_runs_on_the_stable_version_not_a_newer_canary_or_a_rolled_back_one():
+    registry = FakeRegistry(
+        version_record("digits-cnn", "v1", created_at=1.0),
+        version_record("digits-cnn", "v2", created_at=2.0),
+        version_record("digits-cnn", "v3", created_at=3.0, status="retired"),
+    )
+
+    def chosen(routing: Documents | None) -> str:
+        return job_version(registry, "digits-cnn", routing).version
+
+    # a canary at 10 %, or rolled back to 0 %: the stable version
+    assert (
+        chosen(Documents(**{"digits-cnn": RoutingDocument(weights={"v1": 90, "v2": 10})})) == "v1"
+    )
+    assert (
+        chosen(Documents(**{"digits-cnn": RoutingDocument(weights={"v1": 100, "v2": 0})})) == "v1"
+    )
+    # promoted: the version with the larger share
+    assert (
+        chosen(Documents(**{"digits-cnn": RoutingDocument(weights={"v1": 10, "v2": 90})})) == "v2"
+    )
+    # no document, or one whose stable version is not active: the newest active one
+    assert chosen(None) == chosen(Documents()) == "v2"
+    assert chosen(Documents(**{"digits-cnn": RoutingDocument(weights={"v3": 100})})) == "v2"
+    with pytest.raises(JobRejected, match="no active version"):
+        job_version(FakeRegistry(), "digits-cnn", None)

@@ -70,6 +70,7 @@ from switchyard.payloads import PayloadStore
 from switchyard.queues import WorkQueue, encode_message
 from switchyard.registry import ModelVersion, Registry
 from switchyard.results import ResultStore
+from switchyard.routing import RoutingSource, routing_for
 from switchyard.schemas import JobChunk, LineError, QueueMessage, ResultRecord
 from switchyard.signatures import check_item
 from switchyard.wiring import Adapters
@@ -181,11 +182,12 @@ class Splitter:
     secret_of: Any = None  # tenant -> its webhook secret (None: no callbacks)
     callback_delays: tuple[int, ...] = RETRY_DELAYS_S  # between a callback's tries
     callbacks_to_private_addresses: bool = False  # True on the local platform only
+    routing: RoutingSource | None = None  # a job runs on its model's stable version
 
     def job_for_drop(self, bucket: str, key: str) -> tuple[Job, bool]:
         """The job of a dropped file (made if new) and whether it is new."""
         job = job_for_file(
-            self.s3, self.registry, self.queues, bucket, key, self.result_ttl_seconds
+            self.s3, self.registry, self.queues, bucket, key, self.result_ttl_seconds, self.routing
         )
         return self.jobs.create(job)
 
@@ -389,6 +391,7 @@ def splitter_of(adapters: Adapters) -> Splitter:
         if settings.webhook_secret_prefix
         else None,
         callbacks_to_private_addresses=settings.callbacks_to_private_addresses,
+        routing=routing_for(settings),
     )
 
 

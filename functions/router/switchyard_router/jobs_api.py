@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from switchyard.callbacks import JobEvents, cancel
 from switchyard.jobs import TERMINAL, Job, JobRejected, JobStore, job_for_file
 from switchyard.registry import Registry
+from switchyard.routing import RoutingSource
 from switchyard.signatures import FieldError
 from switchyard_router.answers import json_body
 from switchyard_router.logic import RequestRejected
@@ -146,6 +147,7 @@ class JobsApi:
     models: list[str]
     drop_bucket: str
     ttl_seconds: int
+    routing: RoutingSource | None = None  # a job runs on its model's stable version
     events: JobEvents | None = None  # asks for an ended job's callback
 
     def submit(self, tenant: str, submission: JobSubmission) -> tuple[Job, bool]:
@@ -161,7 +163,13 @@ class JobsApi:
             key = self._own_key(tenant, submission)
         try:
             job = job_for_file(
-                self.s3, self.registry, self.models, self.drop_bucket, key, self.ttl_seconds
+                self.s3,
+                self.registry,
+                self.models,
+                self.drop_bucket,
+                key,
+                self.ttl_seconds,
+                self.routing,
             )
         except JobRejected as exc:
             raise RequestRejected(404, "unknown_model", str(exc)) from None

@@ -10,7 +10,7 @@ from switchyard.auth import KeyIdDirectory
 from switchyard.callbacks import JobEvents
 from switchyard.generation import DynamoDBTokenStream, PromptTokens
 from switchyard.jobs import JobStore
-from switchyard.routing import CachedRouting, RoutingSource, appconfig_extension_fetcher
+from switchyard.routing import routing_for
 from switchyard.settings import RouterSettings
 from switchyard.wiring import build_adapters
 from switchyard_router.app import RouterDeps
@@ -21,14 +21,7 @@ from switchyard_router.streaming import StreamHub
 
 def build_deps(settings: RouterSettings) -> RouterDeps:
     adapters = build_adapters(settings)
-    routing: RoutingSource | None = None
-    if settings.routing_source == "appconfig-extension":
-        fetch = appconfig_extension_fetcher(
-            settings.appconfig_application,
-            settings.appconfig_environment,
-            settings.appconfig_extension_url,
-        )
-        routing = CachedRouting(fetch, settings.routing_cache_seconds)
+    routing = routing_for(settings)
     s3 = adapters.client("s3")
     tokenizers = Path(settings.tokenizer_cache)
     service = PredictService(
@@ -53,6 +46,7 @@ def build_deps(settings: RouterSettings) -> RouterDeps:
             models=list(adapters.queues),
             drop_bucket=settings.batch_drop_bucket,
             ttl_seconds=settings.result_ttl_seconds,
+            routing=routing,
             events=JobEvents.on_queue(adapters.client("sqs"), settings.drop_queue_url)
             if settings.drop_queue_url
             else None,

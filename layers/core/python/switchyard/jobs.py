@@ -24,7 +24,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from switchyard.jsontext import json_bytes
-from switchyard.registry import Registry
+from switchyard.registry import ModelVersion, Registry
+from switchyard.routing import RoutingSource, stable_version
 from switchyard.schemas import JobChunk, LineError, ResultRecord
 from switchyard.tables import JOBS
 
@@ -91,27 +92,31 @@ class JobRejected(Exception):
 
 
 def job_for_file(
-    s3: Any, registry: Registry, models: Iterable[str], bucket: str, key: str, ttl_seconds: int
+    s3: Any,
+    registry: Registry,
+    models: Iterable[str],
+    bucket: str,
+    key: str,
+    ttl_seconds: int,
+    routing: RoutingSource | None,
 ) -> Job:
-    """The job a file at ``<tenant>/<model>/<name>`` makes (not yet recorded): the
-    model's newest active version, the file's size and ETag as they are now."""
+    """The job a file at ``<tenant>/<model>/<name>`` makes (not yet recorded): on
+    the model's stable version (``job_version``), with the file's size and ETag as
+    they are now."""
     parts = key.split("/")
     if len(parts) < 3 or not all(parts):
         raise JobRejected(f"{key}: expected <tenant>/<model>/<file>.jsonl")
     tenant, model = parts[0], parts[1]
     if model not in set(models):
         raise JobRejected(f"{key}: unknown model {model!r}")
-    active = [v for v in registry.versions(model) if v.status == "active"]
-    if not active:
-        raise JobRejected(f"model {model!r} has no active version")
-    version = max(active, key=lambda v: v.created_at)
+    chosen = job_version(registry, model, routing)
     head = s3.head_object(Bucket=bucket, Key=key)
     now = time.time()
     return Job(
         job_id=job_id_for(bucket, key, head["ETag"]),
         tenant=tenant,
         model=model,
-        version=version.version,
+        version=chosen.version,
         source=f"s3://{bucket}/{key}",
         etag=head["ETag"],
         size_bytes=int(head["ContentLength"]),
@@ -119,6 +124,19 @@ def job_for_file(
         updated_at=now,
         expires_at=int(now + ttl_seconds),
     )
+
+
+def job_version(registry: Registry, model: str, routing: RoutingSource | None) -> ModelVersion:
+    """The version a job runs on: the stable version of the model's routing document
+    (the largest share, where a rollback returns the traffic), or, with no document
+    or one naming no active version, the newest active one. A canary, or a version
+    rolled back to 0 %, answers no job."""
+    active = {v.version: v for v in registry.versions(model) if v.status == "active"}
+    if not active:
+        raise JobRejected(f"model {model!r} has no active version")
+    document = routing.document(model) if routing is not None else None
+    stable = active.get(stable_version(document)) if document is not None else None
+    return stable or max(active.values(), key=lambda v: v.created_at)
 
 
 def job_id_for(bucket: str, key: str, etag: str) -> str:

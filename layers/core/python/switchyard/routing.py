@@ -16,9 +16,12 @@ import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+if TYPE_CHECKING:
+    from switchyard.settings import RoutingSettings
 
 BUCKETS = 10_000
 SCHEMA_FILE = Path(__file__).with_name("routing_schema.json")
@@ -169,6 +172,19 @@ def appconfig_extension_fetcher(
             return response.read()
 
     return fetch
+
+
+def routing_for(settings: RoutingSettings) -> RoutingSource | None:
+    """The routing documents a process's settings point it to (None: it has none,
+    and each model's newest active version serves)."""
+    if settings.routing_source != "appconfig-extension":
+        return None
+    fetch = appconfig_extension_fetcher(
+        settings.appconfig_application,
+        settings.appconfig_environment,
+        settings.appconfig_extension_url,
+    )
+    return CachedRouting(fetch, settings.routing_cache_seconds)
 
 
 def load_schema() -> dict[str, Any]:

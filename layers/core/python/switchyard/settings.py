@@ -69,21 +69,29 @@ class Settings(BaseModel):
     sync_grace_seconds: int = Field(default=60, ge=0)
 
 
-class RouterSettings(Settings):
-    """The router function (one model in the cloud, every model locally)."""
+class RoutingSettings(Settings):
+    """What reads the models' routing documents: the routers, which pick a version
+    per request, and whatever records a batch job, which runs on the model's stable
+    version."""
 
-    # Tenant -> the id of its API key, which API Gateway verifies and names in each
-    # request's context. The router never sees a key's value.
-    tenant_keys: dict[str, str]
-    max_body_bytes: int = Field(default=1_048_576, gt=0)
     # Where routing documents come from: the AppConfig extension's HTTP API, which
     # the Lambda layer serves on localhost:2772 (and the local platform's stand-in
     # elsewhere); "none" serves each model's newest active version.
     routing_source: Literal["appconfig-extension", "none"] = "none"
     appconfig_extension_url: str = "http://localhost:2772"
     appconfig_application: str = ""
+    # Empty: each model's document is in the environment named after the model.
     appconfig_environment: str = ""
     routing_cache_seconds: float = Field(default=5.0, ge=0)
+
+
+class RouterSettings(RoutingSettings):
+    """The router function (one model in the cloud, every model locally)."""
+
+    # Tenant -> the id of its API key, which API Gateway verifies and names in each
+    # request's context. The router never sees a key's value.
+    tenant_keys: dict[str, str]
+    max_body_bytes: int = Field(default=1_048_576, gt=0)
     # Batch jobs (/v1/jobs), on the router that serves them: where jobs are kept and
     # where submitted inputs are written as a file.
     jobs_table: str | None = None
@@ -96,7 +104,7 @@ class RouterSettings(Settings):
     tokenizer_cache: str = "/tmp/switchyard-tokenizers"
 
 
-class SplitterSettings(Settings):
+class SplitterSettings(RoutingSettings):
     """The batch splitter function."""
 
     jobs_table: str
