@@ -145,9 +145,19 @@ def test_the_openai_api_is_translated_to_generation_requests():
     # passed on to the signature's check, which refuses it (400), as any over its limit
     huge = {"model": "m", "prompt": "x", "max_tokens": 10**400}
     assert completion_request(huge)["max_tokens"] == 10**400
-    with pytest.raises(RequestRejected) as refused:
-        chat_request({"model": "m", "messages": [{"role": "tool", "content": "x"}]})
-    assert refused.value.errors[0].field == "messages[0].role"
+    for messages, param in (
+        ([{"role": "tool", "content": "x"}], "messages[0].role"),
+        (["hi"], "messages[0]"),
+        # what would be ignored is refused: a name, tool calls, a part's extra field
+        ([{"role": "user", "content": "x"}, {"role": "user", "content": "y", "foo": 1}],
+         "messages[1].foo"),
+        ([{"role": "assistant", "content": "x", "tool_calls": []}], "messages[0].tool_calls"),
+        ([{"role": "user", "content": [{"type": "text", "text": "x", "extra": 1}]}],
+         "messages[0].content[0].extra"),
+    ):  # fmt: skip
+        with pytest.raises(RequestRejected) as refused:
+            chat_request({"model": "m", "messages": messages})
+        assert refused.value.status == 400 and refused.value.errors[0].field == param
 
 
 # -- reading a stream ------------------------------------------------------------------

@@ -24,6 +24,7 @@ from tests.fakes import (
     FakeResults,
     behind_api_gateway,
     tenant_keys,
+    version_record,
 )
 
 KEYS = {"k-acme": "acme", "k-globex": "globex"}
@@ -244,3 +245,47 @@ def test_the_worker_caches_what_it_answered_for_the_versions_time(digits_v1):
     assert entry.outputs == [{"n": 64}, {"n": 64}]
     left = entry.expires_at - time.time()
     assert digits_v1.result_cache_seconds - 5 < left <= digits_v1.result_cache_seconds
+
+
+def test_an_openai_embedding_answered_from_the_cache_says_so():
+    # GIVEN acme's embedding of "a sentence" cached, and seen by the router before
+    results, cache, queue = FakeResults(), FakeResultCache(), FakeQueue("realtime")
+    service = PredictService(
+        endpoints={"minilm-embed": ModelLanes(realtime=queue, batch=FakeQueue("batch"))},
+        registry=FakeRegistry(version_record("minilm-embed")),
+        results=results,
+        payloads=FakePayloads(),
+        routing=None,
+        result_ttl_seconds=3600,
+        claim_check_bytes=200_000,
+        cache=cache,
+        sleep=lambda _: None,
+    )
+    app = create_app(RouterDeps(service=service, tenants=tenant_keys(KEYS), max_body_bytes=60_000))
+    client = TestClient(behind_api_gateway(app, KEYS))
+    expires = int(time.time() + 60)
+    key = cache_key(["a sentence"])
+    cache.put([CacheEntry("acme", "minilm-embed", "v1", key, [[0.5, 0.25]], expires)])
+    headers = {"Authorization": "Bearer k-acme", "x-deadline-ms": "20"}
+    seen = client.post(
+        "/v1/models/minilm-embed/predict", json={"inputs": ["a sentence"]}, headers=headers
+    )
+    assert seen.status_code == 202
+    queue.visible.clear()
+    # WHEN acme asks for it through the OpenAI-compatible API
+    response = client.post(
+        "/openai/v1/embeddings",
+        json={"model": "minilm-embed", "input": "a sentence"},
+        headers={"Authorization": "Bearer k-acme"},
+    )
+    # THEN the cache answers, and the answer says so, as a predict's does
+    assert response.status_code == 200, response.text
+    assert response.json()["data"][0]["embedding"] == [0.5, 0.25]
+    assert response.headers["x-cache"] == "hit" and queue.visible == []
+    # and no-cache skips it: queued for a worker (none here: a timeout)
+    skipped = client.post(
+        "/openai/v1/embeddings",
+        json={"model": "minilm-embed", "input": "a sentence"},
+        headers={"Authorization": "Bearer k-acme", "Cache-Control": "no-cache"},
+    )
+    assert "x-cache" not in skipped.headers and len(queue.visible) == 1

@@ -137,6 +137,18 @@ def test_unknown_model_is_404(world):
     assert "nope" in response.json()["message"]
 
 
+def test_a_path_of_the_openai_api_that_does_not_exist_is_an_unknown_url(world):
+    client, queue, _, _ = world
+    for method, path in (("POST", "/openai/v1/responses"), ("GET", "/openai/v1/foo")):
+        response = client.request(method, path, headers={"Authorization": "Bearer k-acme"})
+        error = response.json()["error"]
+        # no model is named, so it is not model_not_found
+        assert response.status_code == 404 and error["code"] == "unknown_url"
+        assert error["message"] == f"Invalid URL ({method} {path})"
+        assert error["type"] == "invalid_request_error"
+    assert queue.visible == []
+
+
 @pytest.mark.parametrize(
     ("body", "status", "field"),
     [

@@ -159,9 +159,12 @@ def create_app(deps: RouterDeps) -> FastAPI:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        if is_openai_path(request.url.path):
-            code = "model_not_found" if exc.status_code == 404 else "http_error"
-            response = openai_error(exc.status_code, code, str(exc.detail))
+        if is_openai_path(request.url.path) and exc.status_code == 404:
+            # no such route (an unknown model is a 404 of the route that names it)
+            where = f"{request.method} {request.url.path}"
+            response = openai_error(404, "unknown_url", f"Invalid URL ({where})")
+        elif is_openai_path(request.url.path):
+            response = openai_error(exc.status_code, "http_error", str(exc.detail))
         else:
             response = _error(exc.status_code, "http_error", str(exc.detail))
         response.headers.update(exc.headers or {})

@@ -30,7 +30,13 @@ from switchyard.generation import CHAT_ROLES, CHAT_STOP, MAX_STOPS, render_chat
 from switchyard.schemas import ResultRecord, TextSignature
 from switchyard.signatures import FieldError
 from switchyard_router import api_document
-from switchyard_router.answers import JSONResponse, emit_answered, failure_of, json_body
+from switchyard_router.answers import (
+    JSONResponse,
+    emit_answered,
+    failure_of,
+    json_body,
+    routed_headers,
+)
 from switchyard_router.generate_api import GenerationCall, generate
 from switchyard_router.logic import Admitted, RequestRejected
 from switchyard_router.streaming import Ending, Piece, sse
@@ -208,6 +214,13 @@ def _check_known(document: dict[str, Any], allowed: set[str]) -> None:
         raise _bad(name, f"unrecognized request argument: {name}")
 
 
+def _only(part: dict[str, Any], allowed: tuple[str, ...], where: str) -> None:
+    """A part of the body (a message, a content part) holding nothing but ``allowed``."""
+    for name in part:
+        if name not in allowed:
+            raise _bad(f"{where}.{name}", f"unrecognized argument in {where}: {name}")
+
+
 def _neutral(value: Any, neutral: tuple[Any, ...]) -> bool:
     """Whether ``value`` is one of the ``neutral`` values, of its JSON type too: true
     is no ``n`` of 1, and 0 no ``logprobs`` of false."""
@@ -277,7 +290,11 @@ def chat_request(document: dict[str, Any]) -> dict[str, Any]:
         raise _bad("messages", "messages must be a non-empty list")
     turns = []
     for i, message in enumerate(messages):
-        role = message.get("role") if isinstance(message, dict) else None
+        if not isinstance(message, dict):
+            raise _bad(f"messages[{i}]", "each message must be an object with role and content")
+        # what a message may say besides (a name, tool calls) would be ignored: refused
+        _only(message, ("role", "content"), f"messages[{i}]")
+        role = message.get("role")
         if not isinstance(role, str) or role not in CHAT_ROLES:
             raise _bad(f"messages[{i}].role", f"role must be one of {sorted(CHAT_ROLES)}")
         content = message.get("content")
@@ -287,6 +304,7 @@ def chat_request(document: dict[str, Any]) -> dict[str, Any]:
                     raise _bad(
                         f"messages[{i}].content[{j}]", "only text content parts are supported"
                     )
+                _only(part, ("type", "text"), f"messages[{i}].content[{j}]")
                 if not isinstance(part.get("text"), str):
                     raise _bad(f"messages[{i}].content[{j}].text", "text must be a string")
             content = "".join(part["text"] for part in content)
@@ -537,7 +555,12 @@ def _embed(
 ) -> Response:
     try:
         admitted = service.submit(
-            model=model, tenant=tenant, inputs=inputs, sticky_headers=headers, deadline_ms=None
+            model=model,
+            tenant=tenant,
+            inputs=inputs,
+            sticky_headers=headers,
+            deadline_ms=None,
+            cache_lookup="no-cache" not in headers.get("cache-control", "").lower(),
         )
     except RequestRejected as exc:
         # Named as the caller sent them: input, input[2] (the platform's inputs[2]).
@@ -568,5 +591,5 @@ def _embed(
             "model": model,
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         },
-        headers={"x-request-id": admitted.request_id, "x-model-version": record.version},
+        headers={**routed_headers(admitted), "x-model-version": record.version},
     )
