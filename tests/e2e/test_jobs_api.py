@@ -99,6 +99,8 @@ def test_bad_submissions_are_refused_and_make_no_job(platform, http):
         (b"{not json", 400, "malformed_json"),
         ({"model": "minilm-embed", "input_uri": f"s3://{bucket}/globex/minilm-embed/none.jsonl"},
          404, "no_such_file"),
+        # no job runs from a file elsewhere: a mistake in the field
+        ({"model": "minilm-embed", "input_uri": "https://example.com/x.jsonl"}, 422, None),
     ]  # fmt: skip
     for body, status, code in cases:
         response = (
@@ -111,10 +113,9 @@ def test_bad_submissions_are_refused_and_make_no_job(platform, http):
             assert response.json()["code"] == code
         assert response.json()["message"]
     assert http.get("/v1/jobs/" + "x" * 65, headers=auth(platform, "globex")).status_code == 422
-    assert (
-        http.get("/v1/jobs", params={"limit": 0}, headers=auth(platform, "globex")).status_code
-        == 422
-    )
+    for params in ({"limit": 0}, {"after": "garbage"}):
+        refused = http.get("/v1/jobs", params=params, headers=auth(platform, "globex"))
+        assert refused.status_code == 422 and refused.json()["errors"][0]["field"] in params
     time.sleep(1)
     after = http.get("/v1/jobs", params={"limit": 100}, headers=auth(platform, "globex")).json()
     assert after["jobs"] == before["jobs"]

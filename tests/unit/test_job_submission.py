@@ -30,8 +30,6 @@ def test_a_file_under_the_tenants_model_prefix_is_its_key():
     [
         f"s3://{BUCKET}/globex/minilm-embed/a.jsonl",  # another tenant's
         f"s3://{BUCKET}/acme/digits-cnn/a.jsonl",  # another model's
-        f"s3://{BUCKET}/acme/minilm-embed/a.csv",
-        "s3://other/acme/minilm-embed/a.jsonl",
         # 784 characters, a key of 1,524 bytes: S3 answers a HEAD of it 400 (was a 500)
         pytest.param(f"s3://{BUCKET}/acme/minilm-embed/" + "é" * 750 + ".jsonl", id="1524-bytes"),
     ],
@@ -40,3 +38,20 @@ def test_a_uri_no_file_of_the_callers_can_be_at_is_404(uri):
     with pytest.raises(RequestRejected) as refused:
         key_of(uri)
     assert (refused.value.status, refused.value.code) == (404, "no_such_file")
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        f"s3://{BUCKET}/acme/minilm-embed/a.csv",
+        "s3://other/acme/minilm-embed/a.jsonl",
+        "https://example.com/acme/minilm-embed/a.jsonl",
+    ],
+)
+def test_a_uri_no_job_can_run_from_is_a_mistake_in_the_field(uri):
+    with pytest.raises(RequestRejected) as refused:
+        key_of(uri)
+    assert (refused.value.status, refused.value.errors[0].field) == (422, "input_uri")
+    assert refused.value.errors[0].message == (
+        f"must name a .jsonl file under s3://{BUCKET}/acme/minilm-embed/"
+    )

@@ -21,7 +21,7 @@ from starlette.types import Scope
 
 from switchyard.auth import TenantDirectory, verified_key_id
 from switchyard.generation import TokenStream
-from switchyard.jobs import job_view
+from switchyard.jobs import JOB_ID_PATTERN, job_view
 from switchyard.results import ResultStore
 from switchyard.schemas import FORBIDDEN, ResultRecord
 from switchyard.signatures import FieldError
@@ -329,7 +329,8 @@ def _job_routes(app: FastAPI, jobs: JobsApi, tenant_of: Any, max_body_bytes: int
     def list_jobs(
         request: Request,
         limit: Annotated[int, Query(ge=1, le=100)] = 20,
-        after: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
+        # a job id, as the page before gave it in ``next``
+        after: Annotated[str | None, Query(pattern=f"^{JOB_ID_PATTERN}$")] = None,
     ) -> Any:
         """The caller's jobs, newest first; ``next`` is the ``after`` of the next page."""
         tenant = tenant_of(request)

@@ -206,7 +206,15 @@ class JobsApi:
     def _own_key(self, tenant: str, submission: JobSubmission) -> str:
         uri = submission.input_uri or ""
         prefix = f"s3://{self.drop_bucket}/{tenant}/{submission.model}/"
-        if not uri.startswith(prefix) or not uri.endswith(".jsonl") or uri == prefix:
+        if not uri.startswith(f"s3://{self.drop_bucket}/") or not uri.endswith(".jsonl"):
+            # A file no job can run from, whoever asks: a mistake in the field.
+            raise RequestRejected(
+                422,
+                "invalid_request",
+                "the job is not valid",
+                [FieldError("input_uri", f"must name a .jsonl file under {prefix}")],
+            )
+        if not uri.startswith(prefix):
             # Another tenant's file is no more visible than a missing one.
             raise RequestRejected(
                 404, "no_such_file", f"no .jsonl file of yours at {uri} (under {prefix})"

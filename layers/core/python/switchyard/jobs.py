@@ -139,6 +139,9 @@ def job_version(registry: Registry, model: str, routing: RoutingSource | None) -
     return stable or max(active.values(), key=lambda v: v.created_at)
 
 
+JOB_ID_PATTERN = "[0-9a-f]{24}"  # what job_id_for makes
+
+
 def job_id_for(bucket: str, key: str, etag: str) -> str:
     """The job of these bytes at this key (S3's ETag names the bytes)."""
     return hashlib.sha256(f"{bucket}\n{key}\n{etag}".encode()).hexdigest()[:24]
