@@ -39,6 +39,7 @@ from switchyard.registry import DynamoDBRegistry, VersionExists
 from switchyard.routing import canaries, rolled_back
 from switchyard.schemas import LANES, Lane
 from switchyard.settings import Settings
+from switchyard.signatures import field_path
 from switchyard.tables import RESULTS
 from switchyard.wiring import Adapters, build_adapters
 from switchyard_local import jobs_cli
@@ -333,7 +334,7 @@ def _summary(document: Any) -> str:
 
 def _first_problem(exc: ValidationError) -> str:
     error = exc.errors()[0]
-    where = ".".join(str(p) for p in error["loc"])
+    where = field_path(error["loc"])
     return f"{where}: {error['msg']}" if where else error["msg"]
 
 

@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from switchyard.queues import SQS_BATCH_LIMIT, Received, SqsWorkQueue
 from switchyard.results import ResultStore
 from switchyard.schemas import Lane, QueueMessage, ResultRecord
+from switchyard.signatures import field_path
 
 # How long a listing keeps what it has read out of sight while it pages on; it
 # makes it all visible again when it is done.
@@ -220,7 +221,7 @@ def _decode(m: dict[str, Any], lane: Lane) -> DeadLetter:
         return DeadLetter(received, QueueMessage.model_validate(raw), raw, None)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "message"
+        where = field_path(first["loc"]) or "message"
         return DeadLetter(received, None, raw, f"undecodable: {where}: {first['msg']}")
 
 

@@ -167,6 +167,16 @@ def test_openai_errors_have_openais_types_statuses_and_bodies(client, platform):
     with pytest.raises(openai.BadRequestError) as wrong_task:
         client.embeddings.create(model=MODEL, input="x")
     assert wrong_task.value.body["code"] == "wrong_task"
+    # each named as the caller sent it
+    with pytest.raises(openai.BadRequestError) as not_text:
+        client.embeddings.create(model="minilm-embed", input=["a", "b", 5])  # type: ignore[list-item]
+    assert not_text.value.body["param"] == "input[2]"
+    with pytest.raises(openai.BadRequestError) as newer_name:
+        client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "x"}], max_completion_tokens=100_000
+        )
+    assert newer_name.value.body["param"] == "max_completion_tokens"
+    assert newer_name.value.body["message"].startswith("max_completion_tokens: ")
 
 
 def test_the_native_generate_streams_tokens_then_how_it_ended(platform, http):

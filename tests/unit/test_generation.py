@@ -86,6 +86,9 @@ def test_generation_inputs_are_checked_with_the_field_at_fault():
     assert [e.field for e in too_many] == ["inputs[0].max_tokens"]
     assert check_generation({"prompt": "   "}, SIG, "f")[0].field == "f.prompt"
     assert check_generation([1, 2], SIG, "f")[0].field == "f"
+    # an item of a list is named by its index, as the caller wrote it
+    stops = check_generation({"prompt": "x", "stop": ["a", 1]}, SIG, "inputs[0]")
+    assert [e.field for e in stops] == ["inputs[0].stop[1]"]
     assert over_context(60, 4, SIG.context_length) is None
     assert "over the model's context" in over_context(61, 4, SIG.context_length)
 
@@ -138,6 +141,7 @@ def test_the_openai_api_is_translated_to_generation_requests():
         # a neutral value of another JSON type: true is no n of 1, 0 no logprobs of false
         ({"model": "m", "prompt": "x", "n": True}, "n"),
         ({"model": "m", "prompt": "x", "logprobs": 0}, "logprobs"),
+        ({"model": "m", "prompt": "x", "stop": ["a", 5]}, "stop[1]"),
     ):
         with pytest.raises(RequestRejected) as refused:
             completion_request(bad)
@@ -145,6 +149,10 @@ def test_the_openai_api_is_translated_to_generation_requests():
     # passed on to the signature's check, which refuses it (400), as any over its limit
     huge = {"model": "m", "prompt": "x", "max_tokens": 10**400}
     assert completion_request(huge)["max_tokens"] == 10**400
+    with pytest.raises(RequestRejected) as refused:  # named as the caller sent it
+        chat_request({"model": "m", "messages": [{"role": "user", "content": "x"}],
+                      "max_completion_tokens": 0})  # fmt: skip
+    assert refused.value.errors[0].field == "max_completion_tokens"
     for messages, param in (
         ([{"role": "tool", "content": "x"}], "messages[0].role"),
         (["hi"], "messages[0]"),

@@ -24,7 +24,7 @@ from switchyard.generation import TokenStream
 from switchyard.jobs import JOB_ID_PATTERN, job_view
 from switchyard.results import ResultStore
 from switchyard.schemas import FORBIDDEN, ResultRecord
-from switchyard.signatures import FieldError
+from switchyard.signatures import FieldError, field_path
 from switchyard_router import api_document
 from switchyard_router.answers import (
     JSONResponse,
@@ -150,8 +150,7 @@ def create_app(deps: RouterDeps) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = [
-            FieldError(".".join(str(p) for p in e["loc"][1:]) or str(e["loc"][0]), e["msg"])
-            for e in exc.errors()
+            FieldError(field_path(e["loc"][1:]) or str(e["loc"][0]), e["msg"]) for e in exc.errors()
         ]
         if is_openai_path(request.url.path):
             return openai_error(400, "invalid_parameter", errors[0].message, errors[0].field)

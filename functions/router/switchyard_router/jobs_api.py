@@ -20,7 +20,7 @@ from switchyard.callbacks import JobEvents, cancel
 from switchyard.jobs import TERMINAL, Job, JobRejected, JobStore, job_for_file
 from switchyard.registry import Registry
 from switchyard.routing import RoutingSource
-from switchyard.signatures import FieldError
+from switchyard.signatures import FieldError, field_path
 from switchyard_router.answers import json_body
 from switchyard_router.logic import RequestRejected
 
@@ -123,9 +123,7 @@ def parse_submission(body: bytes) -> JobSubmission:
     try:
         return JobSubmission.model_validate(document)
     except ValidationError as exc:
-        errors = [
-            FieldError(".".join(str(p) for p in e["loc"]) or "body", _said(e)) for e in exc.errors()
-        ]
+        errors = [FieldError(field_path(e["loc"]) or "body", _said(e)) for e in exc.errors()]
         raise RequestRejected(422, "invalid_request", "the job is not valid", errors) from None
 
 

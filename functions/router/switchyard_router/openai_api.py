@@ -231,8 +231,11 @@ def _stops(value: Any) -> list[str]:
     if value is None:
         return []
     stops = [value] if isinstance(value, str) else value
-    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+    if not isinstance(stops, list):
         raise _bad("stop", "stop must be a string or a list of strings")
+    for i, stop in enumerate(stops):
+        if not isinstance(stop, str):
+            raise _bad(f"stop[{i}]", "each stop sequence must be a string")
     if len(stops) > MAX_STOPS:
         raise _bad("stop", f"at most {MAX_STOPS} stop sequences")
     return stops
@@ -318,8 +321,10 @@ def chat_request(document: dict[str, Any]) -> dict[str, Any]:
     legacy = document.get("max_tokens")
     if max_tokens is None:
         max_tokens = legacy
-    elif legacy is not None:
-        _whole(legacy, "max_tokens", minimum=1)
+    else:
+        if legacy is not None:
+            _whole(legacy, "max_tokens", minimum=1)
+        max_tokens = _whole(max_tokens, "max_completion_tokens", minimum=1)
     return {
         "prompt": render_chat(turns),
         "stop": [*stops, CHAT_STOP],
@@ -472,8 +477,12 @@ def add_openai_routes(app: FastAPI, deps: Any, tenant_of: Callable[[Request], st
                 generate, service, deps.stream, deps.results, call, fmt, deps.hub
             )
         except RequestRejected as exc:
-            if chat:  # the prompt is the caller's messages, rendered
-                exc.rename_fields(lambda field: "messages" if field == "prompt" else field)
+            # Named as the caller sent them: the prompt is a chat's messages, rendered,
+            # and its max_tokens the max_completion_tokens it gave.
+            names = {"prompt": "messages"} if chat else {}
+            if chat and document.get("max_completion_tokens") is not None:
+                names["max_tokens"] = "max_completion_tokens"
+            exc.rename_fields(lambda field: names.get(field, field))
             raise
 
     @app.post(
@@ -509,8 +518,11 @@ def add_openai_routes(app: FastAPI, deps: Any, tenant_of: Callable[[Request], st
         inputs = document.get("input")
         if isinstance(inputs, str):
             inputs = [inputs]
-        if not isinstance(inputs, list) or not all(isinstance(i, str) for i in inputs):
+        if not isinstance(inputs, list):
             raise _bad("input", "input must be a string or a list of strings")
+        for i, text in enumerate(inputs):
+            if not isinstance(text, str):
+                raise _bad(f"input[{i}]", "each input must be a string")
         encoding = document.get("encoding_format") or "float"
         if encoding not in ("float", "base64"):
             raise _bad("encoding_format", "encoding_format must be 'float' or 'base64'")

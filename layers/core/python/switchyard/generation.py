@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from switchyard.schemas import GenerationSignature
-from switchyard.signatures import FieldError
+from switchyard.signatures import FieldError, field_path
 from switchyard.tables import RESULTS
 
 # What a chat renders to (the demo model's template; a model's own template would
@@ -94,12 +94,7 @@ def check_generation(item: Any, sig: GenerationSignature, field: str) -> list[Fi
     try:
         request = GenerationRequest.model_validate(item)
     except ValidationError as exc:
-        return [
-            FieldError(
-                ".".join([field, *(str(p) for p in e["loc"])]) if e["loc"] else field, e["msg"]
-            )
-            for e in exc.errors()
-        ]
+        return [FieldError(field_path(e["loc"], field), e["msg"]) for e in exc.errors()]
     errors = []
     if not request.prompt.strip():
         errors.append(FieldError(f"{field}.prompt", "must not be empty"))

@@ -8,6 +8,7 @@ this one function, so they can never disagree about what is valid.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Annotated, Any
@@ -26,6 +27,15 @@ class FieldError:
 
 
 _MAX_ERRORS = 20
+
+
+def field_path(loc: Iterable[str | int], base: str = "") -> str:
+    """A validation error's location as the caller wrote it: ``stop[0]``,
+    ``messages[1].content``, after ``base`` (a field of its own)."""
+    path = base
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path
 
 
 def check_inputs(
