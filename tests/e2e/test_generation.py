@@ -177,6 +177,13 @@ def test_openai_errors_have_openais_types_statuses_and_bodies(client, platform):
         )
     assert newer_name.value.body["param"] == "max_completion_tokens"
     assert newer_name.value.body["message"].startswith("max_completion_tokens: ")
+    # a deadline (x-deadline-ms) bounds the wait as on the native routes: past it, 202
+    late = httpx.post(
+        f"{platform.url}/openai/v1/chat/completions",
+        json={"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 8},
+        headers={"Authorization": f"Bearer {platform.api_key}", "x-deadline-ms": "1"},
+    )
+    assert late.status_code == 202 and late.json()["location"].startswith("/v1/requests/")
 
 
 def test_the_native_generate_streams_tokens_then_how_it_ended(platform, http):

@@ -149,6 +149,22 @@ def test_a_path_of_the_openai_api_that_does_not_exist_is_an_unknown_url(world):
     assert queue.visible == []
 
 
+@pytest.mark.parametrize("path", ["completions", "chat/completions", "embeddings"])
+@pytest.mark.parametrize("deadline", ["-5", "0", "abc", "28001"])
+def test_the_openai_api_takes_a_deadline_as_predict_does_and_refuses_a_bad_one(
+    world, path, deadline
+):
+    client, queue, _, _ = world
+    response = client.post(
+        f"/openai/v1/{path}",
+        json={"model": "digits-cnn"},
+        headers={"Authorization": "Bearer k-acme", "x-deadline-ms": deadline},
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "x-deadline-ms"
+    assert queue.visible == []
+
+
 @pytest.mark.parametrize(
     ("body", "status", "field"),
     [

@@ -5,15 +5,19 @@ metrics of a request answered or handed off at its deadline."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Annotated, Any
 
+from fastapi import Header
 from fastapi.responses import JSONResponse as StarletteJSONResponse
 
 from switchyard.jsontext import json_bytes, parse_json
 from switchyard.schemas import ResultRecord
 from switchyard.signatures import FieldError
 from switchyard.telemetry import COUNT, MILLISECONDS, emit_metrics, request_dimension_sets
-from switchyard_router.logic import Admitted, RequestRejected
+from switchyard_router.logic import MAX_DEADLINE_MS, Admitted, RequestRejected
+
+# How long a caller waits for its answer (every route that waits, the OpenAI API's too).
+DeadlineHeader = Annotated[int | None, Header(alias="x-deadline-ms", ge=1, le=MAX_DEADLINE_MS)]
 
 
 class JSONResponse(StarletteJSONResponse):

@@ -27,6 +27,7 @@ from switchyard.schemas import FORBIDDEN, ResultRecord
 from switchyard.signatures import FieldError, field_path
 from switchyard_router import api_document
 from switchyard_router.answers import (
+    DeadlineHeader,
     JSONResponse,
     emit_answered,
     failure_of,
@@ -36,7 +37,7 @@ from switchyard_router.answers import (
 )
 from switchyard_router.generate_api import GenerationCall, NativeFormat, generate
 from switchyard_router.jobs_api import JOB_BODY, JobsApi, parse_submission
-from switchyard_router.logic import MAX_DEADLINE_MS, PredictService, RequestRejected
+from switchyard_router.logic import PredictService, RequestRejected
 from switchyard_router.openai_api import add_openai_routes, is_openai_path
 from switchyard_router.openai_api import error_body as openai_error
 from switchyard_router.streaming import StreamHub
@@ -86,7 +87,6 @@ _PREDICT_BODY = {
 
 # The parameters every route that admits a request takes.
 AsyncQuery = Annotated[bool, Query(alias="async")]
-DeadlineHeader = Annotated[int | None, Header(alias="x-deadline-ms", ge=1, le=MAX_DEADLINE_MS)]
 StickyHeader = Annotated[
     str | None,
     Header(

@@ -31,6 +31,7 @@ from switchyard.schemas import ResultRecord, TextSignature
 from switchyard.signatures import FieldError
 from switchyard_router import api_document
 from switchyard_router.answers import (
+    DeadlineHeader,
     JSONResponse,
     emit_answered,
     failure_of,
@@ -458,7 +459,7 @@ def add_openai_routes(app: FastAPI, deps: Any, tenant_of: Callable[[Request], st
                 return _model_object(entry)
         raise RequestRejected(404, "model_not_found", f"The model {model!r} does not exist")
 
-    async def _generation(request: Request, chat: bool) -> Response:
+    async def _generation(request: Request, chat: bool, deadline_ms: int | None) -> Response:
         tenant = tenant_of(request)
         document = _object(await _read_body(request, deps.max_body_bytes))
         body = chat_request(document) if chat else completion_request(document)
@@ -471,6 +472,7 @@ def add_openai_routes(app: FastAPI, deps: Any, tenant_of: Callable[[Request], st
             tenant=tenant,
             request=body,
             headers=dict(request.headers),
+            deadline_ms=deadline_ms,
         )
         try:
             return await run_in_threadpool(
@@ -491,8 +493,8 @@ def add_openai_routes(app: FastAPI, deps: Any, tenant_of: Callable[[Request], st
         responses=api_document.OPENAI_GENERATE,
         openapi_extra=COMPLETION_BODY,
     )
-    async def completions(request: Request) -> Response:
-        return await _generation(request, chat=False)
+    async def completions(request: Request, deadline_ms: DeadlineHeader = None) -> Response:
+        return await _generation(request, chat=False, deadline_ms=deadline_ms)
 
     @app.post(
         f"{PREFIX}/chat/completions",
@@ -500,8 +502,8 @@ def add_openai_routes(app: FastAPI, deps: Any, tenant_of: Callable[[Request], st
         responses=api_document.OPENAI_GENERATE,
         openapi_extra=CHAT_BODY,
     )
-    async def chat_completions(request: Request) -> Response:
-        return await _generation(request, chat=True)
+    async def chat_completions(request: Request, deadline_ms: DeadlineHeader = None) -> Response:
+        return await _generation(request, chat=True, deadline_ms=deadline_ms)
 
     @app.post(
         f"{PREFIX}/embeddings",
@@ -509,7 +511,7 @@ def add_openai_routes(app: FastAPI, deps: Any, tenant_of: Callable[[Request], st
         responses=api_document.OPENAI_EMBEDDINGS,
         openapi_extra=EMBEDDINGS_BODY,
     )
-    async def embeddings(request: Request) -> Response:
+    async def embeddings(request: Request, deadline_ms: DeadlineHeader = None) -> Response:
         tenant = tenant_of(request)
         document = _object(await _read_body(request, deps.max_body_bytes))
         _check_known(document, {"model", "input", "encoding_format", "dimensions"})
@@ -537,6 +539,7 @@ def add_openai_routes(app: FastAPI, deps: Any, tenant_of: Callable[[Request], st
             raise RequestRejected(400, "wrong_task", f"model {model!r} does not embed text")
         return await run_in_threadpool(
             _embed, service, tenant, model, inputs, encoding, dimensions, dict(request.headers),
+            deadline_ms,
         )  # fmt: skip
 
 
@@ -564,6 +567,7 @@ def _embed(
     encoding: str,
     dimensions: int | None,
     headers: dict[str, str],
+    deadline_ms: int | None,
 ) -> Response:
     try:
         admitted = service.submit(
@@ -571,7 +575,7 @@ def _embed(
             tenant=tenant,
             inputs=inputs,
             sticky_headers=headers,
-            deadline_ms=None,
+            deadline_ms=deadline_ms,
             cache_lookup="no-cache" not in headers.get("cache-control", "").lower(),
         )
     except RequestRejected as exc:
