@@ -163,6 +163,12 @@ class Continuous:
         self.running = [s for s in self.running if not s.done]
         return ended
 
+    def leave(self, sequences: list[Sequence]) -> None:
+        """These sequences out of the batch before their end (their request ended
+        elsewhere), as an ended one leaves between two steps."""
+        gone = {id(s) for s in sequences}
+        self.running = [s for s in self.running if id(s) not in gone]
+
     def abandon(self) -> list[Sequence]:
         """Every running sequence, out of the batch (its step failed)."""
         out, self.running = self.running, []

@@ -32,6 +32,9 @@ from switchyard_worker.triage import Triage
 from switchyard_worker.versions import ServedVersions
 
 _IDLE_WAIT_S = 0.02  # how long a step with nothing running waits for an arrival
+# While requests generate, their records are read this often (one read for all): a
+# request that ended elsewhere (its caller cancelled it, or left its stream) stops.
+_LOOK_AT_RECORDS_S = 0.5
 
 
 class GenerationLoop:
@@ -67,6 +70,7 @@ class GenerationLoop:
         self._batches: dict[str, Continuous] = {}
         self.arrivals: stdlib_queue.Queue[Pending] = stdlib_queue.Queue()
         self._generating: dict[str, _Generating] = {}
+        self._looked_at_records = time.monotonic()
         # One write in flight per stream (so each stream's chunks land in order), up
         # to this many streams' writes at once.
         self.stream_writer = ThreadPoolExecutor(max_workers=4, thread_name_prefix="stream-writer")
@@ -123,6 +127,8 @@ class GenerationLoop:
             self._admit(arrivals)
         elif arrivals:
             self._in_hand.release([p.received for p in arrivals], 0)
+        if self._generating and time.monotonic() - self._looked_at_records >= _LOOK_AT_RECORDS_S:
+            self._stop_what_ended_elsewhere()
         for version, running in list(self._batches.items()):
             if not running.running:
                 continue
@@ -227,6 +233,35 @@ class GenerationLoop:
                 "stream resumed",
                 extra={"request_id": m.request_id, "tokens": len(sequence.ids),
                        "worker": self.worker_id},
+            )  # fmt: skip
+
+    def _stop_what_ended_elsewhere(self) -> None:
+        """Stop the requests whose record has ended while they generate: cancelled
+        (``DELETE /v1/requests/{id}``, or a streamed caller who went away) or
+        expired. Their sequences leave the running batch, their streams are written
+        no more, and their messages are deleted: the record keeps its ending."""
+        self._looked_at_records = time.monotonic()
+        works = list(self._generating.values())
+        try:
+            self._intake.read_statuses([w.pending for w in works])
+        except Exception:  # noqa: BLE001 - they run on; the next look tries again
+            log.exception("reading running requests' records failed")
+            return
+        for work in works:
+            status = work.pending.status
+            if status in (None, "queued"):
+                continue
+            m = work.pending.message
+            assert m is not None
+            self._generating.pop(m.request_id, None)
+            self._batches[work.pending.version].leave(work.sequences)
+            if work.streamer is not None:
+                work.streamer.disowned = True
+            self._in_hand.delete([work.pending.received])
+            log.info(
+                "generation stopped: its request ended elsewhere",
+                extra={"request_id": m.request_id, "status": status, "worker": self.worker_id,
+                       "tokens": sum(len(sq.ids) for sq in work.sequences)},
             )  # fmt: skip
 
     def _sequence_ended(self, sequence: Sequence) -> None:

@@ -281,6 +281,78 @@ def test_a_worker_killed_mid_stream_leaves_the_callers_text_whole_in_order(platf
     assert resumed and resumed[0]["tokens"] >= 10
 
 
+def test_a_stream_is_read_and_cancelled_while_it_runs_and_stops_when_its_caller_leaves(
+    platform, http
+):
+    """A slow version (each decode step 80 ms longer) streams 200 tokens. While it
+    runs its request reads queued and DELETE cancels it: the stream ends with the
+    cancellation. A second caller who closes its stream half-way cancels it too.
+    Either way the worker stops generating it within its next look at the records."""
+    settings = platform.info["settings"]
+    registry = DynamoDBRegistry(platform.client("dynamodb"), settings["registry_table"])
+    slow = registry.get(MODEL, "v1").model_copy(
+        update={"version": "slow-cancel", "faults": {"step_delay_seconds": 0.08},
+                "created_at": 0.0}
+    )  # fmt: skip
+    registry.register(slow)
+    headers = {"x-api-key": platform.api_key, "x-model-version": "slow-cancel"}
+    body = {"prompt": PROMPT, "max_tokens": 200, "temperature": 0.8, "seed": 5, "stream": True}
+
+    def stopped(request_id: str) -> dict | None:
+        return next(
+            (e for e in platform.worker_log_events()
+             if e.get("message") == "generation stopped: its request ended elsewhere"
+             and e.get("request_id") == request_id),
+            None,
+        )  # fmt: skip
+
+    try:
+        # WHEN its caller cancels it while it streams
+        with http.stream(
+            "POST", f"/v1/models/{MODEL}/generate", json=body, headers=headers, timeout=120
+        ) as response:
+            assert response.status_code == 200
+            cancelled_id = response.headers["x-request-id"]
+            events = []
+            for line in response.iter_lines():
+                if not line.startswith("data: "):
+                    continue
+                events.append(json.loads(line[6:]))
+                if len(events) == 5:
+                    running = http.get(f"/v1/requests/{cancelled_id}", headers=headers)
+                    assert running.status_code == 200 and running.json()["status"] == "queued"
+                    gone = http.delete(f"/v1/requests/{cancelled_id}", headers=headers)
+                    assert gone.status_code == 200 and gone.json()["status"] == "cancelled"
+        # THEN its stream ends with the cancellation, not 200 tokens later
+        assert events[-1]["error"]["code"] == "cancelled", events[-3:]
+        assert len([e for e in events if "token" in e]) < 200
+        # WHEN another caller leaves its stream half-way
+        with http.stream(
+            "POST", f"/v1/models/{MODEL}/generate", json=body, headers=headers, timeout=120
+        ) as response:
+            left_id = response.headers["x-request-id"]
+            for n, _ in enumerate(response.iter_lines()):
+                if n == 10:
+                    break
+
+        # THEN its request ends cancelled, and the worker stops both generations early
+        def ended() -> dict | None:
+            record = http.get(f"/v1/requests/{left_id}", headers=headers).json()
+            return record if record["status"] != "queued" else None
+
+        assert wait_for(ended, timeout_s=30)["status"] == "cancelled"
+        for request_id in (cancelled_id, left_id):
+            assert wait_for(lambda rid=request_id: stopped(rid), timeout_s=30)["tokens"] < 200
+    finally:
+        platform.client("dynamodb").update_item(
+            TableName=settings["registry_table"],
+            Key={"model": {"S": MODEL}, "version": {"S": "slow-cancel"}},
+            UpdateExpression="SET #s = :r",
+            ExpressionAttributeNames={"#s": "status"},
+            ExpressionAttributeValues={":r": {"S": "retired"}},
+        )
+
+
 def test_a_batch_job_of_prompts_gets_one_generation_per_line(platform, http):
     """Generation requests (or bare prompts) as a job's lines ride the batch lane;
     each line's output is its generation, a bad line its error."""

@@ -247,6 +247,20 @@ def test_sequences_join_and_leave_the_running_batch_between_steps():
     assert long.emitted == "abcde" and short.emitted == "ab"
 
 
+def test_a_sequence_whose_request_ended_elsewhere_leaves_before_its_end():
+    decoder = ScriptDecoder("abcdefgh")
+    running = Continuous(decoder, max_sequences=4)
+    kept, cancelled = sequence(key="kept", max_tokens=3), sequence(key="cancelled", max_tokens=8)
+    running.join(kept)
+    running.join(cancelled)
+    running.step()
+    running.leave([cancelled])  # its request was cancelled while it ran
+    ended = [s.key for _ in range(3) for s in running.step()]
+    assert ended == ["kept"] and running.running == []
+    assert decoder.steps == [["kept", "cancelled"], ["kept"], ["kept"]]
+    assert cancelled.emitted == "a" and not cancelled.done
+
+
 def test_a_failed_step_leaves_the_batch_empty_and_the_decoder_reset():
     decoder = ScriptDecoder("ab", fail_at_step=2)
     running = Continuous(decoder, max_sequences=2)

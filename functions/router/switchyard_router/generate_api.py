@@ -17,6 +17,8 @@ Each API formats the same events its own way (a :class:`Format`).
 
 from __future__ import annotations
 
+import itertools
+import logging
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -47,6 +49,9 @@ from switchyard_router.streaming import (
 # A stream is cut after this long (API Gateway's REST response streaming allows
 # up to 15 minutes; a generation of 256 tokens takes seconds).
 MAX_STREAM_SECONDS = 300
+
+
+log = logging.getLogger("switchyard.router")
 
 
 class Format(Protocol):
@@ -133,17 +138,36 @@ def generate(
     if failed is not None:
         assert failed.record is not None
         return fmt.failure(failed.record)
+    # Its tokens flow: recorded now (one write), so that its caller can read it
+    # (GET /v1/requests/{id}) or cancel it (DELETE) while it runs.
+    service.hand_off(admitted)
     until = time.monotonic() + MAX_STREAM_SECONDS
 
     def items() -> Iterator[Piece | Ending]:
-        yield from first
-        yield from reader.rest(until)
+        ended = False
+        try:
+            for piece in itertools.chain(first, reader.rest(until)):
+                ended = isinstance(piece, Ending)
+                yield piece
+        finally:
+            if not ended:
+                # The caller went away before the end: the generation is cancelled,
+                # and its worker stops it (the worker looks at its running requests'
+                # records).
+                _cancel_quietly(service, call.tenant, admitted.request_id)
 
     return StreamingResponse(
         fmt.events(admitted, items()),
         media_type="text/event-stream",
         headers={**SSE_HEADERS, **headers},
     )
+
+
+def _cancel_quietly(service: Any, tenant: str, request_id: str) -> None:
+    try:
+        service.cancel(tenant, request_id)
+    except Exception:  # noqa: BLE001 - it runs to its end instead
+        log.exception("cancelling an abandoned stream failed", extra={"request_id": request_id})
 
 
 class NativeFormat:
