@@ -219,6 +219,11 @@ def test_the_native_generate_streams_tokens_then_how_it_ended(platform, http):
     )
     assert refused.status_code == 422
     assert refused.json()["errors"][0]["field"] == "top_k"
+    # an async request's answer is its record: nothing would read a stream
+    both = http.post(
+        f"/v1/models/{MODEL}/generate?async=true", json={**body, "stream": True}, headers=headers
+    )
+    assert both.status_code == 422 and both.json()["errors"][0]["field"] == "stream"
     not_generative = http.post(
         "/v1/models/minilm-embed/generate", json={"prompt": PROMPT}, headers=headers
     )

@@ -29,6 +29,7 @@ from fastapi.responses import Response, StreamingResponse
 from switchyard.generation import TokenStream
 from switchyard.results import ResultStore
 from switchyard.schemas import GenerationSignature, ResultRecord
+from switchyard.signatures import FieldError
 from switchyard_router.answers import (
     JSONResponse,
     emit_answered,
@@ -101,6 +102,14 @@ def generate(
     hub: StreamHub | None = None,
 ) -> Response:
     require_generative(service, call.model)
+    if call.is_async and call.request.get("stream"):
+        # Nothing would read the stream: an async request's answer is its record.
+        raise RequestRejected(
+            422,
+            "invalid_input",
+            "a streamed generation is read as it is made: ask for stream or ?async=true",
+            [FieldError("stream", "cannot be true with ?async=true")],
+        )
     try:
         admitted = service.submit(
             model=call.model,
