@@ -121,7 +121,10 @@ def _started(standby_seconds: float | None) -> tuple[Worker, WorkerSettings]:
         cache=adapters.cache,
         payloads=adapters.payloads,
         load_runtime=runtime_for,
-        visibility_timeout=settings.visibility_timeout_seconds,
+        # held for less than the queue's visibility timeout: see held_visibility_seconds
+        visibility_timeout=min(
+            settings.held_visibility_seconds, settings.visibility_timeout_seconds
+        ),
         poll_wait_seconds=settings.poll_wait_seconds,
         prediction_log=adapters.prediction_log(settings.prediction_log_stream),
         max_receive_count=settings.max_receive_count,

@@ -177,7 +177,8 @@ class Intake:
     def look_at_realtime(self, wait_s: float) -> None:
         """Take the realtime work that arrives within ``wait_s``: it runs ahead of the
         batch-lane work in hand."""
-        self.hold(self._in_hand.lanes[0].receive(RECEIVE_MAX, wait_s))
+        realtime = self._in_hand.lanes[0]
+        self.hold(realtime.receive(RECEIVE_MAX, wait_s, self._in_hand.visibility))
 
     def receive(self) -> None:
         """Receive what the forming batch has room for. Idle, long-poll the realtime
@@ -192,9 +193,11 @@ class Intake:
             self._await_due()
         room = max(1, min(RECEIVE_MAX, self.room()))
         realtime, batch_lane = self._in_hand.lanes
-        received = realtime.receive(room, 0 if held or self._batch_waiting else self.poll_wait)
+        visibility = self._in_hand.visibility  # held for this long, extended by heartbeat
+        wait = 0 if held or self._batch_waiting else self.poll_wait
+        received = realtime.receive(room, wait, visibility)
         if not received and not held:
-            received = batch_lane.receive(room, 0)
+            received = batch_lane.receive(room, 0, visibility)
             self._batch_waiting = bool(received)
         self.assembler.drained = len(received) < room
         self.hold(received)

@@ -38,7 +38,7 @@ def setup(manifest, provisioned, clients):
         for lane in ("realtime", "batch")
     }
 
-    def worker() -> Worker:
+    def worker(held_seconds: int | None = None) -> Worker:
         return Worker(
             model="digits-cnn",
             worker_id="it",
@@ -48,7 +48,7 @@ def setup(manifest, provisioned, clients):
             results=results,
             payloads=payloads,
             load_runtime=lambda record: FaultyRuntime(EchoRuntime(), record.faults),
-            visibility_timeout=manifest.platform.visibility_timeout_seconds,
+            visibility_timeout=held_seconds or manifest.platform.visibility_timeout_seconds,
             poll_wait_seconds=0,
             max_receive_count=manifest.platform.max_receive_count,
         )
@@ -114,3 +114,23 @@ def test_long_batches_keep_their_messages_invisible(setup):
     thread.join(timeout=10)
     assert results.get("acme", "slow").status == "done"
     assert w.batches_run == 1
+
+
+def test_a_dead_workers_messages_come_back_after_its_hold_not_the_queues_timeout(setup):
+    register, worker, send, results, lanes, sqs, dlq = setup
+    register("v1")
+    send("orphan")
+    # GIVEN a worker that holds its messages for 3 s (the queue's own timeout is 10 s)
+    w = worker(held_seconds=3)
+    w.intake.receive()
+    assert [p.message.request_id for p in w.intake.assembler.held] == ["orphan"]
+    received_at = time.monotonic()
+    # WHEN it dies before its heartbeat extends the hold (nothing more is done with it)
+    assert lanes["realtime"].receive(10, 0) == []
+    # THEN another worker receives the message once the hold ends, not the queue's 10 s
+    again: list = []
+    while not again and time.monotonic() - received_at < 9:
+        again = lanes["realtime"].receive(10, 1)
+    assert [QueueMessage.model_validate_json(r.body).request_id for r in again] == ["orphan"]
+    assert again[0].receive_count == 2
+    lanes["realtime"].delete(again)

@@ -159,6 +159,12 @@ class WorkerSettings(Settings):
     # requests of a worker that died are taken up again this soon, not after the
     # queue's visibility timeout.
     generation_visibility_seconds: int = Field(default=10, ge=3, le=300)
+    # Every other model's messages are held with this visibility, at most the
+    # queue's own (extended every third of it while they wait or run): the requests
+    # of a worker that died are taken up again this soon, well inside a sync
+    # request's grace (``sync_grace_seconds``), rather than after the queue's
+    # visibility timeout, after which they would mostly be expired.
+    held_visibility_seconds: int = Field(default=15, ge=3, le=300)
 
 
 class SettingsError(RuntimeError):
