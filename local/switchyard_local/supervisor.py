@@ -133,12 +133,14 @@ class Child:
         self.process = process
         return True
 
-    def restart(self) -> None:
-        """A fresh process in place of one that exited (its log is appended to)."""
+    def restart(self, launch: Callable[[Child], None] | None = None) -> None:
+        """A fresh process in place of one that exited (its log is appended to),
+        started by ``launch`` (a worker pool's, which takes over a waiting standby)
+        or anew."""
         if self.log:
             self.log.close()
         self.restarts += 1
-        self.start()
+        (launch or Child.start)(self)
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -246,15 +248,19 @@ class WorkerPool:
         self._next[model] = index + 1
         child = self._make_worker(model, f"worker-{model}-{index}")
         self.ready_file(child).unlink(missing_ok=True)
+        self._launch(child)
+        self._by_model.setdefault(model, []).append(child)
+        return child.name
+
+    def _launch(self, child: Child) -> None:
+        """Start ``child`` in a waiting standby's process (its imports done), or
+        anew when none waits."""
         while self._standbys:
             standby = self._standbys.pop(0)
             if child.take_over(standby):
-                break
+                return
             standby.stop(timeout=5)
-        else:
-            child.start()
-        self._by_model.setdefault(model, []).append(child)
-        return child.name
+        child.start()
 
     @property
     def standbys(self) -> int:
@@ -325,7 +331,7 @@ class WorkerPool:
                 else:
                     self._announce(f"{child.name} exited with {code}; starting a new one")
                     self._note(model, "worker replaced", worker=child.name, exit_code=code)
-                    child.restart()
+                    child.restart(self._launch)
 
     def stop_all(self, timeout: float) -> None:
         """SIGTERM every worker at once, then wait for each (they drain in parallel);

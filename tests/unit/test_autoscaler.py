@@ -351,9 +351,9 @@ class FakeChild:
     def start(self) -> None:
         self.process = FakeProcess(next(self.pids))
 
-    def restart(self) -> None:
+    def restart(self, launch=None) -> None:
         self.restarts += 1
-        self.start()
+        (launch or FakeChild.start)(self)
 
     def alive(self) -> bool:
         return self.process is not None and self.process.returncode is None
@@ -564,6 +564,29 @@ def test_a_started_worker_takes_over_the_waiting_standby(standby_pool, tmp_path:
     assert workers.standbys == 0
     workers.reap()
     assert workers.standbys == 1
+
+
+def test_a_worker_that_dies_is_replaced_in_the_waiting_standby(
+    standby_pool, tmp_path: Path
+) -> None:
+    workers = standby_pool
+    workers.reap()
+    [name] = workers.start(MODEL, 1)  # in the first standby
+    wait_for(lambda: workers.counts(MODEL).running == 1, timeout_s=20, every_s=0.05,
+             what="one worker running")  # fmt: skip
+    workers.reap()
+    wait_for(lambda: workers.standbys == 1, timeout_s=20, every_s=0.05, what="a new standby")
+    # WHEN the worker dies unasked
+    [child] = workers.workers
+    child.process.kill()
+    child.process.wait()
+    workers.reap()
+    # THEN its replacement, under its name, takes over the waiting standby: not cold
+    wait_for(lambda: workers.counts(MODEL).running == 1, timeout_s=20, every_s=0.05,
+             what="the replacement running")  # fmt: skip
+    served = (tmp_path / f"{name}.log").read_text().splitlines()
+    assert served == [f"serving {name} as standby"] * 2
+    assert child.restarts == 1
 
 
 def test_no_new_standby_while_a_worker_loads(standby_pool, tmp_path: Path) -> None:
