@@ -248,6 +248,12 @@ def document_from_args(
             raise TrafficError(f"{item!r}: the percent must be a whole number") from None
     if sticky is not None and not sticky.strip():
         raise TrafficError("--sticky: a header's name, not nothing")
+    if fallback is not None and parsed.get(fallback) == 100:
+        # A request never falls back to the version that failed it.
+        raise TrafficError(
+            f"--fallback {fallback}: {fallback} takes all the traffic, so it would never "
+            "answer for another; name a version that takes less"
+        )
     raw: dict[str, Any] = {
         "schema_version": 1,
         "weights": parsed,

@@ -243,6 +243,8 @@ def test_routing_and_registration_mistakes_are_named(cli, tmp_path):
     refused(cli("traffic", "set", MODEL, "v1=100", "--sticky", " "), "--sticky")
     # a shadow of the version taking all the traffic was taken, and copied nothing
     refused(cli("traffic", "set", MODEL, "v1=100", "--shadow", "v1:50"), "takes all the traffic")
+    # so was a fallback of it, which never answered for anyone
+    refused(cli("traffic", "set", MODEL, "v1=100", "--fallback", "v1"), "--fallback v1: v1 takes")
     refused(cli("models", "register", MODEL, "v9", "--artifact", str(tmp_path)), "a folder")
 
 
