@@ -43,7 +43,13 @@ from switchyard.signatures import field_path
 from switchyard.tables import RESULTS
 from switchyard.wiring import Adapters, build_adapters
 from switchyard_local import jobs_cli
-from switchyard_local.dead_letters import DeadLetterError, Listed, list_dead_letters, redrive
+from switchyard_local.dead_letters import (
+    DeadLetterError,
+    Listed,
+    list_dead_letters,
+    purge,
+    redrive,
+)
 from switchyard_local.emulator import process_alive
 from switchyard_local.jobs_cli import JobsError
 from switchyard_local.traffic import (
@@ -496,6 +502,16 @@ def _dlq_redrive(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dlq_purge(args: argparse.Namespace) -> int:
+    target = _target(args)
+    _known_model(target, args.model)
+    pair = target.adapters.settings.queues[args.model]
+    for lane in _lanes(args):
+        deleted = purge(target.client("sqs"), target.adapters.results, getattr(pair, lane), lane)
+        print(f"{args.model} {lane}: deleted {deleted} message(s) from the DLQ")
+    return 0
+
+
 def _lanes(args: argparse.Namespace) -> tuple[Lane, ...]:
     return tuple(lane for lane in LANES if args.lane in (None, lane))
 
@@ -768,6 +784,15 @@ def build_parser() -> argparse.ArgumentParser:
     dlq_redrive.add_argument("--lane", choices=LANES, help="one lane only (default: both)")
     dlq_redrive.add_argument("--json", action="store_true", help="JSON, for machines")
     dlq_redrive.set_defaults(func=_dlq_redrive)
+    about = (
+        "delete a model's DLQ messages, for those that will never succeed (undecodable, "
+        "or of a version that cannot run): each request keeps its final error, and one "
+        "that had none is answered error (purged)"
+    )
+    dlq_purge = dlq.add_parser("purge", help=about, description=about)
+    dlq_purge.add_argument("model")
+    dlq_purge.add_argument("--lane", choices=LANES, help="one lane only (default: both)")
+    dlq_purge.set_defaults(func=_dlq_purge)
     # Also after the command (`switchyard status --aws`), as one writes it; a value
     # given there stands over one given before it.
     for command in _commands(parser):

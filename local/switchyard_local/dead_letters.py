@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,12 +28,13 @@ from pydantic import ValidationError
 
 from switchyard.queues import SQS_BATCH_LIMIT, Received, SqsWorkQueue
 from switchyard.results import ResultStore
-from switchyard.schemas import Lane, QueueMessage, ResultRecord
+from switchyard.schemas import ErrorInfo, Lane, QueueMessage, ResultRecord
 from switchyard.signatures import field_path
 
 # How long a listing keeps what it has read out of sight while it pages on; it
 # makes it all visible again when it is done.
 LIST_HOLD_SECONDS = 30
+PURGED_RECORD_TTL_S = 86_400  # a purged request with no record gets one for a day
 # A redrive deletes what it has moved; it holds only messages that came back to
 # the DLQ during the same redrive (failed again), and lets them go at the end.
 REDRIVE_HOLD_SECONDS = 300
@@ -172,6 +174,36 @@ def redrive(sqs: Any, results: ResultStore, queue_url: str, lane: Lane) -> Redri
             moved += len(fresh)
             sent.update(_digest(m) for m in fresh)
     return Redriven(lane=lane, moved=moved, reopened=reopened, came_back=len(came_back))
+
+
+def purge(sqs: Any, results: ResultStore, queue_url: str, lane: Lane) -> int:
+    """Delete every message in the DLQ of ``queue_url``: for messages that will never
+    succeed (undecodable, or of a version that cannot run). A request keeps the
+    final error its worker wrote; one still recorded as queued (its worker died
+    before writing it) is answered ``error`` now, so that every request ends. How
+    many messages were deleted."""
+    url = dlq_url(sqs, queue_url)
+    dlq = SqsWorkQueue(sqs, url, lane)
+    deleted = 0
+    while page := _receive(sqs, url, lane, REDRIVE_HOLD_SECONDS):
+        for letter in page:
+            if letter.message is not None:
+                _end(results, letter.message)
+        dlq.delete([m.received for m in page])
+        deleted += len(page)
+    return deleted
+
+
+def _end(results: ResultStore, message: QueueMessage) -> None:
+    """A purged message's request ended ``error``, unless it had ended already."""
+    record = results.get(message.tenant, message.request_id)
+    if record is not None and record.status != "queued":
+        return
+    now = time.time()
+    base = record or ResultRecord.queued_for(message, int(now) + PURGED_RECORD_TTL_S)
+    error = ErrorInfo(code="purged", message="its message was purged from the DLQ unanswered")
+    ended = {"status": "error", "error": error, "completed_at": now}
+    results.complete(base.model_copy(update=ended))
 
 
 @contextmanager

@@ -203,6 +203,37 @@ def test_redrive_moves_every_message_back_once_and_reopens_exhausted_requests(
     assert results.get("acme", "answered").status == "done"
 
 
+def test_purge_deletes_what_will_never_succeed_and_every_request_stays_ended(
+    cli, results, clients, provisioned
+):
+    # GIVEN an exhausted request, one whose worker died before writing its error
+    # (still queued), and an undecodable message, all in the realtime DLQ
+    sqs = clients("sqs")
+    admit(results, "hopeless")
+    exhaust(results, "hopeless", reason="RuntimeError: the version cannot load")
+    admit(results, "orphaned", "globex")
+    dead_letter(sqs, provisioned, [(message("hopeless"), "acme"),
+                                   (message("orphaned", "globex"), "globex")])  # fmt: skip
+    dlq = provisioned.dlqs[MODEL]["realtime"]
+    sqs.send_message(QueueUrl=dlq, MessageBody="{not json", MessageGroupId="initech")
+
+    # WHEN an operator purges the model's DLQs
+    code, out, _ = cli("dlq", "purge", MODEL)
+
+    # THEN every message is gone, nothing went back to work, and each request has ended
+    assert code == 0
+    assert out.splitlines() == [
+        f"{MODEL} realtime: deleted 3 message(s) from the DLQ",
+        f"{MODEL} batch: deleted 0 message(s) from the DLQ",
+    ]
+    assert depth(sqs, dlq) == 0 and depth(sqs, dlq, hidden=True) == 0
+    assert drain(sqs, provisioned.queues[MODEL]["realtime"]) == []
+    kept = results.get("acme", "hopeless")
+    assert kept.status == "error" and kept.error.message.endswith("the version cannot load")
+    ended = results.get("globex", "orphaned")
+    assert ended.status == "error" and ended.error.code == "purged"
+
+
 def test_an_empty_dlq_is_listed_and_redriven_as_empty(cli, provisioned):
     code, out, _ = cli("dlq", "list", MODEL)
     assert code == 0 and out.strip() == f"{MODEL}: the DLQs are empty"
