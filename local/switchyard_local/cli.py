@@ -658,13 +658,16 @@ def _seconds(variable: str | None = None, positive: bool = False) -> Any:
 _PORT = _count("PORT", minimum=1, maximum=65535)
 
 
+RUN_DIR_HELP = "the local platform's state folder (default: the repository's .run)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="switchyard", description=__doc__.replace("``", "`"))
     parser.add_argument(
         "--run-dir",
         # The repository's, wherever the command is run from (as the manifest's)
         default=os.environ.get("SWITCHYARD_RUN_DIR", str(REPO_ROOT / ".run")),
-        help="the local platform's state folder (default: the repository's .run)",
+        help=RUN_DIR_HELP,
     )
     parser.add_argument(
         "--manifest", default=os.environ.get("SWITCHYARD_MANIFEST", str(MANIFEST_FILE))
@@ -796,6 +799,7 @@ def build_parser() -> argparse.ArgumentParser:
     # Also after the command (`switchyard status --aws`), as one writes it; a value
     # given there stands over one given before it.
     for command in _commands(parser):
+        command.add_argument("--run-dir", default=argparse.SUPPRESS, help=RUN_DIR_HELP)
         if command.prog != "switchyard up":
             _stack_options(command, default=argparse.SUPPRESS)
     return parser

@@ -205,6 +205,9 @@ def test_up_in_the_run_folder_of_a_running_platform_stops_before_it_starts_anyth
     (run / "platform.json").write_text(record)
     assert main(["--run-dir", str(run), "up", "--port", str(free_port())]) == 2
     assert f"a platform (pid {os.getpid()}) runs from {run}" in capsys.readouterr().err
+    # (--run-dir is taken after the command as well, as one writes it)
+    assert main(["up", "--port", str(free_port()), "--run-dir", str(run)]) == 2
+    assert f"a platform (pid {os.getpid()}) runs from {run}" in capsys.readouterr().err
     assert (run / "platform.json").read_text() == record
     assert sorted(p.name for p in run.iterdir()) == ["platform.json"]
 
