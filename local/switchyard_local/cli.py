@@ -767,35 +767,24 @@ def build_parser() -> argparse.ArgumentParser:
     dlq = commands.add_parser(
         "dlq", help="messages whose every attempt failed (the models' dead-letter queues)"
     ).add_subparsers(dest="sub", required=True)
-    about = (
-        "what sits in a model's DLQs: per message its lane, request, tenant, version, "
-        "receives (the work queue's, plus one per earlier listing), first enqueued "
-        "and the request's last error; read without moving anything"
-    )
-    dlq_list = dlq.add_parser("list", help=about, description=about)
-    dlq_list.add_argument("model")
-    dlq_list.add_argument("--lane", choices=LANES, help="one lane only (default: both)")
-    dlq_list.add_argument("--json", action="store_true", help="JSON, for machines")
-    dlq_list.set_defaults(func=_dlq_list)
-    about = (
-        "move a model's DLQ messages back to their work queues and reopen their "
-        "requests (retries_exhausted -> queued), so that a worker answers them again; "
-        "a request whose work has expired since is answered expired, without running"
-    )
-    dlq_redrive = dlq.add_parser("redrive", help=about, description=about)
-    dlq_redrive.add_argument("model")
-    dlq_redrive.add_argument("--lane", choices=LANES, help="one lane only (default: both)")
-    dlq_redrive.add_argument("--json", action="store_true", help="JSON, for machines")
-    dlq_redrive.set_defaults(func=_dlq_redrive)
-    about = (
-        "delete a model's DLQ messages, for those that will never succeed (undecodable, "
-        "or of a version that cannot run): each request keeps its final error, and one "
-        "that had none is answered error (purged)"
-    )
-    dlq_purge = dlq.add_parser("purge", help=about, description=about)
-    dlq_purge.add_argument("model")
-    dlq_purge.add_argument("--lane", choices=LANES, help="one lane only (default: both)")
-    dlq_purge.set_defaults(func=_dlq_purge)
+    for name, func, about, with_json in (
+        ("list", _dlq_list, "what sits in a model's DLQs: per message its lane, request, "
+         "tenant, version, receives (the work queue's, plus one per earlier listing), first "
+         "enqueued and the request's last error; read without moving anything", True),
+        ("redrive", _dlq_redrive, "move a model's DLQ messages back to their work queues and "
+         "reopen their requests (retries_exhausted -> queued), so that a worker answers them "
+         "again; a request whose work has expired since is answered expired, without running",
+         True),
+        ("purge", _dlq_purge, "delete a model's DLQ messages, for those that will never "
+         "succeed (undecodable, or of a version that cannot run): each request keeps its "
+         "final error, and one that had none is answered error (purged)", False),
+    ):  # fmt: skip
+        sub = dlq.add_parser(name, help=about, description=about)
+        sub.add_argument("model")
+        sub.add_argument("--lane", choices=LANES, help="one lane only (default: both)")
+        if with_json:
+            sub.add_argument("--json", action="store_true", help="JSON, for machines")
+        sub.set_defaults(func=func)
     # Also after the command (`switchyard status --aws`), as one writes it; a value
     # given there stands over one given before it.
     for command in _commands(parser):

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import httpx
 import openai
@@ -230,49 +232,59 @@ def test_the_native_generate_streams_tokens_then_how_it_ended(platform, http):
     assert not_generative.status_code == 400
 
 
+@contextmanager
+def slow_version(platform, version: str) -> Iterator[None]:
+    """``version`` of pydoc-gpt: v1 with each decode step 80 ms longer, registered
+    while the block runs, then retired."""
+    table = platform.info["settings"]["registry_table"]
+    registry = DynamoDBRegistry(platform.client("dynamodb"), table)
+    registry.register(
+        registry.get(MODEL, "v1").model_copy(
+            update={"version": version, "faults": {"step_delay_seconds": 0.08},
+                    "created_at": 0.0}
+        )
+    )  # fmt: skip
+    try:
+        yield
+    finally:
+        platform.client("dynamodb").update_item(
+            TableName=table,
+            Key={"model": {"S": MODEL}, "version": {"S": version}},
+            UpdateExpression="SET #s = :r",
+            ExpressionAttributeNames={"#s": "status"},
+            ExpressionAttributeValues={":r": {"S": "retired"}},
+        )
+
+
 def test_a_worker_killed_mid_stream_leaves_the_callers_text_whole_in_order(platform, http):
     """A slow version (each decode step 80 ms longer) is streamed; after a few
     tokens its worker is SIGKILLed. The request's message comes back after the
     generation visibility (10 s), the new worker continues from the tokens already
     streamed, and the caller's text is the request's result: complete, in order,
     no token twice."""
-    registry = DynamoDBRegistry(
-        platform.client("dynamodb"), platform.info["settings"]["registry_table"]
-    )
-    v1 = registry.get(MODEL, "v1")
-    slow = v1.model_copy(
-        update={"version": "slow", "faults": {"step_delay_seconds": 0.08}, "created_at": 0.0}
-    )
-    registry.register(slow)
     headers = {"x-api-key": platform.api_key, "x-model-version": "slow"}
     body = {"prompt": PROMPT, "max_tokens": 120, "temperature": 0.8, "seed": 5, "stream": True}
     pieces: list[str] = []
-    try:
-        with http.stream(
+    with (
+        slow_version(platform, "slow"),
+        http.stream(
             "POST", f"/v1/models/{MODEL}/generate", json=body, headers=headers, timeout=120
-        ) as response:
-            assert response.status_code == 200
-            request_id = response.headers["x-request-id"]
-            killed = False
-            events = []
-            for line in response.iter_lines():
-                if not line.startswith("data: "):
-                    continue
-                event = json.loads(line[6:])
-                events.append(event)
-                if "token" in event:
-                    pieces.append(event["token"])
-                if len(pieces) >= 10 and not killed:
-                    os.kill(platform.worker_pid(MODEL), signal.SIGKILL)
-                    killed = True
-    finally:
-        platform.client("dynamodb").update_item(
-            TableName=platform.info["settings"]["registry_table"],
-            Key={"model": {"S": MODEL}, "version": {"S": "slow"}},
-            UpdateExpression="SET #s = :r",
-            ExpressionAttributeNames={"#s": "status"},
-            ExpressionAttributeValues={":r": {"S": "retired"}},
-        )
+        ) as response,
+    ):
+        assert response.status_code == 200
+        request_id = response.headers["x-request-id"]
+        killed = False
+        events = []
+        for line in response.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            event = json.loads(line[6:])
+            events.append(event)
+            if "token" in event:
+                pieces.append(event["token"])
+            if len(pieces) >= 10 and not killed:
+                os.kill(platform.worker_pid(MODEL), signal.SIGKILL)
+                killed = True
     assert killed
     assert events[-1].get("done") is True, events[-3:]
     result = http.get(f"/v1/requests/{request_id}", headers={"x-api-key": platform.api_key})
@@ -293,13 +305,6 @@ def test_a_stream_is_read_and_cancelled_while_it_runs_and_stops_when_its_caller_
     runs its request reads queued and DELETE cancels it: the stream ends with the
     cancellation. A second caller who closes its stream half-way cancels it too.
     Either way the worker stops generating it within its next look at the records."""
-    settings = platform.info["settings"]
-    registry = DynamoDBRegistry(platform.client("dynamodb"), settings["registry_table"])
-    slow = registry.get(MODEL, "v1").model_copy(
-        update={"version": "slow-cancel", "faults": {"step_delay_seconds": 0.08},
-                "created_at": 0.0}
-    )  # fmt: skip
-    registry.register(slow)
     headers = {"x-api-key": platform.api_key, "x-model-version": "slow-cancel"}
     body = {"prompt": PROMPT, "max_tokens": 200, "temperature": 0.8, "seed": 5, "stream": True}
 
@@ -311,7 +316,7 @@ def test_a_stream_is_read_and_cancelled_while_it_runs_and_stops_when_its_caller_
             None,
         )  # fmt: skip
 
-    try:
+    with slow_version(platform, "slow-cancel"):
         # WHEN its caller cancels it while it streams
         with http.stream(
             "POST", f"/v1/models/{MODEL}/generate", json=body, headers=headers, timeout=120
@@ -348,14 +353,6 @@ def test_a_stream_is_read_and_cancelled_while_it_runs_and_stops_when_its_caller_
         assert wait_for(ended, timeout_s=30)["status"] == "cancelled"
         for request_id in (cancelled_id, left_id):
             assert wait_for(lambda rid=request_id: stopped(rid), timeout_s=30)["tokens"] < 200
-    finally:
-        platform.client("dynamodb").update_item(
-            TableName=settings["registry_table"],
-            Key={"model": {"S": MODEL}, "version": {"S": "slow-cancel"}},
-            UpdateExpression="SET #s = :r",
-            ExpressionAttributeNames={"#s": "status"},
-            ExpressionAttributeValues={":r": {"S": "retired"}},
-        )
 
 
 def test_a_batch_job_of_prompts_gets_one_generation_per_line(platform, http):

@@ -53,13 +53,14 @@ def test_what_may_be_cached(seconds, inputs, generative, expected):
     assert cacheable(seconds, inputs, generative) is expected
 
 
-@pytest.fixture
-def world(digits_v1):
+def router_world(record):
+    """A router serving ``record``'s model with a result cache, over fakes: its test
+    client, realtime queue, results and cache."""
     results, cache = FakeResults(), FakeResultCache()
     queue = FakeQueue("realtime")
     service = PredictService(
-        endpoints={"digits-cnn": ModelLanes(realtime=queue, batch=FakeQueue("batch"))},
-        registry=FakeRegistry(digits_v1),
+        endpoints={record.model: ModelLanes(realtime=queue, batch=FakeQueue("batch"))},
+        registry=FakeRegistry(record),
         results=results,
         payloads=FakePayloads(),
         routing=None,
@@ -70,6 +71,11 @@ def world(digits_v1):
     )
     app = create_app(RouterDeps(service=service, tenants=tenant_keys(KEYS), max_body_bytes=60_000))
     return TestClient(behind_api_gateway(app, KEYS)), queue, results, cache
+
+
+@pytest.fixture
+def world(digits_v1):
+    return router_world(digits_v1)
 
 
 def cached(cache, tenant="acme", inputs=(IMAGE,), outputs=({"class": 3},), expires_in=60):
@@ -249,20 +255,7 @@ def test_the_worker_caches_what_it_answered_for_the_versions_time(digits_v1):
 
 def test_an_openai_embedding_answered_from_the_cache_says_so():
     # GIVEN acme's embedding of "a sentence" cached, and seen by the router before
-    results, cache, queue = FakeResults(), FakeResultCache(), FakeQueue("realtime")
-    service = PredictService(
-        endpoints={"minilm-embed": ModelLanes(realtime=queue, batch=FakeQueue("batch"))},
-        registry=FakeRegistry(version_record("minilm-embed")),
-        results=results,
-        payloads=FakePayloads(),
-        routing=None,
-        result_ttl_seconds=3600,
-        claim_check_bytes=200_000,
-        cache=cache,
-        sleep=lambda _: None,
-    )
-    app = create_app(RouterDeps(service=service, tenants=tenant_keys(KEYS), max_body_bytes=60_000))
-    client = TestClient(behind_api_gateway(app, KEYS))
+    client, queue, _, cache = router_world(version_record("minilm-embed"))
     expires = int(time.time() + 60)
     key = cache_key(["a sentence"])
     cache.put([CacheEntry("acme", "minilm-embed", "v1", key, [[0.5, 0.25]], expires)])

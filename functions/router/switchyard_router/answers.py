@@ -5,6 +5,7 @@ metrics of a request answered or handed off at its deadline."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from fastapi import Header
@@ -61,6 +62,12 @@ def failure_of(record: ResultRecord) -> tuple[int, str]:
     inputs refused 422, expired 504, cancelled 409, anything else 500) and its code."""
     code = record.error.code if record.error else record.status
     return {"invalid_input": 422, "expired": 504, "cancelled": 409}.get(code, 500), code
+
+
+def cache_allowed(headers: Mapping[str, str]) -> bool:
+    """Whether the caller lets the result cache answer (``Cache-Control: no-cache``
+    asks the model again)."""
+    return "no-cache" not in headers.get("cache-control", "").lower()
 
 
 def routed_headers(admitted: Admitted) -> dict[str, str]:

@@ -29,6 +29,7 @@ from switchyard_router import api_document
 from switchyard_router.answers import (
     DeadlineHeader,
     JSONResponse,
+    cache_allowed,
     emit_answered,
     failure_of,
     json_object,
@@ -420,7 +421,7 @@ def _predict_sync(
         deadline_ms=deadline_ms,
         is_async=is_async,
         pinned=pinned,
-        cache_lookup="no-cache" not in headers_in.get("cache-control", "").lower(),
+        cache_lookup=cache_allowed(headers_in),
     )
     if is_async:
         return queued(admitted, base_path)

@@ -33,6 +33,7 @@ from switchyard_router import api_document
 from switchyard_router.answers import (
     DeadlineHeader,
     JSONResponse,
+    cache_allowed,
     emit_answered,
     failure_of,
     json_body,
@@ -576,7 +577,7 @@ def _embed(
             inputs=inputs,
             sticky_headers=headers,
             deadline_ms=deadline_ms,
-            cache_lookup="no-cache" not in headers.get("cache-control", "").lower(),
+            cache_lookup=cache_allowed(headers),
         )
     except RequestRejected as exc:
         # Named as the caller sent them: input, input[2] (the platform's inputs[2]).
