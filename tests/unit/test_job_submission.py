@@ -3,9 +3,11 @@ when no file of the caller's could be there."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from switchyard_router.jobs_api import JobsApi, JobSubmission
+from switchyard_router.jobs_api import JobsApi, JobSubmission, parse_submission
 from switchyard_router.logic import RequestRejected
 
 BUCKET = "drop"
@@ -30,6 +32,7 @@ def test_a_file_under_the_tenants_model_prefix_is_its_key():
     [
         f"s3://{BUCKET}/globex/minilm-embed/a.jsonl",  # another tenant's
         f"s3://{BUCKET}/acme/digits-cnn/a.jsonl",  # another model's
+        "s3://other/acme/minilm-embed/a.jsonl",  # another bucket
         # 784 characters, a key of 1,524 bytes: S3 answers a HEAD of it 400 (was a 500)
         pytest.param(f"s3://{BUCKET}/acme/minilm-embed/" + "é" * 750 + ".jsonl", id="1524-bytes"),
     ],
@@ -44,14 +47,15 @@ def test_a_uri_no_file_of_the_callers_can_be_at_is_404(uri):
     "uri",
     [
         f"s3://{BUCKET}/acme/minilm-embed/a.csv",
-        "s3://other/acme/minilm-embed/a.jsonl",
         "https://example.com/acme/minilm-embed/a.jsonl",
+        "s3://drop",
     ],
 )
-def test_a_uri_no_job_can_run_from_is_a_mistake_in_the_field(uri):
+def test_a_uri_that_names_no_jsonl_file_in_s3_is_a_mistake_in_the_field(uri):
+    body = json.dumps({"model": "minilm-embed", "input_uri": uri}).encode()
     with pytest.raises(RequestRejected) as refused:
-        key_of(uri)
+        parse_submission(body)
     assert (refused.value.status, refused.value.errors[0].field) == (422, "input_uri")
     assert refused.value.errors[0].message == (
-        f"must name a .jsonl file under s3://{BUCKET}/acme/minilm-embed/"
+        "must be s3://<drop bucket>/<tenant>/<model>/<name>.jsonl"
     )

@@ -320,7 +320,7 @@ EXPECTED_STATUSES = {
     ("get", "/openai/v1/models/{model}"): {"200", "404"},
     ("post", "/openai/v1/completions"): {"200", "202", "400", "404", "409", "504"},
     ("post", "/openai/v1/chat/completions"): {"200", "202", "400", "404", "409", "504"},
-    ("post", "/openai/v1/embeddings"): {"200", "400", "404", "504"},
+    ("post", "/openai/v1/embeddings"): {"200", "202", "400", "404"},
 }
 
 

@@ -307,7 +307,7 @@ OPENAI_EMBEDDINGS: dict[int | str, dict[str, Any]] = {
     200: {"description": "The embeddings, as OpenAI's list of embedding objects"},
     400: _OPENAI_BAD,
     404: _OPENAI_UNKNOWN,
-    504: {"model": OpenAIError, "description": "The embeddings were not ready in time"},
+    202: {"model": Accepted, "description": "The deadline passed first; poll the Location"},
 }
 
 _UNKNOWN_REQUEST = {"model": ErrorBody, "description": "No such request for this API key"}

@@ -26,6 +26,8 @@ from switchyard_router.logic import RequestRejected
 
 MAX_INPUTS = 10_000  # per submission with inputs (a larger job is a dropped file)
 MAX_KEY_BYTES = 1024  # an S3 object key's longest, in UTF-8
+# A JSON Lines file in S3 (which bucket and prefix are the caller's is checked after).
+INPUT_URI_PATTERN = "^s3://[^/]+/.+[.]jsonl$"
 # An http(s) URL in printable ASCII (a character outside it is written
 # percent-encoded), spelled as ranges so that the router and the API document's
 # readers mean the same characters: optional user info ending in @; a host (not an
@@ -46,7 +48,9 @@ class JobSubmission(BaseModel):
 
     model: str = Field(min_length=1, max_length=64)
     inputs: list[Any] | None = Field(default=None, min_length=1, max_length=MAX_INPUTS)
-    input_uri: str | None = Field(default=None, min_length=6, max_length=1024)
+    input_uri: str | None = Field(
+        default=None, min_length=6, max_length=1024, pattern=INPUT_URI_PATTERN
+    )
     callback_url: str | None = Field(default=None, max_length=2048, pattern=CALLBACK_URL_PATTERN)
 
     @model_validator(mode="before")
@@ -87,6 +91,7 @@ JOB_BODY = {
                         "type": "string",
                         "minLength": 6,
                         "maxLength": 1024,
+                        "pattern": INPUT_URI_PATTERN,
                         "description": "s3://<drop bucket>/<tenant>/<model>/<name>.jsonl",
                     },
                     "callback_url": {
@@ -127,13 +132,18 @@ def parse_submission(body: bytes) -> JobSubmission:
         raise RequestRejected(422, "invalid_request", "the job is not valid", errors) from None
 
 
+# What a field whose pattern failed must be, in words, not as its pattern.
+_PATTERNS_SAID = {
+    "callback_url": "must be an http:// or https:// URL of printable ASCII naming a host (not "
+    "an IPv6 literal), with a port from 0 to 65535 if it gives one",
+    "input_uri": "must be s3://<drop bucket>/<tenant>/<model>/<name>.jsonl",
+}
+
+
 def _said(error: Any) -> str:
-    """A validation error's message; a callback URL's in words, not its pattern."""
-    if error["type"] == "string_pattern_mismatch" and tuple(error["loc"]) == ("callback_url",):
-        return (
-            "must be an http:// or https:// URL of printable ASCII naming a host (not an "
-            "IPv6 literal), with a port from 0 to 65535 if it gives one"
-        )
+    """A validation error's message; a pattern's in words."""
+    if error["type"] == "string_pattern_mismatch" and len(error["loc"]) == 1:
+        return _PATTERNS_SAID.get(str(error["loc"][0]), str(error["msg"]))
     return str(error["msg"])
 
 
@@ -204,14 +214,6 @@ class JobsApi:
     def _own_key(self, tenant: str, submission: JobSubmission) -> str:
         uri = submission.input_uri or ""
         prefix = f"s3://{self.drop_bucket}/{tenant}/{submission.model}/"
-        if not uri.startswith(f"s3://{self.drop_bucket}/") or not uri.endswith(".jsonl"):
-            # A file no job can run from, whoever asks: a mistake in the field.
-            raise RequestRejected(
-                422,
-                "invalid_request",
-                "the job is not valid",
-                [FieldError("input_uri", f"must name a .jsonl file under {prefix}")],
-            )
         if not uri.startswith(prefix):
             # Another tenant's file is no more visible than a missing one.
             raise RequestRejected(

@@ -37,6 +37,7 @@ from switchyard_router.answers import (
     emit_answered,
     failure_of,
     json_body,
+    queued,
     routed_headers,
 )
 from switchyard_router.generate_api import GenerationCall, generate
@@ -137,6 +138,7 @@ CHAT_BODY = _body(
             "items": {
                 "type": "object",
                 "required": ["role", "content"],
+                "additionalProperties": False,  # a name or tool calls would be ignored
                 "properties": {
                     "role": {"enum": sorted(CHAT_ROLES)},
                     "content": {"type": "string"},
@@ -585,8 +587,8 @@ def _embed(
         raise
     record = service.wait(admitted, tenant)
     emit_answered(admitted, record)
-    if record is None:
-        return error_body(504, "timeout", "the embeddings were not ready within the deadline")
+    if record is None:  # past its deadline: 202 and where its result will be, as predict
+        return queued(admitted, "")
     if record.status != "done" or record.outputs is None:
         code = record.error.code if record.error else record.status
         message = record.error.message if record.error else f"the request ended {record.status}"
