@@ -149,6 +149,20 @@ def test_a_path_of_the_openai_api_that_does_not_exist_is_an_unknown_url(world):
     assert queue.visible == []
 
 
+@pytest.mark.parametrize("encoding", [{}, "", 0, "float32"])
+def test_an_embeddings_encoding_other_than_float_or_base64_is_refused(world, encoding):
+    client, queue, _, _ = world
+    response = client.post(
+        "/openai/v1/embeddings",
+        json={"model": "digits-cnn", "input": "x", "encoding_format": encoding},
+        headers={"Authorization": "Bearer k-acme"},
+    )
+    # ({} and "" were read as no encoding: float)
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "encoding_format"
+    assert queue.visible == []
+
+
 @pytest.mark.parametrize("path", ["completions", "chat/completions", "embeddings"])
 @pytest.mark.parametrize("deadline", ["-5", "0", "abc", "28001"])
 def test_the_openai_api_takes_a_deadline_as_predict_does_and_refuses_a_bad_one(

@@ -528,7 +528,8 @@ def add_openai_routes(app: FastAPI, deps: Any, tenant_of: Callable[[Request], st
         for i, text in enumerate(inputs):
             if not isinstance(text, str):
                 raise _bad(f"input[{i}]", "each input must be a string")
-        encoding = document.get("encoding_format") or "float"
+        encoding = document.get("encoding_format")
+        encoding = "float" if encoding is None else encoding  # ({} or "" is no null)
         if encoding not in ("float", "base64"):
             raise _bad("encoding_format", "encoding_format must be 'float' or 'base64'")
         dimensions = document.get("dimensions")
