@@ -922,6 +922,33 @@ def test_soak_latency_groups_sync_answers_and_async_ends():
     assert rows["sync minilm-embed (200)"]["p50_ms"] == 20.0
 
 
+def test_the_loop_alone_replays_the_models_outputs_at_no_cost_in_the_model():
+    from bench.model_limit import LoadedModel
+    from bench.worker_efficiency import ReplayedRuntime, loop_alone
+
+    # GIVEN a model whose runtime counts its calls
+    calls: list[int] = []
+
+    class Runtime:
+        def predict(self, inputs: list) -> list:
+            calls.append(len(inputs))
+            return [{"class": str(x)} for x in inputs]
+
+    model = LoadedModel("m", [1, 2, 3], lambda batch: batch, Runtime())
+    # WHEN its outputs are replayed for batches of every size
+    replayed = ReplayedRuntime(model, 4)
+    sizes = [len(replayed.predict(list(range(n)))) for n in (1, 4, 9)]
+    # THEN each call gets one output an input, and the model ran once, for its max batch
+    assert sizes == [1, 4, 9]
+    assert calls == [4]
+    assert replayed.predict([0, 0])[1] == {"class": "2"}
+    # AND the loop's rate alone is read against the limit of the same round
+    reading = {"model_inputs_per_s_at_formed_sizes": 200.0}
+    alone = {"inputs_per_s": 50.0, "finished": True, "typical_batch_size": 64}
+    assert loop_alone(alone, reading)["loop_alone_vs_model"] == 0.25
+    assert loop_alone(alone | {"finished": False}, reading) == {}
+
+
 def test_goals_are_judged_from_the_figures_and_say_why_when_unmet():
     from bench.goals import evaluate
 

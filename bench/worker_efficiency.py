@@ -9,6 +9,11 @@ round trips, which the end-to-end section measures. Every call into the model is
 timed, so the time per batch splits into the bare model, the runtime's output
 conversion, and the rest of the loop. A full run repeats the run and the limit beside
 it (``ROUNDS``) and keeps the median round.
+
+Each round also runs the loop alone: the same worker over the same messages with the
+model's outputs replayed (``ReplayedRuntime``), so that no time goes to the model. What
+the loop then reaches, against the model's limit, is the most the worker could do with
+a model that cost nothing.
 """
 
 from __future__ import annotations
@@ -44,6 +49,19 @@ class TimedRuntime:
         return out
 
 
+class ReplayedRuntime:
+    """Answers every call with the outputs the model gave once for its largest batch
+    (repeated past it): the runtime's outputs, at no cost in the model."""
+
+    def __init__(self, model: LoadedModel, max_batch_size: int) -> None:
+        batch = [model.inputs[i % len(model.inputs)] for i in range(max_batch_size)]
+        self._outputs = model.runtime.predict(batch)
+
+    def predict(self, inputs: list[Any]) -> list[Any]:
+        n, have = len(inputs), len(self._outputs)
+        return (self._outputs * (n // have + 1))[:n] if n > have else self._outputs[:n]
+
+
 def _fill(queue: FakeQueue, model: LoadedModel, record: Any, count: int) -> None:
     from switchyard.queues import encode_message
     from switchyard.schemas import QueueMessage
@@ -65,8 +83,11 @@ def _fill(queue: FakeQueue, model: LoadedModel, record: Any, count: int) -> None
         queue.send(encode_message(message, payloads, 200_000), tenant)
 
 
-def saturate(model: LoadedModel, messages: int, time_limit: float) -> dict[str, Any]:
-    """Run the worker over ``messages`` one-input requests already queued."""
+def saturate(
+    model: LoadedModel, messages: int, time_limit: float, runtime: Any = None
+) -> dict[str, Any]:
+    """Run the worker over ``messages`` one-input requests already queued, through
+    the model's runtime or the ``runtime`` given."""
     from switchyard.init_phase import init_phase
     from switchyard_worker.worker import Worker
 
@@ -74,7 +95,7 @@ def saturate(model: LoadedModel, messages: int, time_limit: float) -> dict[str, 
     realtime = FakeQueue("realtime", long_poll=True)
     batch = FakeQueue("batch", long_poll=True)
     results = FakeResults()
-    timed = TimedRuntime(model.runtime)
+    timed = TimedRuntime(runtime or model.runtime)
     worker = Worker(
         **accepted_kwargs(
             Worker.__init__,
@@ -149,16 +170,34 @@ def run(models: dict[str, LoadedModel], quick: bool) -> dict[str, Any]:
     rounds = 1 if quick else ROUNDS
     out: dict[str, Any] = {}
     for name, model in models.items():
+        count = counts.get(name, 512)
         readings = []
         for _ in range(rounds):
             with quiet_output():
-                result = saturate(model, counts.get(name, 512), time_limit=60 if quick else 180)
-            readings.append(result | against_model(model, result, seconds))
+                result = saturate(model, count, time_limit=60 if quick else 180)
+                replayed = ReplayedRuntime(model, result["max_batch_size"])
+                alone = saturate(model, count, 60 if quick else 180, replayed)
+            reading = result | against_model(model, result, seconds)
+            readings.append(reading | loop_alone(alone, reading))
         readings.sort(key=lambda r: r.get("efficiency_vs_model") or 0.0)
         out[name] = readings[len(readings) // 2] | {
-            "rounds_efficiency_vs_model": [r.get("efficiency_vs_model") for r in readings]
+            "rounds_efficiency_vs_model": [r.get("efficiency_vs_model") for r in readings],
+            "rounds_loop_alone_vs_model": [r.get("loop_alone_vs_model") for r in readings],
         }
     return out
+
+
+def loop_alone(alone: dict[str, Any], reading: dict[str, Any]) -> dict[str, Any]:
+    """The loop's own ceiling (its run with the model's outputs replayed) against the
+    model's limit measured in the same round."""
+    rate, limit = alone["inputs_per_s"], reading.get("model_inputs_per_s_at_formed_sizes")
+    if not alone["finished"] or not rate:
+        return {}
+    return {
+        "loop_alone_inputs_per_s": rate,
+        "loop_alone_typical_batch_size": alone["typical_batch_size"],
+        "loop_alone_vs_model": round(rate / limit, 3) if limit else None,
+    }
 
 
 def against_model(model: LoadedModel, result: dict[str, Any], seconds: float) -> dict[str, Any]:
