@@ -283,10 +283,8 @@ class Harness:
         provisioned = emu.provisioned
         # Routing documents come from the AppConfig extension in Lambda, which polls
         # AppConfig on its own; here there is none, and the newest version answers.
-        router = provisioned.router_values("http://127.0.0.1:9")
-        router["routing_source"] = "none"
-        self.settings = RouterSettings(**router)
-        self.splitter = build_adapters(SplitterSettings(**provisioned.splitter_values()))
+        self.settings = RouterSettings(**provisioned.router_values(None))
+        self.splitter = build_adapters(SplitterSettings(**provisioned.splitter_values(None)))
         self.worker_settings = WorkerSettings(**provisioned.worker_values(TEXT_MODEL))
         self.tenant, self.api_key = next(iter(emu.api_keys.items()))
         self.api_key_id = provisioned.api_key_ids[self.tenant]

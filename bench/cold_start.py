@@ -39,8 +39,7 @@ def cold_start(emu: Emulator, runs: int) -> dict[str, Any]:
     from tests.deploy.lambda_events import rest_event
 
     launcher = Launcher(build_layouts(), exact_paths=can_mount())
-    values = emu.provisioned.router_values("http://127.0.0.1:9")
-    values["routing_source"] = "none"  # the extension prefetches at init; none here
+    values = emu.provisioned.router_values(None)  # the extension prefetches at init; none here
     values["queues"] = {TEXT_MODEL: emu.provisioned.queues[TEXT_MODEL]}
     env = {**base_environment(), **to_environment(RouterSettings, values)}
     tenant, key = next(iter(emu.api_keys.items()))

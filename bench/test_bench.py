@@ -949,6 +949,28 @@ def test_the_loop_alone_replays_the_models_outputs_at_no_cost_in_the_model():
     assert loop_alone(alone | {"finished": False}, reading) == {}
 
 
+def test_the_sections_that_run_the_platform_in_process_run_in_quick_mode():
+    from bench import aws_calls, cold_start, worker_efficiency
+    from bench.emulator import emulator
+    from bench.model_limit import load_tensor_model, load_text_model
+
+    # GIVEN the demo models loaded as the bench loads them, and the emulator
+    text, tensor = load_text_model(), load_tensor_model()
+    # WHEN the sections that build the router, the worker and the splitter from the
+    # platform's own settings run, short (they are what a change to those breaks first)
+    with emulator() as emu:
+        calls = aws_calls.run(emu, text.runtime, True, lambda _line: None)
+        cold = cold_start.run(emu, True, lambda _line: None)
+    efficiency = worker_efficiency.run({tensor.name: tensor}, True)
+    # THEN each measured its paths
+    sync = calls["paths"]["sync_at_load"]
+    assert sync["usd_per_million_inferences"]["total"] > 0
+    assert cold["cold_start"]["to_first_answer_ms"] > 0
+    digits = efficiency[tensor.name]
+    assert digits["completed"] == digits["messages"]
+    assert digits["loop_alone_vs_model"] > 0
+
+
 def test_goals_are_judged_from_the_figures_and_say_why_when_unmet():
     from bench.goals import evaluate
 

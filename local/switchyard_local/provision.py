@@ -83,8 +83,8 @@ class Provisioned:
             "appconfig_environment": self.stage,
         }
 
-    def router_values(self, appconfig_extension_url: str) -> dict[str, Any]:
-        """The router's settings."""
+    def router_values(self, appconfig_extension_url: str | None) -> dict[str, Any]:
+        """The router's settings (no extension's URL: it reads no routing document)."""
         return {
             **self.settings_values(),
             **self.manifest.router_settings_values(),
