@@ -233,7 +233,9 @@ GOALS = (
         "two threads, and each stall of one holds the other at the next join. The emulator's own "
         "HTTP server took its share of a drain from 1.8-1.9 to 0.8 CPU-s; a 1 ms switch interval "
         "in the worker (three bursts each way) changed nothing. Earlier pages: 0.71 on a slower "
-        "machine; other runs 0.72 to 0.93",
+        "machine; other runs 0.72 to 0.93; on 2026-11-27, when the limit read 165 to 239, a full "
+        "run read 0.79, 0.71 and 0.74, and six bursts alternated with the code of the day before "
+        "0.76 to 0.83 against 0.66 to 0.96",
     ),
     Goal(
         "1,000 async one-sentence predicts, submitted at once, vs the model's limit",
@@ -262,7 +264,9 @@ GOALS = (
         "43 %, the enqueue 18 %, the HTTP stack 11 %. This page's three "
         "runs (2026-11-26 19:24-19:27): 78.7, 82.1 and 86.1 answers/s at p50 196, 189 and 183 ms "
         "against a model limit of 277 to 298 inputs/s (0.27, 0.28 and 0.30×; the table in the "
-        "backlog section). The page before: one run, 83.1 (0.28×); earlier runs 0.25 to 0.32×. The "
+        "backlog section). The page before: one run, 83.1 (0.28×); earlier runs 0.25 to 0.32×; on "
+        "2026-11-27, when the limit read 165 to 239, 50.4, 56.9 and 46.5 answers/s at p50 ~314 ms "
+        "(0.23, 0.25 and 0.24×). The "
         "callers' batches hold at most 16, so the max batch (32 or 64) does not enter. Of an "
         "answer's ~190 ms, 30-35 are the queue, 36-40 the wait for the batch before, 71-77 its own "
         "batch and 37-40 the router's pick-up. The model's thread is busy nearly all the time "

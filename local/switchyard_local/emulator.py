@@ -33,6 +33,7 @@ import argparse
 import functools
 import logging
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -46,8 +47,33 @@ from typing import IO, Any
 LOOPBACK = "127.0.0.1"
 
 
+# Where free_port looks first: below the kernel's ephemeral ports, which outgoing
+# connections take. A port picked there could be taken by one of them (the emulator's
+# clients open many) between the pick and its server's bind: "address already in use".
+_LISTEN_PORTS_FROM = 10_000
+
+
+def ephemeral_ports() -> tuple[int, int]:
+    """The range the kernel gives outgoing connections their local ports from."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32_768, 60_999  # Linux's default
+
+
 def free_port() -> int:
-    """A loopback port nothing listens on now."""
+    """A loopback port nothing listens on now, outside the ephemeral range where one
+    is there to pick (else any the kernel gives)."""
+    low, _ = ephemeral_ports()
+    for _ in range(100):
+        port = random.randrange(_LISTEN_PORTS_FROM, low) if low > _LISTEN_PORTS_FROM else 0
+        with socket.socket() as s:
+            try:
+                s.bind((LOOPBACK, port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
     with socket.socket() as s:
         s.bind((LOOPBACK, 0))
         return int(s.getsockname()[1])

@@ -156,3 +156,17 @@ def test_a_client_that_leaves_mid_request_takes_nothing_else_down(server):
     conn = connect(server)
     conn.request("GET", "/still")
     assert json.loads(conn.getresponse().read())["path"] == "/still"
+
+
+def test_a_free_port_is_picked_below_the_ports_outgoing_connections_take():
+    from switchyard_local.emulator import ephemeral_ports
+
+    # GIVEN the kernel's range for outgoing connections' local ports
+    low, high = ephemeral_ports()
+    # WHEN ports are picked for servers to bind later
+    ports = {free_port() for _ in range(20)}
+    # THEN none is one an outgoing connection could take meanwhile, and each binds
+    assert all(not low <= port <= high for port in ports)
+    for port in ports:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
