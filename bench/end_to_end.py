@@ -182,8 +182,34 @@ def measure_platform(
             "steps": steps,
             "sustainable_rate": rate,
             "breakdown_at_sustainable_rate": per_rate.get(str(rate)) if rate else None,
+            "batching_by_rate": batching_by_rate(steps, per_rate),
         }
     )
+    return out
+
+
+def batching_by_rate(
+    steps: Sequence[dict[str, Any]], per_rate: dict[str, dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """How the worker batched at each step of the ladder, from the answers' timings:
+    the mean batch an answer ran in, and the queue wait, batch wait and compute of
+    its path (mean and median)."""
+    out = []
+    for rate in dict.fromkeys(s["rate"] for s in steps):
+        path = per_rate.get(str(rate)) or {}
+        stages = {s["stage"]: s for s in path.get("stages", [])}
+        row: dict[str, Any] = {
+            "rate": rate,
+            "answers": path.get("requests", 0),
+            "mean_batch_size": path.get("mean_batch_size"),
+        }
+        for stage in ("queue wait", "batch wait", "compute"):
+            got = stages.get(stage, {})
+            row[stage.replace(" ", "_") + "_ms"] = {
+                "mean": got.get("mean_ms"),
+                "p50": got.get("p50_ms"),
+            }
+        out.append(row)
     return out
 
 

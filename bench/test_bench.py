@@ -245,6 +245,40 @@ def test_breakdown_stages_add_up_to_the_client_latency():
     assert breakdown([], [], None) == {}
 
 
+def test_each_step_reports_the_batches_formed_and_the_waits_as_the_load_rises():
+    from bench.end_to_end import batching_by_rate
+
+    # GIVEN a ladder of two rates (the second kept once, though tried twice), and the
+    # timings of each step's answers
+    def answer(batch: int, queue: float, wait: float) -> dict:
+        return {"batch_size": batch, "queue_wait_ms": queue, "batch_wait_ms": wait,
+                "compute_ms": 20.0, "total_ms": 40.0}  # fmt: skip
+
+    low = [answer(1, 2.0, 3.0), answer(2, 4.0, 5.0)]
+    high = [answer(8, 30.0, 10.0), answer(16, 50.0, 30.0), answer(12, 40.0, 20.0)]
+    per_rate = {
+        "2": breakdown(low, [50.0, 50.0], None),
+        "40": breakdown(high, [90.0] * 3, None),
+    }
+    steps = [{"rate": 2}, {"rate": 40}, {"rate": 40}]
+    # WHEN they are summed up per step
+    rows = batching_by_rate(steps, per_rate)
+    # THEN each rate has its mean batch, and its queue and batch waits, once
+    formed = [(r["rate"], r["answers"], r["mean_batch_size"]) for r in rows]
+    assert formed == [(2, 2, 1.5), (40, 3, 12)]
+    assert rows[1]["queue_wait_ms"] == {"mean": 40.0, "p50": 40.0}
+    assert rows[1]["batch_wait_ms"]["mean"] == 20.0
+    # AND a step with no answer says so rather than failing
+    assert batching_by_rate([{"rate": 80}], {})[0]["mean_batch_size"] is None
+    # AND the page shows the table under the platform's ladder
+    results = _full_results()
+    on = results["sections"]["end_to_end"]["batching_on"]
+    on["batching_by_rate"] = rows
+    text = markdown(results, [])
+    assert "How the worker batched as the load rose" in text
+    assert "| 40 | 3 | 12.0 | 40.0 / 40.0 | 20.0 / 20.0 | 20.0 / 20.0 |" in text
+
+
 def test_compare_peer_uses_rates_both_tested():
     step = {"p50_ms": 1, "p95_ms": 1, "max_ms": 1}
     ours = {

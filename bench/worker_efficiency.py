@@ -169,14 +169,15 @@ def run(models: dict[str, LoadedModel], quick: bool) -> dict[str, Any]:
     seconds = 0.3 if quick else 1.5
     rounds = 1 if quick else ROUNDS
     out: dict[str, Any] = {}
+    time_limit = 60 if quick else 180
     for name, model in models.items():
         count = counts.get(name, 512)
         readings = []
         for _ in range(rounds):
             with quiet_output():
-                result = saturate(model, count, time_limit=60 if quick else 180)
+                result = saturate(model, count, time_limit)
                 replayed = ReplayedRuntime(model, result["max_batch_size"])
-                alone = saturate(model, count, 60 if quick else 180, replayed)
+                alone = saturate(model, count, time_limit, replayed)
             reading = result | against_model(model, result, seconds)
             readings.append(reading | loop_alone(alone, reading))
         readings.sort(key=lambda r: r.get("efficiency_vs_model") or 0.0)

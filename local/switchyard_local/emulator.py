@@ -30,6 +30,7 @@ Settings of the server itself, measured under a backlog:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import logging
 import os
@@ -65,15 +66,11 @@ def ephemeral_ports() -> tuple[int, int]:
 def free_port() -> int:
     """A loopback port nothing listens on now, outside the ephemeral range where one
     is there to pick (else any the kernel gives)."""
-    low, _ = ephemeral_ports()
-    for _ in range(100):
-        port = random.randrange(_LISTEN_PORTS_FROM, low) if low > _LISTEN_PORTS_FROM else 0
-        with socket.socket() as s:
-            try:
-                s.bind((LOOPBACK, port))
-            except OSError:
-                continue
-            return int(s.getsockname()[1])
+    below = range(_LISTEN_PORTS_FROM, ephemeral_ports()[0])
+    for port in random.sample(below, min(100, len(below))):
+        with socket.socket() as s, contextlib.suppress(OSError):
+            s.bind((LOOPBACK, port))
+            return port
     with socket.socket() as s:
         s.bind((LOOPBACK, 0))
         return int(s.getsockname()[1])
