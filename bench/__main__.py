@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     go = commands.add_parser("run", help="run the suite and write the report")
-    go.add_argument("--quick", action="store_true", help="short steps: a few minutes in all")
+    go.add_argument("--quick", action="store_true", help="short steps: about ten minutes in all")
     go.add_argument("--out", default=str(ROOT / "docs"), help="folder for the report files")
     go.add_argument(
         "--only", default=",".join(SECTIONS), help=f"comma-separated subset of {SECTIONS}"
