@@ -225,6 +225,13 @@ def _only(part: dict[str, Any], allowed: tuple[str, ...], where: str) -> None:
             raise _bad(f"{where}.{name}", f"unrecognized argument in {where}: {name}")
 
 
+def _each_string(items: list[Any], field: str, what: str) -> None:
+    """Every item of the list ``field`` a string; the first that is not is named."""
+    for i, item in enumerate(items):
+        if not isinstance(item, str):
+            raise _bad(f"{field}[{i}]", f"each {what} must be a string")
+
+
 def _neutral(value: Any, neutral: tuple[Any, ...]) -> bool:
     """Whether ``value`` is one of the ``neutral`` values, of its JSON type too: true
     is no ``n`` of 1, and 0 no ``logprobs`` of false."""
@@ -237,9 +244,7 @@ def _stops(value: Any) -> list[str]:
     stops = [value] if isinstance(value, str) else value
     if not isinstance(stops, list):
         raise _bad("stop", "stop must be a string or a list of strings")
-    for i, stop in enumerate(stops):
-        if not isinstance(stop, str):
-            raise _bad(f"stop[{i}]", "each stop sequence must be a string")
+    _each_string(stops, "stop", "stop sequence")
     if len(stops) > MAX_STOPS:
         raise _bad("stop", f"at most {MAX_STOPS} stop sequences")
     return stops
@@ -525,9 +530,7 @@ def add_openai_routes(app: FastAPI, deps: Any, tenant_of: Callable[[Request], st
             inputs = [inputs]
         if not isinstance(inputs, list):
             raise _bad("input", "input must be a string or a list of strings")
-        for i, text in enumerate(inputs):
-            if not isinstance(text, str):
-                raise _bad(f"input[{i}]", "each input must be a string")
+        _each_string(inputs, "input", "input")
         encoding = document.get("encoding_format")
         encoding = "float" if encoding is None else encoding  # ({} or "" is no null)
         if encoding not in ("float", "base64"):
