@@ -75,7 +75,7 @@ bench: build/models/.built $(VENV)/.bench-installed
 	$(PY) -m pytest -q -p no:cacheprovider bench/test_bench.py
 	$(PY) -m bench run --out docs --wait-quiet 120
 
-# A short run (under 3 minutes) that leaves the published report alone.
+# A short run (about ten minutes) that leaves the published report alone.
 bench-quick: build/models/.built $(VENV)/.bench-installed
 	$(PY) -m pytest -q -p no:cacheprovider bench/test_bench.py
 	$(PY) -m bench run --quick --out build/bench-quick

@@ -1031,6 +1031,71 @@ def test_goals_are_judged_from_the_figures_and_say_why_when_unmet():
     assert unmeasured and all(g["why_not"] for g in unmeasured)
 
 
+def test_an_unmet_goal_gives_this_runs_figures_before_its_standing_reason():
+    from bench.goals import evaluate
+
+    def step(rate, sustained, cpu):
+        return {
+            "rate": rate,
+            "sustained": sustained,
+            "p99_ms": 300.0 if sustained else 640.0,
+            "cpu_ms_per_request": cpu,
+            "cpu_ms_per_request_total": sum(cpu.values()),
+        }
+
+    platform = {
+        "sustainable_rate": 30,
+        "steps": [
+            step(30, True, {"worker minilm-embed": 30.0, "router": 8.0}),
+            step(40, False, {"worker minilm-embed": 25.0, "router": 8.0}),
+        ],
+        "batching_by_rate": [
+            {"rate": 30, "mean_batch_size": 2.1},
+            {"rate": 40, "mean_batch_size": 5.9},
+        ],
+        "one_request": {"stages": [{"stage": "compute", "mean_ms": 27.0}]},
+    }
+    litserve = {
+        "sustainable_rate": 90,
+        "steps": [step(30, True, {"litserve": 37.0}), step(90, True, {"litserve": 17.5})],
+    }
+    results = {
+        "sections": {
+            "end_to_end": {
+                "batching_on": platform,
+                "batching_off": {
+                    "sustainable_rate": 25,
+                    "steps": [step(25, True, {"worker minilm-embed": 36.0, "router": 9.0})],
+                },
+                "batching_gain": 1.2,
+            },
+            "peer_litserve": litserve,
+        },
+        "comparison": {
+            "platform_sustainable_rate": 30,
+            "peer_sustainable_rate": 90,
+            "rate_ratio": 0.33,
+        },
+    }
+    judged = {g["goal"]: g["why_not"] for g in evaluate(results)}
+    peer = judged["sustainable rate (p99 < 500 ms), platform vs LitServe"]
+    assert peer.startswith("This run: the platform sustained 30 req/s, LitServe 90 (40 failed")
+    assert "38.0 ms of CPU across the platform's processes (worker minilm-embed 30.0" in peer
+    assert "against LitServe's 37.0; LitServe at its 90: 17.5 ms" in peer
+    assert "one request at a time: 27.0 ms. CPU is the bound" in peer
+    gain = judged["micro-batching gain in sustainable rate"]
+    assert "30 req/s with batching, 25 without; at 30 req/s the worker ran batches of 2.1" in gain
+    assert "past it 5.9" in gain and "30.0 ms with batching at 30 req/s, 36.0 without" in gain
+    # a report of an older format, without a figure the run's sentence needs
+    del results["sections"]["end_to_end"]["batching_off"]["steps"][0]["rate"]
+    judged = {g["goal"]: g["why_not"] for g in evaluate(results)}
+    assert judged["micro-batching gain in sustainable rate"].startswith("the share of")
+    # without the peer's section, only the standing reason
+    del results["sections"]["peer_litserve"]
+    judged = {g["goal"]: g["why_not"] for g in evaluate(results)}
+    assert judged["sustainable rate (p99 < 500 ms), platform vs LitServe"].startswith("CPU is")
+
+
 def test_the_json_report_carries_the_goals_judged_beside_its_figures():
     from bench.report import json_document
 
