@@ -1080,7 +1080,7 @@ def test_an_unmet_goal_gives_this_runs_figures_before_its_standing_reason():
     judged = {g["goal"]: g["why_not"] for g in evaluate(results)}
     peer = judged["sustainable rate (p99 < 500 ms), platform vs LitServe"]
     assert peer.startswith("This run: the platform sustained 30 req/s, LitServe 90 (40 failed")
-    assert "38.0 ms of CPU across the platform's processes (worker minilm-embed 30.0" in peer
+    assert "38.0 ms of CPU across the processes (worker minilm-embed 30.0" in peer
     assert "against LitServe's 37.0; LitServe at its 90: 17.5 ms" in peer
     assert "one request at a time: 27.0 ms. CPU is the bound" in peer
     gain = judged["micro-batching gain in sustainable rate"]
@@ -1094,6 +1094,31 @@ def test_an_unmet_goal_gives_this_runs_figures_before_its_standing_reason():
     del results["sections"]["peer_litserve"]
     judged = {g["goal"]: g["why_not"] for g in evaluate(results)}
     assert judged["sustainable rate (p99 < 500 ms), platform vs LitServe"].startswith("CPU is")
+
+
+def test_the_closed_loop_reason_works_out_the_cores_its_goal_would_need():
+    from bench.goals import evaluate
+
+    def judged(cpu_ms_per_answer):
+        run = {"answered_per_s": 50.0, "p50_ms": 300.0, "share_of_model_limit": 0.25}
+        loop = {**run, "runs": [run], "cpu_ms_per_answer": cpu_ms_per_answer}
+        sections = {"backlog": {"closed_loop": loop, "model_limit_inputs_per_s": 200.0}}
+        goals = {g["goal"]: g for g in evaluate({"sections": sections})}
+        return goals["16 closed-loop sync callers of one sentence, answered vs the model's limit"]
+
+    heavy = judged({"worker minilm-embed": 20.0, "router": 10.0})
+    assert heavy["met"] is False
+    assert heavy["why_not"].startswith("This run: 50.0 answers/s at p50 300 ms (0.25×)")
+    # 0.35 of 200 answers/s at 30 ms each: 2.1 cores
+    assert (
+        "needs 2.10 cores busy all the time, more than the machine's 2; the run used 1.50"
+        in (heavy["why_not"])
+    )
+    light = judged({"worker minilm-embed": 15.0, "router": 5.0})
+    assert (
+        "needs 1.40 cores busy all the time of the machine's 2; the run used 1.00"
+        in (light["why_not"])
+    )
 
 
 def test_the_json_report_carries_the_goals_judged_beside_its_figures():
