@@ -210,3 +210,35 @@ def quiet_output() -> Iterator[None]:
             for h, stream in zip(handlers, previous, strict=True):
                 if stream is not None:
                     h.setStream(stream)
+
+
+# -- figures the page and the goals read alike ----------------------------------------
+
+
+def fmt(value: Any, digits: int = 1, unit: str = "") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float | int):
+        text = f"{value:,.{digits}f}" if isinstance(value, float) or digits else f"{value:,}"
+        return text + unit
+    return str(value)
+
+
+def keyed(rows: list[dict[str, Any]] | None, key: str) -> dict[Any, dict[str, Any]]:
+    """Rows (ladder steps, generation levels) by one of their figures."""
+    return {row[key]: row for row in rows or []}
+
+
+def cpu_step(target: dict[str, Any], rate: float | None = None) -> dict[str, Any] | None:
+    """The step whose CPU is shown: at ``rate`` if given and tested, else at the
+    target's sustainable rate, else its first step."""
+    steps = [x for x in target.get("steps") or [] if x.get("cpu_ms_per_request")]
+    if not steps:
+        return None
+    for wanted in (rate, target.get("sustainable_rate")):
+        found = next((x for x in steps if wanted is not None and x["rate"] == wanted), None)
+        if found:
+            return found
+    return steps[0]

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from bench.common import cpu_step, fmt, keyed
+
 Results = dict[str, Any]
 
 
@@ -55,24 +57,18 @@ def _sync_calls_at_load(results: Results) -> Any:
     return sync_calls_of_its_own(path) if path else None
 
 
-def _num(value: float, digits: int = 1) -> str:
-    from bench.report import fmt  # the page's number format (report imports this module)
-
-    return fmt(value, digits)
-
-
 def _spread(values: list[float] | None, digits: int = 2) -> str:
     """``0.84 to 0.99`` over the values given (one value: itself)."""
     if not values:
         return "–"
     low, high = min(values), max(values)
-    return _num(low, digits) if low == high else f"{_num(low, digits)} to {_num(high, digits)}"
+    return fmt(low, digits) if low == high else f"{fmt(low, digits)} to {fmt(high, digits)}"
 
 
 def _cpu_by_process(cpu: dict[str, float]) -> str:
     """``worker minilm-embed 30.4, emulator 8.4, ...``: each process's CPU, largest first."""
     named = sorted(((v, k) for k, v in cpu.items() if v), reverse=True)
-    return ", ".join(f"{k} {_num(v)}" for v, k in named)
+    return ", ".join(f"{k} {fmt(v)}" for v, k in named)
 
 
 def _efficiency_this_run(model: str) -> Callable[[Results], str | None]:
@@ -82,16 +78,16 @@ def _efficiency_this_run(model: str) -> Callable[[Results], str | None]:
             return None
         rounds = w.get("rounds_efficiency_vs_model") or []
         out = (
-            f"{_num(w['inputs_per_s'])} inputs/s against the model's "
-            f"{_num(w['model_inputs_per_s_at_formed_sizes'])} at the sizes formed "
+            f"{fmt(w['inputs_per_s'])} inputs/s against the model's "
+            f"{fmt(w['model_inputs_per_s_at_formed_sizes'])} at the sizes formed "
             f"({_spread(rounds)}× over {len(rounds)} rounds)"
         )
         alone = w.get("rounds_loop_alone_vs_model") or []
         if w.get("loop_alone_vs_model") is not None and w["loop_alone_vs_model"] < 1:
             out += (
                 f"; the loop alone, the model's outputs replayed so that the model takes no "
-                f"time, {_num(w['loop_alone_inputs_per_s'])} inputs/s, "
-                f"{_num(w['loop_alone_vs_model'], 2)}× of the model's limit "
+                f"time, {fmt(w['loop_alone_inputs_per_s'])} inputs/s, "
+                f"{fmt(w['loop_alone_vs_model'], 2)}× of the model's limit "
                 f"({_spread(alone)}× over {len(alone)} rounds)"
             )
         return out
@@ -104,7 +100,7 @@ def _calls_this_run(results: Results) -> str | None:
     if not path or path.get("result_polls_per_request") is None:
         return None
     return (
-        f"{_num(path['result_polls_per_request'], 2)} looks for the result a request over "
+        f"{fmt(path['result_polls_per_request'], 2)} looks for the result a request over "
         f"{path['requests']} requests of {path.get('callers', '?')} callers"
     )
 
@@ -117,7 +113,7 @@ def _cost_this_run(results: Results) -> str | None:
         return None
     parts = {k: v for k, v in usd.items() if k != "total" and not k.endswith("_part") and v}
     return "per million: " + ", ".join(
-        f"{k.replace('_', ' ')} ${_num(v, 2)}"
+        f"{k.replace('_', ' ')} ${fmt(v, 2)}"
         for k, v in sorted(parts.items(), key=lambda kv: -kv[1])
     )
 
@@ -127,22 +123,18 @@ def _cold_start_this_run(results: Results) -> str | None:
     if not cold:
         return None
     return (
-        f"the interpreter {_num(cold['interpreter_ms'])} ms, the handler's import and init "
-        f"{_num(cold['import_ms'])} ms, the first request {_num(cold['first_request_ms'])} ms"
+        f"the interpreter {fmt(cold['interpreter_ms'])} ms, the handler's import and init "
+        f"{fmt(cold['import_ms'])} ms, the first request {fmt(cold['first_request_ms'])} ms"
     )
 
 
-def _step(target: dict[str, Any], rate: float | None = None) -> dict[str, Any] | None:
-    from bench.report import cpu_step  # report imports this module
-
-    return cpu_step(target, rate)
-
-
-def _peer_this_run(peer_name: str, comparison: str) -> Callable[[Results], str | None]:
+def _peer_this_run(
+    peer_name: str, section: str, comparison: str
+) -> Callable[[Results], str | None]:
     def text(results: Results) -> str | None:
         sections = results.get("sections") or {}
         on = (sections.get("end_to_end") or {}).get("batching_on") or {}
-        peer = sections.get(f"peer_{peer_name.lower().replace(' ', '')}") or {}
+        peer = sections.get(section) or {}
         rates = results.get(comparison) or {}
         if not on or not peer or rates.get("platform_sustainable_rate") is None:
             return None
@@ -152,36 +144,28 @@ def _peer_this_run(peer_name: str, comparison: str) -> Callable[[Results], str |
         if failed:
             p99 = [s["p99_ms"] for s in on["steps"] if s["rate"] in failed]
             out += f" ({', '.join(map(str, failed))} failed, p99 {_spread(p99, 0)} ms)"
-        here, there = _step(on, ours), _step(peer, ours)
+        here, there = cpu_step(on, ours), cpu_step(peer, ours)
         if here and here["rate"] == ours:
             out += (
                 f". At {ours} req/s an answered request cost "
-                f"{_num(here['cpu_ms_per_request_total'])} ms of CPU across the processes "
+                f"{fmt(here['cpu_ms_per_request_total'])} ms of CPU across the processes "
                 f"({_cpu_by_process(here['cpu_ms_per_request'])})"
             )
             if there and there["rate"] == ours:
-                out += f" against {peer_name}'s {_num(there['cpu_ms_per_request_total'])}"
-        at_theirs = _step(peer)
+                out += f" against {peer_name}'s {fmt(there['cpu_ms_per_request_total'])}"
+        at_theirs = cpu_step(peer)
         if at_theirs and at_theirs["rate"] == theirs:
             out += (
-                f"; {peer_name} at its {theirs}: {_num(at_theirs['cpu_ms_per_request_total'])}"
+                f"; {peer_name} at its {theirs}: {fmt(at_theirs['cpu_ms_per_request_total'])}"
                 " ms a request"
             )
-        alone = _stage(on.get("one_request"), "compute")
+        stages = keyed((on.get("one_request") or {}).get("stages"), "stage")
+        alone = stages.get("compute", {}).get("mean_ms")
         if alone is not None:
-            out += (
-                f". One sentence's compute in the worker, one request at a time: {_num(alone)} ms"
-            )
+            out += f". One sentence's compute in the worker, one request at a time: {fmt(alone)} ms"
         return out
 
     return text
-
-
-def _stage(breakdown: dict[str, Any] | None, name: str) -> float | None:
-    for stage in (breakdown or {}).get("stages") or []:
-        if stage.get("stage") == name:
-            return stage.get("mean_ms")
-    return None
 
 
 def _batching_this_run(results: Results) -> str | None:
@@ -191,22 +175,24 @@ def _batching_this_run(results: Results) -> str | None:
         return None
     rate_on, rate_off = on["sustainable_rate"], off["sustainable_rate"]
     out = f"{rate_on} req/s with batching, {rate_off} without"
-    batches = {b["rate"]: b["mean_batch_size"] for b in on.get("batching_by_rate") or []}
+    batches = {
+        r: b["mean_batch_size"] for r, b in keyed(on.get("batching_by_rate"), "rate").items()
+    }
     if rate_on in batches:
-        out += f"; at {rate_on} req/s the worker ran batches of {_num(batches[rate_on])} on average"
+        out += f"; at {rate_on} req/s the worker ran batches of {fmt(batches[rate_on])} on average"
         past = [batches[r] for r in sorted(batches) if r > rate_on]
         if past:
             out += f", past it {_spread(past, 1)} while the p99 went over 500 ms"
-    worker_on, worker_off = _step(on, rate_on), _step(off, rate_off)
+    worker_on, worker_off = cpu_step(on, rate_on), cpu_step(off, rate_off)
     if worker_on and worker_off:
         key = next((k for k in worker_on["cpu_ms_per_request"] if "minilm" in k), None)
         if key and key in worker_off["cpu_ms_per_request"]:
             out += (
-                f"; the worker's CPU a request {_num(worker_on['cpu_ms_per_request'][key])} ms "
-                f"with batching at {rate_on} req/s, {_num(worker_off['cpu_ms_per_request'][key])}"
+                f"; the worker's CPU a request {fmt(worker_on['cpu_ms_per_request'][key])} ms "
+                f"with batching at {rate_on} req/s, {fmt(worker_off['cpu_ms_per_request'][key])}"
                 f" without at {rate_off}, against "
-                f"{_num(worker_on['cpu_ms_per_request_total'])} and "
-                f"{_num(worker_off['cpu_ms_per_request_total'])} over all the processes"
+                f"{fmt(worker_on['cpu_ms_per_request_total'])} and "
+                f"{fmt(worker_off['cpu_ms_per_request_total'])} over all the processes"
             )
     return out
 
@@ -223,8 +209,8 @@ def _burst_this_run(inputs_per_request: int) -> Callable[[Results], str | None]:
                 {k for c in cpu for k in c}, key=lambda k: -sum(c.get(k, 0) for c in cpu)
             )
             return (
-                f"{', '.join(_num(r['share_of_model_limit'], 2) for r in runs)} "
-                f"({', '.join(_num(r['inputs_per_s'], 0) for r in runs)} inputs/s) against a "
+                f"{', '.join(fmt(r['share_of_model_limit'], 2) for r in runs)} "
+                f"({', '.join(fmt(r['inputs_per_s'], 0) for r in runs)} inputs/s) against a "
                 f"limit at batch {_path('sections', 'backlog', 'batch_size')(results)}, "
                 f"measured before and after each burst, of {_spread(limits, 0)} inputs/s; "
                 "CPU-s a drain: "
@@ -251,14 +237,14 @@ def _closed_loop_this_run(results: Results) -> str | None:
     )
     needed = CLOSED_LOOP_SHARE * limit * total / 1000  # cores busy all the time
     return (
-        f"{', '.join(_num(r['answered_per_s']) for r in runs)} answers/s at p50 "
-        f"{', '.join(_num(r['p50_ms'], 0) for r in runs)} ms "
-        f"({', '.join(_num(r['share_of_model_limit'], 2) for r in runs)}×). In the median run "
-        f"an answer cost {_num(total)} ms of CPU over the processes ({_cpu_by_process(cpu)}), "
-        f"so {CLOSED_LOOP_SHARE}× (~{_num(CLOSED_LOOP_SHARE * limit, 0)} answers/s against a "
-        f"limit of ~{_num(limit, 0)}) needs {_num(needed, 2)} cores busy all the time"
+        f"{', '.join(fmt(r['answered_per_s']) for r in runs)} answers/s at p50 "
+        f"{', '.join(fmt(r['p50_ms'], 0) for r in runs)} ms "
+        f"({', '.join(fmt(r['share_of_model_limit'], 2) for r in runs)}×). In the median run "
+        f"an answer cost {fmt(total)} ms of CPU over the processes ({_cpu_by_process(cpu)}), "
+        f"so {CLOSED_LOOP_SHARE}× (~{fmt(CLOSED_LOOP_SHARE * limit, 0)} answers/s against a "
+        f"limit of ~{fmt(limit, 0)}) needs {fmt(needed, 2)} cores busy all the time"
         + (", more than the machine's 2" if needed > 2 else " of the machine's 2")
-        + f"; the run used {_num(loop['answered_per_s'] * total / 1000, 2)}"
+        + f"; the run used {fmt(loop['answered_per_s'] * total / 1000, 2)}"
     )
 
 
@@ -430,7 +416,7 @@ GOALS = (
         "router 8.0) against LitServe's 40.4. The code of 2026-11-26 alternated with that of "
         "2026-11-27 on the platform (2026-11-27 13:31-13:35, 20 and 35 req/s, two runs each) "
         "read p50 136 to 325 ms against 183 to 289 at 20 req/s: no change between them",
-        this_run=_peer_this_run("LitServe", "comparison"),
+        this_run=_peer_this_run("LitServe", "peer_litserve", "comparison"),
     ),
     Goal(
         "micro-batching gain in sustainable rate",
@@ -532,7 +518,7 @@ GOALS = (
         "16:44-17:07), 75 against 75 (1.0×, 14:20-14:41), 60 against 80 (0.75×, 12:01-12:38), "
         "75 against 100 (0.75×, 04:22-04:45), 60 against 85, 70 against 85, 75 against 80, 60 "
         "against 80, 20 against 40, 20 against 60, 30 against 60",
-        this_run=_peer_this_run("Ray Serve", "comparison_rayserve"),
+        this_run=_peer_this_run("Ray Serve", "peer_rayserve", "comparison_rayserve"),
     ),
 )
 

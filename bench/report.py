@@ -17,20 +17,9 @@ from typing import Any
 
 import jinja2
 
-from bench.common import ratio
+from bench.common import cpu_step, fmt, keyed, ratio
 from bench.goals import evaluate, sync_calls_of_its_own
 from bench.plots import IMG, PHASES, plots
-
-
-def fmt(value: Any, digits: int = 1, unit: str = "") -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float | int):
-        text = f"{value:,.{digits}f}" if isinstance(value, float) or digits else f"{value:,}"
-        return text + unit
-    return str(value)
 
 
 def times(value: float | None, digits: int = 2) -> str:
@@ -53,11 +42,6 @@ def paragraph(text: str) -> str:
 
 
 # -- what the page works out ---------------------------------------------------------
-
-
-def keyed(rows: list[dict[str, Any]] | None, key: str) -> dict[Any, dict[str, Any]]:
-    """Rows (ladder steps, generation levels) by one of their figures."""
-    return {row[key]: row for row in rows or []}
 
 
 def largest(
@@ -93,19 +77,6 @@ def compare_peer(platform: dict[str, Any], peer: dict[str, Any]) -> dict[str, An
         "headline_rate": headline,
         "headline": next((row for row in rows if row["rate"] == headline), None),
     }
-
-
-def cpu_step(target: dict[str, Any], rate: float | None = None) -> dict[str, Any] | None:
-    """The step whose CPU is shown: at ``rate`` if given and tested, else at the
-    target's sustainable rate, else its first step."""
-    steps = [x for x in target.get("steps") or [] if x.get("cpu_ms_per_request")]
-    if not steps:
-        return None
-    for wanted in (rate, target.get("sustainable_rate")):
-        found = next((x for x in steps if wanted is not None and x["rate"] == wanted), None)
-        if found:
-            return found
-    return steps[0]
 
 
 def cpu_table(e2e: dict[str, Any], peer: dict[str, Any]) -> dict[str, Any] | None:

@@ -36,13 +36,13 @@ from typing import Any
 
 import httpx
 
-from bench.common import TENSOR_MODEL, TEXT_MODEL, digit_images, machine_info, percentile
+from bench.common import TENSOR_MODEL, TEXT_MODEL, digit_images, fmt, machine_info, percentile
 from bench.common import sentences as make_sentences
 from bench.emulator_backlog import rss_mib
 from bench.loadgen import Sender, run_step
 from bench.platform_proc import local_platform
 from bench.proc_cpu import role
-from bench.report import clean, fmt, table
+from bench.report import clean, table
 from switchyard.schemas import FINAL_STATUSES
 from tests.local_platform import RunningPlatform, descendants, ready_pid
 
