@@ -161,6 +161,31 @@ def test_a_file_replaced_while_it_is_split_ends_its_job_failed(rig):
     assert again.status == "failed" and rig.enqueued() == []
 
 
+def test_a_file_deleted_while_it_is_split_ends_its_job_failed(rig, clients):
+    # GIVEN a split that stopped after its first slices, to continue in a new invocation
+    splitter = replace(rig.splitter, slice_bytes=4096, max_slices=1)
+    key = "acme/digits-cnn/deleted.jsonl"
+    (job,) = handle_message(rig.drop(key, [VECTOR] * 1000), splitter, forever)
+    (continuation,) = rig.continuations()
+
+    # WHEN the file is deleted before it continues (S3 answers its next slice 404, or
+    # 403 to a role without s3:ListBucket: tests/integration/test_iam_enforced.py)
+    clients("s3").delete_object(Bucket=rig.bucket, Key=key)
+    (after,) = handle_message(continuation, splitter, forever)
+
+    # THEN the job ends failed, saying why, not retried
+    assert after.status == "failed" and "changed or was deleted" in (after.failure or "")
+
+
+def test_a_file_deleted_before_its_drop_is_read_makes_no_job(rig, clients):
+    # GIVEN a drop's notification, its file deleted before the splitter reads it
+    drop = rig.drop("acme/digits-cnn/fleeting.jsonl", [VECTOR])
+    clients("s3").delete_object(Bucket=rig.bucket, Key="acme/digits-cnn/fleeting.jsonl")
+
+    # WHEN it is handled THEN no job is made and nothing is retried
+    assert handle_message(drop, rig.splitter, forever) == []
+
+
 def test_a_crashed_split_resumes_from_its_last_recorded_boundary(rig):
     # GIVEN a split that crashes on enqueueing its fourth chunk, having recorded
     # its progress slice by slice

@@ -66,6 +66,7 @@ from switchyard.jobs import (
     job_for_file,
 )
 from switchyard.jsontext import parse_json
+from switchyard.missing_objects import MISSING_KEY_CODES, error_code, object_missing
 from switchyard.payloads import PayloadStore
 from switchyard.queues import WorkQueue, encode_message
 from switchyard.registry import ModelVersion, Registry
@@ -121,8 +122,10 @@ def lines_from(
         yield (None if overlong else carry), size, slices
 
 
-# S3's answers to a ranged read of a file that is no longer the job's bytes.
-FILE_GONE = ("PreconditionFailed", "412", "NoSuchKey", "404")
+# S3's answers to a ranged read of a file that is no longer the job's bytes: changed
+# (412), or deleted (404, or 403 to a role without s3:ListBucket, as the splitter's:
+# switchyard.missing_objects).
+FILE_GONE = frozenset({"PreconditionFailed", "412"} | MISSING_KEY_CODES)
 
 
 @dataclass
@@ -185,10 +188,22 @@ class Splitter:
     routing: RoutingSource | None = None  # a job runs on its model's stable version
 
     def job_for_drop(self, bucket: str, key: str) -> tuple[Job, bool]:
-        """The job of a dropped file (made if new) and whether it is new."""
-        job = job_for_file(
-            self.s3, self.registry, self.queues, bucket, key, self.result_ttl_seconds, self.routing
-        )
+        """The job of a dropped file (made if new) and whether it is new; a file
+        deleted before its notification was read makes none (JobRejected)."""
+        try:
+            job = job_for_file(
+                self.s3,
+                self.registry,
+                self.queues,
+                bucket,
+                key,
+                self.result_ttl_seconds,
+                self.routing,
+            )
+        except self.s3.exceptions.ClientError as exc:
+            if not object_missing(exc):
+                raise  # a passing fault: the notification is delivered again
+            raise JobRejected(f"{key}: deleted before it was read") from None
         return self.jobs.create(job)
 
     def split(self, job: Job, remaining_ms: Any) -> Job:
@@ -209,8 +224,7 @@ class Splitter:
         try:
             return self._split(job, version, remaining_ms)
         except self.s3.exceptions.ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code", "")
-            if code not in FILE_GONE:
+            if error_code(exc) not in FILE_GONE:
                 raise  # a passing fault: the message is delivered again
             return self._fail(job, f"{job.source} changed or was deleted while it was read")
 

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from switchyard.callbacks import JobEvents, cancel
 from switchyard.jobs import TERMINAL, Job, JobRejected, JobStore, job_for_file
+from switchyard.missing_objects import object_missing
 from switchyard.registry import Registry
 from switchyard.routing import RoutingSource
 from switchyard.signatures import FieldError, field_path
@@ -182,7 +183,7 @@ class JobsApi:
         except JobRejected as exc:
             raise RequestRejected(404, "unknown_model", str(exc)) from None
         except self.s3.exceptions.ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            if object_missing(exc):  # 404, or 403 to a role that cannot list
                 raise RequestRejected(
                     404, "no_such_file", f"{submission.input_uri} does not exist"
                 ) from None

@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 from switchyard.artifacts import split_s3_uri
 from switchyard.jsontext import json_bytes
+from switchyard.missing_objects import object_missing
 
 
 class PayloadStore(Protocol):
@@ -58,6 +59,10 @@ class S3PayloadStore:
         ranged = {"Range": f"bytes={byte_range}"} if byte_range else {}
         try:
             body = self._s3.get_object(Bucket=bucket, Key=key, **ranged)["Body"].read()
-        except self._s3.exceptions.NoSuchKey:
-            raise PayloadMissing(f"{uri} does not exist") from None
+        except self._s3.exceptions.ClientError as exc:
+            # Expired (the bucket's lifecycle) or never written: 404, or 403 to a
+            # role without s3:ListBucket (switchyard.missing_objects).
+            if object_missing(exc):
+                raise PayloadMissing(f"{uri} does not exist") from None
+            raise
         return json.loads(body)
