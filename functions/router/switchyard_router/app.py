@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import Scope
 
+from switchyard.admission import AtCapacity
 from switchyard.auth import TenantDirectory, verified_key_id
 from switchyard.generation import TokenStream
 from switchyard.jobs import JOB_ID_PATTERN, job_view
@@ -38,7 +39,7 @@ from switchyard_router.answers import (
 )
 from switchyard_router.generate_api import GenerationCall, NativeFormat, generate
 from switchyard_router.jobs_api import JOB_BODY, JobsApi, parse_submission
-from switchyard_router.logic import PredictService, RequestRejected
+from switchyard_router.logic import Admitted, PredictService, RequestRejected
 from switchyard_router.openai_api import add_openai_routes, is_openai_path
 from switchyard_router.openai_api import error_body as openai_error
 from switchyard_router.streaming import StreamHub
@@ -147,6 +148,16 @@ def create_app(deps: RouterDeps) -> FastAPI:
                 message = f"{param}: {exc.errors[0].message}"
             return openai_error(exc.status, exc.code, message, param)
         return _error(exc.status, exc.code, exc.message, exc.errors)
+
+    @app.exception_handler(AtCapacity)
+    async def _busy(request: Request, exc: AtCapacity) -> JSONResponse:
+        code = "too_many_streams" if exc.kind == "streams" else "too_many_requests"
+        if is_openai_path(request.url.path):
+            response = openai_error(429, code, str(exc))
+        else:
+            response = _error(429, code, str(exc))
+        response.headers["Retry-After"] = str(exc.retry_after_seconds)
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -413,19 +424,23 @@ def _predict_sync(
     base_path: str = "",
     pinned: str | None = None,
 ) -> JSONResponse:
-    admitted = service.submit(
-        model=model,
-        tenant=tenant,
-        inputs=inputs,
-        sticky_headers=headers_in,
-        deadline_ms=deadline_ms,
-        is_async=is_async,
-        pinned=pinned,
-        cache_lookup=cache_allowed(headers_in),
-    )
+    def submit() -> Admitted:
+        return service.submit(
+            model=model,
+            tenant=tenant,
+            inputs=inputs,
+            sticky_headers=headers_in,
+            deadline_ms=deadline_ms,
+            is_async=is_async,
+            pinned=pinned,
+            cache_lookup=cache_allowed(headers_in),
+        )
+
     if is_async:
-        return queued(admitted, base_path)
-    record = service.wait(admitted, tenant)
+        return queued(submit(), base_path)
+    with service.hold(tenant, "sync_requests"):
+        admitted = submit()
+        record = service.wait(admitted, tenant)
     emit_answered(admitted, record)
     if record is None:
         return queued(admitted, base_path)

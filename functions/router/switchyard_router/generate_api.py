@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from fastapi.responses import Response, StreamingResponse
 
+from switchyard.admission import Kind, Slot
 from switchyard.generation import TokenStream
 from switchyard.results import ResultStore
 from switchyard.schemas import GenerationSignature, ResultRecord
@@ -110,6 +111,29 @@ def generate(
             "a streamed generation is read as it is made: ask for stream or ?async=true",
             [FieldError("stream", "cannot be true with ?async=true")],
         )
+    if call.is_async:
+        return _generate(service, stream, results, call, fmt, hub, None)
+    # Held until the caller has its answer: a stream's slot until its last event.
+    kind: Kind = "streams" if call.request.get("stream") else "sync_requests"
+    slot = service.take_slot(call.tenant, kind)
+    try:
+        return _generate(service, stream, results, call, fmt, hub, slot)
+    except BaseException:
+        service.give_slot(slot)
+        raise
+
+
+def _generate(
+    service: PredictService,
+    stream: TokenStream | None,
+    results: ResultStore,
+    call: GenerationCall,
+    fmt: Format,
+    hub: StreamHub | None,
+    slot: Slot | None,
+) -> Response:
+    """:func:`generate` once admitted; ``slot`` is given back here when the answer
+    is whole, and at a stream's end when it streams."""
     try:
         admitted = service.submit(
             model=call.model,
@@ -130,6 +154,7 @@ def generate(
         return queued(admitted, call.base_path)
     if not call.request.get("stream") or stream is None:
         record = service.wait(admitted, call.tenant)
+        service.give_slot(slot)
         emit_answered(admitted, record)
         if record is None:
             return queued(admitted, call.base_path)
@@ -142,9 +167,11 @@ def generate(
     # its first token or its end is here, or its deadline passed first
     emit_answered(admitted, failed.record if failed else None)
     if first is None:
+        service.give_slot(slot)
         service.hand_off(admitted)  # its Location reads the record (or the result)
         return queued(admitted, call.base_path)
     if failed is not None:
+        service.give_slot(slot)
         assert failed.record is not None
         return fmt.failure(failed.record)
     # Its tokens flow: recorded now (one write), so that its caller can read it
@@ -159,6 +186,7 @@ def generate(
                 ended = isinstance(piece, Ending)
                 yield piece
         finally:
+            service.give_slot(slot)
             if not ended:
                 # The caller went away before the end: the generation is cancelled,
                 # and its worker stops it (the worker looks at its running requests'

@@ -13,9 +13,11 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
+from switchyard.admission import Admission, Kind, Slot
 from switchyard.generation import PromptTokens, as_request, over_context
 from switchyard.payloads import PayloadStore
 from switchyard.queues import ModelLanes, encode_message
@@ -235,8 +237,11 @@ class PredictService:
         sleep: Callable[[float], None] = time.sleep,
         prompt_tokens: PromptTokens | None = None,
         cache: ResultCache | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self._endpoints = endpoints
+        # Each tenant's cap on streams and sync requests at once (None: uncapped).
+        self.admission = admission
         self._cache = cache
         self._sightings = Sightings()  # inputs are cached from their second sight
         self._prompt_tokens = prompt_tokens
@@ -255,6 +260,21 @@ class PredictService:
     @property
     def models(self) -> list[str]:
         return sorted(self._endpoints)
+
+    def hold(self, tenant: str, kind: Kind) -> AbstractContextManager[Slot | None]:
+        """One of ``tenant``'s ``kind`` slots for a ``with`` block (entering it
+        raises :class:`switchyard.admission.AtCapacity` at the cap)."""
+        if self.admission is None:
+            return nullcontext()
+        return self.admission.holding(tenant, kind)
+
+    def take_slot(self, tenant: str, kind: Kind) -> Slot | None:
+        """A slot held past this call (a stream's), given back with :meth:`give_slot`."""
+        return self.admission.take(tenant, kind) if self.admission else None
+
+    def give_slot(self, slot: Slot | None) -> None:
+        if self.admission is not None:
+            self.admission.give_back(slot)
 
     def routing_document(self, model: str) -> RoutingDocument | None:
         return self._routing.document(model) if self._routing else None

@@ -576,20 +576,21 @@ def _embed(
     headers: dict[str, str],
     deadline_ms: int | None,
 ) -> Response:
-    try:
-        admitted = service.submit(
-            model=model,
-            tenant=tenant,
-            inputs=inputs,
-            sticky_headers=headers,
-            deadline_ms=deadline_ms,
-            cache_lookup=cache_allowed(headers),
-        )
-    except RequestRejected as exc:
-        # Named as the caller sent them: input, input[2] (the platform's inputs[2]).
-        exc.rename_fields(lambda field: "input" + field.removeprefix("inputs"))
-        raise
-    record = service.wait(admitted, tenant)
+    with service.hold(tenant, "sync_requests"):
+        try:
+            admitted = service.submit(
+                model=model,
+                tenant=tenant,
+                inputs=inputs,
+                sticky_headers=headers,
+                deadline_ms=deadline_ms,
+                cache_lookup=cache_allowed(headers),
+            )
+        except RequestRejected as exc:
+            # Named as the caller sent them: input, input[2] (the platform's inputs[2]).
+            exc.rename_fields(lambda field: "input" + field.removeprefix("inputs"))
+            raise
+        record = service.wait(admitted, tenant)
     emit_answered(admitted, record)
     if record is None:  # past its deadline: 202 and where its result will be, as predict
         return queued(admitted, "")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from switchyard.admission import Admission, DynamoDBSlotStore, Kind
 from switchyard.artifacts import fetch_artifact
 from switchyard.auth import KeyIdDirectory
 from switchyard.callbacks import JobEvents
@@ -14,9 +15,18 @@ from switchyard.routing import routing_for
 from switchyard.settings import RouterSettings
 from switchyard.wiring import build_adapters
 from switchyard_router.app import RouterDeps
+from switchyard_router.generate_api import MAX_STREAM_SECONDS
 from switchyard_router.jobs_api import JobsApi
-from switchyard_router.logic import PredictService
+from switchyard_router.logic import MAX_DEADLINE_MS, PredictService
 from switchyard_router.streaming import StreamHub
+
+# The longest a request holds its tenant's slot: a sync request until its deadline,
+# a stream until its first token's deadline and then its whole length. A router that
+# dies holding one leaks it this long at most, then the next request reclaims it.
+SLOT_LEASE_SECONDS: dict[Kind, float] = {
+    "sync_requests": MAX_DEADLINE_MS / 1000 + 2,
+    "streams": MAX_DEADLINE_MS / 1000 + MAX_STREAM_SECONDS + 2,
+}
 
 
 def build_deps(settings: RouterSettings) -> RouterDeps:
@@ -36,6 +46,15 @@ def build_deps(settings: RouterSettings) -> RouterDeps:
         max_age_seconds=settings.max_age_seconds,
         sync_grace_seconds=settings.sync_grace_seconds,
         prompt_tokens=PromptTokens(lambda uri, sha: fetch_artifact(s3, uri, sha, tokenizers)),
+        admission=Admission(
+            DynamoDBSlotStore(adapters.client("dynamodb"), settings.results_table),
+            {
+                tenant: {"streams": limits.streams, "sync_requests": limits.sync_requests}
+                for tenant, limits in settings.tenant_limits.items()
+            },
+            SLOT_LEASE_SECONDS,
+            settings.busy_retry_after_seconds,
+        ),
     )
     jobs = None
     if settings.jobs_table and settings.batch_drop_bucket:

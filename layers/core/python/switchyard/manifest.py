@@ -36,6 +36,12 @@ _MODEL_NAME = re.compile(r"[a-z][a-z0-9-]{1,39}")
 # The cloud renders one step adjustment per task count: this bound keeps each step
 # policy short.
 _MAX_TASKS = 20
+# Lambda keeps this much of the account's concurrency unreserved, whatever the
+# functions reserve (a PutFunctionConcurrency that would leave less is refused).
+UNRESERVED_CONCURRENCY_MINIMUM = 100
+# API Gateway's account-level throttle per region (a quota): a stage cannot exceed it.
+API_ACCOUNT_RATE = 10_000
+API_ACCOUNT_BURST = 5_000
 
 
 class _Strict(BaseModel):
@@ -127,6 +133,33 @@ class ModelScaling(ScalingSettings):
         return {**self.given(), **only_here.given()}
 
 
+class ConcurrencyBudget(_Strict):
+    """How a stage splits the account's Lambda concurrency, and the API's own limits.
+
+    Each function family gets reserved concurrency: at most this many of its
+    invocations run at once, and as many are kept for it whatever else runs. A
+    family whose function is made per model (sync predict, streamed generation)
+    reserves its number for each such function. The reservations together must
+    leave Lambda's unreserved minimum (100) of ``account_limit``, which the
+    manifest checks (:meth:`Manifest.reserved_concurrency`). docs/deploying.md
+    has the quotas this asks for.
+    """
+
+    # The account's concurrent executions in the region (Service Quotas L-B99A9384).
+    account_limit: int = Field(default=1_000, ge=UNRESERVED_CONCURRENCY_MINIMUM)
+    authorizer: int = Field(default=50, ge=1)  # the key authorizer
+    predict: int = Field(default=100, ge=1)  # each sync predict router (one per model)
+    generation: int = Field(default=50, ge=1)  # each streamed generation router (per model)
+    openai: int = Field(default=100, ge=1)  # the OpenAI-compatible API's function
+    jobs: int = Field(default=20, ge=1)  # catalog, async status and batch jobs
+    # API Gateway caches the authorizer's answer per key this long (0: every
+    # request invokes it, garbage keys included).
+    authorizer_cache_seconds: int = Field(default=60, ge=0, le=3_600)
+    # The stage's throttle, across every tenant (each tenant's is its tier's).
+    throttle_rate: float = Field(default=1_000, gt=0, le=API_ACCOUNT_RATE)
+    throttle_burst: int = Field(default=2_000, gt=0, le=API_ACCOUNT_BURST)
+
+
 class StageSettings(_Strict):
     config_deployment: Literal["AllAtOnce", "Linear"]
     config_bake_minutes: int = 0
@@ -134,6 +167,7 @@ class StageSettings(_Strict):
     # or in public subnets with no inbound rule.
     private_workers: bool
     scaling: ScalingSettings
+    concurrency: ConcurrencyBudget = ConcurrencyBudget()
 
     @model_validator(mode="after")
     def _scaling_complete(self) -> StageSettings:
@@ -168,6 +202,11 @@ class Tier(_Strict):
     rate: float = Field(gt=0)
     burst: int = Field(gt=0)
     quota_per_day: int = Field(gt=0)
+    # A tenant's streamed generations at once, and its sync requests waiting for
+    # their answer at once (predict, a generation not streamed, the OpenAI API's):
+    # over either the router answers 429 with Retry-After (switchyard.admission).
+    max_streams: int = Field(default=4, ge=1)
+    max_sync_requests: int = Field(default=32, ge=1)
 
 
 class Tenant(_Strict):
@@ -192,6 +231,11 @@ class ModelSpec(_Strict):
     result_cache_seconds: int = Field(default=0, ge=0, le=7 * 86_400)
     scaling: ModelScaling = ModelScaling()
     demo_versions: tuple[str, ...] = ()
+
+    @property
+    def generates(self) -> bool:
+        """A generative model: its router streams tokens and serves /generate."""
+        return self.signature.kind == "generation" or self.runtime == "causal-lm"
 
     def version_record(
         self, model: str, version: str, artifact_uri: str, sha256: str, **extra: Any
@@ -235,7 +279,48 @@ class Manifest(_Strict):
                     self.scaling_policy(name, stage)
                 except ValueError as error:
                     raise ValueError(f"models.{name}.scaling, in {stage}: {error}") from None
+        for stage in self.stages:
+            self._check_concurrency(stage)
         return self
+
+    def reserved_concurrency(self, stage: Stage) -> dict[str, int]:
+        """Function family -> what its functions reserve together in ``stage`` (a
+        per-model family: its number times the models that have such a router)."""
+        budget = self.stages[stage].concurrency
+        generating = sum(1 for spec in self.models.values() if spec.generates)
+        return {
+            "authorizer": budget.authorizer,
+            "predict": budget.predict * (len(self.models) - generating),
+            "generation": budget.generation * generating,
+            "openai": budget.openai,
+            "jobs": budget.jobs,
+        }
+
+    def _check_concurrency(self, stage: Stage) -> None:
+        budget = self.stages[stage].concurrency
+        where = f"stages.{stage}.concurrency"
+        reserved = self.reserved_concurrency(stage)
+        room = budget.account_limit - UNRESERVED_CONCURRENCY_MINIMUM
+        if sum(reserved.values()) > room:
+            split = ", ".join(f"{family} {n}" for family, n in reserved.items())
+            raise ValueError(
+                f"{where}: the functions reserve {sum(reserved.values())} ({split}); "
+                f"account_limit {budget.account_limit} leaves {room} after Lambda's "
+                f"unreserved minimum of {UNRESERVED_CONCURRENCY_MINIMUM}"
+            )
+        # A tenant at its cap must leave room in each function for another tenant.
+        for name, tier in self.tiers.items():
+            for cap, families in (
+                ("max_sync_requests", ("predict", "openai")),
+                ("max_streams", ("generation", "openai")),
+            ):
+                for family in families:
+                    if getattr(tier, cap) >= getattr(budget, family):
+                        raise ValueError(
+                            f"tiers.{name}.{cap}: {getattr(tier, cap)} is not under "
+                            f"{where}.{family} ({getattr(budget, family)}): one tenant "
+                            "could hold every instance of that function"
+                        )
 
     def scaling_policy(self, model: str, stage: str) -> ScalingPolicy:
         """``model``'s scaling in ``stage``: the stage's values, overridden by the
@@ -272,7 +357,16 @@ class Manifest(_Strict):
 
     def router_settings_values(self) -> dict[str, Any]:
         """What the router's settings take from the manifest besides the common ones."""
-        return {"max_body_bytes": self.platform.max_body_bytes}
+        return {
+            "max_body_bytes": self.platform.max_body_bytes,
+            "tenant_limits": {
+                name: {
+                    "streams": self.tiers[tenant.tier].max_streams,
+                    "sync_requests": self.tiers[tenant.tier].max_sync_requests,
+                }
+                for name, tenant in self.tenants.items()
+            },
+        }
 
 
 class ResourceNames(_Strict):

@@ -85,6 +85,15 @@ class RoutingSettings(Settings):
     routing_cache_seconds: float = Field(default=5.0, ge=0)
 
 
+class TenantLimits(BaseModel):
+    """What one tenant may hold at once (its tier's, from the manifest)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    streams: int = Field(ge=1)
+    sync_requests: int = Field(ge=1)
+
+
 class RouterSettings(RoutingSettings):
     """The router function (one model in the cloud, every model locally)."""
 
@@ -92,6 +101,11 @@ class RouterSettings(RoutingSettings):
     # request's context. The router never sees a key's value.
     tenant_keys: dict[str, str]
     max_body_bytes: int = Field(default=1_048_576, gt=0)
+    # Tenant -> its caps on streams and sync requests at once, counted across every
+    # router (switchyard.admission); a tenant not named here is not capped.
+    tenant_limits: dict[str, TenantLimits] = Field(default_factory=dict)
+    # The Retry-After of a request refused at its tenant's cap.
+    busy_retry_after_seconds: int = Field(default=5, ge=1, le=3_600)
     # Batch jobs (/v1/jobs), on the router that serves them: where jobs are kept and
     # where submitted inputs are written as a file.
     jobs_table: str | None = None

@@ -1,0 +1,95 @@
+"""Tenants' slots counted in the results table (DynamoDBSlotStore), on the emulator:
+shared by every router that counts there, reclaimed after their lease, invisible
+to a tenant's reads of its requests."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from switchyard.admission import Admission, AtCapacity, DynamoDBSlotStore
+from switchyard.results import DynamoDBResultStore
+
+LEASES = {"streams": 300.0, "sync_requests": 30.0}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def routers(manifest, provisioned, clients):
+    """Two routers' admissions on one table, as two Lambda instances would have."""
+    table = manifest.names("dev").results_table
+    clock = Clock()
+    caps = {"acme": {"streams": 2, "sync_requests": 3}, "globex": {"streams": 2}}
+
+    def router() -> Admission:
+        return Admission(DynamoDBSlotStore(clients("dynamodb"), table), caps, LEASES, 5, clock)
+
+    return router(), router(), clock, table
+
+
+def test_the_cap_is_counted_across_routers(routers):
+    # GIVEN acme's streams taken on two routers
+    first, second, _, _ = routers
+    first.take("acme", "streams")
+    held = second.take("acme", "streams")
+    # WHEN either router is asked for a third
+    for router in (first, second):
+        with pytest.raises(AtCapacity):
+            router.take("acme", "streams")
+    # THEN another tenant's streams are its own
+    assert first.take("globex", "streams") is not None
+    # AND a slot given back on one router is free on the other
+    second.give_back(held)
+    second.give_back(held)  # twice: counted once
+    assert first.take("acme", "streams") is not None
+    with pytest.raises(AtCapacity):
+        second.take("acme", "streams")
+
+
+def test_a_dead_routers_slots_are_reclaimed_after_their_lease(routers):
+    first, second, clock, _ = routers
+    first.take("acme", "streams")
+    first.take("acme", "streams")  # and the router that held them died
+    clock.now += LEASES["streams"] + 1
+    second.take("acme", "streams")
+    second.take("acme", "streams")
+    with pytest.raises(AtCapacity):
+        second.take("acme", "streams")
+
+
+def test_racing_requests_never_hold_more_than_the_cap(routers):
+    # GIVEN 12 sync requests of acme at once, over two routers, with a cap of 3
+    first, second, _, _ = routers
+
+    def attempt(i: int):
+        try:
+            return (first if i % 2 else second).take("acme", "sync_requests")
+        except AtCapacity:
+            return None
+
+    with ThreadPoolExecutor(8) as pool:
+        taken = [slot for slot in pool.map(attempt, range(12)) if slot is not None]
+    # THEN exactly 3 were admitted
+    assert len(taken) == 3
+    for slot in taken:
+        first.give_back(slot)
+    assert first.take("acme", "sync_requests") is not None
+
+
+def test_a_counting_item_is_no_request_of_the_tenant(routers, provisioned, clients):
+    first, _, _, table = routers
+    first.take("acme", "streams")
+    results = DynamoDBResultStore(clients("dynamodb"), table, None, 8_192)  # type: ignore[arg-type]
+    assert results.get("acme", "admission#streams") is None
+    item = clients("dynamodb").get_item(
+        TableName=table, Key={"tenant": {"S": "acme"}, "request_id": {"S": "admission#streams"}}
+    )["Item"]
+    assert "expires_at" in item  # an idle tenant's item ends with the table's TTL
