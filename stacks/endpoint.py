@@ -44,7 +44,7 @@ ARTIFACTS_READ_REASON = (
 
 def generates(spec: ModelSpec) -> bool:
     """A generative model: its router streams tokens and serves /generate."""
-    return spec.signature.kind == "generation" or spec.runtime == "causal-lm"
+    return spec.generates
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,7 @@ class ModelEndpoint(Construct):
         super().__init__(scope, construct_id)
         storage = shared.storage
         names = deployment.names
+        budget = deployment.settings.concurrency
         self.queues = ModelQueues(self, "Queues", deployment=deployment, model=model, spec=spec)
         self.alarms = ModelAlarms(
             self, "Alarms", deployment=deployment, model=model, spec=spec, queues=self.queues
@@ -122,6 +123,7 @@ class ModelEndpoint(Construct):
             handler=serving.handler,
             timeout=serving.timeout,
             memory_size=ROUTER_MEMORY_MB,
+            reserved_concurrency=getattr(budget, "generation" if self.generates else "predict"),
         )
         router_role = self.router.role
         for queue in self.queues.queues.values():

@@ -93,6 +93,8 @@ class PlatformFunction(Construct):
     The role starts empty (no managed policy): the caller grants exactly the
     tables, queues and buckets this function touches. ``tracing`` adds X-Ray (and
     its grant); a function that calls nothing (the key authorizer) goes without.
+    ``reserved_concurrency``: its function family's reservation (the stage's
+    ``concurrency``), so no family, and no tenant through it, takes another's.
     """
 
     def __init__(
@@ -109,6 +111,7 @@ class PlatformFunction(Construct):
         memory_size: int,
         handler: str = "handler.handler",
         tracing: bool = True,
+        reserved_concurrency: int | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.role = iam.Role(
@@ -136,6 +139,9 @@ class PlatformFunction(Construct):
             timeout=timeout,
             memory_size=memory_size,
             tracing=lambda_.Tracing.ACTIVE if tracing else lambda_.Tracing.DISABLED,
+            # Its family's share of the account's concurrency (the manifest's
+            # [stages.<stage>.concurrency]): a ceiling, and a floor kept for it.
+            reserved_concurrent_executions=reserved_concurrency,
         )
         if tracing:
             acknowledge(

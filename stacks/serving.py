@@ -108,6 +108,7 @@ class ServingStack(Stack):
             layers=[self.shared.code.core_layer, self.shared.code.appconfig_extension],
             timeout=ROUTER_TIMEOUT,
             memory_size=ROUTER_MEMORY_MB,
+            reserved_concurrency=deployment.settings.concurrency.jobs,
         )
         grant_registry_read(storage.registry_table, function.role)
         self.routing.grant_read(function.role)
@@ -165,6 +166,7 @@ class ServingStack(Stack):
             handler=serving.handler,
             timeout=serving.timeout,
             memory_size=ROUTER_MEMORY_MB,
+            reserved_concurrency=deployment.settings.concurrency.openai,
         )
         role = function.role
         # Synchronous and streamed requests only: the realtime lane of every model.

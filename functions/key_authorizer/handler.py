@@ -23,21 +23,29 @@ from typing import Any
 BEARER = "bearer"
 
 
-def api_key(headers: dict[str, str] | None) -> str | None:
-    """The key the request carries: ``x-api-key`` first, else a Bearer token.
-    Header names are matched without regard to case (clients differ)."""
+# The OpenAI-compatible API's routes: API Gateway caches this function's answer
+# keyed on the Authorization header there, and on x-api-key everywhere else, so a
+# request's key is read from that header first (a cached answer is then always the
+# answer for the key that keyed it).
+OPENAI_RESOURCES = "/openai/"
+
+
+def api_key(headers: dict[str, str] | None, bearer_first: bool = False) -> str | None:
+    """The key the request carries: ``x-api-key`` first, else a Bearer token (the
+    other way round with ``bearer_first``). Header names are matched without regard
+    to case (clients differ)."""
     by_name = {name.lower(): value for name, value in (headers or {}).items() if value}
-    key = by_name.get("x-api-key", "").strip()
-    if key:
-        return key
+    header_key = by_name.get("x-api-key", "").strip() or None
     scheme, _, token = by_name.get("authorization", "").strip().partition(" ")
-    if scheme.lower() == BEARER and token.strip():
-        return token.strip()
-    return None
+    bearer_key = token.strip() if scheme.lower() == BEARER and token.strip() else None
+    if bearer_first:
+        return bearer_key or header_key
+    return header_key or bearer_key
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    key = api_key(event.get("headers"))
+    resource = str(event.get("resource") or event.get("path") or "")
+    key = api_key(event.get("headers"), bearer_first=resource.startswith(OPENAI_RESOURCES))
     if key is None:
         raise Exception("Unauthorized")  # noqa: TRY002 - API Gateway's 401, by its message
     return {

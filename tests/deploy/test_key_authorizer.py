@@ -5,6 +5,7 @@ the official ``openai`` client's chat completion, key as a Bearer token)."""
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,14 +98,29 @@ def test_an_x_api_key_header_goes_to_the_usage_plans(authorizer: LambdaProcess) 
         {"authorization": f"bearer {KEY}"},  # HTTP/2 clients send lower-case names
         {"AUTHORIZATION": f"BEARER   {KEY} "},
         {"X-API-Key": KEY},
-        {"X-Api-Key": KEY, "Authorization": "Bearer another-key-value-entirely"},
         {"x-api-key": "", "Authorization": f"Bearer {KEY}"},
     ],
 )
-def test_names_and_schemes_match_whatever_their_case_and_x_api_key_comes_first(
+def test_names_and_schemes_match_whatever_their_case(
     authorizer: LambdaProcess, headers: dict[str, str]
 ) -> None:
     assert allowed_key(authorizer.invoke(request(headers))) == KEY
+
+
+def test_with_both_headers_the_key_is_the_one_its_routes_cache_answers_by() -> None:
+    # API Gateway caches the answer keyed on Authorization under /openai/v1 and on
+    # x-api-key elsewhere (stacks/api.py, KeyAuthorizer): that header's key comes first
+    source = Path(__file__).resolve().parents[2] / "functions" / "key_authorizer" / "handler.py"
+    spec = importlib.util.spec_from_file_location("key_authorizer_handler", source)
+    assert spec is not None and spec.loader is not None
+    key_authorizer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(key_authorizer)
+    both = {"X-Api-Key": "the-header-key", "Authorization": "Bearer the-bearer-key"}
+    openai = request(both)  # /openai/v1/{proxy+}
+    assert key_authorizer.handler(openai, None)["usageIdentifierKey"] == "the-bearer-key"
+    platform = {**request(both), "resource": "/v1/models/{model}/predict"}
+    platform["path"] = "/v1/models/digits-cnn/predict"
+    assert key_authorizer.handler(platform, None)["usageIdentifierKey"] == "the-header-key"
 
 
 @pytest.mark.parametrize(

@@ -169,7 +169,12 @@ def test_a_body_over_the_payload_limit_is_answered_with_the_documented_error(
 
 
 def _authorizer(template: Template) -> tuple[str, dict[str, Any]]:
-    (found,) = template.find_resources("AWS::ApiGateway::Authorizer").items()
+    """The platform routes' authorizer (keyed on x-api-key; the OpenAI routes' one,
+    keyed on the Bearer token, runs the same function: tests/infra/test_concurrency)."""
+    (found,) = template.find_resources(
+        "AWS::ApiGateway::Authorizer",
+        {"Properties": {"IdentitySource": "method.request.header.x-api-key"}},
+    ).items()
     return found
 
 
@@ -182,26 +187,27 @@ def test_keys_come_from_the_key_authorizer(serving_template: Template) -> None:
 
 
 def test_every_method_goes_through_the_key_authorizer(serving_template: Template) -> None:
-    name, _ = _authorizer(serving_template)
+    authorizers = serving_template.find_resources("AWS::ApiGateway::Authorizer")
+    function = {integrated_function(a) for a in authorizers.values()}
+    assert len(function) == 1  # two cache keys (x-api-key, Bearer), one function
     methods = serving_template.find_resources("AWS::ApiGateway::Method")
     for method_name, method in methods.items():
         props = method["Properties"]
         assert props["AuthorizationType"] == "CUSTOM", method_name
-        assert props["AuthorizerId"] == {"Ref": name}, method_name
+        assert props["AuthorizerId"]["Ref"] in authorizers, method_name
         # and still needs a key, so the usage plans apply
         assert props["ApiKeyRequired"] is True, method_name
 
 
-def test_the_authorizer_runs_on_every_request_and_caches_nothing(
-    serving_template: Template,
+def test_the_authorizer_is_a_request_authorizer_cached_by_key(
+    serving_template: Template, manifest: Manifest
 ) -> None:
     _, authorizer = _authorizer(serving_template)
     props = authorizer["Properties"]
     assert props["Type"] == "REQUEST"
-    # no cache that could hand one key's answer to a request with another, and no
-    # identity source (API Gateway would refuse a request that lacks any of them)
-    assert props["AuthorizerResultTtlInSeconds"] == 0
-    assert "IdentitySource" not in props
+    # cached per key, the header the function reads first on these routes
+    ttl = manifest.stages["dev"].concurrency.authorizer_cache_seconds
+    assert props["AuthorizerResultTtlInSeconds"] == ttl
     function = integrated_function(authorizer)
     fn = serving_template.find_resources("AWS::Lambda::Function")[function]["Properties"]
     assert fn["Handler"] == "handler.handler"

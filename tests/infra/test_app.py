@@ -75,7 +75,7 @@ def test_lambda_code_is_bundled_for_the_lambda_runtime(dev: Synthesized) -> None
 def test_the_key_authorizer_ships_its_handler_alone(dev: Synthesized) -> None:
     outdir = Path(dev.app.outdir)
     template = dev.serving.to_json()["Resources"]
-    (authorizer,) = [v for v in template.values() if v["Type"] == "AWS::ApiGateway::Authorizer"]
+    authorizer, *_ = [v for v in template.values() if v["Type"] == "AWS::ApiGateway::Authorizer"]
     function = next(
         v
         for k, v in template.items()

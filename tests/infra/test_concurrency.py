@@ -1,0 +1,115 @@
+"""The concurrency budget in the templates: reserved concurrency per function family,
+the authorizer's cache per key, and the stage's throttle, each from the manifest."""
+
+from __future__ import annotations
+
+import pytest
+from aws_cdk.assertions import Match, Template
+
+from switchyard.manifest import Manifest
+
+from .helpers import integrated_function
+
+
+@pytest.mark.parametrize("stage", ["dev", "prod"])
+def test_each_function_family_reserves_its_share(
+    request: pytest.FixtureRequest, manifest: Manifest, stage: str
+) -> None:
+    template: Template = request.getfixturevalue(
+        "serving_template" if stage == "dev" else "prod_serving_template"
+    )
+    budget = manifest.stages[stage].concurrency  # type: ignore[index]
+    for description, reserved in (
+        ("API key authorizer", budget.authorizer),
+        ("router for GET /v1/models", budget.jobs),
+        ("OpenAI-compatible API", budget.openai),
+    ):
+        template.has_resource_properties(
+            "AWS::Lambda::Function",
+            {
+                "Description": Match.string_like_regexp(description),
+                "ReservedConcurrentExecutions": reserved,
+            },
+        )
+    for model, spec in manifest.models.items():
+        template.has_resource_properties(
+            "AWS::Lambda::Function",
+            {
+                "Description": Match.string_like_regexp(f"router for {model}:"),
+                "ReservedConcurrentExecutions": budget.generation
+                if spec.generates
+                else budget.predict,
+            },
+        )
+
+
+def test_every_function_reserves_within_the_budget(
+    serving_template: Template, manifest: Manifest
+) -> None:
+    functions = serving_template.find_resources("AWS::Lambda::Function")
+    reserved = sum(
+        f["Properties"].get("ReservedConcurrentExecutions", 0) for f in functions.values()
+    )
+    assert reserved == sum(manifest.reserved_concurrency("dev").values())
+    assert reserved <= manifest.stages["dev"].concurrency.account_limit - 100
+
+
+def test_the_authorizer_caches_its_answer_per_key(
+    serving_template: Template, manifest: Manifest
+) -> None:
+    ttl = manifest.stages["dev"].concurrency.authorizer_cache_seconds
+    for header in ("x-api-key", "Authorization"):
+        serving_template.has_resource_properties(
+            "AWS::ApiGateway::Authorizer",
+            {
+                "Type": "REQUEST",
+                "AuthorizerResultTtlInSeconds": ttl,
+                "IdentitySource": f"method.request.header.{header}",
+            },
+        )
+    # both are the one function
+    authorizers = serving_template.find_resources("AWS::ApiGateway::Authorizer").values()
+    assert len({integrated_function(a) for a in authorizers}) == 1
+
+
+def test_openai_methods_are_keyed_on_the_bearer_token_and_the_rest_on_x_api_key(
+    serving_template: Template,
+) -> None:
+    authorizers = serving_template.find_resources("AWS::ApiGateway::Authorizer")
+    by_header = {a["Properties"]["IdentitySource"]: name for name, a in authorizers.items()}
+    resources = serving_template.find_resources("AWS::ApiGateway::Resource")
+    openai_proxy = {
+        name for name, r in resources.items() if r["Properties"]["PathPart"] == "{proxy+}"
+    }
+    for name, method in serving_template.find_resources("AWS::ApiGateway::Method").items():
+        props = method["Properties"]
+        header = "Authorization" if props["ResourceId"].get("Ref") in openai_proxy else "x-api-key"
+        assert props["AuthorizerId"] == {"Ref": by_header[f"method.request.header.{header}"]}, name
+
+
+@pytest.mark.parametrize("stage", ["dev", "prod"])
+def test_the_stage_is_throttled_for_every_tenant_together(
+    request: pytest.FixtureRequest, manifest: Manifest, stage: str
+) -> None:
+    template: Template = request.getfixturevalue(
+        "serving_template" if stage == "dev" else "prod_serving_template"
+    )
+    budget = manifest.stages[stage].concurrency  # type: ignore[index]
+    template.has_resource_properties(
+        "AWS::ApiGateway::Stage",
+        {
+            "StageName": stage,
+            "MethodSettings": Match.array_with(
+                [
+                    Match.object_like(
+                        {
+                            "HttpMethod": "*",
+                            "ResourcePath": "/*",
+                            "ThrottlingRateLimit": budget.throttle_rate,
+                            "ThrottlingBurstLimit": budget.throttle_burst,
+                        }
+                    )
+                ]
+            ),
+        },
+    )
