@@ -58,18 +58,24 @@ class KeyAuthorizer(Construct):
     it names the caller's key, from ``x-api-key`` or ``Authorization: Bearer``, and
     API Gateway checks that key against the usage plans as it would a header key.
 
-    No identity sources and no results cache. API Gateway answers 401 without calling
-    the authorizer when any identity source is missing, so naming both headers would
-    refuse every caller that sends one of them, and naming one would refuse the
-    other's; a cache keyed on one header would hand a cached key (and its tenant and
-    quota) to a request that carries another key in the other header. The authorizer
-    is a few lines of standard library: running it on every request is cheap.
+    API Gateway caches its answer per key for the stage's
+    ``authorizer_cache_seconds``, so a burst of requests (garbage keys included)
+    invokes it once per key, not once per request. The cache is keyed on the
+    authorizer's identity source, and API Gateway answers 401 without calling it
+    when that header is missing; one identity source naming both headers would
+    refuse every caller that sends one of them. So there are two authorizers over
+    one function: ``platform`` (keyed on ``x-api-key``) for the platform's own
+    routes, and ``openai`` (keyed on ``Authorization``, the ``openai`` client's
+    Bearer token) for ``/openai/v1``. The function reads the key from that same
+    header first, so a cached answer is always that key's. With a cache of 0 both
+    take their key from either header, uncached, as before.
     """
 
     def __init__(
         self, scope: Construct, construct_id: str, *, deployment: Deployment, code: lambda_.Code
     ) -> None:
         super().__init__(scope, construct_id)
+        budget = deployment.settings.concurrency
         self.function = PlatformFunction(
             self,
             "Function",
@@ -81,18 +87,27 @@ class KeyAuthorizer(Construct):
             timeout=AUTHORIZER_TIMEOUT,
             memory_size=AUTHORIZER_MEMORY_MB,
             tracing=False,
+            reserved_concurrency=budget.authorizer,
         )
-        self.authorizer = apigw.RequestAuthorizer(
+        self.cache_seconds = budget.authorizer_cache_seconds
+        self.authorizer = self._authorizer("Authorizer", "x-api-key")
+        self.openai_authorizer = self._authorizer("OpenAIAuthorizer", "Authorization")
+
+    def _authorizer(self, construct_id: str, header: str) -> apigw.RequestAuthorizer:
+        cached = self.cache_seconds > 0
+        authorizer = apigw.RequestAuthorizer(
             self,
-            "Authorizer",
+            construct_id,
             handler=self.function.function,
-            identity_sources=[],
-            results_cache_ttl=Duration.seconds(0),
+            identity_sources=[apigw.IdentitySource.header(header)] if cached else [],
+            results_cache_ttl=Duration.seconds(self.cache_seconds),
         )
-        # Optional without a cache; CDK would write an empty string for none.
-        cfn = self.authorizer.node.default_child
-        assert isinstance(cfn, apigw.CfnAuthorizer)
-        cfn.add_property_deletion_override("IdentitySource")
+        if not cached:
+            # Optional without a cache; CDK would write an empty string for none.
+            cfn = authorizer.node.default_child
+            assert isinstance(cfn, apigw.CfnAuthorizer)
+            cfn.add_property_deletion_override("IdentitySource")
+        return authorizer
 
 
 class Api(Construct):
@@ -140,6 +155,9 @@ class Api(Construct):
                 logging_level=apigw.MethodLoggingLevel.ERROR,
                 data_trace_enabled=False,
                 tracing_enabled=True,
+                # Every tenant together (each tenant's own is its tier's usage plan).
+                throttling_rate_limit=deployment.settings.concurrency.throttle_rate,
+                throttling_burst_limit=deployment.settings.concurrency.throttle_burst,
             ),
         )
         acknowledge(
@@ -321,7 +339,8 @@ class Api(Construct):
         )
         integration = self._integration(function, stream=True)
         for method in ("GET", "POST"):
-            proxy.add_method(method, integration)
+            # Keyed on the Bearer token (KeyAuthorizer), the openai client's way.
+            proxy.add_method(method, integration, authorizer=self.key_authorizer.openai_authorizer)
 
     def add_platform_routes(self, function: lambda_.IFunction) -> None:
         """GET /v1/models, GET and DELETE (cancel) /v1/requests/{request_id}, and the
