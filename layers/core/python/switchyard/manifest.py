@@ -12,6 +12,7 @@ a manifest names its path.
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from pathlib import Path
@@ -160,6 +161,19 @@ class ConcurrencyBudget(_Strict):
     throttle_burst: int = Field(default=2_000, gt=0, le=API_ACCOUNT_BURST)
 
 
+class DropRetention(_Strict):
+    """How long the drop bucket keeps what tenants drop there and what jobs write
+    beside it (inputs, ``.out`` outputs): a lifecycle rule per tenant prefix."""
+
+    # Objects under a tenant's prefix expire this long after they are written (a
+    # tenant's own ``drop_retention_days`` overrides it).
+    retention_days: int = Field(default=30, ge=1, le=3_650)
+    # A version replaced or deleted (the bucket is versioned) is kept this long.
+    noncurrent_days: int = Field(default=7, ge=1, le=365)
+    # An upload left unfinished (a job's output is written in parts) is aborted.
+    incomplete_upload_days: int = Field(default=2, ge=1, le=30)
+
+
 class StageSettings(_Strict):
     config_deployment: Literal["AllAtOnce", "Linear"]
     config_bake_minutes: int = 0
@@ -168,6 +182,11 @@ class StageSettings(_Strict):
     private_workers: bool
     scaling: ScalingSettings
     concurrency: ConcurrencyBudget = ConcurrencyBudget()
+    drop: DropRetention = DropRetention()
+    # Give API Gateway its account-level CloudWatch role (AWS::ApiGateway::Account,
+    # one per account and region: a deploy overwrites whatever role was set). Only
+    # for an account and region that have none yet (docs/deploying.md).
+    api_gateway_cloudwatch_role: bool = False
 
     @model_validator(mode="after")
     def _scaling_complete(self) -> StageSettings:
@@ -211,6 +230,9 @@ class Tier(_Strict):
 
 class Tenant(_Strict):
     tier: str
+    # Days the drop bucket keeps this tenant's files and job outputs, in every
+    # stage (default: the stage's ``drop.retention_days``).
+    drop_retention_days: int | None = Field(default=None, ge=1, le=3_650)
 
 
 class ModelSpec(_Strict):
@@ -282,6 +304,27 @@ class Manifest(_Strict):
         for stage in self.stages:
             self._check_concurrency(stage)
         return self
+
+    @model_validator(mode="after")
+    def _drop_outlives_jobs(self) -> Manifest:
+        # A finished job's record names its output until the record expires (the
+        # results' TTL): the output must still be there.
+        job_days = math.ceil(self.platform.result_ttl_seconds / 86_400)
+        for stage in self.stages:
+            for tenant in self.tenants:
+                days = self.drop_retention_days(tenant, stage)
+                if days < job_days:
+                    raise ValueError(
+                        f"tenants.{tenant}: the drop bucket would keep its files {days} "
+                        f"days in {stage}, less than the {job_days} days a job's record "
+                        "(platform.result_ttl_seconds) names its output"
+                    )
+        return self
+
+    def drop_retention_days(self, tenant: str, stage: Stage) -> int:
+        """Days the drop bucket keeps ``tenant``'s objects in ``stage``."""
+        own = self.tenants[tenant].drop_retention_days
+        return own if own is not None else self.stages[stage].drop.retention_days
 
     def reserved_concurrency(self, stage: Stage) -> dict[str, int]:
         """Function family -> what its functions reserve together in ``stage`` (a
