@@ -9,11 +9,12 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from aws_cdk import App, Environment
+from aws_cdk import App, Aspects, Environment
 
 from stacks.assets import REPO_ROOT
 from stacks.cloud import Deployment, deployment_from_context
 from stacks.data import DataStack
+from stacks.nag import LinterAcknowledgments
 from stacks.serving import ServingStack
 from switchyard.manifest import Manifest
 
@@ -61,4 +62,6 @@ def add_platform(app: App, manifest: Manifest) -> Platform:
         env=env,
         description=f"Switchyard {deployment.stage}: API, routers, queues, workers, AppConfig",
     )
+    for stack in (data, serving):
+        Aspects.of(stack).add(LinterAcknowledgments())
     return Platform(deployment=deployment, data=data, serving=serving)

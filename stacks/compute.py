@@ -7,7 +7,8 @@ import math
 import re
 from collections.abc import Mapping
 
-from aws_cdk import Duration, IgnoreMode, Stack, Tags
+import jsii
+from aws_cdk import AspectPriority, Aspects, Duration, IAspect, IgnoreMode, Stack, Tags
 from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -17,7 +18,7 @@ from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
-from constructs import Construct
+from constructs import Construct, IConstruct
 
 from stacks.assets import REPO_ROOT, WORKER_DOCKERFILE
 from stacks.cloud import (
@@ -30,7 +31,7 @@ from stacks.cloud import (
     WORKER_STOP_TIMEOUT,
     Deployment,
 )
-from stacks.nag import acknowledge
+from stacks.nag import acknowledge, skip_checkov
 from stacks.observability import model_metric, service_metric
 from stacks.queues import ModelQueues
 from switchyard.manifest import MODEL_TAG, ModelSpec
@@ -204,6 +205,13 @@ class Compute(Construct):
             target_capacity_percent=100,
         )
         self.cluster.add_asg_capacity_provider(provider)
+        skip_checkov(
+            role.node.find_child("DefaultPolicy"),
+            "CKV_AWS_111",
+            "aws-cdk-lib's ECS instance policy: the agent's log writes and "
+            "ecr:GetAuthorizationToken take no narrower resource; its ECS writes are "
+            "limited to this cluster.",
+        )
         acknowledge(
             role,
             "AwsSolutions-IAM5[Resource::*]",
@@ -218,6 +226,23 @@ class Compute(Construct):
             "(ecs:SubmitTaskStateChange and kin); CDK's instance policy scopes it to the cluster.",
         )
         return provider
+
+
+@jsii.implements(IAspect)
+class _AfterCapacityAssociation:
+    """Makes a service wait for its cluster's capacity-provider association (ECS
+    refuses a capacity provider the cluster does not list yet). aws-cdk-lib adds the
+    association to the cluster in an aspect of its own, so it can only be named once
+    that has run: hence a later aspect, not a dependency on the whole cluster (whose
+    Ref the service already holds)."""
+
+    def __init__(self, cluster: ecs.Cluster) -> None:
+        self._cluster = cluster
+
+    def visit(self, node: IConstruct) -> None:
+        if isinstance(node, ecs.CfnService):
+            association = self._cluster.node.find_child(self._cluster.node.id)
+            node.node.add_dependency(association)
 
 
 class WorkerService(Construct):
@@ -279,7 +304,10 @@ class WorkerService(Construct):
             enable_ecs_managed_tags=True,
             propagate_tags=ecs.PropagatedTagSource.SERVICE,
         )
-        self.service.node.add_dependency(compute.cluster)
+        Aspects.of(self.service).add(
+            _AfterCapacityAssociation(compute.cluster),
+            priority=AspectPriority.DEFAULT,
+        )
         Tags.of(self.service).add(MODEL_TAG, model)
         acknowledge(
             self.task_definition,

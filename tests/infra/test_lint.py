@@ -1,0 +1,48 @@
+"""cfn-lint on every synthesized template of both stages: no error and no warning.
+
+What cfn-lint flags and cannot be fixed in the stacks is acknowledged on the
+resource itself, with its reason (``stacks.nag.ignore_cfn_lint``), so this test
+reads the templates exactly as a deploy would send them.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from aws_cdk.assertions import Template
+from cfnlint.api import ManualArgs, lint
+
+from switchyard.manifest import Manifest
+
+from .conftest import Synthesized
+
+
+def cfn_lint_findings(template: Template, region: str) -> list[str]:
+    """cfn-lint's findings on one template (every rule, warnings included), one line
+    each: rule, message, where."""
+    matches = lint(
+        json.dumps(template.to_json()),
+        config=ManualArgs(regions=[region]),
+    )
+    return [
+        f"{match.rule.id} {match.message} (at {'/'.join(map(str, match.path))})"
+        for match in matches
+        if match.rule.id[0] in "EW"
+    ]
+
+
+@pytest.mark.parametrize("stage", ["dev", "prod"])
+@pytest.mark.parametrize("stack", ["data", "serving"])
+def test_cfn_lint_finds_nothing(
+    request: pytest.FixtureRequest, manifest: Manifest, stage: str, stack: str
+) -> None:
+    # GIVEN a stage's stack, synthesized from the project's manifest
+    synthesized: Synthesized = request.getfixturevalue(stage)
+    template: Template = getattr(synthesized, stack)
+
+    # WHEN cfn-lint reads its template
+    findings = cfn_lint_findings(template, manifest.platform.region)
+
+    # THEN it finds no error and no warning
+    assert not findings, f"cfn-lint on {stage}/{stack}:\n" + "\n".join(findings)
