@@ -20,7 +20,7 @@ from stacks.cloud import (
     Deployment,
 )
 from stacks.functions import PlatformFunction
-from stacks.nag import acknowledge
+from stacks.nag import acknowledge, skip_checkov
 from switchyard.auth import TENANT_TAG
 from switchyard.manifest import ModelSpec
 from switchyard.schemas import (
@@ -146,7 +146,9 @@ class Api(Construct):
                 authorization_type=apigw.AuthorizationType.CUSTOM,
                 authorizer=self.key_authorizer.authorizer,
             ),
-            cloud_watch_role=True,
+            # AWS::ApiGateway::Account is one per account and region: setting it
+            # replaces the role already there, so only where the manifest asks.
+            cloud_watch_role=deployment.settings.api_gateway_cloudwatch_role,
             deploy_options=apigw.StageOptions(
                 stage_name=deployment.stage,
                 access_log_destination=apigw.LogGroupLogDestination(self.access_logs),
@@ -160,12 +162,20 @@ class Api(Construct):
                 throttling_burst_limit=deployment.settings.concurrency.throttle_burst,
             ),
         )
-        acknowledge(
-            self.rest_api,
-            "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
-            "AmazonAPIGatewayPushToCloudWatchLogs]",
-            "API Gateway's account-level logging role; AWS's managed policy is the "
-            "documented grant for the stage's execution logs.",
+        if deployment.settings.api_gateway_cloudwatch_role:
+            acknowledge(
+                self.rest_api,
+                "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
+                "AmazonAPIGatewayPushToCloudWatchLogs]",
+                "API Gateway's account-level logging role; AWS's managed policy is the "
+                "documented grant for the stage's execution logs.",
+            )
+        skip_checkov(
+            self.rest_api.deployment_stage,
+            "CKV_AWS_120",
+            "Every answer is one tenant's prediction for one request (POST bodies, "
+            "request IDs); a response cache could only serve stale or another "
+            "tenant's answers.",
         )
         acknowledge(
             self.rest_api,
