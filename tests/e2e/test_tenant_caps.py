@@ -1,0 +1,66 @@
+"""One tenant holding its maximum streams cannot starve another tenant: the routers
+count each tenant's streams across processes (switchyard.admission, in the results
+table), refuse the next one with 429 and Retry-After, and answer other tenants."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import e2e_manifest, start_platform
+from tests.local_platform import set_everywhere
+
+MAX_STREAMS = 2
+IMAGE = [0, 0, 5, 13, 9, 1, 0, 0] * 8
+LONG_STREAM = {"prompt": "Return the", "max_tokens": 256, "temperature": 0.8, "stream": True}
+
+
+@pytest.fixture(scope="module")
+def capped(tmp_path_factory):
+    """A platform whose tiers allow each tenant two streams at once."""
+    text = set_everywhere(e2e_manifest(), {"max_streams": MAX_STREAMS})
+    platform = start_platform(
+        tmp_path_factory.mktemp("capped"), text, {"SWITCHYARD_MIN_WORKERS": "1"}
+    )
+    yield platform
+    platform.stop()
+
+
+def test_a_tenant_at_its_stream_cap_cannot_stop_another_tenants_predict(capped):
+    keys = capped.keys
+    acme = {"x-api-key": keys["acme"]}
+    with contextlib.ExitStack() as held, httpx.Client(base_url=capped.url, timeout=60) as http:
+        # GIVEN acme holding its two streams, each past its first token
+        for _ in range(MAX_STREAMS):
+            response = held.enter_context(
+                http.stream("POST", "/v1/models/pydoc-gpt/generate", json=LONG_STREAM, headers=acme)
+            )
+            assert response.status_code == 200
+            first = next(line for line in response.iter_lines() if line.startswith("data:"))
+            assert "token" in json.loads(first.removeprefix("data:"))
+        # WHEN acme asks for one more stream
+        refused = http.post("/v1/models/pydoc-gpt/generate", json=LONG_STREAM, headers=acme)
+        # THEN it is refused: 429, Retry-After, the platform's error shape
+        assert refused.status_code == 429, refused.text
+        assert int(refused.headers["retry-after"]) >= 1
+        assert refused.json()["code"] == "too_many_streams"
+        # AND globex's sync predicts are answered meanwhile
+        for _ in range(3):
+            answer = http.post(
+                "/v1/models/digits-cnn/predict",
+                json={"inputs": [IMAGE]},
+                headers={"x-api-key": keys["globex"], "x-deadline-ms": "20000"},
+            )
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["status"] == "done"
+    # AND once acme's streams are closed its next stream is admitted again
+    with httpx.Client(base_url=capped.url, timeout=60) as http:
+        again = http.post(
+            "/v1/models/pydoc-gpt/generate",
+            json={**LONG_STREAM, "max_tokens": 4},
+            headers=acme,
+        )
+        assert again.status_code == 200, again.text
