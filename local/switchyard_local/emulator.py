@@ -3,8 +3,9 @@
 moto's application, on loopback only, with the fix that lets its SQS hold a
 production-size backlog (``moto_sqs``) and SQS's CloudWatch metrics answered live
 (``sqs_metrics``: the age of a queue's oldest message, which the scaling policy
-reads) applied in the server's process, and DynamoDB's conditional writes made
-one step each, as in DynamoDB (``moto_dynamodb``). The local
+reads) applied in the server's process, DynamoDB's conditional writes made
+one step each, as in DynamoDB (``moto_dynamodb``), and IAM, when it is turned on,
+evaluated as AWS evaluates the platform's calls (``moto_iam``). The local
 platform's supervisor, the integration tier and the benchmarks all start it from
 here: ``python -m switchyard_local.emulator -H 127.0.0.1 -p PORT``.
 
@@ -224,7 +225,7 @@ def _serve(host: str, port: int) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """The emulator with the SQS fixes, on loopback only."""
-    from switchyard_local import moto_dynamodb, moto_sqs, sqs_metrics
+    from switchyard_local import moto_dynamodb, moto_iam, moto_sqs, sqs_metrics
 
     parser = argparse.ArgumentParser(prog="switchyard_local.emulator")
     parser.add_argument("-H", "--host", default=LOOPBACK)
@@ -234,6 +235,7 @@ def main(argv: list[str] | None = None) -> None:
     moto_sqs.apply()
     sqs_metrics.apply()
     moto_dynamodb.apply()
+    moto_iam.apply()
     _remember_backend_per_host()
     _remember_method_names()
     logging.basicConfig(level=logging.WARNING)

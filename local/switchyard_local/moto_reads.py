@@ -68,7 +68,7 @@ def wrap(app: Application) -> Application:
     directly, plain PutItems (``moto_puts``) and SendMessages (``moto_sends``)
     written so, and batches of INSERTs and conditional UPDATEs (``moto_statements``)."""
     require_pinned_moto("switchyard_local.moto_reads reads {moto}'s DynamoDB tables")
-    from switchyard_local import moto_puts, moto_sends, moto_statements
+    from switchyard_local import moto_iam, moto_puts, moto_sends, moto_statements
 
     answers = {
         TARGET: get_item,
@@ -84,8 +84,9 @@ def wrap(app: Application) -> Application:
             return app(environ, start_response)
         length = int(environ.get("CONTENT_LENGTH") or 0)
         body = environ["wsgi.input"].read(length) if length else b""
-        answer = answers[target](environ, body)
-        if answer is None:  # not plain: moto answers, from the same bytes
+        # Under IAM a call its caller may not make is moto's to refuse (moto_iam).
+        answer = answers[target](environ, body) if moto_iam.permits(environ, body, target) else None
+        if answer is None:  # not plain, or refused: moto answers, from the same bytes
             environ["wsgi.input"] = io.BytesIO(body)
             return app(environ, start_response)
         start_response(

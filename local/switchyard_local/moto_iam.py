@@ -1,0 +1,247 @@
+"""IAM in the local emulator, evaluated as AWS evaluates the platform's calls.
+
+moto 5.2.5 enforces IAM once ``INITIAL_NO_AUTH_ACTION_COUNT`` calls have passed (the
+local platform turns it on after provisioning, with ``POST /moto-api/reset-auth``):
+every call then needs an access key moto issued (any other is refused
+InvalidAccessKeyId) and is evaluated against that principal's policies. Three
+answers of moto's differ from AWS's for the platform's policies, and :func:`apply`
+fixes them in the emulator's process:
+
+- **S3, a missing key.** AWS answers a GET or HEAD of a missing key with 403
+  AccessDenied to a principal without ``s3:ListBucket`` on the bucket (it does not
+  say whether a key it would not list exists); moto answers 404 NoSuchKey to anyone.
+  Patched: 403 unless the principal may list the bucket.
+- **DynamoDB, the resource.** moto evaluates every DynamoDB call against the
+  resource ``*``, so a policy that names its tables (all of the platform's) allows
+  nothing. Patched: each call is evaluated as AWS does, action by action on the
+  table (or index) it touches: a BatchGetItem on each table it reads, a
+  TransactWriteItems's puts, updates, deletes and condition checks on theirs, a
+  PartiQL statement as ``PartiQLInsert``/``Update``/``Select``/``Delete`` on its
+  table (:func:`dynamodb_checks`).
+- **Services whose resource moto does not name** (Secrets Manager, Firehose,
+  CloudWatch; moto evaluates them against ``*`` as well). A statement allows such a
+  call when its action matches, whatever resources it names: the action is
+  checked, the resource is not.
+
+The direct answers of ``moto_reads`` (GetItem, BatchGetItem, PutItem, the worker's
+statements, SendMessage) go around moto's handlers, so under IAM each is first
+evaluated here (:func:`permits`), with the same checks; one that is not allowed goes
+to moto, which refuses it with its own error.
+
+Like the other ``moto_*`` fixes, this reads moto's internals and refuses any moto
+but the pinned one. ``tests/integration/test_iam_enforced.py`` checks each answer
+against the pinned moto's emulator, IAM on.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+from switchyard_local.moto_sqs import require_pinned_moto
+
+DEFAULT_REGION = "us-east-1"
+_PARTIQL = re.compile(
+    r"^\s*(?P<verb>SELECT|INSERT|UPDATE|DELETE)\b(?:.*?\b(?:FROM|INTO)\b)?\s*"
+    r"(?:\"(?P<quoted>[^\"]+)\"|(?P<plain>[\w.-]+))",
+    re.IGNORECASE | re.DOTALL,
+)
+_TRANSACT_WRITES = {
+    "Put": "PutItem",
+    "Update": "UpdateItem",
+    "Delete": "DeleteItem",
+    "ConditionCheck": "ConditionCheckItem",
+}
+Check = tuple[str, str]  # (action, resource ARN)
+
+
+def enforced() -> bool:
+    """Whether moto evaluates IAM now (its unchecked calls are spent)."""
+    from moto import settings
+    from moto.core.authorization import ActionAuthenticatorMixin
+
+    return ActionAuthenticatorMixin.request_count >= settings.INITIAL_NO_AUTH_ACTION_COUNT
+
+
+def table_arn(region: str, account: str, name: str) -> str:
+    return name if name.startswith("arn:") else f"arn:aws:dynamodb:{region}:{account}:table/{name}"
+
+
+def dynamodb_checks(action: str, request: dict[str, Any], region: str, account: str) -> list[Check]:
+    """What AWS evaluates for DynamoDB's ``action`` with this request body: each
+    (IAM action, resource) pair."""
+
+    def table(name: str) -> str:
+        return table_arn(region, account, name)
+
+    if action in ("BatchGetItem", "BatchWriteItem"):
+        return [(f"dynamodb:{action}", table(name)) for name in request.get("RequestItems", {})]
+    if action in ("TransactWriteItems", "TransactGetItems"):
+        checks = []
+        for item in request.get("TransactItems", []):
+            for kind, body in item.items():
+                verb = "GetItem" if kind == "Get" else _TRANSACT_WRITES.get(kind, kind)
+                checks.append((f"dynamodb:{verb}", table(body.get("TableName", ""))))
+        return checks
+    if action in ("ExecuteStatement", "BatchExecuteStatement", "ExecuteTransaction"):
+        statements = request.get("Statements") or request.get("TransactStatements") or [request]
+        checks = []
+        for statement in statements:
+            found = _PARTIQL.match(statement.get("Statement", ""))
+            if found is None:
+                checks.append((f"dynamodb:{action}", "*"))  # not a form we read
+                continue
+            name = (found["quoted"] or found["plain"]).split(".")[0]
+            checks.append((f"dynamodb:PartiQL{found['verb'].capitalize()}", table(name)))
+        return checks
+    name = request.get("TableName")
+    if not isinstance(name, str):
+        return [(f"dynamodb:{action}", "*")]  # ListTables and the like
+    resource = table(name)
+    index = request.get("IndexName")
+    if isinstance(index, str):
+        resource += f"/index/{index}"
+    return [(f"dynamodb:{action}", resource)]
+
+
+def _request_factory(checks: list[Check]) -> Callable[..., Any]:
+    """moto's IAMRequest, made to evaluate each of ``checks`` in turn."""
+    from moto.iam.access_control import IAMRequest
+
+    class CheckedRequest(IAMRequest):
+        def check_action_permitted(self, resource: str) -> None:
+            for action, arn in checks:
+                self._action = action
+                super().check_action_permitted(arn)
+
+    return CheckedRequest
+
+
+def _region_of(authorization: str) -> str:
+    # Credential=<key>/<date>/<region>/<service>/aws4_request
+    found = re.search(r"Credential=[^/]+/[^/]+/([^/]+)/", authorization)
+    return found.group(1) if found else DEFAULT_REGION
+
+
+def _patch_dynamodb() -> None:
+    from moto.dynamodb.responses import DynamoHandler
+
+    def _authenticate_and_authorize_normal_action(self: Any, resource: str = "*") -> None:
+        if not enforced():
+            return original(self, resource)  # counts the unchecked call
+        try:
+            request = json.loads(self.raw_body or b"{}")
+        except ValueError:
+            request = {}
+        region = _region_of(self.headers.get("Authorization", ""))
+        checks = dynamodb_checks(self._get_action(), request, region, self.current_account)
+        self._authenticate_and_authorize_action(_request_factory(checks), resource)
+
+    original = DynamoHandler._authenticate_and_authorize_normal_action
+    DynamoHandler._authenticate_and_authorize_normal_action = (  # type: ignore[method-assign]
+        _authenticate_and_authorize_normal_action
+    )
+
+
+def _patch_s3_missing_keys() -> None:
+    from moto.s3.exceptions import MissingKey, S3AccessDeniedError, S3ClientError
+    from moto.s3.responses import S3Response
+
+    def may_list(self: Any, bucket: str) -> bool:
+        if not enforced():
+            return True
+        saved = dict(self.data)
+        try:
+            self._set_action("BUCKET", "GET", {})  # s3:ListBucket
+            self._authenticate_and_authorize_s3_action(bucket_name=bucket)
+        except S3ClientError:
+            return False
+        finally:
+            self.data = saved
+        return True
+
+    def _key_response(self: Any, request: Any, full_url: str) -> Any:
+        try:
+            answer = original(self, request, full_url)
+        except MissingKey:
+            if request.method == "GET" and not may_list(self, self.bucket_name):
+                raise S3AccessDeniedError() from None
+            raise
+        if request.method == "HEAD" and answer[0] == 404 and not may_list(self, self.bucket_name):
+            return 403, {}, ""
+        return answer
+
+    original = S3Response._key_response
+    S3Response._key_response = _key_response  # type: ignore[method-assign]
+
+
+def _patch_unnamed_resources() -> None:
+    """A call moto evaluates against ``*`` (it names no resource) is allowed by a
+    statement whose action matches, whatever resources the statement names."""
+    from moto.iam.access_control import IAMPolicyStatement
+
+    original = IAMPolicyStatement._check_element_matches
+
+    def _check_element_matches(self: Any, element: str, value: str) -> bool:
+        if element == "Resource" and value == "*" and element in self._statement:
+            return True
+        return bool(original(self, element, value))
+
+    IAMPolicyStatement._check_element_matches = _check_element_matches  # type: ignore[method-assign]
+
+
+def permits(environ: dict[str, Any], body: bytes, target: str) -> bool:
+    """Whether a direct answer of ``moto_reads`` may be given: IAM is off, or the
+    caller's policies allow every check of the call (``target`` is its
+    ``X-Amz-Target``). False sends the call to moto, which refuses it."""
+    if not enforced():
+        return True
+    from moto.iam.models import get_account_id_from
+    from werkzeug.datastructures import EnvironHeaders
+    from werkzeug.exceptions import HTTPException
+
+    headers = EnvironHeaders(environ)
+    authorization = headers.get("Authorization", "")
+    key = re.search(r"Credential=([^/]+)/", authorization)
+    if key is None:
+        return False
+    account = get_account_id_from(key.group(1))
+    region = _region_of(authorization)
+    service, action = target.split(".", 1)
+    try:
+        request = json.loads(body or b"{}")
+    except ValueError:
+        return False
+    if service == "AmazonSQS":
+        url = str(request.get("QueueUrl", ""))
+        checks = [(f"sqs:{action}", f"arn:aws:sqs:{region}:{account}:{url.split('/')[-1]}")]
+    else:
+        checks = dynamodb_checks(action, request, region, account)
+    path = environ.get("PATH_INFO", "/")
+    if environ.get("QUERY_STRING"):
+        path += "?" + environ["QUERY_STRING"]
+    try:
+        checked = _request_factory(checks)(
+            account_id=account,
+            method=environ.get("REQUEST_METHOD", "POST"),
+            path=path,
+            data={},
+            body=body,
+            headers=headers,
+            action=action,
+        )
+        checked.check_signature()
+        checked.check_action_permitted("*")
+    except HTTPException:
+        return False
+    return True
+
+
+def apply() -> None:
+    """The three fixes, in the emulator's process (before it serves)."""
+    require_pinned_moto("switchyard_local.moto_iam patches {moto}'s IAM evaluation")
+    _patch_dynamodb()
+    _patch_s3_missing_keys()
+    _patch_unnamed_resources()
