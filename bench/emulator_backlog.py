@@ -135,6 +135,7 @@ def churn(url: str, pid: int, messages: int) -> dict[str, Any]:
 def _emulator(fixed: bool, log_path: Path) -> Iterator[tuple[str, int]]:
     """(url, pid) of a fresh emulator: the local platform's, or moto's own server."""
     from switchyard_local.emulator import free_port, start_emulator, wait_http
+    from switchyard_local.lifetime import terminate_with_parent
 
     if fixed:
         running = start_emulator(log_path)
@@ -146,7 +147,9 @@ def _emulator(fixed: bool, log_path: Path) -> Iterator[tuple[str, int]]:
     port = free_port()
     argv = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
     with open(log_path, "wb") as log:
-        plain = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        plain = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, preexec_fn=terminate_with_parent
+        )
         try:
             url = f"http://127.0.0.1:{port}"
             wait_http(f"{url}/moto-api/", 30, "moto")

@@ -33,6 +33,7 @@ from bench.end_to_end import ladder
 from bench.loadgen import Sender, run_ladder, run_sequential, sustainable_rate
 from bench.proc_cpu import CpuMeter
 from switchyard_local.emulator import free_port
+from switchyard_local.lifetime import terminate_with_parent
 from tests.local_platform import processes
 
 # The worker's batching settings, given to every peer.
@@ -90,6 +91,7 @@ def peer_process(
             stdout=output,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=terminate_with_parent,  # a bench cut short leaves no peer
         )
         url = f"http://127.0.0.1:{port}"
         try:

@@ -30,6 +30,7 @@ from typing import Any
 
 from switchyard import aws
 from switchyard_local.emulator import free_port
+from switchyard_local.lifetime import terminate_with_parent
 from tests.e2e.worker_log import delivery_events
 from tests.waiting import wait_for
 
@@ -240,6 +241,9 @@ def start(
             "SWITCHYARD_RUN_DIR": str(run_dir),
         },
         start_new_session=True,
+        # Stopped with this process even when it is killed outright (a bench run cut
+        # short by `timeout`): the kernel sends SIGTERM, which stops it as Ctrl-C does.
+        preexec_fn=terminate_with_parent,
     )
     output: list[str] = []
     ready: list[re.Match[str]] = []

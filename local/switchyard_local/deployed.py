@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from stacks.assets import Layouts
+from switchyard_local.lifetime import signals_held, terminate_with_parent
 
 Function = Literal["router", "splitter", "key_authorizer"]
 
@@ -170,16 +171,22 @@ class LambdaProcess:
 
     def __init__(self, command: Command, env: dict[str, str], log_path: Path) -> None:
         self._log = open(log_path, "ab")  # noqa: SIM115 - held for the process's life
-        self.process = subprocess.Popen(
-            command.argv,
-            env={**env, **command.env},
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            text=True,
-        )
+        with signals_held():
+            self.process = subprocess.Popen(
+                command.argv,
+                env={**env, **command.env},
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._log,
+                text=True,
+                preexec_fn=terminate_with_parent,
+            )
         self._lock = threading.Lock()
-        first = self._read(timeout_s=120)
+        try:
+            first = self._read(timeout_s=120)
+        except BaseException:  # a Ctrl-C during the cold start: nobody holds it yet
+            self.kill()
+            raise
         if "init_error" in first:
             self.close()
             error = first["init_error"]
@@ -222,6 +229,13 @@ class LambdaProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        self._log.close()
+
+    def kill(self) -> None:
+        """Stop it now (no invocation to finish)."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
         self._log.close()
 
 

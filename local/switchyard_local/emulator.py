@@ -46,6 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from switchyard_local.lifetime import terminate_with_parent
+
 LOOPBACK = "127.0.0.1"
 
 
@@ -153,7 +155,12 @@ def start_emulator(
     into ``log_path``, and wait until it answers."""
     port = port or free_port()
     log = open(log_path, "wb")  # noqa: SIM115 - held for the emulator's life
-    process = subprocess.Popen(emulator_argv(port), stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        emulator_argv(port),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        preexec_fn=terminate_with_parent,  # a killed test run leaves no emulator
+    )
     emulator = RunningEmulator(f"http://{LOOPBACK}:{port}", process, log)
 
     def exited() -> str | None:

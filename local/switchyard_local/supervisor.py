@@ -31,8 +31,6 @@ memory while nothing runs (about 0.5 GiB). ECS starts a fresh task instead.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import json
 import os
 import signal
@@ -69,6 +67,7 @@ from switchyard_local.emulator import (
     wait_http,
 )
 from switchyard_local.event_source import SqsEventSource
+from switchyard_local.lifetime import signals_held, terminate_with_parent
 from switchyard_local.provision import Provisioned, provision, register_demo_models
 from switchyard_local.traffic import Change
 
@@ -112,7 +111,7 @@ class Child:
             stdout=self.log,
             stderr=subprocess.STDOUT,
             process_group=0,
-            preexec_fn=_terminate_with_parent,
+            preexec_fn=terminate_with_parent,
         )
 
     def take_over(self, standby: Child) -> bool:
@@ -248,8 +247,9 @@ class WorkerPool:
         self._next[model] = index + 1
         child = self._make_worker(model, f"worker-{model}-{index}")
         self.ready_file(child).unlink(missing_ok=True)
-        self._launch(child)
-        self._by_model.setdefault(model, []).append(child)
+        with signals_held():  # started and recorded, or neither: stop_all finds it
+            self._launch(child)
+            self._by_model.setdefault(model, []).append(child)
         return child.name
 
     def _launch(self, child: Child) -> None:
@@ -280,8 +280,9 @@ class WorkerPool:
             return
         standby = self._make_standby(self._standbys_made)
         self._standbys_made += 1
-        standby.start()
-        self._standbys.append(standby)
+        with signals_held():
+            standby.start()
+            self._standbys.append(standby)
 
     def stop(self, model: str, count: int) -> list[str]:
         """SIGTERM ``count`` workers: those still starting first (they hold no
@@ -631,8 +632,9 @@ class LocalPlatform:
         )
 
     def _launch(self, child: Child) -> None:
-        child.start()
-        self.children.append(child)
+        with signals_held():  # a Ctrl-C here would leave a child that stop() misses
+            child.start()
+            self.children.append(child)
 
     def _wait_workers_ready(self, timeout: float) -> None:
         """Until every worker started so far has loaded its models; a worker that
@@ -758,15 +760,6 @@ def base_environment() -> dict[str, str]:
 
 def _say(line: str) -> None:
     print(line, flush=True)
-
-
-def _terminate_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the supervisor dies (Linux)."""
-    with contextlib.suppress(OSError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-_PR_SET_PDEATHSIG = 1
 
 
 def _wait_http(url: str, timeout: float, what: str, child: Child) -> None:

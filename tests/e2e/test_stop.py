@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -42,7 +43,7 @@ def test_ctrl_c_stops_every_process_it_started(platform):
     deadline = time.monotonic() + 60  # make may exit before the supervisor has drained
     while any(alive(p) for p in started) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert [p for p in started if alive(p)] == []
+    assert survivors(started) == {}
     assert not any(alive(p) for p in standbys)
     # and the CLI finds no platform to talk to (it tried the stopped one's emulator)
     assert not (platform.run_dir / "platform.json").exists()
@@ -63,6 +64,11 @@ def cmdline(pid: int) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
+
+
+def survivors(pids: list[int]) -> dict[int, str]:
+    """Those of ``pids`` still alive, each with its command line."""
+    return {p: cmdline(p).replace(b"\0", b" ").decode(errors="replace") for p in pids if alive(p)}
 
 
 def stops(platform) -> int:
@@ -96,5 +102,58 @@ def test_ctrl_c_while_it_starts_stops_what_has_started(tmp_path):
             os.killpg(process.pid, signal.SIGKILL)
     assert process.returncode == 0, output
     assert "READY" not in output
-    assert [p for p in started if alive(p)] == []
+    assert survivors(started) == {}, output
     assert not (run / "platform.json").exists()
+
+
+STARTER = """
+import sys, time
+from pathlib import Path
+from tests.e2e.conftest import e2e_manifest, start_platform
+from tests.local_platform import edit_manifest
+platform = start_platform(
+    Path(sys.argv[1]),
+    edit_manifest(e2e_manifest(), keep_models={"digits-cnn"}),
+    {"SWITCHYARD_MIN_WORKERS": "0", "SWITCHYARD_STANDBY_WORKERS": "0"},
+)
+print("platform pid", platform.process.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_platform_stops_when_the_process_that_started_it_is_killed(tmp_path):
+    # GIVEN a platform started by the harness from another process (as a bench run
+    # starts one), in a session of its own
+    run = tmp_path / "run"
+    run.mkdir()
+    started: list[int] = []
+    starter = subprocess.Popen(
+        [sys.executable, "-c", STARTER, str(run)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert starter.stdout is not None
+        said = next((line for line in starter.stdout if line.startswith("platform pid ")), "")
+        assert said, "the starter exited before its platform was ready"
+        platform_pid = int(said.split()[-1])
+        started = descendants(platform_pid)
+        assert (run / "platform.json").exists()
+        # WHEN that process is killed outright (as `timeout` or the OOM killer does)
+        starter.kill()
+        starter.wait(10)
+        # THEN the platform stops as after Ctrl-C: every process it started ends, and
+        # it removes its record
+        deadline = time.monotonic() + 90
+        while survivors(started) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert survivors(started) == {}
+        assert not (run / "platform.json").exists()
+    finally:
+        if starter.poll() is None:
+            starter.kill()
+        for pid in survivors(started):  # a failed run leaves nothing behind either
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
