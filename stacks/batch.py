@@ -77,6 +77,9 @@ class BatchIngest(Construct):
             layers=[code.core_layer, code.appconfig_extension],
             timeout=Duration.seconds(deployment.manifest.platform.splitter_timeout_seconds),
             memory_size=SPLITTER_MEMORY_MB,
+            # A burst of dropped files waits in the drop queue, not in the account's
+            # unreserved pool.
+            reserved_concurrency=deployment.settings.concurrency.splitter,
         )
         role = self.splitter.role
         grant_items(storage.jobs_table, role)

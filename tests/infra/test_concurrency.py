@@ -23,6 +23,7 @@ def test_each_function_family_reserves_its_share(
         ("API key authorizer", budget.authorizer),
         ("router for GET /v1/models", budget.jobs),
         ("OpenAI-compatible API", budget.openai),
+        ("batch splitter", budget.splitter),
     ):
         template.has_resource_properties(
             "AWS::Lambda::Function",

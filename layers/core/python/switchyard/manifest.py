@@ -153,6 +153,7 @@ class ConcurrencyBudget(_Strict):
     generation: int = Field(default=50, ge=1)  # each streamed generation router (per model)
     openai: int = Field(default=100, ge=1)  # the OpenAI-compatible API's function
     jobs: int = Field(default=20, ge=1)  # catalog, async status and batch jobs
+    splitter: int = Field(default=10, ge=1)  # the batch splitter (dropped files)
     # API Gateway caches the authorizer's answer per key this long (0: every
     # request invokes it, garbage keys included).
     authorizer_cache_seconds: int = Field(default=60, ge=0, le=3_600)
@@ -337,6 +338,7 @@ class Manifest(_Strict):
             "generation": budget.generation * generating,
             "openai": budget.openai,
             "jobs": budget.jobs,
+            "splitter": budget.splitter,
         }
 
     def _check_concurrency(self, stage: Stage) -> None:
