@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: up test test-unit test-integration test-e2e test-infra test-deploy test-gpu models synth lint clean bench bench-quick soak browser
+.PHONY: up test test-unit test-integration test-e2e test-infra test-deploy test-gpu models synth deploy-check lint clean bench bench-quick soak browser
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -64,6 +64,14 @@ test-deploy: build/models/.built
 
 synth: $(VENV)/.installed
 	$(PY) app.py
+
+# What `cdk deploy` will do, checked first with no AWS call: both stages synthesized
+# and linted, the worker image's pins resolved for its Python and platform, the
+# resources, the account quotas and the prerequisites. Exits 1 on what would stop a
+# deploy. The test suite runs the same checks (tests/infra/test_deploy_check.py,
+# test_image.py, test_lint.py).
+deploy-check: $(VENV)/.installed
+	$(PY) -m stacks.deploy_check
 
 # Benchmarks: the peers (LitServe, Ray Serve) and the plotting library come from their own
 # requirements file, on top of the project's.

@@ -1,0 +1,89 @@
+"""`make deploy-check` on the templates this tier synthesizes: what a deploy of
+each stage creates, the quotas it needs, and nothing that would stop it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stacks.deploy_check import INSTANCE_VCPUS, prerequisites, stage_report
+from switchyard.manifest import Manifest, load_manifest
+
+from .conftest import Synthesized
+
+
+def templates(synthesized: Synthesized) -> dict[str, dict]:
+    return {
+        synthesized.platform.data.stack_name: synthesized.data.to_json(),
+        synthesized.platform.serving.stack_name: synthesized.serving.to_json(),
+    }
+
+
+@pytest.mark.parametrize("stage", ["dev", "prod"])
+def test_a_stage_has_nothing_that_would_stop_a_deploy(
+    request: pytest.FixtureRequest, manifest: Manifest, stage: str
+) -> None:
+    report = stage_report(manifest, stage, templates(request.getfixturevalue(stage)))
+    assert report.problems == [], "\n".join(report.lines())
+    assert all(findings == [] for findings in report.lint.values())
+
+
+def test_the_report_needs_the_concurrency_the_functions_reserve(
+    dev: Synthesized, manifest: Manifest
+) -> None:
+    report = stage_report(manifest, "dev", templates(dev))
+    lambda_quota = next(q for q in report.quotas if q.code == "L-B99A9384")
+    # every family's reservation, and Lambda's 100 unreserved for the rest
+    assert lambda_quota.needs == sum(manifest.reserved_concurrency("dev").values()) + 100
+    # one GPU host per GPU task at most: the GPU models' maximums, 4 vCPUs each
+    gpu = next(q for q in report.quotas if q.code == "L-DB2E81BA")
+    gpu_tasks = sum(
+        manifest.scaling_policy(model, "dev").max_tasks
+        for model, spec in manifest.models.items()
+        if spec.compute == "gpu"
+    )
+    assert gpu.needs == gpu_tasks * 4
+    assert "AWS::Lambda::Function" in report.resources[dev.platform.serving.stack_name]
+    assert any("L-DB2E81BA" in line for line in report.lines())
+
+
+def test_a_manifest_past_its_lambda_budget_would_stop_a_deploy(
+    dev: Synthesized, manifest: Manifest
+) -> None:
+    # GIVEN the dev templates, and an account whose limit the manifest says is lower
+    # than what they reserve (as an account that has not raised its quota)
+    stage = manifest.stages["dev"]  # type: ignore[index]
+    budget = stage.concurrency.model_copy(update={"account_limit": 400})
+    stages = {**manifest.stages, "dev": stage.model_copy(update={"concurrency": budget})}
+    low = manifest.model_copy(update={"stages": stages})
+    # WHEN the check reads them
+    report = stage_report(low, "dev", templates(dev))
+    # THEN it says so
+    assert any("account_limit 400" in problem for problem in report.problems)
+
+
+def test_an_instance_type_of_unknown_size_is_reported(dev: Synthesized, manifest: Manifest):
+    known = dict(INSTANCE_VCPUS)
+    try:
+        del INSTANCE_VCPUS["g5.xlarge"]
+        report = stage_report(manifest, "dev", templates(dev))
+    finally:
+        INSTANCE_VCPUS.clear()
+        INSTANCE_VCPUS.update(known)
+    assert any("g5.xlarge" in problem for problem in report.problems)
+
+
+def test_a_region_without_the_pinned_layers_is_a_prerequisite_missing(tmp_path: Path):
+    from stacks.assets import MANIFEST_FILE
+
+    text = MANIFEST_FILE.read_text()
+    manifest = load_manifest(MANIFEST_FILE)
+    moved = tmp_path / "manifest.toml"
+    moved.write_text(
+        text.replace(f'region = "{manifest.platform.region}"', 'region = "ap-south-2"', 1)
+    )
+    needed, missing = prerequisites(load_manifest(moved))
+    assert any("Docker with buildx" in line for line in needed)
+    assert missing and "appconfig_extension_arn" in missing[0]
+    assert prerequisites(manifest)[1] == []
