@@ -133,6 +133,14 @@ class Storage(Construct):
                 "schedule the tenant cannot follow.",
             )
 
+        # One role per tenant for its data team's drops: put and read under its own
+        # prefix of the drop bucket, nothing else; assumed from the tenant's account
+        # (the manifest's account_id) or, without one, from this account.
+        self.drop_roles = {
+            tenant: self._drop_role(tenant, spec.account_id, names.base)
+            for tenant, spec in deployment.manifest.tenants.items()
+        }
+
     def grant_webhook_secrets(self, grantee: iam.IGrantable) -> None:
         """Read every tenant's webhook secret (to sign callbacks)."""
         for secret in self.webhook_secrets.values():
@@ -156,6 +164,30 @@ class Storage(Construct):
             deletion_protection=self._deployment.is_prod,
             removal_policy=self._deployment.removal_policy,
         )
+
+    def _drop_role(self, tenant: str, account_id: str | None, base: str) -> iam.Role:
+        trusted = iam.AccountPrincipal(account_id) if account_id else iam.AccountRootPrincipal()
+        role = iam.Role(
+            self,
+            f"Drop-{tenant}",
+            role_name=f"{base}-drop-{tenant}",
+            assumed_by=trusted,
+            description=f"Tenant {tenant}'s data team: drops under {tenant}/ of the drop bucket",
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload"],
+                resources=[self.batch_drop_bucket.arn_for_objects(f"{tenant}/*")],
+            )
+        )
+        acknowledge(
+            role,
+            "AwsSolutions-IAM5",
+            f"Tenant {tenant}'s drop role reaches every object under its own prefix "
+            f"({tenant}/) and no other: its files and its jobs' outputs have names "
+            "chosen at drop time.",
+        )
+        return role
 
     def _bucket(
         self,

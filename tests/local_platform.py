@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from switchyard import aws
 from switchyard_local.emulator import free_port
 from switchyard_local.lifetime import terminate_with_parent
 from tests.e2e.worker_log import delivery_events
@@ -68,9 +67,21 @@ class RunningPlatform:
         return self.info["api_keys"]
 
     def client(self, service: str) -> Any:
-        """A boto3 client of the platform's emulator."""
-        use_local_credentials()
-        return aws.client(service, self.info["region"], self.info["emulator_url"])
+        """A boto3 client of the platform's emulator, as its operator (the emulator
+        enforces IAM: ``admin_credentials`` in ``platform.json``)."""
+        return self.client_as(service, self.info["admin_credentials"])
+
+    def client_as(self, service: str, keys: dict[str, str]) -> Any:
+        """A boto3 client of the platform's emulator with the access key ``keys``
+        (``aws_access_key_id``, ``aws_secret_access_key``)."""
+        import boto3
+
+        return boto3.client(
+            service,
+            region_name=self.info["region"],
+            endpoint_url=self.info["emulator_url"],
+            **keys,
+        )
 
     def scaling(self) -> dict[str, Any]:
         """The autoscaler's state as it last wrote it (``scaling.json``): each

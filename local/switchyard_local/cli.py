@@ -17,7 +17,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -76,6 +76,8 @@ class Target:
     drop_queue: str = ""  # where an ended job's callback is asked for
     webhook_secret_prefix: str = ""
     default_tenant: str | None = None  # the local platform's first tenant
+    # Each tenant's key for its drops (the local platform's platform.json).
+    drop_credentials: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @cached_property
     def traffic(self) -> TrafficStore:
@@ -141,6 +143,11 @@ def _target(args: argparse.Namespace) -> Target:
     info = _platform_info(args.run_dir)
     from switchyard_local.bridge import LocalTrafficStore
 
+    admin = info.get("admin_credentials")
+    if admin:  # the emulator enforces IAM: the CLI acts as the operator
+        os.environ["AWS_ACCESS_KEY_ID"] = admin["aws_access_key_id"]
+        os.environ["AWS_SECRET_ACCESS_KEY"] = admin["aws_secret_access_key"]
+        aws.reset_clients()
     adapters = build_adapters(Settings(**info["settings"]))
     return Target(
         manifest=manifest,
@@ -154,6 +161,7 @@ def _target(args: argparse.Namespace) -> Target:
         drop_queue=info["names"]["drop_queue_url"],
         webhook_secret_prefix=info["names"]["webhook_secret_prefix"],
         default_tenant=info.get("default_tenant"),
+        drop_credentials=info.get("drop_credentials", {}),
     )
 
 

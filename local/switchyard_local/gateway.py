@@ -21,6 +21,7 @@ as in Lambda. The answers' bodies are the platform's gateway responses
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -38,6 +39,13 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 # The API's resources; anything else (health, docs) is the local server's own.
 API_PREFIXES = ("/v1/", "/openai/")
 KEYS_CACHE_SECONDS = 30.0
+# The stand-in plays API Gateway inside the router's process, which runs with the
+# router's own key: it reads keys and usage plans with the operator's, which the
+# supervisor puts here.
+SERVICE_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "LOCAL_SERVICE_AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY": "LOCAL_SERVICE_AWS_SECRET_ACCESS_KEY",
+}
 
 
 @dataclass(frozen=True)
@@ -234,4 +242,14 @@ def create_local_app() -> ASGIApp:
 
     settings = get_settings(RouterSettings)
     apigateway = aws.client("apigateway", settings.region, settings.aws_endpoint_url)
+    service_key = {k.lower(): os.environ.get(v) for k, v in SERVICE_CREDENTIALS.items()}
+    if all(service_key.values()):
+        import boto3
+
+        apigateway = boto3.client(
+            "apigateway",
+            region_name=settings.region,
+            endpoint_url=settings.aws_endpoint_url,
+            **service_key,
+        )
     return ApiGatewayStandIn(create_app(build_deps(settings)), EmulatorKeys(apigateway).key_for)

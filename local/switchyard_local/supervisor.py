@@ -67,8 +67,17 @@ from switchyard_local.emulator import (
     wait_http,
 )
 from switchyard_local.event_source import SqsEventSource
+from switchyard_local.gateway import SERVICE_CREDENTIALS
 from switchyard_local.lifetime import signals_held, terminate_with_parent
 from switchyard_local.provision import Provisioned, provision, register_demo_models
+from switchyard_local.role_policies import (
+    ADMIN,
+    Credentials,
+    create_users,
+    enforce_iam,
+    local_principals,
+    resolved_policies,
+)
 from switchyard_local.traffic import Change
 
 LOCAL_STAGE = "dev"
@@ -378,6 +387,12 @@ class LocalPlatform:
     autoscaler: Autoscaler | None = None
     policies: dict[str, ScalingPolicy] = field(init=False)
     info: dict[str, Any] = field(default_factory=dict)
+    # Each component's access key in the emulator (user name -> key), the
+    # operator's (ADMIN) among them; IAM is on once they exist.
+    credentials: dict[str, Credentials] = field(default_factory=dict)
+    # Whether the emulator enforces those policies (SWITCHYARD_LOCAL_IAM=1). Off by
+    # default until every e2e test passes with it on.
+    iam: bool = field(default_factory=lambda: os.environ.get("SWITCHYARD_LOCAL_IAM") == "1")
     # Stopped by a failure (the emulator gone, the router unable to start), not asked.
     failed: bool = False
     _autoscaler_log: IO[str] | None = None
@@ -455,6 +470,8 @@ class LocalPlatform:
     def start(self) -> None:
         started = time.monotonic()
         self.layouts = self._build_layouts()
+        # Each role's policy as the CDK app synthesizes it (cached in build/).
+        roles = resolved_policies(self.manifest, LOCAL_STAGE, LOCAL_REGION)
         emulator = Child(
             "emulator",
             emulator_argv(self.emulator_port or 0),
@@ -465,6 +482,16 @@ class LocalPlatform:
         _wait_http(f"{self.emulator_url}/moto-api/", 30, "the AWS emulator", emulator)
         env = self._base_env()
         os.environ.update({k: env[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")})
+        # A user per component with its role's policy, and the operator; then IAM on.
+        # This process plays AWS's own services (provisioning, the autoscaler, the
+        # AppConfig extension, the event source mapping): it acts as the operator.
+        self.credentials = create_users(
+            aws.client("iam", LOCAL_REGION, self.emulator_url), local_principals(roles)
+        )
+        os.environ.update(self.credentials[ADMIN].environment())
+        aws.reset_clients()  # the clients made from here on act as the operator
+        if self.iam:
+            enforce_iam(self.emulator_url)
 
         provisioned = provision(self.manifest, LOCAL_STAGE, self.emulator_url, LOCAL_REGION)
         self.provisioned = provisioned
@@ -495,6 +522,13 @@ class LocalPlatform:
             "names": provisioned.resource_names(),
             "layouts": {k: str(v) for k, v in vars(self.layouts).items()},
             "exact_paths": self.exact_paths,
+            # The operator's key (the CLI's) and each tenant's data team's, for drops.
+            "admin_credentials": self.credentials[ADMIN].as_dict(),
+            "drop_credentials": {
+                tenant: self.credentials[f"drop-{tenant}"].as_dict()
+                for tenant in self.manifest.tenants
+                if f"drop-{tenant}" in self.credentials
+            },
             # Until READY: the router answers and each model's minimum is loaded.
             "startup_seconds": round(time.monotonic() - started, 2),
             "scaling": {
@@ -543,6 +577,7 @@ class LocalPlatform:
             **to_environment(
                 SplitterSettings, self.provisioned.splitter_values(self.extension.url)
             ),
+            **self.credentials["splitter"].environment(),
         }
         self.splitter = LocalFunction(command, env, self.run_dir / "logs" / "splitter.log")
         self.splitter.warm()  # its cold start now, not under the first drop's load
@@ -594,10 +629,18 @@ class LocalPlatform:
         settings = to_environment(
             RouterSettings, self.provisioned.router_values(self.extension.url)
         )
+        admin = self.credentials[ADMIN].environment()
         return Child(
             "router",
             command.argv,
-            {**self._base_env(), **command.env, **settings},
+            {
+                **self._base_env(),
+                **command.env,
+                **settings,
+                **self.credentials["router"].environment(),
+                # API Gateway's own reads (keys, usage plans) in the stand-in
+                **{SERVICE_CREDENTIALS[k]: v for k, v in admin.items()},
+            },
             self.run_dir / "logs" / "router.log",
         )
 
@@ -616,7 +659,13 @@ class LocalPlatform:
         return Child(
             name,
             command.argv,
-            {**self._base_env(), **WORKER_SHARING, **command.env, **settings},
+            {
+                **self._base_env(),
+                **WORKER_SHARING,
+                **command.env,
+                **settings,
+                **self.credentials[f"worker-{model}"].environment(),
+            },
             self.run_dir / "logs" / f"{name}.log",
         )
 

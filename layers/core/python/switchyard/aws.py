@@ -39,6 +39,14 @@ def client(service: str, region: str, endpoint_url: str | None = None) -> Any:
         )
 
 
+def reset_clients() -> None:
+    """Forget the cached clients and their session: the next ones read the
+    credentials anew (a process whose credentials changed)."""
+    with _session_lock:
+        client.cache_clear()
+        _session.cache_clear()
+
+
 def transfer(s3: Any) -> Any:
     """Managed S3 transfers (multipart, parallel ranges) over the client ``s3``:
     ``upload_file(path, bucket, key, extra_args=...)``, ``download_file(bucket, key,

@@ -234,6 +234,9 @@ class Tenant(_Strict):
     # Days the drop bucket keeps this tenant's files and job outputs, in every
     # stage (default: the stage's ``drop.retention_days``).
     drop_retention_days: int | None = Field(default=None, ge=1, le=3_650)
+    # The AWS account of the tenant's data team: its drop role trusts that account
+    # (default: the account the platform is deployed in).
+    account_id: str | None = Field(default=None, pattern=r"^\d{12}$")
 
 
 class ModelSpec(_Strict):
