@@ -3,8 +3,8 @@
 moto 5.2.5 enforces IAM once ``INITIAL_NO_AUTH_ACTION_COUNT`` calls have passed (the
 local platform turns it on after provisioning, with ``POST /moto-api/reset-auth``):
 every call then needs an access key moto issued (any other is refused
-InvalidAccessKeyId) and is evaluated against that principal's policies. Three
-answers of moto's differ from AWS's for the platform's policies, and :func:`apply`
+InvalidAccessKeyId) and is evaluated against that principal's policies. Four
+answers of moto's differ from AWS's for the platform's calls, and :func:`apply`
 fixes them in the emulator's process:
 
 - **S3, a missing key.** AWS answers a GET or HEAD of a missing key with 403
@@ -22,6 +22,9 @@ fixes them in the emulator's process:
   CloudWatch; moto evaluates them against ``*`` as well). A statement allows such a
   call when its action matches, whatever resources it names: the action is
   checked, the resource is not.
+- **A request with no body** (a REST GET such as API Gateway's GetUsagePlans): moto
+  checked its signature over the parsed query instead of the empty payload the
+  client signed, and refused it SignatureDoesNotMatch.
 
 The direct answers of ``moto_reads`` (GetItem, BatchGetItem, PutItem, the worker's
 statements, SendMessage) go around moto's handlers, so under IAM each is first
@@ -192,6 +195,23 @@ def _patch_unnamed_resources() -> None:
     IAMPolicyStatement._check_element_matches = _check_element_matches  # type: ignore[method-assign]
 
 
+def _patch_bodyless_signatures() -> None:
+    """A request sent with no body (a REST GET, as API Gateway's GetUsagePlans) is
+    signed over the empty payload; moto recomputed the signature over its parsed
+    query parameters instead, and answered SignatureDoesNotMatch to every such call."""
+    from moto.iam.access_control import IAMRequestBase
+
+    original = IAMRequestBase._create_aws_request
+
+    def _create_aws_request(self: Any) -> Any:
+        request = original(self)
+        if not self._body and self._method in ("GET", "HEAD", "DELETE"):
+            request.data = b""
+        return request
+
+    IAMRequestBase._create_aws_request = _create_aws_request  # type: ignore[method-assign]
+
+
 def permits(environ: dict[str, Any], body: bytes, target: str) -> bool:
     """Whether a direct answer of ``moto_reads`` may be given: IAM is off, or the
     caller's policies allow every check of the call (``target`` is its
@@ -240,8 +260,9 @@ def permits(environ: dict[str, Any], body: bytes, target: str) -> bool:
 
 
 def apply() -> None:
-    """The three fixes, in the emulator's process (before it serves)."""
+    """The four fixes, in the emulator's process (before it serves)."""
     require_pinned_moto("switchyard_local.moto_iam patches {moto}'s IAM evaluation")
     _patch_dynamodb()
     _patch_s3_missing_keys()
     _patch_unnamed_resources()
+    _patch_bodyless_signatures()
