@@ -112,6 +112,10 @@ class Server:
             "REQUEST_METHOD": request.method,
             "SCRIPT_NAME": "",
             "PATH_INFO": unquote_to_bytes(path).decode("latin-1"),
+            # The target as it arrived, still percent-encoded (werkzeug's and
+            # gunicorn's servers set it too): moto checks a request's signature over
+            # it, and an S3 key with a space or a '+' differs once decoded.
+            "RAW_URI": request.target,
             "QUERY_STRING": query,
             "SERVER_NAME": self.host,
             "SERVER_PORT": str(self.port),

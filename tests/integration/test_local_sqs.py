@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -14,6 +15,9 @@ import urllib.request
 from urllib.parse import unquote_plus
 
 import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 from moto.sqs.exceptions import ReceiptHandleIsInvalid
 
@@ -335,17 +339,29 @@ def test_a_client_connection_carries_one_call_after_another(clients, emulator_ur
     # GIVEN one HTTP connection to the emulator
     host, port = emulator_url.removeprefix("http://").split(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=10)
-    headers = {
-        "Content-Type": "application/x-amz-json-1.0",
-        "X-Amz-Target": "DynamoDB_20120810.ListTables",
-        "Authorization": "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/dynamodb/"
-        "aws4_request, SignedHeaders=host, Signature=0",
-    }
+
+    def signed() -> dict[str, str]:
+        # as the operator signs it (the emulator may enforce IAM)
+        request = AWSRequest(
+            "POST",
+            f"{emulator_url}/",
+            data=b"{}",
+            headers={
+                "Content-Type": "application/x-amz-json-1.0",
+                "X-Amz-Target": "DynamoDB_20120810.ListTables",
+            },
+        )
+        credentials = Credentials(
+            os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"]
+        )
+        SigV4Auth(credentials, "dynamodb", "us-east-1").add_auth(request)
+        return dict(request.headers.items())
+
     try:
         answers = []
         for _ in range(2):
             # WHEN a call is made on it
-            connection.request("POST", "/", body=b"{}", headers=headers)
+            connection.request("POST", "/", body=b"{}", headers=signed())
             response = connection.getresponse()
             answers.append((response.status, json.loads(response.read()), response.will_close))
             socket_after = connection.sock
