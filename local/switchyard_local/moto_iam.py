@@ -3,7 +3,7 @@
 moto 5.2.5 enforces IAM once ``INITIAL_NO_AUTH_ACTION_COUNT`` calls have passed (the
 local platform turns it on after provisioning, with ``POST /moto-api/reset-auth``):
 every call then needs an access key moto issued (any other is refused
-InvalidAccessKeyId) and is evaluated against that principal's policies. Four
+InvalidAccessKeyId) and is evaluated against that principal's policies. Five
 answers of moto's differ from AWS's for the platform's calls, and :func:`apply`
 fixes them in the emulator's process:
 
@@ -25,6 +25,9 @@ fixes them in the emulator's process:
 - **A request with no body** (a REST GET such as API Gateway's GetUsagePlans): moto
   checked its signature over the parsed query instead of the empty payload the
   client signed, and refused it SignatureDoesNotMatch.
+- **SQS's batch calls** (SendMessageBatch, DeleteMessageBatch,
+  ChangeMessageVisibilityBatch) are authorized by their single call's action, as
+  AWS authorizes them; moto asked for actions no policy grants.
 
 The direct answers of ``moto_reads`` (GetItem, BatchGetItem, PutItem, the worker's
 statements, SendMessage) go around moto's handlers, so under IAM each is first
@@ -212,6 +215,30 @@ def _patch_bodyless_signatures() -> None:
     IAMRequestBase._create_aws_request = _create_aws_request  # type: ignore[method-assign]
 
 
+# SQS authorizes each batch call by the permission of its single call (the batch
+# actions are not IAM actions); moto asked for ``sqs:DeleteMessageBatch`` and so on.
+SQS_BATCH_ACTIONS = {
+    "SendMessageBatch": "SendMessage",
+    "DeleteMessageBatch": "DeleteMessage",
+    "ChangeMessageVisibilityBatch": "ChangeMessageVisibility",
+}
+
+
+def _patch_sqs_batch_actions() -> None:
+    """A batch call to SQS is evaluated as its single call's action, as AWS does."""
+    from moto.iam.access_control import IAMRequestBase
+
+    original = IAMRequestBase.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        service, _, name = self._action.partition(":")
+        if service == "sqs" and name in SQS_BATCH_ACTIONS:
+            self._action = f"sqs:{SQS_BATCH_ACTIONS[name]}"
+
+    IAMRequestBase.__init__ = __init__  # type: ignore[method-assign]
+
+
 def permits(environ: dict[str, Any], body: bytes, target: str) -> bool:
     """Whether a direct answer of ``moto_reads`` may be given: IAM is off, or the
     caller's policies allow every check of the call (``target`` is its
@@ -236,7 +263,8 @@ def permits(environ: dict[str, Any], body: bytes, target: str) -> bool:
         return False
     if service == "AmazonSQS":
         url = str(request.get("QueueUrl", ""))
-        checks = [(f"sqs:{action}", f"arn:aws:sqs:{region}:{account}:{url.split('/')[-1]}")]
+        queue = f"arn:aws:sqs:{region}:{account}:{url.split('/')[-1]}"
+        checks = [(f"sqs:{SQS_BATCH_ACTIONS.get(action, action)}", queue)]
     else:
         checks = dynamodb_checks(action, request, region, account)
     path = environ.get("PATH_INFO", "/")
@@ -260,9 +288,10 @@ def permits(environ: dict[str, Any], body: bytes, target: str) -> bool:
 
 
 def apply() -> None:
-    """The four fixes, in the emulator's process (before it serves)."""
+    """The five fixes, in the emulator's process (before it serves)."""
     require_pinned_moto("switchyard_local.moto_iam patches {moto}'s IAM evaluation")
     _patch_dynamodb()
     _patch_s3_missing_keys()
     _patch_unnamed_resources()
     _patch_bodyless_signatures()
+    _patch_sqs_batch_actions()

@@ -183,6 +183,19 @@ def test_a_send_is_evaluated_on_its_queue(iam_world):
     )
 
 
+def test_a_batch_call_to_sqs_is_authorized_by_its_single_calls_permission(iam_world):
+    # GIVEN a caller granted sqs:SendMessage on its queue only (no *Batch action is an
+    # IAM action: AWS authorizes a batch by its single call)
+    sqs = iam_world.client("sqs", "reader")
+    entries = [{"Id": "one", "MessageBody": "hi"}, {"Id": "two", "MessageBody": "there"}]
+    # THEN it may send a batch to its queue, and not to another
+    sent = sqs.send_message_batch(QueueUrl=iam_world.queue_urls["mine"], Entries=entries)
+    assert [e["Id"] for e in sent["Successful"]] == ["one", "two"]
+    assert refused(
+        lambda: sqs.send_message_batch(QueueUrl=iam_world.queue_urls["theirs"], Entries=entries)
+    )
+
+
 def test_an_expired_payload_is_missing_to_a_role_that_may_not_list(iam_world):
     store = S3PayloadStore(iam_world.client("s3", "reader"), BUCKET)
     assert store.get_json(f"s3://{BUCKET}/there.json") == {"a": 1}
