@@ -177,6 +177,10 @@ class ModelEndpoint(Construct):
         grant_registry_read(storage.registry_table, task_role)
         grant_items(storage.results_table, task_role)
         storage.results_table.grant(task_role, *WORKER_RESULTS_ACTIONS)
+        if self.generates:
+            # A worker that takes over a stream whose worker died reads the tokens
+            # already written (the request's chunk items, in order, with a Query).
+            storage.results_table.grant(task_role, "dynamodb:Query")
         task_role.add_to_principal_policy(
             iam.PolicyStatement(
                 actions=["firehose:PutRecord", "firehose:PutRecordBatch"],

@@ -122,6 +122,8 @@ class ServingStack(Stack):
         # Batch jobs: kept in the jobs table; submitted inputs become a file in the
         # drop bucket under the tenant's prefix (its notification starts the split).
         grant_items(storage.jobs_table, function.role)
+        # GET /v1/jobs: a tenant's jobs are one partition of the table.
+        storage.jobs_table.grant(function.role, "dynamodb:Query")
         grant_objects(
             names.batch_drop_bucket,
             function.role,

@@ -136,3 +136,35 @@ def test_unknown_credentials_are_refused(provisioned, emulator_url):
     with pytest.raises(ClientError) as refused_key:
         s3.put_object(Bucket=provisioned.names.batch_drop_bucket, Key="acme/x.jsonl", Body=b"")
     assert refused_key.value.response["Error"]["Code"] == "InvalidAccessKeyId"
+
+
+def test_the_reads_that_list_jobs_and_resume_a_stream_are_granted(roles, provisioned, emulator_url):
+    # GIVEN the requests function's role (GET /v1/jobs) and a generation model's
+    # worker role (a worker taking over a stream reads the tokens already written)
+    generator = next(m for m, spec in provisioned.manifest.models.items() if spec.generates)
+    classifier = next(m for m, spec in provisioned.manifest.models.items() if not spec.generates)
+    iam = aws.client("iam", REGION, emulator_url)
+    keys = create_users(
+        iam,
+        {
+            "requests": {"requests": roles["requests"]},
+            "generator": {"worker": roles[f"worker:{generator}"]},
+            "classifier": {"worker": roles[f"worker:{classifier}"]},
+        },
+        False,
+    )
+    enforce_iam(emulator_url)
+    names = provisioned.names
+
+    def query(who: str, table: str) -> Any:
+        return as_user("dynamodb", emulator_url, keys[who]).query(
+            TableName=table,
+            KeyConditionExpression="tenant = :t",
+            ExpressionAttributeValues={":t": {"S": "acme"}},
+        )
+
+    # WHEN each makes its Query; THEN it is allowed (both were refused: the roles
+    # lacked dynamodb:Query), and a classifier's worker, which resumes nothing, may not
+    assert query("requests", names.jobs_table)["Items"] == []
+    assert query("generator", names.results_table)["Items"] == []
+    assert refused(lambda: query("classifier", names.results_table))
