@@ -659,6 +659,7 @@ def read_back(platform: RunningPlatform, ledger: Sequence[Sent], tenant: str) ->
     from switchyard.settings import Settings
     from switchyard.wiring import build_adapters
 
+    platform.act_as_operator()
     results = build_adapters(Settings(**platform.info["settings"])).results
     ids = [s for s in ledger if s.request_id]
     statuses = results.statuses([(tenant, s.request_id or "") for s in ids])
@@ -679,6 +680,7 @@ def queue_depths(platform: RunningPlatform) -> dict[str, int]:
     """Messages left on every work queue and DLQ (visible and in flight)."""
     from switchyard import aws
 
+    platform.act_as_operator()
     sqs = aws.client("sqs", platform.info["region"], platform.info["emulator_url"])
     names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
     out = {}
@@ -703,8 +705,6 @@ def run(
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
-        "AWS_ACCESS_KEY_ID": "local",
-        "AWS_SECRET_ACCESS_KEY": "local",
     }.items():
         os.environ.setdefault(name, value)
     duration_s = minutes * 60

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from switchyard import aws
 from switchyard_local.emulator import free_port
 from switchyard_local.lifetime import terminate_with_parent
 from tests.e2e.worker_log import delivery_events
@@ -70,6 +71,14 @@ class RunningPlatform:
         """A boto3 client of the platform's emulator, as its operator (the emulator
         enforces IAM: ``admin_credentials`` in ``platform.json``)."""
         return self.client_as(service, self.info["admin_credentials"])
+
+    def act_as_operator(self) -> None:
+        """This process's clients (``switchyard.aws``, adapters built here) call the
+        platform's emulator as its operator from now on."""
+        keys = self.info["admin_credentials"]
+        os.environ["AWS_ACCESS_KEY_ID"] = keys["aws_access_key_id"]
+        os.environ["AWS_SECRET_ACCESS_KEY"] = keys["aws_secret_access_key"]
+        aws.reset_clients()
 
     def client_as(self, service: str, keys: dict[str, str]) -> Any:
         """A boto3 client of the platform's emulator with the access key ``keys``

@@ -379,6 +379,12 @@ def create_users(
     return keys
 
 
+def iam_wanted() -> bool:
+    """Whether the emulator enforces IAM: yes, unless ``SWITCHYARD_LOCAL_IAM=0`` (to
+    tell a missing permission from another fault, not for everyday use)."""
+    return os.environ.get("SWITCHYARD_LOCAL_IAM", "1") != "0"
+
+
 def enforce_iam(emulator_url: str, on: bool = True) -> None:
     """Turn the emulator's IAM on (every call from now on evaluated) or off."""
     import urllib.request

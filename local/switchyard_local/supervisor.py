@@ -75,6 +75,7 @@ from switchyard_local.role_policies import (
     Credentials,
     create_users,
     enforce_iam,
+    iam_wanted,
     local_principals,
     resolved_policies,
 )
@@ -390,9 +391,8 @@ class LocalPlatform:
     # Each component's access key in the emulator (user name -> key), the
     # operator's (ADMIN) among them; IAM is on once they exist.
     credentials: dict[str, Credentials] = field(default_factory=dict)
-    # Whether the emulator enforces those policies (SWITCHYARD_LOCAL_IAM=1). Off by
-    # default until every e2e test passes with it on.
-    iam: bool = field(default_factory=lambda: os.environ.get("SWITCHYARD_LOCAL_IAM") == "1")
+    # Whether the emulator enforces those policies (unless SWITCHYARD_LOCAL_IAM=0).
+    iam: bool = field(default_factory=iam_wanted)
     # Stopped by a failure (the emulator gone, the router unable to start), not asked.
     failed: bool = False
     _autoscaler_log: IO[str] | None = None

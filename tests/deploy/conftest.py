@@ -102,7 +102,11 @@ def router_environment(platform: LocalPlatform, models: list[str]) -> dict[str, 
     values = provisioned.router_values(platform.extension.url)
     values["queues"] = {m: provisioned.queues[m] for m in models}
     values["appconfig_environment"] = models[0] if len(models) == 1 else "dev"
-    return to_environment(RouterSettings, values)
+    # and its role's credentials, as Lambda puts them in a function's environment
+    return {
+        **to_environment(RouterSettings, values),
+        **platform.credentials["router"].environment(),
+    }
 
 
 @pytest.fixture(scope="session")
@@ -128,7 +132,10 @@ def requests_router(platform: LocalPlatform) -> Iterator[LambdaProcess]:
 def splitter(platform: LocalPlatform) -> Iterator[LambdaProcess]:
     assert platform.provisioned is not None and platform.extension is not None
     values = platform.provisioned.splitter_values(platform.extension.url)
-    environment = to_environment(SplitterSettings, values)
+    environment = {
+        **to_environment(SplitterSettings, values),
+        **platform.credentials["splitter"].environment(),
+    }
     function = start_function(platform, "splitter", "splitter", environment)
     yield function
     function.close()

@@ -10,6 +10,7 @@ import time
 
 import httpx
 import pytest
+from botocore.exceptions import ClientError
 
 from switchyard.jobs import Job, JobStore, chunk_request_id
 from tests.waiting import wait_for
@@ -21,15 +22,23 @@ def jobs_of(platform, tenant: str) -> list[Job]:
 
 
 def test_a_dropped_file_is_split_and_every_line_answered(platform, http):
-    # GIVEN a data team's file of 100 sentences, and a file that is not a drop
+    # GIVEN a data team's file of 100 sentences, and a file that is not a drop, put
+    # with the tenant's own drop credentials (its role in AWS)
     bucket = platform.info["names"]["batch_drop_bucket"]
-    s3 = platform.client("s3")
+    s3 = platform.client_as("s3", platform.info["drop_credentials"]["globex"])
     lines = "\n".join(json.dumps(f"line {i} of the nightly export") for i in range(100))
     s3.put_object(Bucket=bucket, Key="globex/minilm-embed/nightly.jsonl", Body=lines.encode())
     s3.put_object(Bucket=bucket, Key="globex/minilm-embed/README.txt", Body=b"not a drop")
+    # (which reach no other tenant's prefix)
+    with pytest.raises(ClientError) as refused:
+        s3.put_object(Bucket=bucket, Key="acme/minilm-embed/nightly.jsonl", Body=b'"x"\n')
+    assert refused.value.response["Error"]["Code"] == "AccessDenied"
 
     # WHEN the platform takes it up, with nothing else asked of it
-    (job,) = wait_for(lambda: jobs_of(platform, "globex"))
+    def of_this_drop() -> list[Job]:
+        return [j for j in jobs_of(platform, "globex") if j.source.endswith("/nightly.jsonl")]
+
+    (job,) = wait_for(of_this_drop)
 
     # THEN one job holds its lines, in requests the workers answer on the batch lane
     assert job.source == f"s3://{bucket}/globex/minilm-embed/nightly.jsonl"
@@ -53,7 +62,8 @@ def test_a_dropped_file_is_split_and_every_line_answered(platform, http):
         "ApproximateNumberOfMessages": "0",
         "ApproximateNumberOfMessagesNotVisible": "0",
     }
-    assert len(jobs_of(platform, "globex")) == 1  # the README made no job
+    # the README made no job
+    assert not [j for j in jobs_of(platform, "globex") if j.source.endswith("README.txt")]
 
 
 def test_a_dropped_file_ends_in_one_output_line_per_input_line_in_order(platform):

@@ -14,7 +14,7 @@ from switchyard import aws
 from switchyard.manifest import load_manifest
 from switchyard_local.emulator import start_emulator
 from switchyard_local.provision import provision
-from switchyard_local.role_policies import ADMIN, create_users, enforce_iam
+from switchyard_local.role_policies import ADMIN, create_users, enforce_iam, iam_wanted
 
 REGION = "us-east-1"
 TEST_MANIFEST_OVERRIDES = {"visibility_timeout_seconds": 10, "max_receive_count": 3}
@@ -41,9 +41,9 @@ def clients(emulator_url):
     operator = create_users(aws.client("iam", REGION, emulator_url), {})[ADMIN]
     os.environ.update(operator.environment())
     aws.reset_clients()
-    # IAM enforced for the whole tier with SWITCHYARD_LOCAL_IAM=1 (not yet the default:
-    # see docs/local-platform.md); tests of IAM turn it on themselves.
-    enforce_iam(emulator_url, on=os.environ.get("SWITCHYARD_LOCAL_IAM") == "1")
+    # IAM enforced, as the local platform enforces it (SWITCHYARD_LOCAL_IAM=0 turns
+    # it off); tests of IAM turn it on themselves.
+    enforce_iam(emulator_url, on=iam_wanted())
 
     def make(service: str):
         return aws.client(service, REGION, emulator_url)
