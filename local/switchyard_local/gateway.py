@@ -5,8 +5,9 @@ Like API Gateway on the platform's REST API, for every ``/v1/`` and ``/openai/``
 - refuses a call without an API key (401: the key authorizer finds none in
   ``x-api-key`` or ``Authorization: Bearer``) or with a key that is not enabled
   (403), with the gateway's own answers;
-- meters the key against its usage plan (rate and burst as a token bucket, and a
-  quota per period) and refuses a call over a limit (429) before the router runs;
+- meters the stage as a whole (the stage's throttle, every key together) and the
+  key against its usage plan (rate and burst as token buckets, and a quota per
+  period) and refuses a call over a limit (429) before the router runs;
 - passes the verified key's *id* in the request context
   (``requestContext.identity.apiKeyId``, in the ``aws.event`` scope entry where
   Mangum puts the Lambda event), which is all the router learns of the key.
@@ -46,6 +47,12 @@ SERVICE_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "LOCAL_SERVICE_AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY": "LOCAL_SERVICE_AWS_SECRET_ACCESS_KEY",
 }
+# The stage's throttle ("<rate>:<burst>", the manifest's [stages.*.concurrency]
+# throttle_rate and throttle_burst), which the supervisor puts here: API Gateway
+# applies it to every call of the stage, before each key's usage plan.
+STAGE_THROTTLE = "LOCAL_STAGE_THROTTLE"
+# The stage's bucket in the meter (no key value looks like it).
+_STAGE = " stage"
 
 
 @dataclass(frozen=True)
@@ -172,10 +179,12 @@ class ApiGatewayStandIn:
         app: ASGIApp,
         keys: Callable[[str], ApiKey | None],
         meter: UsageMeter | None = None,
+        stage: Plan | None = None,
     ) -> None:
         self.app = app  # the router app it fronts
         self._keys = keys
         self._meter = meter or UsageMeter()
+        self._stage = stage  # the stage's throttle, every key together
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].startswith(API_PREFIXES):
@@ -187,7 +196,9 @@ class ApiGatewayStandIn:
             if key is None:
                 await _reply(send, FORBIDDEN)
                 return
-            refusal = self._meter.admit(value, key.plan) if key.plan else None
+            refusal = self._meter.admit(_STAGE, self._stage) if self._stage else None
+            if refusal is None and key.plan:
+                refusal = self._meter.admit(value, key.plan)
             if refusal is not None:
                 await _reply(send, refusal)
                 return
@@ -252,4 +263,16 @@ def create_local_app() -> ASGIApp:
             endpoint_url=settings.aws_endpoint_url,
             **service_key,
         )
-    return ApiGatewayStandIn(create_app(build_deps(settings)), EmulatorKeys(apigateway).key_for)
+    return ApiGatewayStandIn(
+        create_app(build_deps(settings)),
+        EmulatorKeys(apigateway).key_for,
+        stage=stage_throttle(os.environ.get(STAGE_THROTTLE)),
+    )
+
+
+def stage_throttle(text: str | None) -> Plan | None:
+    """The stage's throttle from ``"<rate>:<burst>"`` (None: no stage throttle)."""
+    if not text:
+        return None
+    rate, _, burst = text.partition(":")
+    return Plan(rate=float(rate), burst=int(burst))

@@ -67,7 +67,7 @@ from switchyard_local.emulator import (
     wait_http,
 )
 from switchyard_local.event_source import SqsEventSource
-from switchyard_local.gateway import SERVICE_CREDENTIALS
+from switchyard_local.gateway import SERVICE_CREDENTIALS, STAGE_THROTTLE
 from switchyard_local.lifetime import signals_held, terminate_with_parent
 from switchyard_local.provision import Provisioned, provision, register_demo_models
 from switchyard_local.role_policies import (
@@ -630,6 +630,7 @@ class LocalPlatform:
             RouterSettings, self.provisioned.router_values(self.extension.url)
         )
         admin = self.credentials[ADMIN].environment()
+        budget = self.manifest.stages[LOCAL_STAGE].concurrency  # type: ignore[index]
         return Child(
             "router",
             command.argv,
@@ -640,6 +641,7 @@ class LocalPlatform:
                 **self.credentials["router"].environment(),
                 # API Gateway's own reads (keys, usage plans) in the stand-in
                 **{SERVICE_CREDENTIALS[k]: v for k, v in admin.items()},
+                STAGE_THROTTLE: f"{budget.throttle_rate}:{budget.throttle_burst}",
             },
             self.run_dir / "logs" / "router.log",
         )

@@ -9,7 +9,14 @@ from fastapi import FastAPI, Request
 from fastapi.testclient import TestClient
 
 from switchyard.schemas import QUOTA_EXCEEDED, THROTTLED
-from switchyard_local.gateway import ApiGatewayStandIn, ApiKey, EmulatorKeys, Plan, UsageMeter
+from switchyard_local.gateway import (
+    ApiGatewayStandIn,
+    ApiKey,
+    EmulatorKeys,
+    Plan,
+    UsageMeter,
+    stage_throttle,
+)
 
 
 class Clocks:
@@ -155,3 +162,24 @@ def test_emulator_keys_carry_their_plan_and_a_new_key_is_found_within_a_second()
     for _ in range(50):
         keys.key_for("flood")
     assert api.loads == loads  # a flood of bad keys does not reach the emulator
+
+
+def test_the_stages_throttle_holds_every_key_together():
+    # GIVEN a stage throttled at a burst of 3 (and no refill within the test), and
+    # two tenants whose own plans allow far more
+    clocks = Clocks()
+    app = FastAPI()
+
+    @app.get("/v1/models")
+    def models() -> dict[str, str]:
+        return {"ok": "yes"}
+
+    roomy = Plan(rate=100, burst=100)
+    keys = {"a": ApiKey("id-a", roomy), "b": ApiKey("id-b", roomy)}
+    gate = ApiGatewayStandIn(app, keys.get, meter(clocks), stage=stage_throttle("0.001:3"))
+    client = TestClient(gate)
+    # WHEN they call in turn
+    statuses = [client.get("/v1/models", headers={"x-api-key": k}).status_code for k in "ababa"]
+    # THEN the stage answers three calls between them, then the gateway's 429
+    assert statuses == [200, 200, 200, 429, 429]
+    assert stage_throttle(None) is None and stage_throttle("") is None
