@@ -17,8 +17,6 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -34,15 +32,13 @@ from pydantic import ValidationError
 from stacks.assets import MANIFEST_FILE, REPO_ROOT
 from switchyard import aws
 from switchyard.artifacts import artifact_problem, publish_artifact
-from switchyard.manifest import Manifest, load_manifest
-from switchyard.registry import DynamoDBRegistry, VersionExists
+from switchyard.fields import field_path
+from switchyard.registry import VersionExists
 from switchyard.routing import canaries, rolled_back
 from switchyard.schemas import LANES, Lane
-from switchyard.settings import Settings
-from switchyard.signatures import field_path
 from switchyard.tables import RESULTS
-from switchyard.wiring import Adapters, build_adapters
 from switchyard_local import jobs_cli
+from switchyard_local.arguments import count, seconds
 from switchyard_local.dead_letters import (
     DeadLetterError,
     Listed,
@@ -50,164 +46,22 @@ from switchyard_local.dead_letters import (
     purge,
     redrive,
 )
-from switchyard_local.emulator import process_alive
 from switchyard_local.jobs_cli import JobsError
+from switchyard_local.targets import (
+    CommandError,
+    Target,
+    aws_region,
+    first_line,
+    manifest_of,
+    one_line,
+    platform_info,
+    target_of,
+)
 from switchyard_local.traffic import (
-    AppConfigTrafficStore,
     TrafficError,
-    TrafficStore,
     check_document,
     document_from_args,
 )
-
-
-@dataclass
-class Target:
-    """Where the commands act: the local platform's emulator or a deployed stack."""
-
-    manifest: Manifest
-    adapters: Adapters
-    artifacts_bucket: str
-    # Made when a command first needs it: finding the routing application is a call
-    # of its own, which commands that never route (dlq, models) do not make.
-    open_traffic: Callable[[], TrafficStore]
-    drop_bucket: str = ""
-    jobs_table: str = ""
-    drop_queue: str = ""  # where an ended job's callback is asked for
-    webhook_secret_prefix: str = ""
-    default_tenant: str | None = None  # the local platform's first tenant
-    # Each tenant's key for its drops (the local platform's platform.json).
-    drop_credentials: dict[str, dict[str, str]] = field(default_factory=dict)
-
-    @cached_property
-    def traffic(self) -> TrafficStore:
-        return self.open_traffic()
-
-    def client(self, service: str) -> Any:
-        return self.adapters.client(service)
-
-    @property
-    def registry(self) -> DynamoDBRegistry:
-        return self.adapters.registry
-
-
-class CommandError(Exception):
-    """What stops a command, said in words (``switchyard: ...``, exit 2)."""
-
-
-def _manifest(args: argparse.Namespace) -> Manifest:
-    try:
-        return load_manifest(args.manifest)
-    except (OSError, ValueError) as exc:  # missing, a folder, not TOML, not a manifest
-        raise CommandError(f"--manifest {args.manifest}: {_one_line(exc)}") from None
-
-
-def _platform_info(run_dir: str) -> dict[str, Any]:
-    """The running local platform's ``platform.json``."""
-    path = Path(run_dir) / "platform.json"
-    if not path.exists():
-        raise CommandError(
-            f"no local platform found ({path} is missing): run `make up`, or pass --aws"
-        )
-    try:
-        info = json.loads(path.read_text())
-        info["settings"], info["names"]  # noqa: B018 - what every command reads
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise CommandError(
-            f"{path} is not a platform's record ({_one_line(exc)}): run `make up` again"
-        ) from None
-    pid = info.get("pid")
-    if isinstance(pid, int) and not process_alive(pid):
-        raise CommandError(
-            f"the local platform recorded in {path} (pid {pid}) is no longer "
-            "running: start it with `make up`"
-        )
-    return info
-
-
-def _one_line(exc: BaseException) -> str:
-    return _first_line(str(exc)) or type(exc).__name__
-
-
-def _first_line(text: str) -> str:
-    """What fits a line of a message or a table: the first (the rest is elsewhere:
-    a log, or a command's --json)."""
-    lines = text.strip().splitlines()
-    return lines[0] + (" …" if len(lines) > 1 else "") if lines else ""
-
-
-def _target(args: argparse.Namespace) -> Target:
-    manifest = _manifest(args)
-    if args.aws:
-        return _aws_target(args, manifest)
-    info = _platform_info(args.run_dir)
-    from switchyard_local.bridge import LocalTrafficStore
-
-    admin = info.get("admin_credentials")
-    if admin:  # the emulator enforces IAM: the CLI acts as the operator
-        os.environ["AWS_ACCESS_KEY_ID"] = admin["aws_access_key_id"]
-        os.environ["AWS_SECRET_ACCESS_KEY"] = admin["aws_secret_access_key"]
-        aws.reset_clients()
-    adapters = build_adapters(Settings(**info["settings"]))
-    return Target(
-        manifest=manifest,
-        adapters=adapters,
-        artifacts_bucket=info["names"]["artifacts_bucket"],
-        open_traffic=lambda: LocalTrafficStore(
-            adapters.client("appconfig"), info["names"]["appconfig_application_id"]
-        ),
-        drop_bucket=info["names"]["batch_drop_bucket"],
-        jobs_table=info["names"]["jobs_table"],
-        drop_queue=info["names"]["drop_queue_url"],
-        webhook_secret_prefix=info["names"]["webhook_secret_prefix"],
-        default_tenant=info.get("default_tenant"),
-        drop_credentials=info.get("drop_credentials", {}),
-    )
-
-
-def _aws_region(args: argparse.Namespace, manifest: Manifest) -> str:
-    """The deployed stage's region (``--region``, ``AWS_REGION``, the manifest's),
-    with ``--profile`` in force for the clients made after."""
-    if args.profile:
-        os.environ["AWS_PROFILE"] = args.profile
-    return str(args.region or os.environ.get("AWS_REGION") or manifest.platform.region)
-
-
-def _aws_target(args: argparse.Namespace, manifest: Manifest) -> Target:
-    region = _aws_region(args, manifest)
-    names = manifest.names(args.stage)
-    account = aws.client("sts", region).get_caller_identity()["Account"]
-    stage = manifest.stages[args.stage]
-
-    def queue_url(name: str) -> str:
-        return f"https://sqs.{region}.amazonaws.com/{account}/{name}"
-
-    queues = {
-        model: {lane: queue_url(names.queue(model, lane)) for lane in LANES}
-        for model in manifest.models
-    }
-    settings = Settings(
-        **manifest.settings_values(args.stage),
-        region=region,
-        registry_table=names.registry_table,
-        results_table=names.results_table,
-        payloads_bucket=names.cloud_bucket(names.payloads_bucket, account, region),
-        queues=queues,
-    )
-    return Target(
-        manifest=manifest,
-        adapters=build_adapters(settings),
-        artifacts_bucket=names.cloud_bucket(names.artifacts_bucket, account, region),
-        open_traffic=lambda: AppConfigTrafficStore(
-            aws.client("appconfig", region),
-            names.appconfig_application,
-            names.deployment_strategy(stage.config_deployment),
-        ),
-        drop_bucket=names.cloud_bucket(names.batch_drop_bucket, account, region),
-        jobs_table=names.jobs_table,
-        drop_queue=queue_url(names.batch_drop_queue),
-        webhook_secret_prefix=names.webhook_secret_prefix,
-    )
 
 
 def _who() -> str:
@@ -225,7 +79,7 @@ def _stamp(at: float) -> str:
 
 
 def _models_list(args: argparse.Namespace) -> int:
-    target = _target(args)
+    target = target_of(args)
     for model in target.manifest.models:
         for r in target.registry.versions(model):
             print(f"{r.model}\t{r.version}\t{r.status}\t{r.runtime}\tsha256:{r.sha256[:12]}")
@@ -233,7 +87,7 @@ def _models_list(args: argparse.Namespace) -> int:
 
 
 def _models_register(args: argparse.Namespace) -> int:
-    target = _target(args)
+    target = target_of(args)
     spec = target.manifest.models.get(args.model)
     if spec is None:
         raise TrafficError(f"unknown model {args.model!r} (not in the manifest)")
@@ -279,7 +133,7 @@ def _models_register(args: argparse.Namespace) -> int:
 
 
 def _traffic_show(args: argparse.Namespace) -> int:
-    target = _target(args)
+    target = target_of(args)
     _known_model(target, args.model)
     changes = target.traffic.history(args.model, limit=args.limit)
     deployed = target.traffic.deployed(args.model)
@@ -300,7 +154,7 @@ def _traffic_show(args: argparse.Namespace) -> int:
 
 
 def _traffic_set(args: argparse.Namespace) -> int:
-    target = _target(args)
+    target = target_of(args)
     _known_model(target, args.model)
     deployed = target.traffic.deployed(args.model)
     raw = document_from_args(
@@ -318,7 +172,7 @@ def _traffic_set(args: argparse.Namespace) -> int:
 
 
 def _traffic_rollback(args: argparse.Namespace) -> int:
-    target = _target(args)
+    target = target_of(args)
     _known_model(target, args.model)
     stopped = target.traffic.stop_rollout(args.model)
     if stopped is not None:
@@ -362,7 +216,7 @@ def _known_model(target: Target, model: str) -> None:
 
 
 def _shadow_report(args: argparse.Namespace) -> int:
-    target = _target(args)
+    target = target_of(args)
     _known_model(target, args.model)
     rows = shadow_pairs(
         target.client("dynamodb"),
@@ -456,7 +310,7 @@ def _is_classifier(target: Target, model: str) -> bool:
 
 
 def _dlq_list(args: argparse.Namespace) -> int:
-    target = _target(args)
+    target = target_of(args)
     _known_model(target, args.model)
     pair = target.adapters.settings.queues[args.model]
     listed: list[Listed] = []
@@ -482,14 +336,14 @@ def _dlq_list(args: argparse.Namespace) -> int:
             f"{letter.lane:<8} {letter.request_id or '?':<36} {letter.tenant or '?':<12} "
             f"{letter.version or '?':<10} {letter.receives:>8} "
             f"{_stamp(row.enqueued_at or 0.0):<19} {row.status or '?':<9} "
-            f"{_first_line(row.last_error)}"
+            f"{first_line(row.last_error)}"
         )
     print(f"{where}: {len(listed)} message(s) in the DLQ; receives exclude this listing's own")
     return 0
 
 
 def _dlq_redrive(args: argparse.Namespace) -> int:
-    target = _target(args)
+    target = target_of(args)
     _known_model(target, args.model)
     pair = target.adapters.settings.queues[args.model]
     done = [
@@ -511,7 +365,7 @@ def _dlq_redrive(args: argparse.Namespace) -> int:
 
 
 def _dlq_purge(args: argparse.Namespace) -> int:
-    target = _target(args)
+    target = target_of(args)
     _known_model(target, args.model)
     pair = target.adapters.settings.queues[args.model]
     for lane in _lanes(args):
@@ -553,8 +407,8 @@ def _status_reader(args: argparse.Namespace) -> Callable[[], Any]:
     from switchyard_local.status import AwsStatusReader, LocalStatusReader
 
     if args.aws:
-        manifest = _manifest(args)
-        region = _aws_region(args, manifest)
+        manifest = manifest_of(args)
+        region = aws_region(args, manifest)
         return AwsStatusReader(
             manifest.names(args.stage),
             manifest.models,
@@ -562,7 +416,7 @@ def _status_reader(args: argparse.Namespace) -> Callable[[], Any]:
             ecs=aws.client("ecs", region),
             autoscaling=aws.client("application-autoscaling", region),
         ).read
-    _platform_info(args.run_dir)
+    platform_info(args.run_dir)
     return LocalStatusReader.for_run_dir(Path(args.run_dir)).read
 
 
@@ -577,7 +431,7 @@ def _up(args: argparse.Namespace) -> int:
     # shell's background job (`make up &`) starts with SIGINT ignored, which lost it.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    _manifest(args)  # a path that is no manifest, said in one line
+    manifest_of(args)  # a path that is no manifest, said in one line
     try:
         platform = LocalPlatform(
             manifest_path=Path(args.manifest),
@@ -602,7 +456,7 @@ def _up(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     except FileNotFoundError as exc:  # a model's artifact: `make models` not run
-        raise CommandError(f"up: {_one_line(exc)}") from None
+        raise CommandError(f"up: {one_line(exc)}") from None
     finally:
         if dashboard is not None:
             dashboard.stop()
@@ -625,45 +479,7 @@ def _start_dashboard(run_dir: Path, args: argparse.Namespace) -> Any:
     return dashboard
 
 
-def _count(variable: str | None = None, minimum: int = 0, maximum: int | None = None) -> Any:
-    """An argparse type for a whole number from ``minimum`` to ``maximum``, which may
-    come from the environment's ``variable``."""
-    bounds = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
-    source = f" (the option, or {variable})" if variable else ""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = minimum - 1
-        if value < minimum or (maximum is not None and value > maximum):
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number {bounds}{source}")
-        return value
-
-    return parse
-
-
-def _seconds(variable: str | None = None, positive: bool = False) -> Any:
-    """An argparse type for seconds (>= 0, or > 0 if ``positive``) that may come from
-    the environment's ``variable``."""
-    bounds = "> 0" if positive else ">= 0"
-    source = f" (the option, or {variable})" if variable else ""
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = -1.0
-        if not 0 <= value < float("inf") or (positive and value == 0):
-            raise argparse.ArgumentTypeError(
-                f"{text!r} is not a number of seconds {bounds}{source}"
-            )
-        return value
-
-    return parse
-
-
-_PORT = _count("PORT", minimum=1, maximum=65535)
+_PORT = count("PORT", minimum=1, maximum=65535)
 
 
 RUN_DIR_HELP = "the local platform's state folder (default: the repository's .run)"
@@ -688,27 +504,27 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--models-dir", default=str(REPO_ROOT / "build" / "models"))
     up.add_argument(
         "--min-workers",
-        type=_count("SWITCHYARD_MIN_WORKERS"),
+        type=count("SWITCHYARD_MIN_WORKERS"),
         default=os.environ.get("SWITCHYARD_MIN_WORKERS", "0"),
         help="keep at least this many workers per model loaded, and start with them "
         "(default: the stage's minimum, 0 in dev: workers start with the first request)",
     )
     up.add_argument(
         "--standby-workers",
-        type=_count("SWITCHYARD_STANDBY_WORKERS"),
+        type=count("SWITCHYARD_STANDBY_WORKERS"),
         default=os.environ.get("SWITCHYARD_STANDBY_WORKERS", "1"),
         help="interpreters kept with the worker's imports done, for the next worker "
         "to start from (default 1, about 0.5 GiB; 0: every worker starts cold)",
     )
     up.add_argument(
         "--idle-seconds",
-        type=_seconds("SWITCHYARD_IDLE_SECONDS"),
+        type=seconds("SWITCHYARD_IDLE_SECONDS"),
         default=os.environ.get("SWITCHYARD_IDLE_SECONDS"),
         help="seconds without work before a model scales in (default: the stage's)",
     )
     up.add_argument(
         "--dashboard-port",
-        type=_count("SWITCHYARD_DASHBOARD_PORT", minimum=0, maximum=65535),
+        type=count("SWITCHYARD_DASHBOARD_PORT", minimum=0, maximum=65535),
         default=os.environ.get("SWITCHYARD_DASHBOARD_PORT"),
         help="the local dashboard's port on 127.0.0.1 (default: --port + 1; 0: any free "
         "port; a taken port falls back to a free one); its URL is printed at start",
@@ -724,7 +540,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--watch", action="store_true", help="redraw until Ctrl-C")
     status.add_argument(
         "--interval",
-        type=_seconds(positive=True),
+        type=seconds(positive=True),
         default=2.0,
         help="seconds between redraws, with --watch",
     )
@@ -749,7 +565,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     show = traffic.add_parser("show", help="weights, shadow, fallback and history")
     show.add_argument("model")
-    show.add_argument("--limit", type=_count(minimum=1), default=10, help="changes in the history")
+    show.add_argument("--limit", type=count(minimum=1), default=10, help="changes in the history")
     show.set_defaults(func=_traffic_show)
     set_ = traffic.add_parser("set", help="set weights (e.g. v1=90 v2=10)")
     set_.add_argument("model")
@@ -856,7 +672,7 @@ def main(argv: list[str] | None = None) -> int:
     except (NoCredentialsError, ProfileNotFound) as exc:
         return _refused(f"{exc} (--aws acts with your AWS credentials: AWS_PROFILE or --profile)")
     except (ClientError, BotoCoreError) as exc:
-        return _refused(_one_line(exc))
+        return _refused(one_line(exc))
     except BrokenPipeError:
         # The reader went away (``| head``): the rest is not wanted.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -26,10 +26,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from switchyard.fields import field_path
 from switchyard.queues import SQS_BATCH_LIMIT, Received, SqsWorkQueue
 from switchyard.results import ResultStore
 from switchyard.schemas import ErrorInfo, Lane, QueueMessage, ResultRecord
-from switchyard.signatures import field_path
 
 # How long a listing keeps what it has read out of sight while it pages on; it
 # makes it all visible again when it is done.

@@ -19,6 +19,8 @@ from switchyard.aws import transfer
 from switchyard.callbacks import JobEvents, cancel, secrets_reader
 from switchyard.jobs import TERMINAL, Job, JobRejected, JobStore, job_for_file, job_view
 from switchyard.routing import RoutingDocument
+from switchyard_local.arguments import count
+from switchyard_local.targets import target_of
 from switchyard_local.traffic import TrafficStore
 
 WATCH_EVERY_S = 1.0
@@ -30,8 +32,6 @@ class JobsError(Exception):
 
 def add_commands(commands: Any) -> None:
     """The ``jobs`` subcommands (``--aws`` and the rest are the main parser's)."""
-    from switchyard_local.cli import _count
-
     jobs = commands.add_parser("jobs", help="batch jobs").add_subparsers(
         dest="jobs_command", required=True
     )
@@ -47,7 +47,7 @@ def add_commands(commands: Any) -> None:
     submit.add_argument("--model", required=True)
     submit.add_argument("--wait", action="store_true", help="follow it until it ends")
     listing = command("list", "the tenant's jobs, newest first", _list)
-    listing.add_argument("--limit", type=_count(minimum=1), default=20)
+    listing.add_argument("--limit", type=count(minimum=1), default=20)
     listing.add_argument("--json", action="store_true")
     command("show", "a job as the API shows it (JSON)", _show).add_argument("job_id")
     command("watch", "a job's progress until it ends", _watch).add_argument("job_id")
@@ -59,9 +59,7 @@ def add_commands(commands: Any) -> None:
 
 
 def _store(args: argparse.Namespace) -> tuple[Any, JobStore, str]:
-    from switchyard_local.cli import _target
-
-    target = _target(args)
+    target = target_of(args)
     tenant = args.tenant if args.tenant is not None else target.default_tenant
     if tenant is None:
         raise JobsError("--tenant is required with --aws")

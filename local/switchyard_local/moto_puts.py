@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from switchyard_local.moto_reads import json_request, table_of
+from switchyard_local.moto_wire import json_request, table_of
 
 TARGET = "DynamoDB_20120810.PutItem"
 _FIELDS = {

@@ -42,14 +42,15 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import uuid
 import zlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from switchyard_local import moto_iam, moto_puts, moto_sends, moto_statements
 from switchyard_local.moto_sqs import require_pinned_moto
+from switchyard_local.moto_wire import backend_of, json_request, key_names, table_of
 
 TARGET = "DynamoDB_20120810.GetItem"
 _FIELDS = {"TableName", "Key", "ConsistentRead"}
@@ -68,8 +69,6 @@ def wrap(app: Application) -> Application:
     directly, plain PutItems (``moto_puts``) and SendMessages (``moto_sends``)
     written so, and batches of INSERTs and conditional UPDATEs (``moto_statements``)."""
     require_pinned_moto("switchyard_local.moto_reads reads {moto}'s DynamoDB tables")
-    from switchyard_local import moto_iam, moto_puts, moto_sends, moto_statements
-
     answers = {
         TARGET: get_item,
         BATCH_TARGET: batch_get_item,
@@ -101,18 +100,6 @@ def wrap(app: Application) -> Application:
         return [answer]
 
     return application
-
-
-def json_request(body: bytes, fields: set[str]) -> dict[str, Any] | None:
-    """A direct path's request: the body's JSON object, if each of its fields is one
-    of ``fields``; None (moto's to answer) otherwise."""
-    try:
-        request = json.loads(body)
-    except ValueError:
-        return None
-    if not isinstance(request, dict) or not set(request) <= fields:
-        return None
-    return request
 
 
 def get_item(environ: dict[str, Any], body: bytes) -> bytes | None:
@@ -226,48 +213,3 @@ def _plain_key(key: dict[str, Any]) -> bool:
         if kind not in _KEY_TYPES or not isinstance(text, str) or not text:
             return False
     return True
-
-
-def table_of(environ: dict[str, Any], name: str) -> tuple[Any, Any] | None:
-    """moto's DynamoDB backend for the request and its table ``name``; None where
-    either is not found (moto's to answer)."""
-    backend = backend_of(environ)
-    table = backend.tables.get(name) if backend is not None else None
-    return None if table is None else (backend, table)
-
-
-def key_names(table: Any) -> list[str]:
-    """A moto table's key attributes: its hash key, then its range key if it has one."""
-    return [table.hash_key_attr] + ([table.range_key_attr] if table.has_range_key else [])
-
-
-def backend_of(environ: dict[str, Any], service: str = "dynamodb") -> Any:
-    """moto's backend of ``service`` (``dynamodb`` or ``sqs``) for the request's
-    account and region, found as moto finds them for a SigV4-signed call to an
-    address that names no region; None where moto would look elsewhere (an account
-    set by environment or header)."""
-    if "MOTO_ACCOUNT_ID" in os.environ or "HTTP_X_MOTO_ACCOUNT_ID" in environ:
-        return None
-    authorization = environ.get("HTTP_AUTHORIZATION", "")
-    if "AWS4" not in authorization or "amazonaws.com" in environ.get("HTTP_HOST", ""):
-        return None
-    from moto.core.responses import BaseResponse
-    from moto.iam.models import get_account_id_from
-
-    if service == "sqs":
-        from moto.sqs.models import sqs_backends as backends
-    else:
-        from moto.dynamodb.models import dynamodb_backends as backends
-
-    if BaseResponse.region_from_useragent_regex.search(environ.get("HTTP_USER_AGENT", "")):
-        return None
-    try:
-        region = authorization.split(",")[0].split("/")[2]
-    except IndexError:
-        return None
-    match = BaseResponse.access_key_regex.search(authorization)
-    account = get_account_id_from(match.group(1) if match else "AKIAEXAMPLE")
-    try:
-        return backends[account][region]
-    except KeyError:
-        return None

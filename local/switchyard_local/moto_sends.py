@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from switchyard_local.moto_reads import backend_of, json_request
+from switchyard_local.moto_wire import backend_of, json_request
 
 TARGET = "AmazonSQS.SendMessage"
 _FIELDS = {"QueueUrl", "MessageBody", "MessageGroupId", "DelaySeconds"}

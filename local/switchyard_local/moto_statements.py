@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from switchyard_local.moto_dynamodb import write_lock
-from switchyard_local.moto_reads import backend_of, json_request, key_names
+from switchyard_local.moto_wire import backend_of, json_request, key_names
 
 TARGET = "DynamoDB_20120810.BatchExecuteStatement"
 MAX_STATEMENTS = 25  # DynamoDB's limit per BatchExecuteStatement

@@ -415,13 +415,13 @@ def test_a_content_length_of_other_digits_is_read_as_no_length():
 
     from starlette.requests import Request
 
-    from switchyard_router.app import _read_body
+    from switchyard_router.bodies import read_body
 
     async def receive():
         return {"type": "http.request", "body": b"{}", "more_body": False}
 
     scope = {"type": "http", "method": "POST", "headers": [(b"content-length", b"\xb2")]}
-    assert asyncio.run(_read_body(Request(scope, receive), 100)) == b"{}"
+    assert asyncio.run(read_body(Request(scope, receive), 100)) == b"{}"
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ from typing import Annotated, Any
 from fastapi import Header
 from fastapi.responses import JSONResponse as StarletteJSONResponse
 
+from switchyard.fields import FieldError
 from switchyard.jsontext import json_bytes, parse_json
 from switchyard.schemas import ResultRecord
-from switchyard.signatures import FieldError
 from switchyard.telemetry import COUNT, MILLISECONDS, emit_metrics, request_dimension_sets
 from switchyard_router.logic import MAX_DEADLINE_MS, Admitted, RequestRejected
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Header, Path, Query, Request
@@ -20,12 +19,10 @@ from starlette.routing import Match
 from starlette.types import Scope
 
 from switchyard.admission import AtCapacity
-from switchyard.auth import TenantDirectory, verified_key_id
-from switchyard.generation import TokenStream
+from switchyard.auth import verified_key_id
+from switchyard.fields import FieldError, field_path
 from switchyard.jobs import JOB_ID_PATTERN, job_view
-from switchyard.results import ResultStore
 from switchyard.schemas import FORBIDDEN, ResultRecord
-from switchyard.signatures import FieldError, field_path
 from switchyard_router import api_document
 from switchyard_router.answers import (
     DeadlineHeader,
@@ -37,12 +34,13 @@ from switchyard_router.answers import (
     queued,
     routed_headers,
 )
+from switchyard_router.bodies import read_body
+from switchyard_router.deps import RouterDeps
 from switchyard_router.generate_api import GenerationCall, NativeFormat, generate
 from switchyard_router.jobs_api import JOB_BODY, JobsApi, parse_submission
 from switchyard_router.logic import Admitted, PredictService, RequestRejected
 from switchyard_router.openai_api import add_openai_routes, is_openai_path
 from switchyard_router.openai_api import error_body as openai_error
-from switchyard_router.streaming import StreamHub
 
 log = logging.getLogger("switchyard.router")
 
@@ -106,18 +104,6 @@ PinHeader = Annotated[
         description="Pin the request to this version: no canary assignment, shadow or fallback",
     ),
 ]
-
-
-@dataclass
-class RouterDeps:
-    service: PredictService
-    tenants: TenantDirectory
-    max_body_bytes: int
-    jobs: JobsApi | None = None  # batch jobs, where the router has the jobs table
-    # Generation: the token streams workers write, and the results they end in.
-    stream: TokenStream | None = None
-    results: ResultStore | None = None
-    hub: StreamHub | None = None  # reads every stream of this process together
 
 
 def create_app(deps: RouterDeps) -> FastAPI:
@@ -215,7 +201,7 @@ def create_app(deps: RouterDeps) -> FastAPI:
         pinned: PinHeader = None,
     ) -> JSONResponse:
         tenant = tenant_of(request)
-        inputs, version = _parse_body(await _read_body(request, deps.max_body_bytes))
+        inputs, version = _parse_body(await read_body(request, deps.max_body_bytes))
         if pinned and version and pinned != version:
             raise RequestRejected(
                 422,
@@ -293,7 +279,7 @@ def create_app(deps: RouterDeps) -> FastAPI:
         ``data: {"token": ...}`` per token and a last ``data: {"done": true, ...}``
         with ``finish_reason`` and ``usage``; otherwise one JSON answer."""
         tenant = tenant_of(request)
-        body = json_object(await _read_body(request, deps.max_body_bytes))
+        body = json_object(await read_body(request, deps.max_body_bytes))
         call = GenerationCall(
             model=model,
             tenant=tenant,
@@ -329,7 +315,7 @@ def _job_routes(app: FastAPI, jobs: JobsApi, tenant_of: Any, max_body_bytes: int
         Lines file in the drop bucket under the caller's prefix. The same file again
         is the same job (200)."""
         tenant = tenant_of(request)
-        submission = parse_submission(await _read_body(request, max_body_bytes))
+        submission = parse_submission(await read_body(request, max_body_bytes))
         job, new = await run_in_threadpool(jobs.submit, tenant, submission)
         body = job_view(job, _base_path(request))
         return JSONResponse(
@@ -454,28 +440,6 @@ def _predict_sync(
         message = record.error.message if record.error else "the request was cancelled"
         return JSONResponse({**body, "message": message}, status, headers=headers)
     return JSONResponse(body, status_code=200, headers=headers)
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    # isdigit alone also takes "²", which int() refuses
-    if declared and declared.isascii() and declared.isdigit() and int(declared) > limit:
-        raise _too_large(int(declared), limit)
-    body = bytearray()
-    async for chunk in request.stream():
-        body.extend(chunk)
-        if len(body) > limit:
-            raise _too_large(len(body), limit)
-    return bytes(body)
-
-
-def _too_large(size: int, limit: int) -> RequestRejected:
-    return RequestRejected(
-        400,
-        "body_too_large",
-        f"the request body is {size} bytes or more; the limit is {limit}",
-        [FieldError("body", f"at most {limit} bytes")],
-    )
 
 
 def _parse_body(body: bytes) -> tuple[Any, str | None]:

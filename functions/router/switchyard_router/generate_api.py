@@ -27,10 +27,10 @@ from typing import Any, Protocol
 from fastapi.responses import Response, StreamingResponse
 
 from switchyard.admission import Kind, Slot
+from switchyard.fields import FieldError
 from switchyard.generation import TokenStream
 from switchyard.results import ResultStore
 from switchyard.schemas import GenerationSignature, ResultRecord
-from switchyard.signatures import FieldError
 from switchyard_router.answers import (
     JSONResponse,
     emit_answered,

@@ -17,11 +17,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from switchyard.callbacks import JobEvents, cancel
+from switchyard.fields import FieldError, field_path
 from switchyard.jobs import TERMINAL, Job, JobRejected, JobStore, job_for_file
 from switchyard.missing_objects import object_missing
 from switchyard.registry import Registry
 from switchyard.routing import RoutingSource
-from switchyard.signatures import FieldError, field_path
 from switchyard_router.answers import json_body
 from switchyard_router.logic import RequestRejected
 

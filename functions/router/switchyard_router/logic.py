@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from switchyard.admission import Admission, Kind, Slot
+from switchyard.fields import FieldError
 from switchyard.generation import PromptTokens, as_request, over_context
 from switchyard.payloads import PayloadStore
 from switchyard.queues import ModelLanes, encode_message
@@ -33,7 +34,7 @@ from switchyard.routing import (
     shadow_version,
 )
 from switchyard.schemas import ErrorInfo, GenerationSignature, QueueMessage, ResultRecord
-from switchyard.signatures import FieldError, check_inputs
+from switchyard.signatures import check_inputs
 from switchyard.stats import percentile
 
 MAX_DEADLINE_MS = 28_000  # below API Gateway's 29 s integration timeout

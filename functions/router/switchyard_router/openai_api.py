@@ -26,9 +26,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
+from switchyard.fields import FieldError
 from switchyard.generation import CHAT_ROLES, CHAT_STOP, MAX_STOPS, render_chat
 from switchyard.schemas import ResultRecord, TextSignature
-from switchyard.signatures import FieldError
 from switchyard_router import api_document
 from switchyard_router.answers import (
     DeadlineHeader,
@@ -40,6 +40,8 @@ from switchyard_router.answers import (
     queued,
     routed_headers,
 )
+from switchyard_router.bodies import read_body
+from switchyard_router.deps import RouterDeps
 from switchyard_router.generate_api import GenerationCall, generate
 from switchyard_router.logic import Admitted, RequestRejected
 from switchyard_router.streaming import Ending, Piece, sse
@@ -448,9 +450,8 @@ class _ChatCompletions(_Completions):
         ]
 
 
-def add_openai_routes(app: FastAPI, deps: Any, tenant_of: Callable[[Request], str]) -> None:
-    """Register the routes on the router app (``deps``: its RouterDeps)."""
-    from switchyard_router.app import _read_body
+def add_openai_routes(app: FastAPI, deps: RouterDeps, tenant_of: Callable[[Request], str]) -> None:
+    """Register the routes on the router app."""
 
     service = deps.service
 
@@ -469,7 +470,7 @@ def add_openai_routes(app: FastAPI, deps: Any, tenant_of: Callable[[Request], st
 
     async def _generation(request: Request, chat: bool, deadline_ms: int | None) -> Response:
         tenant = tenant_of(request)
-        document = _object(await _read_body(request, deps.max_body_bytes))
+        document = _object(await read_body(request, deps.max_body_bytes))
         body = chat_request(document) if chat else completion_request(document)
         options = document.get("stream_options") or {}
         include_usage = bool(isinstance(options, dict) and options.get("include_usage"))
@@ -521,7 +522,7 @@ def add_openai_routes(app: FastAPI, deps: Any, tenant_of: Callable[[Request], st
     )
     async def embeddings(request: Request, deadline_ms: DeadlineHeader = None) -> Response:
         tenant = tenant_of(request)
-        document = _object(await _read_body(request, deps.max_body_bytes))
+        document = _object(await read_body(request, deps.max_body_bytes))
         _check_known(document, {"model", "input", "encoding_format", "dimensions"})
         model = document["model"]
         _known_model(service, model)

@@ -26,8 +26,8 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from switchyard.fields import FieldError, field_path
 from switchyard.schemas import GenerationSignature
-from switchyard.signatures import FieldError, field_path
 from switchyard.tables import RESULTS
 
 # What a chat renders to (the demo model's template; a model's own template would

@@ -8,34 +8,16 @@ this one function, so they can never disagree about what is valid.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Annotated, Any
 
 from pydantic import Field, Strict, TypeAdapter, ValidationError
 
+from switchyard.fields import FieldError
+from switchyard.generation import check_generation
 from switchyard.schemas import GenerationSignature, Signature, TensorSignature, TextSignature
 
-
-@dataclass(frozen=True)
-class FieldError:
-    """A problem with one part of a request, named by its path (``inputs[3][12]``)."""
-
-    field: str
-    message: str
-
-
 _MAX_ERRORS = 20
-
-
-def field_path(loc: Iterable[str | int], base: str = "") -> str:
-    """A validation error's location as the caller wrote it: ``stop[0]``,
-    ``messages[1].content``, after ``base`` (a field of its own)."""
-    path = base
-    for part in loc:
-        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
-    return path
 
 
 def check_inputs(
@@ -62,8 +44,6 @@ def check_item(item: Any, signature: Signature, field: str) -> list[FieldError]:
     if isinstance(signature, TextSignature):
         return _check_text(item, signature, field)
     if isinstance(signature, GenerationSignature):
-        from switchyard.generation import check_generation  # it imports FieldError
-
         return check_generation(item, signature, field)
     if _plainly_valid([item], signature):  # one item alone: a dropped file's line
         return []
