@@ -18,7 +18,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from stacks.cloud import LOG_RETENTION, Deployment
-from stacks.nag import acknowledge, objects_of, skip_checkov
+from stacks.nag import acknowledge, logical_id, objects_of, skip_checkov
 from switchyard import tables
 
 
@@ -182,7 +182,7 @@ class Storage(Construct):
         )
         acknowledge(
             role,
-            "AwsSolutions-IAM5",
+            f"AwsSolutions-IAM5[Resource::<{logical_id(self.batch_drop_bucket)}.Arn>/{tenant}/*]",
             f"Tenant {tenant}'s drop role reaches every object under its own prefix "
             f"({tenant}/) and no other: its files and its jobs' outputs have names "
             "chosen at drop time.",
