@@ -6,15 +6,19 @@ itself, the manifest the tier runs and its fixtures."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 
+from switchyard.registry import DynamoDBRegistry
 from switchyard_local.models import build_all
 from tests.local_platform import ROOT, set_everywhere, start
 from tests.local_platform import RunningPlatform as Platform
 
+GENERATION_MODEL = "pydoc-gpt"
 # Exactly what a person runs (test_stop presses Ctrl-C on all of it).
 MAKE_UP = ("make", "--no-print-directory", "up")
 
@@ -66,3 +70,27 @@ def platform(tmp_path_factory):
 def http(platform):
     with httpx.Client(base_url=platform.url, timeout=60) as client:
         yield client
+
+
+@contextmanager
+def slow_version(platform, version: str, step_delay_seconds: float = 0.08) -> Iterator[None]:
+    """``version`` of pydoc-gpt: v1 with each decode step ``step_delay_seconds``
+    longer (a stream that lasts), registered while the block runs, then retired."""
+    table = platform.info["settings"]["registry_table"]
+    registry = DynamoDBRegistry(platform.client("dynamodb"), table)
+    registry.register(
+        registry.get(GENERATION_MODEL, "v1").model_copy(
+            update={"version": version, "faults": {"step_delay_seconds": step_delay_seconds},
+                    "created_at": 0.0}
+        )
+    )  # fmt: skip
+    try:
+        yield
+    finally:
+        platform.client("dynamodb").update_item(
+            TableName=table,
+            Key={"model": {"S": GENERATION_MODEL}, "version": {"S": version}},
+            UpdateExpression="SET #s = :r",
+            ExpressionAttributeNames={"#s": "status"},
+            ExpressionAttributeValues={":r": {"S": "retired"}},
+        )

@@ -8,14 +8,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import httpx
 import openai
 import pytest
 
-from switchyard.registry import DynamoDBRegistry
+from tests.e2e.conftest import slow_version
 from tests.waiting import wait_for
 
 MODEL = "pydoc-gpt"
@@ -230,30 +228,6 @@ def test_the_native_generate_streams_tokens_then_how_it_ended(platform, http):
         "/v1/models/minilm-embed/generate", json={"prompt": PROMPT}, headers=headers
     )
     assert not_generative.status_code == 400
-
-
-@contextmanager
-def slow_version(platform, version: str) -> Iterator[None]:
-    """``version`` of pydoc-gpt: v1 with each decode step 80 ms longer, registered
-    while the block runs, then retired."""
-    table = platform.info["settings"]["registry_table"]
-    registry = DynamoDBRegistry(platform.client("dynamodb"), table)
-    registry.register(
-        registry.get(MODEL, "v1").model_copy(
-            update={"version": version, "faults": {"step_delay_seconds": 0.08},
-                    "created_at": 0.0}
-        )
-    )  # fmt: skip
-    try:
-        yield
-    finally:
-        platform.client("dynamodb").update_item(
-            TableName=table,
-            Key={"model": {"S": MODEL}, "version": {"S": version}},
-            UpdateExpression="SET #s = :r",
-            ExpressionAttributeNames={"#s": "status"},
-            ExpressionAttributeValues={":r": {"S": "retired"}},
-        )
 
 
 def test_a_worker_killed_mid_stream_leaves_the_callers_text_whole_in_order(platform, http):

@@ -10,8 +10,9 @@ import json
 import httpx
 import pytest
 
-from tests.e2e.conftest import e2e_manifest, start_platform
+from tests.e2e.conftest import e2e_manifest, slow_version, start_platform
 from tests.local_platform import set_everywhere
+from tests.waiting import wait_for
 
 MAX_STREAMS = 2
 IMAGE = [0, 0, 5, 13, 9, 1, 0, 0] * 8
@@ -32,14 +33,22 @@ def capped(tmp_path_factory):
 def test_a_tenant_at_its_stream_cap_cannot_stop_another_tenants_predict(capped):
     keys = capped.keys
     acme = {"x-api-key": keys["acme"]}
-    with contextlib.ExitStack() as held, httpx.Client(base_url=capped.url, timeout=60) as http:
-        # GIVEN acme holding its two streams, each past its first token
+    with (
+        contextlib.ExitStack() as held,
+        httpx.Client(base_url=capped.url, timeout=60) as http,
+        slow_version(capped, "slow", step_delay_seconds=1.0),
+    ):
+        # GIVEN acme holding its two streams, each past its first token (a version
+        # slow enough that they run on through the test: a second a decode step)
+        slow = {**acme, "x-model-version": "slow"}
+        reading: list = []  # each stream's line iterator, kept: a dropped one closes it
         for _ in range(MAX_STREAMS):
             response = held.enter_context(
-                http.stream("POST", "/v1/models/pydoc-gpt/generate", json=LONG_STREAM, headers=acme)
+                http.stream("POST", "/v1/models/pydoc-gpt/generate", json=LONG_STREAM, headers=slow)
             )
             assert response.status_code == 200
-            first = next(line for line in response.iter_lines() if line.startswith("data:"))
+            reading.append(response.iter_lines())
+            first = next(line for line in reading[-1] if line.startswith("data:"))
             assert "token" in json.loads(first.removeprefix("data:"))
         # WHEN acme asks for one more stream
         refused = http.post("/v1/models/pydoc-gpt/generate", json=LONG_STREAM, headers=acme)
@@ -56,11 +65,17 @@ def test_a_tenant_at_its_stream_cap_cannot_stop_another_tenants_predict(capped):
             )
             assert answer.status_code == 200, answer.text
             assert answer.json()["status"] == "done"
-    # AND once acme's streams are closed its next stream is admitted again
+    # AND once acme's streams are closed its next stream is admitted again (as soon
+    # as the router finds each caller gone: at its next token, a second or so)
     with httpx.Client(base_url=capped.url, timeout=60) as http:
-        again = http.post(
-            "/v1/models/pydoc-gpt/generate",
-            json={**LONG_STREAM, "max_tokens": 4},
-            headers=acme,
-        )
+
+        def admitted() -> httpx.Response | None:
+            again = http.post(
+                "/v1/models/pydoc-gpt/generate",
+                json={**LONG_STREAM, "max_tokens": 4},
+                headers=acme,
+            )
+            return None if again.status_code == 429 else again
+
+        again = wait_for(admitted, timeout_s=30)
         assert again.status_code == 200, again.text
