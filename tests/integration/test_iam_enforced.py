@@ -7,7 +7,6 @@ that may be missing end as they should under that answer."""
 from __future__ import annotations
 
 import json
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,21 +16,12 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from switchyard.payloads import PayloadMissing, S3PayloadStore
+from switchyard_local.role_policies import enforce_iam
 from tests.integration.conftest import REGION
 
 ACCOUNT = "123456789012"  # moto's
 BUCKET = "iam-bucket"
 TABLE = "iam-table"
-
-
-def enforce(emulator_url: str, count: str) -> None:
-    request = urllib.request.Request(
-        f"{emulator_url}/moto-api/reset-auth",
-        data=count.encode(),
-        headers={"Content-Type": "text/plain"},  # a form's body would be parsed away
-        method="POST",
-    )
-    urllib.request.urlopen(request).close()
 
 
 def client_as(service: str, emulator_url: str, keys: dict[str, str]) -> Any:
@@ -95,7 +85,7 @@ def iam_world(clients, emulator_url) -> Iterator[Any]:
             allow(["s3:ListBucket"], f"arn:aws:s3:::{BUCKET}"),
         ],
     )
-    enforce(emulator_url, "0")
+    enforce_iam(emulator_url)
     try:
 
         class World:
@@ -109,7 +99,7 @@ def iam_world(clients, emulator_url) -> Iterator[Any]:
 
         yield World
     finally:
-        enforce(emulator_url, "inf")
+        enforce_iam(emulator_url, on=False)
 
 
 def code_of(call: Any) -> str:
