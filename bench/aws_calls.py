@@ -300,7 +300,7 @@ class Harness:
         self.ddb = emu.client("dynamodb")
 
     def _register(self) -> None:
-        from tests.fakes import version_record
+        from harness.fakes import version_record
 
         self.splitter.registry.register(version_record(TEXT_MODEL))
 

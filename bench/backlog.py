@@ -37,7 +37,7 @@ from bench.loadgen import check_loopback
 from bench.model_limit import LoadedModel, throughput
 from bench.platform_proc import local_platform
 from bench.proc_cpu import CpuMeter
-from tests.local_platform import RunningPlatform
+from harness.local_platform import RunningPlatform
 
 BATCH_SIZE, _ = batching_of(TEXT_MODEL)  # the limit is the model's at the worker's max batch
 BURSTS = {"full": ((200, 16), (1000, 1)), "quick": ((60, 16), (300, 1))}

@@ -42,7 +42,7 @@ from bench.loadgen import run_step
 from bench.model_limit import LoadedModel
 from bench.platform_proc import local_platform
 from bench.soak import MemorySampler
-from tests.local_platform import RunningPlatform
+from harness.local_platform import RunningPlatform
 
 SIZES = {"full": (10_000, 100_000, 1_000_000), "quick": (2_000, 10_000)}
 JOB_LINES = {"full": 100_000, "quick": 3_000}

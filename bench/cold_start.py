@@ -32,11 +32,11 @@ from bench.emulator import Emulator
 
 
 def cold_start(emu: Emulator, runs: int) -> dict[str, Any]:
+    from harness.lambda_events import rest_event
     from stacks.assets import build_layouts
     from switchyard.settings import RouterSettings, to_environment
     from switchyard_local.deployed import LambdaProcess, Launcher, can_mount
     from switchyard_local.supervisor import base_environment
-    from tests.deploy.lambda_events import rest_event
 
     launcher = Launcher(build_layouts(), exact_paths=can_mount())
     values = emu.provisioned.router_values(None)  # the extension prefetches at init; none here
@@ -95,12 +95,12 @@ class _Noop:
 
 
 def warm_cpu(requests: int) -> dict[str, Any]:
+    from harness.fakes import FakePayloads, FakeQueue, FakeRegistry, FakeResults, version_record
     from switchyard.auth import KeyIdDirectory
     from switchyard.queues import ModelLanes
     from switchyard.schemas import ResultRecord
     from switchyard_router.app import RouterDeps, create_app
     from switchyard_router.logic import PredictService
-    from tests.fakes import FakePayloads, FakeQueue, FakeRegistry, FakeResults, version_record
 
     record = version_record(TEXT_MODEL)
     results = FakeResults()

@@ -23,10 +23,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from harness import MODELS_DIR, ROOT  # noqa: F401 - the sections import them from here
 from switchyard.stats import percentile  # noqa: F401 - the sections import it from here
 
-ROOT = Path(__file__).resolve().parents[1]
-MODELS_DIR = ROOT / "build" / "models"
 TEXT_MODEL = "minilm-embed"
 TENSOR_MODEL = "digits-cnn"
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.local_platform import use_local_credentials
+from harness.local_platform import use_local_credentials
 
 REGION = "us-east-1"
 STAGE = "dev"

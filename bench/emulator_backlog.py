@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import median
-from tests.local_platform import use_local_credentials
+from harness.local_platform import use_local_credentials
 
 BODY = "x" * 500
 COUNTS = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]

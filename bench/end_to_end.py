@@ -31,7 +31,7 @@ from bench.common import (
 from bench.loadgen import Sender, StepResult, run_ladder, run_sequential, sustainable_rate
 from bench.platform_proc import local_platform
 from bench.proc_cpu import CpuMeter
-from tests.local_platform import RunningPlatform
+from harness.local_platform import RunningPlatform
 
 DEADLINE_MS = 10_000
 STAGES = (

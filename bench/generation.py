@@ -45,7 +45,7 @@ from bench.common import MODELS_DIR, percentile, ratio
 from bench.loadgen import DISTURBED_SHARE, check_loopback
 from bench.platform_proc import local_platform
 from bench.proc_cpu import CpuMeter
-from tests.local_platform import RunningPlatform
+from harness.local_platform import RunningPlatform
 
 MODEL = "pydoc-gpt"
 VERSION = "v1"

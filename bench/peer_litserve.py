@@ -32,9 +32,9 @@ from bench.common import ROOT, TEXT_MODEL, batching_of, sentences
 from bench.end_to_end import ladder
 from bench.loadgen import Sender, run_ladder, run_sequential, sustainable_rate
 from bench.proc_cpu import CpuMeter
+from harness.local_platform import processes
 from switchyard_local.emulator import free_port
 from switchyard_local.lifetime import terminate_with_parent
-from tests.local_platform import processes
 
 # The worker's batching settings, given to every peer.
 MAX_BATCH_SIZE, BATCH_TIMEOUT_S = batching_of(TEXT_MODEL)

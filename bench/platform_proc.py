@@ -1,5 +1,5 @@
 """The local platform as the benchmarks run it, on the tests' harness
-(``tests.local_platform``: started as real processes, ready at its READY line,
+(``harness.local_platform``: started as real processes, ready at its READY line,
 stopped as Ctrl-C stops it).
 
 What is the bench's own: ``switchyard up`` itself (not through make), a temporary
@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.local_platform import (
+from harness.local_platform import (
     LOCAL_CREDENTIALS,
     READY_TIMEOUT_S,
     ROOT,

@@ -8,7 +8,7 @@ import os
 import resource
 from pathlib import Path
 
-from tests.local_platform import descendants, stat_fields
+from harness.local_platform import descendants, stat_fields
 
 _TICK = os.sysconf("SC_CLK_TCK")
 

@@ -19,8 +19,8 @@ and again after the next request.
   (running, starting, desired), queue depth and the age of the oldest message, until
   every request is answered and the model is back at zero.
 - **Replay.** The same arrivals, second by second, go through
-  ``switchyard.scaling.decide`` in the tests' simulator
-  (``tests.scaling_scenarios.Simulator``) with the start times and the per-worker
+  ``switchyard.scaling.decide`` in the harness's simulator
+  (``harness.scaling_scenarios.Simulator``) with the start times and the per-worker
   rate measured in the live run: what the policy alone would have done, plotted
   beside what the platform did.
 """
@@ -43,12 +43,12 @@ import httpx
 from bench.backlog import adapters_of, drain, submit
 from bench.common import TEXT_MODEL, median, sentences
 from bench.platform_proc import local_platform
+from harness.local_platform import RunningPlatform
+from harness.scaling_scenarios import Simulator
+from harness.waiting import wait_for
+from harness.worker_log import logged_at
 from switchyard.scaling import ScalingPolicy
 from switchyard_local.autoscaler import TICK_SECONDS
-from tests.e2e.worker_log import logged_at
-from tests.local_platform import RunningPlatform
-from tests.scaling_scenarios import Simulator
-from tests.waiting import wait_for
 
 IDLE_SECONDS = 10
 # Scale-ins are at least 300 s apart in the manifest: without this, the model would

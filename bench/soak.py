@@ -43,8 +43,8 @@ from bench.loadgen import Sender, run_step
 from bench.platform_proc import local_platform
 from bench.proc_cpu import role
 from bench.report import clean, table
+from harness.local_platform import RunningPlatform, descendants, ready_pid
 from switchyard.schemas import FINAL_STATUSES
-from tests.local_platform import RunningPlatform, descendants, ready_pid
 
 DEFAULT_MINUTES = 30.0
 DEFAULT_RATE = 6.0  # predicts/s: about half of what the platform sustains on this machine

@@ -38,8 +38,8 @@ from bench.soak import (
     slope_per_hour,
     timeline,
 )
-from tests.e2e.worker_log import delivery_events
-from tests.local_platform import edit_manifest, json_lines
+from harness.local_platform import edit_manifest, json_lines
+from harness.worker_log import delivery_events
 
 
 def test_percentile_interpolates_between_ranks():

@@ -20,7 +20,7 @@ from bench import peer_litserve
 from bench.common import ROOT
 from bench.peer_litserve import run_peer, session_members, stat_session
 from bench.peer_rayserve import RayCpuMeter, ray_role
-from tests.local_platform import stat_fields
+from harness.local_platform import stat_fields
 
 SITE = "/work/.venv/lib/python3.11/site-packages/ray"
 

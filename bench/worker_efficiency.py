@@ -3,7 +3,7 @@ fed through an in-memory queue at saturation, against the model limit.
 
 The queue is filled before the worker starts, so the worker never waits for work:
 what it achieves is its own ceiling. Queues, registry, results and payloads are
-the test suite's in-memory fakes (``tests/fakes.py``), so the figure isolates the
+the in-memory fakes of the core's stores (``harness/fakes.py``), so the figure isolates the
 worker's code (decode, validate, assemble, run, record, store, delete) from the AWS
 round trips, which the end-to-end section measures. Every call into the model is
 timed, so the time per batch splits into the bare model, the runtime's output
@@ -25,7 +25,7 @@ from typing import Any
 
 from bench.common import accepted_kwargs, quiet_output
 from bench.model_limit import LoadedModel, throughput
-from tests.fakes import (
+from harness.fakes import (
     DroppedPredictionLog,
     FakePayloads,
     FakeQueue,

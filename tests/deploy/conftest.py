@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from harness import lambda_events
 from stacks.assets import Layouts, build_layouts
 from switchyard.settings import RouterSettings, Settings, SplitterSettings, to_environment
 from switchyard.wiring import Adapters, build_adapters
@@ -32,7 +33,6 @@ from switchyard_local.deployed import (
 )
 from switchyard_local.models import build_all
 from switchyard_local.supervisor import LocalPlatform, base_environment, free_port
-from tests.deploy import lambda_events
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "minilm-embed"

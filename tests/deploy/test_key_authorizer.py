@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
+from harness import lambda_events
 from switchyard_local.deployed import (
     LambdaInvokeError,
     LambdaProcess,
     Launcher,
 )
 from switchyard_local.supervisor import base_environment
-from tests.deploy import lambda_events
 
 KEY = "sy-0123456789abcdefghijklmnopqrstuv"
 METHOD_ARN = (

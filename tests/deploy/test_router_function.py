@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from harness.waiting import wait_for
 from switchyard_local.deployed import LambdaInitError, LambdaProcess, Launcher
-from tests.waiting import wait_for
 
 from .conftest import (
     MODEL,

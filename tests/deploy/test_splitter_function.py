@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 
+from harness.lambda_events import s3_event, sqs_event
+from harness.waiting import wait_for
 from switchyard.jobs import Job, JobStore, chunk_request_id
 from switchyard_local.deployed import LambdaProcess, Launcher
-from tests.deploy.lambda_events import s3_event, sqs_event
-from tests.waiting import wait_for
 
 from .conftest import deployed_roots
 

@@ -7,10 +7,10 @@ import os
 import subprocess
 from pathlib import Path
 
+from harness.local_platform import json_lines
 from stacks.assets import REPO_ROOT, WORKER_DOCKERFILE, image_copies
 from switchyard_local.deployed import Launcher
 from switchyard_local.supervisor import base_environment
-from tests.local_platform import json_lines
 
 from .conftest import image_root
 

@@ -1,6 +1,6 @@
 """E2E tier: the local platform started as real processes (`switchyard up`, what
 `make up` runs), spoken to over HTTP. Started, read and stopped by the harness the
-bench shares (``tests.local_platform``); what is the tier's own is here: `make up`
+bench shares (``harness.local_platform``); what is the tier's own is here: `make up`
 itself, the manifest the tier runs and its fixtures."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness.local_platform import ROOT, set_everywhere, start
+from harness.local_platform import RunningPlatform as Platform
 from switchyard.registry import DynamoDBRegistry
 from switchyard_local.models import build_all
-from tests.local_platform import ROOT, set_everywhere, start
-from tests.local_platform import RunningPlatform as Platform
 
 GENERATION_MODEL = "pydoc-gpt"
 # Exactly what a person runs (test_stop presses Ctrl-C on all of it).

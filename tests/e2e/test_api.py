@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from tests.waiting import wait_for
+from harness.waiting import wait_for
 
 DIGIT_ZERO = [
     0,

@@ -12,8 +12,8 @@ import httpx
 import pytest
 from botocore.exceptions import ClientError
 
+from harness.waiting import wait_for
 from switchyard.jobs import Job, JobStore, chunk_request_id
-from tests.waiting import wait_for
 
 
 def jobs_of(platform, tenant: str) -> list[Job]:

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests import waiting
+from harness import waiting
 from tests.e2e.accounting import SENTENCES, wait_all_done
 from tests.e2e.chromium import Browser, Page, ensure_chromium
 from tests.e2e.test_rollouts import cli

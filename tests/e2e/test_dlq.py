@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
+from harness.waiting import wait_for
 from tests.e2e.accounting import submit_pinned
 from tests.e2e.test_faults import wait_all_done
 from tests.e2e.test_rollouts import FAULTY, cli
-from tests.waiting import wait_for
 
 EXHAUSTED_LOG = "retries exhausted; the message goes to the DLQ"
 

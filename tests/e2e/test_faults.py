@@ -8,8 +8,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from harness.waiting import wait_for
 from tests.e2e.accounting import stored_per_request, submit_async, wait_all_done
-from tests.waiting import wait_for
 
 
 def signal_worker_under_load(platform, requests: int, after: int, sig: int) -> tuple[list, int]:

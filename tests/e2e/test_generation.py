@@ -13,8 +13,8 @@ import httpx
 import openai
 import pytest
 
+from harness.waiting import wait_for
 from tests.e2e.conftest import slow_version
-from tests.waiting import wait_for
 
 MODEL = "pydoc-gpt"
 PROMPT = "Return the"

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import time
 
+from harness.waiting import wait_for
 from switchyard.callbacks import ATTEMPT_HEADER, JOB_HEADER, SIGNATURE_HEADER, verify
 from tests.callback_receiver import CallbackReceiver
-from tests.waiting import wait_for
 
 
 def auth(platform, tenant: str) -> dict[str, str]:

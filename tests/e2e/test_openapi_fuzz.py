@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, settings
 from schemathesis.core.parameters import ParameterLocation
 from schemathesis.specs.openapi.checks import negative_data_rejection
 
+from harness.waiting import wait_for
 from switchyard.schemas import FORBIDDEN, UNAUTHORIZED
-from tests.waiting import wait_for
 
 from .test_api import DIGIT_ZERO
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import httpx
 
+from harness.local_platform import descendants
+from harness.waiting import wait_for
 from switchyard.manifest import load_manifest
 from switchyard_local.controller import MetricsWindow
 from tests.e2e.test_api import DIGIT_ZERO, PATIENT_MS
-from tests.local_platform import descendants
-from tests.waiting import wait_for
 
 ROUTING_PICKUP_S = 6  # the router caches a routing document for 5 s
 FAULTY = Path(__file__).resolve().parents[2] / "build/models/digits-cnn/faulty/model.pt"

@@ -17,11 +17,11 @@ from typing import Any
 import httpx
 import pytest
 
+from harness.local_platform import set_everywhere
+from harness.waiting import wait_for
+from harness.worker_log import logged_at
 from tests.e2e.accounting import SENTENCES, stored_per_request, submit_async, wait_all_done
 from tests.e2e.conftest import Platform, e2e_manifest, start_platform
-from tests.e2e.worker_log import logged_at
-from tests.local_platform import set_everywhere
-from tests.waiting import wait_for
 
 MODEL = "minilm-embed"
 IDLE_SECONDS = 5

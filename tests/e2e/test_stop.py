@@ -10,8 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from harness.local_platform import ROOT, descendants, stat_fields
 from switchyard_local.emulator import free_port
-from tests.local_platform import ROOT, descendants, stat_fields
 
 
 def alive(pid: int) -> bool:
@@ -110,7 +110,7 @@ STARTER = """
 import sys, time
 from pathlib import Path
 from tests.e2e.conftest import e2e_manifest, start_platform
-from tests.local_platform import edit_manifest
+from harness.local_platform import edit_manifest
 platform = start_platform(
     Path(sys.argv[1]),
     edit_manifest(e2e_manifest(), keep_models={"digits-cnn"}),

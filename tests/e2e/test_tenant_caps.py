@@ -10,9 +10,9 @@ import json
 import httpx
 import pytest
 
+from harness.local_platform import set_everywhere
+from harness.waiting import wait_for
 from tests.e2e.conftest import e2e_manifest, slow_version, start_platform
-from tests.local_platform import set_everywhere
-from tests.waiting import wait_for
 
 MAX_STREAMS = 2
 IMAGE = [0, 0, 5, 13, 9, 1, 0, 0] * 8

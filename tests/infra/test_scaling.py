@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Template
 
+from harness.scaling_scenarios import SCENARIOS, Scenario, fits
 from switchyard.manifest import Manifest
 from switchyard.scaling import ScalingSignals, decide
-from tests.scaling_scenarios import SCENARIOS, Scenario, fits
 
 from .helpers import alarm_value, breaches, logical_id, only, step_adjustment
 

@@ -194,9 +194,9 @@ def test_an_expired_payload_is_missing_to_a_role_that_may_not_list(iam_world):
 
 
 def test_a_job_whose_input_is_missing_is_404_to_a_role_that_may_not_list(iam_world):
+    from harness.fakes import FakeRegistry, version_record
     from switchyard_router.jobs_api import JobsApi, JobSubmission
     from switchyard_router.logic import RequestRejected
-    from tests.fakes import FakeRegistry, version_record
 
     api = JobsApi(store=None, s3=iam_world.client("s3", "reader"),  # type: ignore[arg-type]
                   registry=FakeRegistry(version_record("minilm-embed")),

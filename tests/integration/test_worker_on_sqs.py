@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from harness.fakes import EchoRuntime
 from switchyard.payloads import S3PayloadStore
 from switchyard.queues import SqsWorkQueue
 from switchyard.registry import DynamoDBRegistry
@@ -16,7 +17,6 @@ from switchyard.results import DynamoDBResultStore
 from switchyard.schemas import QueueMessage
 from switchyard_worker.runtimes import FaultyRuntime
 from switchyard_worker.worker import Worker
-from tests.fakes import EchoRuntime
 
 
 @pytest.fixture

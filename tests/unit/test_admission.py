@@ -9,13 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from stacks.assets import MANIFEST_FILE
-from switchyard.admission import Admission, AtCapacity, InMemorySlotStore
-from switchyard.manifest import Manifest
-from switchyard.queues import ModelLanes
-from switchyard_router.app import RouterDeps, create_app
-from switchyard_router.logic import PredictService
-from tests.fakes import (
+from harness.fakes import (
     FakePayloads,
     FakeQueue,
     FakeRegistry,
@@ -24,6 +18,12 @@ from tests.fakes import (
     tenant_keys,
     version_record,
 )
+from stacks.assets import MANIFEST_FILE
+from switchyard.admission import Admission, AtCapacity, InMemorySlotStore
+from switchyard.manifest import Manifest
+from switchyard.queues import ModelLanes
+from switchyard_router.app import RouterDeps, create_app
+from switchyard_router.logic import PredictService
 from tests.unit.test_router_app import IMAGE, KEYS, InstantQueue
 
 LEASES = {"streams": 300.0, "sync_requests": 30.0}

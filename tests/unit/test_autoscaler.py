@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.scaling_scenarios import SAMPLE_POLICY
+from harness.waiting import wait_for
 from switchyard.scaling import LaneSignals, ScalingPolicy
 from switchyard_local.autoscaler import (
     HOLD_LOG_SECONDS,
@@ -26,8 +28,6 @@ from switchyard_local.autoscaler import (
     queue_name,
 )
 from switchyard_local.supervisor import DRAIN_TIMEOUT_SECONDS, WorkerPool
-from tests.scaling_scenarios import SAMPLE_POLICY
-from tests.waiting import wait_for
 
 MODEL = "minilm-embed"
 POLICY = SAMPLE_POLICY

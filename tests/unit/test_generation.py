@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from harness.fakes import CharTokenizer, FakeResults, FakeTokenStream, ScriptDecoder
 from switchyard.generation import (
     CHAT_STOP,
     Chunk,
@@ -24,7 +25,6 @@ from switchyard_router.openai_api import chat_request, completion_request
 from switchyard_router.streaming import Ending, Piece, TokenReader
 from switchyard_worker.generation import Continuous, Sequence, advance, held_back
 from tests.devices import DEVICES
-from tests.fakes import CharTokenizer, FakeResults, FakeTokenStream, ScriptDecoder
 
 SIG = GenerationSignature(context_length=64, max_tokens=32, max_chars=100)
 

@@ -19,9 +19,10 @@ PACKAGES = {
     "switchyard_local": ROOT / "local" / "switchyard_local",
     "stacks": ROOT / "stacks",
     "bench": ROOT / "bench",
+    "harness": ROOT / "harness",
 }
 DEPLOYED = ("switchyard", "switchyard_router", "switchyard_batch", "switchyard_worker")
-NOT_DEPLOYED = ("switchyard_local", "stacks", "bench", "tests")
+NOT_DEPLOYED = ("switchyard_local", "stacks", "bench", "harness", "tests")
 
 
 def modules() -> dict[str, Path]:
@@ -130,3 +131,21 @@ def test_the_check_finds_a_circle_and_names_it():
     # the rule itself: a two-module loop and a three-module loop are found, a chain is not
     edges = {"a": {"b"}, "b": {"a"}, "c": {"d"}, "d": {"e"}, "e": {"c"}, "f": {"g"}, "g": set()}
     assert circles(edges) == [["a", "b"], ["c", "d", "e"]]
+
+
+def test_tests_and_bench_share_the_harness_and_import_neither_each_other():
+    # test modules included: a test that imports bench, or a bench module that
+    # imports a test, would tie the two folders back together
+    crossings = {
+        f"{path.relative_to(ROOT)} imports {imported}"
+        for folder, other in (
+            ("tests", "bench"),
+            ("bench", "tests"),
+            ("harness", "tests"),
+            ("harness", "bench"),
+        )
+        for path in (ROOT / folder).rglob("*.py")
+        for imported in imports_of(path, set())
+        if imported.split(".")[0] == other
+    }
+    assert crossings == set()

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+from harness.fakes import FakeRegistry, version_record
 from switchyard.missing_objects import object_missing
 from switchyard.payloads import PayloadMissing, S3PayloadStore
 from switchyard_batch.splitter import FILE_GONE
 from switchyard_router.jobs_api import JobsApi, JobSubmission
 from switchyard_router.logic import RequestRejected
-from tests.fakes import FakeRegistry, version_record
 
 BUCKET = "drop"
 # (operation, code) as botocore raises them: a HEAD's error has no body, so its code

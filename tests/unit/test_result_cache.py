@@ -9,13 +9,7 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from switchyard.queues import ModelLanes
-from switchyard.result_cache import CacheEntry, cache_key, cacheable
-from switchyard.schemas import QueueMessage
-from switchyard_router.app import RouterDeps, create_app
-from switchyard_router.logic import PredictService
-from switchyard_worker.worker import Worker
-from tests.fakes import (
+from harness.fakes import (
     EchoRuntime,
     FakePayloads,
     FakeQueue,
@@ -26,6 +20,12 @@ from tests.fakes import (
     tenant_keys,
     version_record,
 )
+from switchyard.queues import ModelLanes
+from switchyard.result_cache import CacheEntry, cache_key, cacheable
+from switchyard.schemas import QueueMessage
+from switchyard_router.app import RouterDeps, create_app
+from switchyard_router.logic import PredictService
+from switchyard_worker.worker import Worker
 
 KEYS = {"k-acme": "acme", "k-globex": "globex"}
 IMAGE = [1] * 64

@@ -10,11 +10,7 @@ import jsonschema
 import pytest
 from fastapi.testclient import TestClient
 
-from switchyard.queues import ModelLanes
-from switchyard.schemas import FORBIDDEN, UNAUTHORIZED, QueueMessage, ResultRecord
-from switchyard_router.app import RouterDeps, create_app
-from switchyard_router.logic import PredictService
-from tests.fakes import (
+from harness.fakes import (
     FakePayloads,
     FakeQueue,
     FakeRegistry,
@@ -22,6 +18,10 @@ from tests.fakes import (
     behind_api_gateway,
     tenant_keys,
 )
+from switchyard.queues import ModelLanes
+from switchyard.schemas import FORBIDDEN, UNAUTHORIZED, QueueMessage, ResultRecord
+from switchyard_router.app import RouterDeps, create_app
+from switchyard_router.logic import PredictService
 
 KEYS = {"k-acme": "acme", "k-globex": "globex"}
 IMAGE = [0] * 64
@@ -427,7 +427,7 @@ def test_a_content_length_of_other_digits_is_read_as_no_length():
 @pytest.fixture
 def text_world():
     """A generative model and an embedding model, no worker: nothing is answered."""
-    from tests.fakes import version_record
+    from harness.fakes import version_record
 
     results = FakeResults()
     lanes = {

@@ -8,13 +8,7 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from switchyard.queues import ModelLanes
-from switchyard.routing import RoutingDocument
-from switchyard.schemas import QueueMessage, ResultRecord
-from switchyard.telemetry import dimension_sets
-from switchyard_router.app import RouterDeps, create_app
-from switchyard_router.logic import PredictService
-from tests.fakes import (
+from harness.fakes import (
     FakePayloads,
     FakeQueue,
     FakeRegistry,
@@ -22,6 +16,12 @@ from tests.fakes import (
     behind_api_gateway,
     tenant_keys,
 )
+from switchyard.queues import ModelLanes
+from switchyard.routing import RoutingDocument
+from switchyard.schemas import QueueMessage, ResultRecord
+from switchyard.telemetry import dimension_sets
+from switchyard_router.app import RouterDeps, create_app
+from switchyard_router.logic import PredictService
 
 IMAGE = [0] * 64
 

@@ -5,9 +5,9 @@ import json
 import pytest
 from pydantic import ValidationError
 
+from harness.fakes import FakeRegistry, version_record
 from switchyard.jobs import JobRejected, job_version
 from switchyard.routing import CachedRouting, RoutingDocument, load_schema, pick_version
-from tests.fakes import FakeRegistry, version_record
 
 
 def keys(n: int) -> list[str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.common import MODELS_DIR
+from harness import MODELS_DIR
 from switchyard_worker.runtimes import SentenceEmbedder, TorchScriptClassifier, choose_device
 from tests.devices import DEVICES
 

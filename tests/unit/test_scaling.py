@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import pytest
 
+from harness.scaling_scenarios import SCENARIOS, Scenario, Simulator, fits, signals
 from stacks.assets import MANIFEST_FILE
 from switchyard.manifest import Manifest
 from switchyard.scaling import (
@@ -20,7 +21,6 @@ from switchyard.scaling import (
     ScalingSignals,
     decide,
 )
-from tests.scaling_scenarios import SCENARIOS, Scenario, Simulator, fits, signals
 
 DEV = ScalingPolicy(
     min_tasks=0,

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from harness.scaling_scenarios import SAMPLE_POLICY
 from switchyard.routing import RoutingDocument
 from switchyard.scaling import LaneSignals
 from switchyard.telemetry import COUNT, MILLISECONDS, metrics_document, request_dimension_sets
@@ -45,7 +46,6 @@ from switchyard_local.status import (
     service_name_marker,
 )
 from switchyard_local.traffic import Change
-from tests.scaling_scenarios import SAMPLE_POLICY
 
 MODEL = "minilm-embed"
 POLICY = SAMPLE_POLICY

@@ -9,11 +9,11 @@ from contextlib import contextmanager
 
 import pytest
 
+from harness.fakes import EchoRuntime, FakePayloads, FakeQueue, FakeRegistry, FakeResults
+from harness.waiting import wait_for
 from switchyard.generation import Chunk
 from switchyard.schemas import QueueMessage, ResultRecord
 from switchyard_worker.worker import Worker
-from tests.fakes import EchoRuntime, FakePayloads, FakeQueue, FakeRegistry, FakeResults
-from tests.waiting import wait_for
 
 
 @pytest.fixture
@@ -528,7 +528,7 @@ def test_a_realtime_request_waits_behind_one_batch_of_a_job_not_all_received(par
 
 @pytest.fixture
 def generating(manifest):
-    from tests.fakes import FakeTokenStream, GenerativeRuntime, ScriptDecoder
+    from harness.fakes import FakeTokenStream, GenerativeRuntime, ScriptDecoder
 
     record = manifest.models["pydoc-gpt"].version_record(
         "pydoc-gpt", "v1", "s3://a/m.tar", "0" * 64, created_at=1.0

@@ -9,12 +9,12 @@ import time
 
 import pytest
 
+from harness.fakes import EchoRuntime, FakePayloads, FakeRegistry
+from harness.waiting import wait_for
 from switchyard.schemas import ResultRecord
 from switchyard_worker.intake import read_message
 from switchyard_worker.versions import ServedVersions
-from tests.fakes import EchoRuntime, FakePayloads, FakeRegistry
 from tests.unit.test_worker import build, send
-from tests.waiting import wait_for
 
 
 class Stages:

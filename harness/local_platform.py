@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.waiting import wait_for
+from harness.worker_log import delivery_events
 from switchyard import aws
 from switchyard_local.emulator import free_port
 from switchyard_local.lifetime import terminate_with_parent
-from tests.e2e.worker_log import delivery_events
-from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 READY = re.compile(r"^READY (http://127\.0\.0\.1:(\d+)) api_key=(\S+)$")
@@ -124,7 +124,7 @@ class RunningPlatform:
 
     def worker_log_events(self) -> list[dict[str, Any]]:
         """Every worker's log events, a batch's stored results read as one event per
-        request (``tests.e2e.worker_log``)."""
+        request (``harness.worker_log``)."""
         return delivery_events(self.log_events("worker-*.log"))
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
