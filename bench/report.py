@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,15 @@ def table(header: list[str], rows: list[list[Any]]) -> str:
 def paragraph(text: str) -> str:
     """A paragraph the template wraps for its reader, as the one line the page has."""
     return " ".join(line.strip() for line in text.splitlines() if line.strip()) + "\n"
+
+
+def pairs(
+    items: Mapping[str, Any] | Iterable[tuple[str, Any]], sep: str = " ", spec: str = ""
+) -> str:
+    """``name value, name value``: a mapping (or its items) on one line, each value
+    formatted by ``spec`` as Python's ``format`` does."""
+    entries = items.items() if isinstance(items, Mapping) else items
+    return ", ".join(f"{k}{sep}{format(v, spec)}" for k, v in entries)
 
 
 # -- what the page works out ---------------------------------------------------------
@@ -158,7 +167,15 @@ def _templates() -> jinja2.Environment:
         keep_trailing_newline=True,
         autoescape=False,  # markdown, not HTML
     )
-    env.filters.update(fmt=fmt, times=times, pct=pct, paragraph=paragraph)
+    env.filters.update(
+        fmt=fmt,
+        times=times,
+        pct=pct,
+        paragraph=paragraph,
+        pairs=pairs,
+        spec=format,
+        json=json.dumps,
+    )
     env.globals.update(
         ratio=ratio,
         keyed=keyed,
@@ -176,17 +193,19 @@ def _templates() -> jinja2.Environment:
     return env
 
 
+def render(template: str, **context: Any) -> str:
+    """A page of ``bench/templates`` filled in: the benchmarks' or the soak's."""
+    return _templates().get_template(template).render(**context)
+
+
 def markdown(results: dict[str, Any], images: list[str]) -> str:
     """The page: the template filled with the run's figures (a section with none is
     left out); a plot the template has no place for goes at the end."""
-    text = (
-        _templates()
-        .get_template("benchmarks.md.j2")
-        .render(
-            results=results,
-            sections={name: s for name, s in results["sections"].items() if s},
-            goals=evaluate(results),
-        )
+    text = render(
+        "benchmarks.md.j2",
+        results=results,
+        sections={name: s for name, s in results["sections"].items() if s},
+        goals=evaluate(results),
     )
     for name in images:
         if f"({IMG}/{name})" not in text:

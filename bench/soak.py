@@ -36,13 +36,13 @@ from typing import Any
 
 import httpx
 
-from bench.common import TENSOR_MODEL, TEXT_MODEL, digit_images, fmt, machine_info, percentile
+from bench.common import TENSOR_MODEL, TEXT_MODEL, digit_images, machine_info, percentile
 from bench.common import sentences as make_sentences
 from bench.emulator_backlog import rss_mib
 from bench.loadgen import Sender, run_step
 from bench.platform_proc import local_platform
 from bench.proc_cpu import role
-from bench.report import clean, table
+from bench.report import clean, render
 from harness.local_platform import RunningPlatform, descendants, ready_pid
 from switchyard.schemas import FINAL_STATUSES
 
@@ -809,161 +809,6 @@ def run(
 
 # -- the page --------------------------------------------------------------------------
 
-TEMPLATE = """# Soak: {minutes:g} minutes of mixed load on the local platform
-{banner}
-**{verdict}**: {requests:,} requests sent; {lost} lost, {twice} answered twice, \
-{five_xx} answered with a 5xx, {unexpected} unexpected answers. Measured {date} on \
-{cpu} ({cores} cores), commit `{commit}`; load average {load} at the start.
-
-## How it was run
-
-`python -m bench soak --minutes {minutes:g} --rate {rate:g}` (`make soak`; \
-`SOAK_MINUTES` shortens it). The local platform started as real processes with the \
-manifest as it is (`bench.platform_proc`), driven by the open-loop generator \
-(`bench.loadgen`): Poisson arrivals at {rate:g} predicts/s (about half of what the \
-platform sustains here, see [benchmarks](benchmarks.md)), {predicts:,} in all, 1 to 3 \
-inputs each, spread over {users} sticky users. Async requests were polled every \
-{poll_s:g}-2 s to their end; {cancel:.0%} of them were cancelled (`DELETE`) within \
-0.3 s of their 202. A sync request answered 202 at its deadline was polled too. After \
-the load, up to {drain_s:g} s for the last answers, then every request's status was \
-read back (results table, and the API for any still queued there).
-
-{mix}
-
-While it ran ({events_count} events): the routing of `{canary_model}` moved every \
-{canary_every_s:g} s through 90/10, 50/50 and 100/0 (`switchyard traffic set`), and a \
-worker was killed with SIGKILL every {kill_every_s:g} s, alternating models; the \
-supervisor started its replacement.
-
-{events}
-
-## Every request answered once
-
-Outcome per kind of request ("after 202": a sync request past its deadline, polled \
-to its end; "DELETE 200/409": cancelled, or already finished when the cancel came).
-
-{outcomes}
-
-{problems}
-
-The workers' logs: {worker_log}. Left on the queues at the end: {queues}.
-{notices}
-## Latency
-
-Milliseconds from sending to the final answer (async: as seen by polling, so up to a \
-poll interval late).
-
-{latency}
-
-## Canary assignment
-
-Share of `{canary_model}`'s unpinned requests per version, from {settle:g} s after \
-each change (the router caches the routing document for 5 s) to the next.
-
-{canary}
-
-## Memory
-
-RSS of each process, sampled every {sample_every_s:g} s; the slope is a least-squares \
-fit from {warmup_s:g} s after the process's first sample to the end of the load \
-(a killed worker's replacement is a new row). "KiB per request" is the slope divided \
-by the predicts per hour. A process "grows" when its slope adds more than \
-{flat_share:.0%} of its RSS per hour and more than {noise:g} MiB over the fitted span.
-
-{memory}
-
-## Reading
-
-{reading}
-"""
-
-
-def _mix_table(results: dict[str, Any]) -> str:
-    return table(
-        ["share of predicts", "requests"],
-        [[f"{m['share']:.1%}", m["requests"]] for m in results["mix"]],
-    )
-
-
-def _events_table(events: list[dict[str, Any]]) -> str:
-    rows = []
-    for e in events:
-        if e["what"] == "canary":
-            what = f"traffic set {e['weights']}" + ("" if not e.get("rc") else " (failed)")
-        elif e.get("skipped") or e.get("error"):
-            what = f"kill {e.get('model', '')}: {e.get('skipped') or e.get('error')}"
-        else:
-            back = e.get("ready_after_s")
-            what = f"SIGKILL {e['worker']} (pid {e['pid']}); " + (
-                f"replacement ready after {back} s" if back else "no replacement seen"
-            )
-        rows.append([fmt(e.get("at_s")), what])
-    return table(["at s", "event"], rows)
-
-
-def _outcomes_table(accounting: dict[str, Any]) -> str:
-    rows = [
-        [kind, sum(outcomes.values()), ", ".join(f"{k}: {v}" for k, v in outcomes.items())]
-        for kind, outcomes in accounting["by_kind"].items()
-    ]
-    return table(["requests", "sent", "outcomes"], rows)
-
-
-def _problems(accounting: dict[str, Any]) -> str:
-    lines = [
-        f"Lost: {accounting['problems']['lost']}. Answered twice: "
-        f"{accounting['problems']['answered_twice']}. 5xx: "
-        f"{accounting['problems']['http_5xx']}. Unexpected: "
-        f"{accounting['problems']['unexpected']}. Results stored by the workers: "
-        f"{accounting['results_stored']:,} (for ids the soak did not send: "
-        f"{accounting['stored_for_unknown_ids']}). Writes suppressed because the "
-        "request had already ended, by how it ended: "
-        + (
-            ", ".join(f"{k} {v}" for k, v in accounting["suppressed_by_final_status"].items())
-            or "none"
-        )
-        + "."
-    ]
-    for name, examples in accounting.get("examples", {}).items():
-        lines.append(f"\nFirst {name.replace('_', ' ')} (of {accounting['problems'][name]}):\n")
-        lines += [f"- `{json.dumps(e)}`" for e in examples]
-    return "\n".join(lines)
-
-
-def _latency_table(rows: list[dict[str, Any]]) -> str:
-    return table(
-        ["requests", "n", "p50", "p95", "p99", "max"],
-        [
-            [r["requests"], r["n"], fmt(r["p50_ms"]), fmt(r["p95_ms"]), fmt(r["p99_ms"])]
-            + [fmt(r["max_ms"])]
-            for r in rows
-        ],
-    )
-
-
-def _canary_table(rows: list[dict[str, Any]]) -> str:
-    return table(
-        ["from s", "to s", "weights", "requests", "assigned"],
-        [
-            [fmt(r["from_s"]), fmt(r["to_s"]), r["weights"], r["requests"]]
-            + [", ".join(f"{v} {s:.0%}" for v, s in r["shares"].items()) or "–"]
-            for r in rows
-        ],
-    )
-
-
-def _memory_table(rows: list[dict[str, Any]]) -> str:
-    return table(
-        ["process", "pid", "lived s", "start MiB", "end MiB", "peak MiB", "fitted samples"]
-        + ["slope MiB/h", "KiB per request", "reading"],
-        [
-            [r["process"], r["pid"], f"{r['first_s']:.0f}-{r['last_s']:.0f}"]
-            + [fmt(r["start_mib"]), fmt(r["end_mib"]), fmt(r["peak_mib"]), r["fitted_samples"]]
-            + [fmt(r["slope_mib_per_hour"], 2), fmt(r["kib_per_request"], 3), r["verdict"]]
-            for r in rows
-        ],
-    )
-
 
 def reading(results: dict[str, Any]) -> list[str]:
     """A few sentences from the figures: the verdict, and what grew."""
@@ -1027,60 +872,14 @@ def reading(results: dict[str, Any]) -> list[str]:
 
 
 def markdown(results: dict[str, Any]) -> str:
-    machine, config, a = results["machine"], results["config"], results["accounting"]
-    banner = (
-        f"\n> **Short run ({results['minutes']:g} minutes)**: it proves the soak runs end "
-        "to end; its figures are not the soak's. `make soak` (30 minutes) replaces this "
-        "page.\n"
-        if results.get("short_run")
-        else ""
-    )
-    notices = results.get("platform_notices") or []
-    return TEMPLATE.format(
-        minutes=results["minutes"],
-        banner=banner,
-        verdict="Passed" if a["passed"] else "FAILED",
-        requests=a["requests"],
-        lost=a["problems"]["lost"],
-        twice=a["problems"]["answered_twice"],
-        five_xx=a["problems"]["http_5xx"],
-        unexpected=a["problems"]["unexpected"],
-        date=machine["date"],
-        cpu=machine["cpu"],
-        cores=machine["cores"],
-        commit=machine["commit"],
-        load=machine["load_average_at_start"],
-        rate=results["rate"],
-        predicts=config["predicts"],
-        users=config["sticky_users"],
-        poll_s=config["poll_s"],
-        cancel=config["cancel_share_of_async"],
-        drain_s=config["drain_s"],
-        mix=_mix_table(results),
-        events_count=len(results["events"]),
-        canary_model=config["canary_model"],
-        canary_every_s=config["canary_every_s"],
-        kill_every_s=config["kill_every_s"],
-        events=_events_table(results["events"]),
-        outcomes=_outcomes_table(a),
-        problems=_problems(a),
-        worker_log=", ".join(f"{k}: {v:,}" for k, v in sorted(results["worker_log"].items()))
-        or "no delivery events",
-        queues=", ".join(f"{k} {v}" for k, v in results["queues_at_end"].items()),
-        notices=(
-            "\nThe platform said:\n\n" + "\n".join(f"- `{n}`" for n in notices) + "\n"
-            if notices
-            else ""
-        ),
-        latency=_latency_table(results["latency"]),
-        settle=ROUTING_PICKUP_S,
-        canary=_canary_table(results["canary"]),
-        sample_every_s=config["sample_every_s"],
-        warmup_s=config["warmup_s"],
+    """``soak.md``: ``bench/templates/soak.md.j2`` filled with the soak's figures."""
+    return render(
+        "soak.md.j2",
+        results=results,
+        reading=reading(results),
+        settle_s=ROUTING_PICKUP_S,
         flat_share=FLAT_SHARE_PER_HOUR,
-        noise=NOISE_MIB,
-        memory=_memory_table(results["memory"]),
-        reading="\n\n".join(reading(results)),
+        noise_mib=NOISE_MIB,
     )
 
 
