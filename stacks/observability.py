@@ -60,7 +60,7 @@ class ModelAlarms(Construct):
     the canary alarms that AppConfig watches while a routing document rolls out.
 
     The canary alarms apply the local rollback controller's rule (see
-    ``switchyard_local.traffic.judge``) to the router's per-role metrics over the
+    ``switchyard.canary``) to the router's per-role metrics over the
     rollout window: a canary is judged against the stable version, so an absolute
     limit (error rate, SLO) counts only where the canary is also worse than stable
     by the margin; against itself alone only when stable has too few requests to

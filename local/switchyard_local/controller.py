@@ -3,7 +3,7 @@
 In the cloud the router's EMF metrics become CloudWatch metrics, the model's canary
 alarms watch them, and AppConfig rolls a deployment back when one fires. Locally
 the controller reads the same EMF documents from the router's log, applies the same
-rule (``traffic.judge``) over the same window, and publishes the rolled-back
+rule (``switchyard.canary.judge``) over the same window, and publishes the rolled-back
 document with who, when and why.
 """
 
@@ -17,10 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from switchyard.canary import VersionStats, judge
 from switchyard.manifest import Manifest
 from switchyard.routing import rolled_back
 from switchyard.telemetry import dimension_sets
-from switchyard_local.traffic import Change, TrafficStore, VersionStats, judge
+from switchyard_local.traffic import Change, TrafficStore
 
 CONTROLLER = "rollback-controller"
 

@@ -33,13 +33,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from switchyard.canary import VersionStats
 from switchyard.manifest import MODEL_TAG, ResourceNames
 from switchyard.schemas import LANES
 from switchyard.settings import ENV_PREFIX
 from switchyard.telemetry import NAMESPACE as METRICS_NAMESPACE
 from switchyard_local.controller import MetricsWindow
 from switchyard_local.emulator import process_alive
-from switchyard_local.traffic import VersionStats
 
 SCALING_FILE = "scaling.json"
 # The supervisor rewrites the scaling file every second or two; older than this, it

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Match, Template
 
+from switchyard.canary import VersionStats, judge
 from switchyard.manifest import Manifest
 from switchyard.routing import RoutingDocument
-from switchyard_local.traffic import VersionStats, judge
 
 from .helpers import evaluate, only
 

@@ -203,8 +203,8 @@ class StageSettings(_Strict):
 
 class RolloutLimits(_Strict):
     """When a canary is rolled back: over an absolute limit, and worse than the
-    stable version over the same window by a margin (``traffic.judge`` has the
-    exact rule)."""
+    stable version over the same window by a margin (``switchyard.canary`` has
+    the exact rule)."""
 
     window_seconds: int = Field(ge=10, le=3600)
     min_requests: int = Field(ge=1)
