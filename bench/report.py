@@ -1,5 +1,6 @@
 """Writes what a run measured: ``benchmarks.json`` (every figure), ``benchmarks.md``
-and the PNG plots (``bench/plots.py``). The page is a template
+and the PNG plots (``bench/plots.py``); ``python -m bench.report [--out docs]`` writes
+the page and the JSON again from the figures stored, without a run. The page is a template
 (``bench/templates/benchmarks.md.j2``, one include per section) that reads the figures
 as the run recorded them and formats them with the filters below. This module keeps
 what is worked out rather than shown: a peer compared at the rates both were tested
@@ -8,6 +9,7 @@ the run did not have, or that failed, has no figures and no place on the page.""
 
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import math
@@ -17,7 +19,7 @@ from typing import Any
 
 import jinja2
 
-from bench.common import cpu_step, fmt, keyed, ratio
+from bench.common import ROOT, cpu_step, fmt, keyed, ratio
 from bench.goals import evaluate, sync_calls_of_its_own
 from bench.plots import IMG, PHASES, plots
 
@@ -230,11 +232,33 @@ def json_document(results: dict[str, Any]) -> dict[str, Any]:
     return clean({**results, "goals": evaluate(results)})
 
 
-def write(results: dict[str, Any], out_dir: Path) -> list[Path]:
+def write(results: dict[str, Any], out_dir: Path, images: list[str] | None = None) -> list[Path]:
+    """The report's files in ``out_dir``; the plots drawn afresh unless ``images``
+    names those already there."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    images = plots(results, out_dir)
+    images = plots(results, out_dir) if images is None else images
     json_path = out_dir / "benchmarks.json"
     json_path.write_text(json.dumps(json_document(results), indent=2, default=str) + "\n")
     md_path = out_dir / "benchmarks.md"
     md_path.write_text(markdown(results, images))
     return [md_path, json_path] + [out_dir / IMG / name for name in images]
+
+
+def rerender(out_dir: Path) -> list[Path]:
+    """``benchmarks.md`` and ``benchmarks.json`` written again from the figures that
+    ``benchmarks.json`` stores, without a run: after a change to the templates or the
+    goals. The plots already in ``img/`` stay as they are."""
+    results = json.loads((out_dir / "benchmarks.json").read_text())
+    return write(results, out_dir, sorted(p.name for p in (out_dir / IMG).glob("*.png")))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.report", description=rerender.__doc__)
+    parser.add_argument("--out", default=str(ROOT / "docs"), help="folder of benchmarks.json")
+    written = rerender(Path(parser.parse_args(argv).out))
+    print("wrote", ", ".join(str(p) for p in written[:2]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -4,11 +4,43 @@ them: re-rendered without a run, each comes out as committed."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
-from bench.common import ROOT
+from bench.plots import IMG
+from bench.report import markdown
 from bench.soak import markdown as soak_markdown
 
-DOCS = ROOT / "docs"
+DOCS = Path(__file__).parent.parent / "docs"
+SCREEN_LINES = 50
+REASON_MAX_CHARS = 600
+
+
+def test_the_benchmarks_page_renders_from_its_stored_figures():
+    # GIVEN the figures of the last run, as benchmarks.json stores them
+    results = json.loads((DOCS / "benchmarks.json").read_text())
+    images = sorted(p.name for p in (DOCS / IMG).glob("*.png"))
+    # WHEN the page is rendered from them, as `python -m bench.report` does
+    page = markdown(results, images)
+    # THEN it is the page committed beside them
+    assert page == (DOCS / "benchmarks.md").read_text()
+
+
+def test_the_benchmarks_page_opens_with_a_screen_of_summary_and_goals():
+    # GIVEN the committed page
+    lines = (DOCS / "benchmarks.md").read_text().splitlines()
+    # WHEN its goals table is read
+    start = lines.index("## Goals")
+    first = next(i for i in range(start, len(lines)) if lines[i].startswith("|"))
+    end = next(i for i in range(first, len(lines)) if not lines[i].startswith("|")) - 1
+    table = lines[first : end + 1]
+    # THEN the run, its machine, the summary and the goals fit on one screen
+    assert "## Summary" in lines[:start]
+    assert end < SCREEN_LINES
+    assert lines[end + 2].startswith("## ")  # the detail follows
+    # AND each goal's reason (its last cell) is short
+    for row in table[2:]:
+        reason = row.rstrip(" |").rsplit(" | ", 1)[-1]
+        assert len(reason) <= REASON_MAX_CHARS, row[:80]
 
 
 def test_the_soak_page_renders_from_its_stored_figures():
