@@ -7,7 +7,8 @@ every ``stream_flush_seconds``, on their own thread and in order, the last one b
 the result. A redelivered streamed request continues from the tokens its chunks
 hold. Its messages are held with a short visibility (``generation_visibility_seconds``,
 extended while they run), so a request whose worker died is taken up again within
-seconds. Triage, results and deletes are the other loop's stages.
+seconds. Decoding, triage, results and deletes are the stages it shares with the
+micro-batch loop (``micro_batch_loop``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ class GenerationLoop:
     """Continuous batches per version, fed by a receiver thread, one decode step at a
     time on the worker's main thread."""
 
+    # The stop log's count of batches: a continuous batch never ends, so none is
+    # counted (the micro-batch loop counts its own).
+    batches_run = 0
+
     def __init__(
         self,
         *,
@@ -55,11 +60,13 @@ class GenerationLoop:
         stream: TokenStream | None,
         stream_flush_seconds: float,
         result_ttl_seconds: int,
+        visibility_seconds: int,
     ) -> None:
         self.worker_id = worker_id
         self._stopping = stopping
         self._versions = versions
         self._in_hand = in_hand
+        in_hand.visibility = visibility_seconds  # held briefly, extended while they run
         self._intake = intake
         self._triage = triage
         self._finisher = finisher
@@ -74,6 +81,34 @@ class GenerationLoop:
         # One write in flight per stream (so each stream's chunks land in order), up
         # to this many streams' writes at once.
         self.stream_writer = ThreadPoolExecutor(max_workers=4, thread_name_prefix="stream-writer")
+        self._receiver: threading.Thread | None = None
+
+    # -- what the worker drives ----------------------------------------------------
+
+    def start_taking_in(self) -> None:
+        """Start the receiver thread."""
+        self._receiver = threading.Thread(target=self.take_in, name="intake", daemon=True)
+        self._receiver.start()
+
+    def step_alone(self) -> None:
+        """One turn without the receiver thread: what was put in ``arrivals`` joins
+        (the unit tests' handle)."""
+        self.step()
+
+    def drain(self) -> None:
+        """Stopping: the running batches finish, then the receiver thread is waited
+        for, after which nothing more arrives."""
+        while self.generating():
+            self.step()
+        if self._receiver is not None:
+            self._receiver.join(self._intake.poll_wait + 30)
+
+    def close(self) -> int:
+        """Release the arrivals that did not join, and let the stream writes end (a
+        streamed result is stored after its last chunk); the messages released."""
+        released = self.release_arrivals()
+        self.stream_writer.shutdown(wait=True)
+        return released
 
     # -- the receiver thread -------------------------------------------------------
 
@@ -144,8 +179,8 @@ class GenerationLoop:
             for sequence in ended:
                 self._sequence_ended(sequence)
 
-    def release_arrivals(self) -> None:
-        """Arrivals that did not join a batch, released at once (stopping)."""
+    def release_arrivals(self) -> int:
+        """Arrivals that did not join a batch, released at once (stopping); how many."""
         left = []
         try:
             while True:
@@ -154,9 +189,7 @@ class GenerationLoop:
             pass
         if left:
             self._in_hand.release([p.received for p in left], 0)
-
-    def close(self) -> None:
-        self.stream_writer.shutdown(wait=True)
+        return len(left)
 
     def _admit(self, arrivals: list[Pending]) -> None:
         answered, runnable = self._triage(arrivals)

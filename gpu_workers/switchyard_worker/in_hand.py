@@ -21,7 +21,7 @@ class MessagesInHand:
     def __init__(self, lanes: tuple[WorkQueue, WorkQueue], visibility: int) -> None:
         self.lanes = lanes
         # Seconds a held message stays invisible; a generative model's worker holds
-        # its messages for less (the worker sets it at preload).
+        # its messages for less (its loop, ``GenerationLoop``, sets it).
         self.visibility = visibility
         self._held: dict[str, Received] = {}
         self._lock = threading.Lock()

@@ -90,7 +90,7 @@ class SentenceEmbedder:
 
     # Calls from two threads at once are safe (inference only; the tokenizer's
     # settings are the same for every call, so it is never changed while in use): a
-    # realtime batch runs beside a job's part (switchyard_worker.worker).
+    # realtime batch runs beside a job's part (switchyard_worker.micro_batch_loop).
     concurrent_calls = True
 
     def __init__(self, model_dir: Path, device: str = "cpu") -> None:

@@ -5,8 +5,10 @@ Its pipeline, one stage a module, each on its own thread where it overlaps the m
    model runs the one before, and hands the model's thread each batch once it is due;
 2. triage (``triage``) answers without running what needs no model (expired,
    cancelled, invalid, answered already) and deletes what was answered before;
-3. the model runs on this module's main thread (a job's chunk in parts, with realtime
-   work beside or between them);
+3. the model runs on the worker's main thread, in the loop its runtime calls for:
+   micro-batches (``micro_batch_loop``: a job's chunk in parts, with realtime work
+   beside or between them), or continuous batches for a generative model
+   (``generation_loop``), chosen once the model's versions are read (``preload``);
 4. the finisher (``finisher``) stores the results, logs the predictions, fills the
    cache and then deletes the messages, in batch order, while the model runs on;
 5. the messages in hand (``in_hand``) are kept invisible by a heartbeat until they
@@ -28,41 +30,57 @@ Delivery is at-least-once, so the order of effects is what keeps it exact:
 4. messages in hand have their visibility extended while they wait or run;
 5. SIGTERM stops polling, finishes the batch in hand, releases what is not started,
    and waits for the results of finished batches to be stored.
-
-A generative model's worker batches continuously instead (``generation_loop``), with
-the same intake's decoding, triage and finisher.
 """
 
 from __future__ import annotations
 
 import signal
 import threading
-import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from switchyard.generation import TokenStream
 from switchyard.jobs import Job, JobStore
 from switchyard.payloads import PayloadStore
 from switchyard.queues import WorkQueue
-from switchyard.registry import Registry
+from switchyard.registry import ModelVersion, Registry
 from switchyard.result_cache import ResultCache
 from switchyard.results import ResultStore
 from switchyard.telemetry import PredictionLog
-from switchyard_worker.batching import Pending
 from switchyard_worker.finisher import Finisher
 from switchyard_worker.generation_loop import GenerationLoop
 from switchyard_worker.in_hand import MessagesInHand
 from switchyard_worker.intake import Intake
-from switchyard_worker.runtimes import GENERATIVE_RUNTIMES, OutputCountMismatch, size_order
+from switchyard_worker.micro_batch_loop import MicroBatchLoop
+from switchyard_worker.runtimes import GENERATIVE_RUNTIMES
 from switchyard_worker.stages import MetricsEmitter, log
 from switchyard_worker.triage import Triage
 from switchyard_worker.versions import RuntimeLoader, ServedVersions
 
 
-class BatchFailed(Exception):
-    """The model failed a whole batch; every message in it goes back for retry."""
+@runtime_checkable
+class WorkLoop(Protocol):
+    """What runs the model on the worker's main thread, fed by threads of its own
+    (``MicroBatchLoop`` or ``GenerationLoop``). The worker drives either the same way:
+    start taking in, step until stopped, drain, close."""
+
+    batches_run: int
+
+    def start_taking_in(self) -> None:
+        """Start the threads that receive work for the model."""
+
+    def step(self) -> None:
+        """One turn of the model, fed by those threads; it waits a little when idle."""
+
+    def step_alone(self) -> None:
+        """One turn without those threads started (the unit tests' handle)."""
+
+    def drain(self) -> None:
+        """Stopping: finish the work running and wait for the receiving threads."""
+
+    def close(self) -> int:
+        """Release the work in hand not started and end the loop's own threads; the
+        messages released."""
 
 
 class Worker:
@@ -98,7 +116,6 @@ class Worker:
         self._stopping = threading.Event()
         self._versions = ServedVersions(model, registry, load_runtime)
         self.in_hand = MessagesInHand((realtime, batch), visibility_timeout)
-        self._generation_visibility = generation_visibility_seconds
         self.intake = Intake(
             model=model,
             in_hand=self.in_hand,
@@ -129,40 +146,34 @@ class Worker:
             jobs=jobs,
         )
         self._metrics = MetricsEmitter(model, emit)
-        # Generative models (continuous batching) run this loop instead.
-        self.generative = False
-        self.generation = GenerationLoop(
-            worker_id=worker_id,
-            stopping=self._stopping,
-            versions=self._versions,
-            in_hand=self.in_hand,
-            intake=self.intake,
-            triage=self.triage,
-            finisher=self.finisher,
-            metrics=self._metrics,
-            stream=stream,
-            stream_flush_seconds=stream_flush_seconds,
-            result_ttl_seconds=result_ttl_seconds,
-        )
-        # A job's part runs here when its runtime takes calls from two threads at once
-        # (``concurrent_calls``), so that realtime work arriving meanwhile runs beside
-        # it on the main thread instead of waiting for it.
-        self._job_parts = ThreadPoolExecutor(max_workers=1, thread_name_prefix="job-part")
-        self.batches_run = 0
+        # What a generative model's loop is built with (``_loop_for``).
+        self._stream = stream
+        self._stream_flush_seconds = stream_flush_seconds
+        self._result_ttl_seconds = result_ttl_seconds
+        self._generation_visibility = generation_visibility_seconds
+        self._loop: WorkLoop | None = None
 
     # -- lifecycle ---------------------------------------------------------------
 
     def preload(self) -> None:
-        """Load every active version now, so the first request does not pay for it."""
-        for record in self._versions.all():
-            if record.runtime in GENERATIVE_RUNTIMES:
-                self.generative = True
-                self.in_hand.visibility = self._generation_visibility
+        """Choose the model's loop by its versions' runtime, then load every active
+        version now, so the first request does not pay for it."""
+        records = self._versions.all()
+        self._loop = self._loop_for(records)
+        for record in records:
             if record.status == "active":
                 try:
                     self._versions.runtime(record)
                 except Exception:  # noqa: BLE001 - a bad version must not stop the others
                     log.exception("preload failed", extra={"version": record.version})
+
+    @property
+    def loop(self) -> WorkLoop:
+        """The model's loop: chosen at ``preload``, or else from the versions read so
+        far when it is first needed (none: the micro-batch loop)."""
+        if self._loop is None:
+            self._loop = self._loop_for(self._versions.known())
+        return self._loop
 
     def stop(self, *_: Any) -> None:
         self._stopping.set()
@@ -180,203 +191,71 @@ class Worker:
         threading.Thread(target=self.stop, name="stop", daemon=True).start()
 
     def run(self, ready: Callable[[], None] | None = None) -> None:
-        """Serve until stopped. The intake receives, decodes and validates the next
-        batch while this thread runs the model on the current one (a generative
-        model's receiver feeds its running batch instead)."""
-        heartbeat = threading.Thread(
-            target=self.in_hand.heartbeat, args=(self._stopping,), name="visibility", daemon=True
-        )
-        heartbeat.start()
-        taker = self.generation.take_in if self.generative else self.intake.run
-        intake = threading.Thread(target=taker, name="intake", daemon=True)
-        intake.start()
-        watcher = None
-        if not self.generative:
-            watcher = threading.Thread(
-                target=self.intake.watch_realtime, name="intake-rt", daemon=True
-            )
-            watcher.start()
+        """Serve until stopped. The loop's threads receive, decode and validate the
+        next work while this thread runs the model on the current one; once stopped,
+        the running work finishes and what was not started is released."""
+        loop = self.loop
+        self._start_heartbeat()
+        loop.start_taking_in()
         if ready:
             ready()
         log.info("polling", extra={"model": self.model, "worker": self.worker_id})
         try:
             while not self._stopping.is_set():
-                if self.generative:
-                    self.generation.step()
-                else:
-                    self._run_next_batch()
-            while self.generative and self.generation.generating():
-                self.generation.step()  # SIGTERM: the running batch finishes
-            intake.join(self.intake.poll_wait + 30)  # nothing more is added once it is back
-            if watcher is not None:
-                watcher.join(self.intake.poll_wait + 30)
+                loop.step()
+            loop.drain()
         finally:
-            self.generation.release_arrivals()
-            self.generation.close()
-            leftover = self.intake.drain()
-            self.in_hand.release([p.received for p in leftover], 0)
-            self.finisher.close()
-            self._metrics.close()
-            self._job_parts.shutdown(wait=True)
-            log.info(
-                "stopped",
-                extra={
-                    "worker": self.worker_id,
-                    "released": len(leftover),
-                    "batches": self.batches_run,
-                },
-            )
+            self._close(loop)
 
     def wait_for_results(self) -> None:
         """Return once every finished batch's results are stored and its messages
         deleted."""
         self.finisher.flush()
 
-    def _run_next_batch(self) -> None:
-        """Run the next batch once the intake has it due."""
-        batch = self.intake.take_due()
-        if batch:
-            self.execute(batch)
-
     def step(self) -> None:
-        """One turn on this thread alone (the unit tests' handle on the loop): receive
-        what the pending batch still wants, or look at the realtime lane as the
-        realtime watcher would; run the batch when due."""
-        if self.generative:
-            self.generation.step()
-            return
-        if self.intake.wants_more():
-            self.intake.receive()
-        elif self.intake.watches_realtime():
-            self.intake.look_at_realtime(0)  # the realtime watcher's look, without its wait
-        batch = self.intake.take(force=self._stopping.is_set())
-        if batch:
-            self.execute(batch)
+        """One turn of the model's loop on this thread alone (the unit tests' handle)."""
+        self.loop.step_alone()
 
-    # -- the model's stage ---------------------------------------------------------
-
-    def execute(self, batch: list[Pending]) -> None:
-        """One batch through triage and the model, its results handed to the finisher."""
-        answered, runnable = self.triage(batch)
-        if runnable:
-            try:
-                outputs = self._run(runnable)
-            except BatchFailed as failed:
-                self.finisher.failed(runnable, str(failed))
-            else:
-                record = self.finisher.record
-                answered.extend(
-                    (p, record(p, "done", outputs=out, timing=timing))
-                    for p, (out, timing) in zip(runnable, outputs, strict=True)
-                )
-        if answered:
-            self.finisher.submit(answered)
-        self.batches_run += 1
-
-    def _run(self, runnable: list[Pending]) -> list[tuple[list[Any], dict[str, float]]]:
-        """Outputs per message; raises BatchFailed if the batch failed as a whole."""
-        version = runnable[0].version
-        record = self._versions.get(version)
-        assert record is not None
-        flat = [x for p in runnable for x in (p.inputs or [])]
-        batch_lane = runnable[0].received.lane == "batch"
-        self.intake.model_started(version, len(flat))
-        started = time.time()
-        computing = 0.0  # seconds in the model (realtime work run in between left out)
-        try:
-            runtime = self._versions.runtime(record)
-            # A job's chunk runs in several parts: sorted by size first, each part
-            # pads to a nearer length (a chunk of 64 sentences in two parts of 32:
-            # 232 sentences a second in-process, against 214 in the order they came).
-            order = size_order(runtime, flat) if batch_lane else None
-            work = [flat[j] for j in order] if order else flat
-            # Realtime work beside a job's part: run at the same time, where the
-            # runtime allows it, or else between smaller parts.
-            beside = batch_lane and getattr(runtime, "concurrent_calls", False)
-            outputs: list[Any] = []
-            i = 0
-            while i < len(work):
-                size = record.max_batch_size
-                if batch_lane:
-                    # A job's chunk runs in parts: realtime work that arrived
-                    # meanwhile runs between two parts, not after the chunk (and,
-                    # unless it runs beside them, the parts are smaller while realtime
-                    # work comes in).
-                    if i:
-                        self._realtime_first()
-                    if not beside:
-                        size = self.intake.part_size(size)
-                chunk = work[i : i + size]
-                i += size
-                if beside:
-                    result, seconds = self._part_beside_realtime(runtime, chunk)
-                else:
-                    result, seconds = _timed_predict(runtime, chunk)
-                computing += seconds
-                if len(result) != len(chunk):
-                    raise OutputCountMismatch(f"{len(chunk)} inputs gave {len(result)} outputs")
-                outputs.extend(result)
-            if order:
-                in_order: list[Any] = [None] * len(flat)
-                for j, output in zip(order, outputs, strict=True):
-                    in_order[j] = output
-                outputs = in_order
-        except Exception as exc:  # noqa: BLE001 - the whole batch goes back for retry
-            self.intake.model_ended(version, len(flat), None)
-            log.warning(
-                "batch failed; messages released for retry",
-                extra={"version": version, "messages": len(runnable), "error": repr(exc)},
+    def _loop_for(self, records: list[ModelVersion]) -> WorkLoop:
+        """Continuous batching for a generative model, micro-batches for any other."""
+        if any(record.runtime in GENERATIVE_RUNTIMES for record in records):
+            return GenerationLoop(
+                worker_id=self.worker_id,
+                stopping=self._stopping,
+                versions=self._versions,
+                in_hand=self.in_hand,
+                intake=self.intake,
+                triage=self.triage,
+                finisher=self.finisher,
+                metrics=self._metrics,
+                stream=self._stream,
+                stream_flush_seconds=self._stream_flush_seconds,
+                result_ttl_seconds=self._result_ttl_seconds,
+                visibility_seconds=self._generation_visibility,
             )
-            self._metrics.emit(version, item_errors=len(runnable))
-            raise BatchFailed(f"{type(exc).__name__}: {exc}"[:300]) from None
-        compute_ms = computing * 1000
-        self.intake.model_ended(version, len(flat), computing)
-        per_message = []
-        offset = 0
-        for p in runnable:
-            n = p.size
-            timing = {
-                "received_at": p.received_at,
-                "batch_started_at": started,
-                "batch_wait_ms": (started - p.received_at) * 1000,
-                "compute_ms": compute_ms,
-                "batch_size": float(len(flat)),
-            }
-            if p.message is not None:
-                timing["queue_wait_ms"] = (p.received_at - p.message.enqueued_at) * 1000
-            per_message.append((outputs[offset : offset + n], timing))
-            offset += n
-        queue_wait = [t["queue_wait_ms"] for _, t in per_message if "queue_wait_ms" in t]
-        self._metrics.emit(
-            version,
-            batch_size=len(flat),
-            compute_ms=compute_ms,
-            queue_wait_ms=max(queue_wait) if queue_wait else None,
+        return MicroBatchLoop(
+            stopping=self._stopping,
+            versions=self._versions,
+            in_hand=self.in_hand,
+            intake=self.intake,
+            triage=self.triage,
+            finisher=self.finisher,
+            metrics=self._metrics,
         )
-        return per_message
 
-    def _part_beside_realtime(self, runtime: Any, chunk: list[Any]) -> tuple[list[Any], float]:
-        """A job's part, run on the part thread; realtime work that arrives while it
-        runs is run on this thread at the same time, not after it (minilm-embed on 2
-        cores: a realtime sentence beside a part of 32 answered in 28-31 ms at the
-        median, the part's rate 0.97-1.01x of its rate alone)."""
-        part = self._job_parts.submit(_timed_predict, runtime, chunk)
-        part.add_done_callback(lambda _: self.intake.wake())
-        while True:
-            self.intake.wait_for_realtime(part)
-            if part.done():
-                return part.result()
-            self._realtime_first()
+    def _start_heartbeat(self) -> None:
+        """Keep the messages in hand invisible to other workers until stopped."""
+        heartbeat = threading.Thread(
+            target=self.in_hand.heartbeat, args=(self._stopping,), name="visibility", daemon=True
+        )
+        heartbeat.start()
 
-    def _realtime_first(self) -> None:
-        """Run the realtime work held now, ahead of the rest of a batch-lane batch."""
-        batch = self.intake.take_realtime()
-        if batch:
-            self.execute(batch)
-
-
-def _timed_predict(runtime: Any, inputs: list[Any]) -> tuple[list[Any], float]:
-    """A runtime's outputs for ``inputs`` and the seconds the call took."""
-    began = time.perf_counter()
-    outputs = runtime.predict(inputs)
-    return outputs, time.perf_counter() - began
+    def _close(self, loop: WorkLoop) -> None:
+        """Release what was not started, then store what was finished."""
+        released = loop.close()
+        self.finisher.close()
+        self._metrics.close()
+        log.info(
+            "stopped",
+            extra={"worker": self.worker_id, "released": released, "batches": loop.batches_run},
+        )

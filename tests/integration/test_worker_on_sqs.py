@@ -87,7 +87,7 @@ def test_a_message_whose_batch_always_fails_ends_in_the_dlq(setup):
     w.stop()
     thread.join(timeout=15)
     assert dlq_depth(sqs, dlq) == 1
-    assert w.batches_run >= 3  # it was tried three times before it was moved
+    assert w.loop.batches_run >= 3  # it was tried three times before it was moved
     # Its last allowed attempt wrote the request's final error: it does not stay
     # "queued" while its message sits in the DLQ.
     record = results.get("acme", "poison")
@@ -113,7 +113,7 @@ def test_long_batches_keep_their_messages_invisible(setup):
     w.stop()
     thread.join(timeout=10)
     assert results.get("acme", "slow").status == "done"
-    assert w.batches_run == 1
+    assert w.loop.batches_run == 1
 
 
 def test_a_dead_workers_messages_come_back_after_its_hold_not_the_queues_timeout(setup):

@@ -242,7 +242,7 @@ def test_the_worker_caches_what_it_answered_for_the_versions_time(digits_v1):
     # WHEN the worker answers them
     for _ in range(5):
         worker.step()
-    worker.execute(worker.intake.assembler.take(force=True))
+    worker.loop.execute(worker.intake.assembler.take(force=True))
     worker.wait_for_results()
     # THEN the two done ones are cached, in one write, for the version's cache time
     assert results.items[("acme", "r4")].status == "error"

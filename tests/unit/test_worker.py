@@ -13,7 +13,9 @@ from harness.fakes import EchoRuntime, FakePayloads, FakeQueue, FakeRegistry, Fa
 from harness.waiting import wait_for
 from switchyard.generation import Chunk
 from switchyard.schemas import QueueMessage, ResultRecord
-from switchyard_worker.worker import Worker
+from switchyard_worker.generation_loop import GenerationLoop
+from switchyard_worker.micro_batch_loop import MicroBatchLoop
+from switchyard_worker.worker import Worker, WorkLoop
 
 
 @pytest.fixture
@@ -21,7 +23,7 @@ def parts(digits_v1):
     return build(digits_v1, EchoRuntime())
 
 
-def build(digits_v1, runtime, visibility_timeout=60):
+def build(digits_v1, runtime, visibility_timeout=60, preload=True):
     log: list = []
     realtime, batch = FakeQueue("realtime"), FakeQueue("batch")
     realtime.log = batch.log = log
@@ -39,7 +41,8 @@ def build(digits_v1, runtime, visibility_timeout=60):
         poll_wait_seconds=0,
         max_receive_count=realtime.max_receive_count,
     )
-    worker.preload()
+    if preload:
+        worker.preload()
     return worker, realtime, batch, results, runtime, log
 
 
@@ -76,7 +79,7 @@ def drain(worker, turns=20):
         worker.step()
         batch = worker.intake.assembler.take(force=True)
         if batch:
-            worker.execute(batch)
+            worker.loop.execute(batch)
     worker.wait_for_results()
 
 
@@ -433,8 +436,8 @@ def test_the_next_batch_runs_while_the_last_ones_results_are_stored(parts):
     worker.intake.receive()
     batch = worker.intake.assembler.take(force=True)
     assert len(batch) == 2
-    worker.execute(batch[:1])
-    worker.execute(batch[1:])
+    worker.loop.execute(batch[:1])
+    worker.loop.execute(batch[1:])
     # THEN the model has run both batches while the first store still waits
     assert len(runtime.calls) == 2
     assert results.items == {} and realtime.depth == 2
@@ -455,7 +458,7 @@ def test_stopping_waits_for_finished_batches_to_be_stored(parts):
     gate = slow_store(results)
     send(realtime, "r1")
     worker.intake.receive()
-    worker.execute(worker.intake.assembler.take(force=True))
+    worker.loop.execute(worker.intake.assembler.take(force=True))
     threading.Timer(0.2, gate.set).start()
     worker.stop()
     worker.run()  # returns only once the stored result is in
@@ -573,16 +576,38 @@ def ask(queue, rid, **request):
 
 def generate_all(worker, queue, steps=100):
     for pending in worker.intake.keep(queue.receive(10, 0)):
-        worker.generation.arrivals.put(pending)
+        worker.loop.arrivals.put(pending)
     for _ in range(steps):
         worker.step()
-    worker.generation.stream_writer.submit(lambda: None).result()
+    worker.loop.stream_writer.submit(lambda: None).result()
     worker.wait_for_results()
+
+
+def test_a_generative_runtime_gets_the_generation_loop_a_predicting_one_micro_batches(
+    digits_v1, generating
+):
+    # GIVEN a worker whose model predicts and one whose model generates, each preloaded
+    predicting, *_ = build(digits_v1, EchoRuntime())
+    generative, *_ = generating
+    # THEN the predicting one runs micro-batches, its messages held for the lane's time
+    assert isinstance(predicting.loop, MicroBatchLoop) and isinstance(predicting.loop, WorkLoop)
+    assert predicting.in_hand.visibility == 60
+    # AND the generative one batches continuously, its messages held briefly
+    assert isinstance(generative.loop, GenerationLoop) and isinstance(generative.loop, WorkLoop)
+    assert generative.in_hand.visibility == 10
+
+
+def test_a_worker_run_without_preload_micro_batches(digits_v1):
+    # GIVEN a worker whose versions were never read
+    worker, *_ = build(digits_v1, EchoRuntime(), preload=False)
+    # THEN its loop, chosen when first needed, is the micro-batch loop
+    assert isinstance(worker.loop, MicroBatchLoop)
 
 
 def test_a_generation_is_stored_after_its_stream_then_its_message_deleted(generating):
     worker, realtime, results, stream, _, log = generating
-    assert worker.generative and worker.in_hand.visibility == 10  # held briefly, extended
+    assert isinstance(worker.loop, GenerationLoop)
+    assert worker.in_hand.visibility == 10  # held briefly, extended
     ask(realtime, "g1", max_tokens=9, stream=True)
     ask(realtime, "g2", max_tokens=3)  # not streamed: no chunks
     generate_all(worker, realtime)
