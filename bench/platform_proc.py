@@ -27,7 +27,7 @@ from harness.local_platform import (
     start,
 )
 
-SWITCHYARD_UP = (sys.executable, "-m", "switchyard_local", "up")
+SWITCHYARD_UP = (sys.executable, "-m", "switchyard_cli", "up")
 
 
 @contextmanager

@@ -41,7 +41,7 @@ def role(pid: int) -> str:
         except OSError:
             pass
         return f"worker {model}".strip()
-    if "switchyard_local" in cmd or "switchyard up" in cmd:
+    if "switchyard_local" in cmd or "switchyard_cli" in cmd or "switchyard up" in cmd:
         return "supervisor"
     # The peers' servers, and LitServe's spawned workers (multiprocessing).
     if any(

@@ -134,7 +134,7 @@ class RunningPlatform:
             [
                 sys.executable,
                 "-m",
-                "switchyard_local",
+                "switchyard_cli",
                 "--run-dir",
                 str(self.run_dir),
                 "--manifest",

@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from switchyard.routing import RoutingDocument
-from switchyard_local.traffic import Change, describe, parse_description
+from switchyard_local.routing_changes import Change, describe, parse_description
 
 
 class HostedVersions:

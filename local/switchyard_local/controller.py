@@ -21,7 +21,7 @@ from switchyard.canary import VersionStats, judge
 from switchyard.manifest import Manifest
 from switchyard.routing import rolled_back
 from switchyard.telemetry import dimension_sets
-from switchyard_local.traffic import Change, TrafficStore
+from switchyard_local.routing_changes import Change, TrafficStore
 
 CONTROLLER = "rollback-controller"
 

@@ -37,8 +37,8 @@ from switchyard import aws
 from switchyard.schemas import LANES
 from switchyard_local.bridge import LocalTrafficStore
 from switchyard_local.controller import CONTROLLER
+from switchyard_local.routing_changes import NOT_IN_FORCE, Change, TrafficStore
 from switchyard_local.status import LocalStatusReader, ModelStatus, Status
-from switchyard_local.traffic import NOT_IN_FORCE, Change, TrafficStore
 
 SAMPLE_SECONDS = 2.0
 HISTORY_POINTS = 450  # 15 minutes at one sample every 2 s

@@ -20,7 +20,7 @@ from switchyard.schemas import LANES
 from switchyard.settings import Settings
 from switchyard.wiring import build_adapters
 from switchyard_local.models import TOKENIZER_NAME, artifact_path
-from switchyard_local.traffic import describe
+from switchyard_local.routing_changes import describe
 
 
 @dataclass

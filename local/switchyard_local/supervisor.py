@@ -79,7 +79,7 @@ from switchyard_local.role_policies import (
     local_principals,
     resolved_policies,
 )
-from switchyard_local.traffic import Change
+from switchyard_local.routing_changes import Change
 
 LOCAL_STAGE = "dev"
 LOCAL_REGION = "us-east-1"

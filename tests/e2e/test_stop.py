@@ -80,7 +80,7 @@ def test_ctrl_c_while_it_starts_stops_what_has_started(tmp_path):
     # before READY was lost, and the platform came up and served until a second one.
     run = tmp_path / "run"
     process = subprocess.Popen(
-        [sys.executable, "-m", "switchyard_local.cli", "--run-dir", str(run), "up",
+        [sys.executable, "-m", "switchyard_cli", "--run-dir", str(run), "up",
          "--port", str(free_port())],
         cwd=ROOT,
         stdout=subprocess.PIPE,

@@ -80,7 +80,7 @@ def run_dir(provisioned, tmp_path) -> Path:
 def cli(run_dir, capsys):
     """``switchyard`` as an operator runs it, on ``run_dir`` (or ``where``): its exit
     code, output and errors."""
-    from switchyard_local.cli import main
+    from switchyard_cli.main import main
 
     def run(*args: str, where: Path | None = None) -> tuple[int, str, str]:
         capsys.readouterr()

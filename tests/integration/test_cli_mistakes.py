@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from switchyard_local.cli import main
+from switchyard_cli.main import main
 from switchyard_local.emulator import free_port
 
 MODEL = "digits-cnn"
@@ -257,7 +257,7 @@ def test_the_run_folder_and_models_are_the_repositorys_wherever_the_command_runs
     # From outside the repository, commands said "no local platform found" while one
     # ran, and `up` found no models: both defaults were relative to the directory
     from stacks.assets import REPO_ROOT
-    from switchyard_local.cli import build_parser
+    from switchyard_cli.main import build_parser
 
     monkeypatch.delenv("SWITCHYARD_RUN_DIR", raising=False)
     monkeypatch.chdir(tmp_path)

@@ -10,8 +10,8 @@ import json
 import pytest
 
 from switchyard import aws
-from switchyard_local.cli import main
-from switchyard_local.status import cluster_name_prefix, service_name_marker
+from switchyard_cli.main import main
+from switchyard_cli.status import cluster_name_prefix, service_name_marker
 
 STAGE = "dev"
 

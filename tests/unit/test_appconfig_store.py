@@ -11,7 +11,8 @@ from botocore.response import StreamingBody
 from botocore.stub import ANY, Stubber
 
 from switchyard.routing import RoutingDocument
-from switchyard_local.traffic import AppConfigTrafficStore, TrafficError, describe
+from switchyard_cli.traffic import AppConfigTrafficStore, TrafficError
+from switchyard_local.routing_changes import describe
 
 DOC = RoutingDocument(weights={"v1": 90, "v2": 10}, fallback="v1")
 
@@ -220,8 +221,7 @@ def test_stopping_a_rollout_reverts_it_and_a_quiet_environment_has_none(stubbed)
 def test_traffic_rollback_on_aws_stops_a_canary_that_is_still_rolling_out(monkeypatch, capsys):
     """`switchyard traffic rollback MODEL --aws` while the canary's deployment bakes:
     AppConfig stops it, and the CLI says which document is in force again."""
-    from switchyard_local import cli
-    from switchyard_local.traffic import describe
+    from switchyard_cli import main as cli
 
     sts = boto3.client(
         "sts", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"

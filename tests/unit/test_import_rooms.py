@@ -1,8 +1,9 @@
-"""The code's rooms, kept apart: no import circle in the deployed, local, stacks or
-bench code (a function-level import counts: it only hides a circle), and the
-deployed code (the Lambda functions, the core layer, the worker image) imports
-nothing of the local platform, the CDK app, the benchmarks or the tests, which
-are not in its layouts."""
+"""The code's rooms, kept apart: no import circle in the deployed, local, CLI,
+stacks or bench code (a function-level import counts: it only hides a circle);
+the deployed code (the Lambda functions, the core layer, the worker image) imports
+nothing of the local platform, the operator's CLI, the CDK app, the benchmarks or
+the tests, which are not in its layouts; and the local platform imports nothing of
+the CLI, which starts it."""
 
 from __future__ import annotations
 
@@ -17,12 +18,13 @@ PACKAGES = {
     "switchyard_batch": ROOT / "functions" / "batch_splitter" / "switchyard_batch",
     "switchyard_worker": ROOT / "gpu_workers" / "switchyard_worker",
     "switchyard_local": ROOT / "local" / "switchyard_local",
+    "switchyard_cli": ROOT / "cli" / "switchyard_cli",
     "stacks": ROOT / "stacks",
     "bench": ROOT / "bench",
     "harness": ROOT / "harness",
 }
 DEPLOYED = ("switchyard", "switchyard_router", "switchyard_batch", "switchyard_worker")
-NOT_DEPLOYED = ("switchyard_local", "stacks", "bench", "harness", "tests")
+NOT_DEPLOYED = ("switchyard_local", "switchyard_cli", "stacks", "bench", "harness", "tests")
 
 
 def modules() -> dict[str, Path]:
@@ -125,6 +127,18 @@ def test_deployed_code_imports_nothing_outside_its_layouts():
             if imported.split(".")[0] in NOT_DEPLOYED
         }
     assert outside == set()
+
+
+def test_the_local_platform_imports_nothing_of_the_operators_cli():
+    known = modules()
+    found = {
+        f"{name} imports {imported}"
+        for name, path in known.items()
+        if name.split(".")[0] == "switchyard_local"
+        for imported in imports_of(path, set(known))
+        if imported.split(".")[0] == "switchyard_cli"
+    }
+    assert found == set()
 
 
 def test_the_check_finds_a_circle_and_names_it():

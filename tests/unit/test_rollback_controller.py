@@ -13,7 +13,7 @@ from switchyard.telemetry import (
     request_dimension_sets,
 )
 from switchyard_local.controller import MetricsWindow, RollbackController
-from switchyard_local.traffic import Change
+from switchyard_local.routing_changes import Change
 
 
 class MemoryStore:

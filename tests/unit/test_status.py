@@ -1,7 +1,8 @@
 """``switchyard status`` and the dashboard's figures (``switchyard_local.status``,
-``switchyard_local.dashboard``): reading the supervisor's scaling file, counting
-the router's requests, reading CloudWatch's answers, and the text and history made
-of them. Fakes stand in for the clients; no sockets."""
+``switchyard_cli.status``, ``switchyard_local.dashboard``): reading the
+supervisor's scaling file, counting the router's requests, reading CloudWatch's
+answers, and the text and history made of them. Fakes stand in for the clients;
+no sockets."""
 
 from __future__ import annotations
 
@@ -18,6 +19,12 @@ from harness.scaling_scenarios import SAMPLE_POLICY
 from switchyard.routing import RoutingDocument
 from switchyard.scaling import LaneSignals
 from switchyard.telemetry import COUNT, MILLISECONDS, metrics_document, request_dimension_sets
+from switchyard_cli.status import (
+    cluster_name_prefix,
+    format_status,
+    scaling_activity_decision,
+    service_name_marker,
+)
 from switchyard_local.autoscaler import Autoscaler, WorkerCounts
 from switchyard_local.controller import CONTROLLER, MetricsWindow
 from switchyard_local.dashboard import (
@@ -28,6 +35,7 @@ from switchyard_local.dashboard import (
     rollbacks,
     routing_summary,
 )
+from switchyard_local.routing_changes import Change
 from switchyard_local.status import (
     LaneFigures,
     LocalStatusReader,
@@ -35,17 +43,12 @@ from switchyard_local.status import (
     RequestFigures,
     Status,
     WorkerFigures,
-    cluster_name_prefix,
-    format_status,
     observe_workers,
     parse_scaling_file,
     queue_figures,
     read_scaling_file,
     request_figures,
-    scaling_activity_decision,
-    service_name_marker,
 )
-from switchyard_local.traffic import Change
 
 MODEL = "minilm-embed"
 POLICY = SAMPLE_POLICY

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from switchyard_local.traffic import TrafficError, check_document, document_from_args
+from switchyard_cli.traffic import TrafficError, check_document, document_from_args
 
 
 @pytest.fixture

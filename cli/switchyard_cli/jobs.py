@@ -19,9 +19,9 @@ from switchyard.aws import transfer
 from switchyard.callbacks import JobEvents, cancel, secrets_reader
 from switchyard.jobs import TERMINAL, Job, JobRejected, JobStore, job_for_file, job_view
 from switchyard.routing import RoutingDocument
-from switchyard_local.arguments import count
-from switchyard_local.targets import target_of
-from switchyard_local.traffic import TrafficStore
+from switchyard_cli.arguments import count
+from switchyard_cli.targets import target_of
+from switchyard_local.routing_changes import TrafficStore
 
 WATCH_EVERY_S = 1.0
 

@@ -37,17 +37,17 @@ from switchyard.registry import VersionExists
 from switchyard.routing import canaries, rolled_back
 from switchyard.schemas import LANES, Lane
 from switchyard.tables import RESULTS
-from switchyard_local import jobs_cli
-from switchyard_local.arguments import count, seconds
-from switchyard_local.dead_letters import (
+from switchyard_cli import jobs
+from switchyard_cli.arguments import count, seconds
+from switchyard_cli.dead_letters import (
     DeadLetterError,
     Listed,
     list_dead_letters,
     purge,
     redrive,
 )
-from switchyard_local.jobs_cli import JobsError
-from switchyard_local.targets import (
+from switchyard_cli.jobs import JobsError
+from switchyard_cli.targets import (
     CommandError,
     Target,
     aws_region,
@@ -57,7 +57,7 @@ from switchyard_local.targets import (
     platform_info,
     target_of,
 )
-from switchyard_local.traffic import (
+from switchyard_cli.traffic import (
     TrafficError,
     check_document,
     document_from_args,
@@ -382,7 +382,7 @@ def _lanes(args: argparse.Namespace) -> tuple[Lane, ...]:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from switchyard_local.status import format_status
+    from switchyard_cli.status import format_status
 
     read = _status_reader(args)
     try:
@@ -404,7 +404,8 @@ def _status(args: argparse.Namespace) -> int:
 def _status_reader(args: argparse.Namespace) -> Callable[[], Any]:
     """The status's source: the local platform's run folder, or with ``--aws`` the
     deployed stage's CloudWatch metrics, ECS services and scaling activities."""
-    from switchyard_local.status import AwsStatusReader, LocalStatusReader
+    from switchyard_cli.status import AwsStatusReader
+    from switchyard_local.status import LocalStatusReader
 
     if args.aws:
         manifest = manifest_of(args)
@@ -587,7 +588,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("model")
     report.set_defaults(func=_shadow_report)
 
-    jobs_cli.add_commands(commands)
+    jobs.add_commands(commands)
     dlq = commands.add_parser(
         "dlq", help="messages whose every attempt failed (the models' dead-letter queues)"
     ).add_subparsers(dest="sub", required=True)

@@ -1,17 +1,18 @@
-"""Traffic operations: checking, publishing and rolling back routing documents.
+"""Traffic operations of the operator: checking routing documents, and publishing
+and rolling them back in a deployed stage.
 
-The operator CLI and the local rollback controller use these; the router only
-reads documents. Every change is recorded with who made it, when and why: on the
-emulator in the hosted configuration version's description, in AWS in AppConfig's
-own deployment history.
+``switchyard traffic`` builds a document from an operator's arguments
+(:func:`document_from_args`), checks it against the schema and the registry
+(:func:`check_document`) and publishes it to the target's store: the emulator's
+(``switchyard_local.bridge.LocalTrafficStore``) or AWS AppConfig's
+(:class:`AppConfigTrafficStore`). The router only reads documents. Every change is
+recorded with who made it, when and why: on the emulator in the hosted
+configuration version's description, in AWS in AppConfig's own deployment history.
 """
 
 from __future__ import annotations
 
-import json
-import time
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import jsonschema
 from botocore.exceptions import ClientError
@@ -19,46 +20,19 @@ from pydantic import ValidationError
 
 from switchyard.registry import ModelVersion
 from switchyard.routing import RoutingDocument, load_schema
+from switchyard_local.routing_changes import NOT_IN_FORCE, Change, describe, parse_description
 
-# AppConfig deployment states: still rolling out (watched by the canary alarms), and
-# ended without being in force.
+# AppConfig deployment states still rolling out (watched by the canary alarms).
 IN_FLIGHT = {"VALIDATING", "DEPLOYING", "BAKING"}
-NOT_IN_FORCE = {"rolling_back", "rolled_back", "reverted"}
 
 
 class TrafficError(Exception):
     """A refused change: the message says what is wrong; nothing was changed."""
 
 
-@dataclass(frozen=True)
-class Change:
-    number: int
-    document: RoutingDocument
-    by: str
-    at: float
-    why: str
-    state: str = "deployed"
-
-
-class TrafficStore(Protocol):
-    def history(self, model: str, limit: int = 10) -> list[Change]:
-        """Changes, newest first."""
-        ...
-
-    def deployed(self, model: str) -> Change | None:
-        """The change in force (a rolled-back deployment is not)."""
-        ...
-
-    def publish(self, model: str, document: RoutingDocument, by: str, why: str) -> Change: ...
-
-    def stop_rollout(self, model: str) -> int | None:
-        """Stop a change still rolling out, so that the document before it is in force
-        again; the stopped change's number, or None when nothing is rolling out."""
-        ...
-
-
 class AppConfigTrafficStore:
-    """Routing documents in AWS AppConfig: a change is a hosted configuration
+    """Routing documents in AWS AppConfig, as a ``TrafficStore``
+    (``switchyard_local.routing_changes``): a change is a hosted configuration
     version deployed to the model's environment with the stage's strategy; the
     model's canary alarms are the environment's monitors, so AppConfig itself rolls
     a bad deployment back, and its deployment history is the audit trail."""
@@ -271,16 +245,3 @@ def document_from_args(
             )
         raw["shadow"] = {"version": version, "percent": int(percent)}
     return raw
-
-
-def describe(by: str, why: str, at: float | None = None) -> str:
-    """The audit line kept with a change (AppConfig descriptions hold 1024 chars)."""
-    return json.dumps({"by": by, "at": at or time.time(), "why": why})[:1024]
-
-
-def parse_description(text: str | None) -> tuple[str, float, str]:
-    try:
-        doc = json.loads(text or "")
-        return str(doc["by"]), float(doc["at"]), str(doc["why"])
-    except (ValueError, KeyError, TypeError):
-        return "unknown", 0.0, text or ""

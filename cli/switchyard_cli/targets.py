@@ -20,8 +20,10 @@ from switchyard.registry import DynamoDBRegistry
 from switchyard.schemas import LANES
 from switchyard.settings import Settings
 from switchyard.wiring import Adapters, build_adapters
+from switchyard_cli.traffic import AppConfigTrafficStore
+from switchyard_local.bridge import LocalTrafficStore
 from switchyard_local.emulator import process_alive
-from switchyard_local.traffic import AppConfigTrafficStore, TrafficStore
+from switchyard_local.routing_changes import TrafficStore
 
 
 @dataclass
@@ -104,8 +106,6 @@ def target_of(args: argparse.Namespace) -> Target:
     if args.aws:
         return aws_target(args, manifest)
     info = platform_info(args.run_dir)
-    from switchyard_local.bridge import LocalTrafficStore
-
     admin = info.get("admin_credentials")
     if admin:  # the emulator enforces IAM: the CLI acts as the operator
         os.environ["AWS_ACCESS_KEY_ID"] = admin["aws_access_key_id"]

@@ -1,5 +1,0 @@
-import sys
-
-from switchyard_local.cli import main
-
-sys.exit(main())
