@@ -30,9 +30,9 @@ from typing import Any
 
 from harness.waiting import wait_for
 from harness.worker_log import delivery_events
-from switchyard import aws
 from switchyard_local.emulator import free_port
 from switchyard_local.lifetime import terminate_with_parent
+from switchyard_local.role_policies import act_as_operator
 
 ROOT = Path(__file__).resolve().parents[1]
 READY = re.compile(r"^READY (http://127\.0\.0\.1:(\d+)) api_key=(\S+)$")
@@ -75,10 +75,7 @@ class RunningPlatform:
     def act_as_operator(self) -> None:
         """This process's clients (``switchyard.aws``, adapters built here) call the
         platform's emulator as its operator from now on."""
-        keys = self.info["admin_credentials"]
-        os.environ["AWS_ACCESS_KEY_ID"] = keys["aws_access_key_id"]
-        os.environ["AWS_SECRET_ACCESS_KEY"] = keys["aws_secret_access_key"]
-        aws.reset_clients()
+        act_as_operator(self.info)
 
     def client_as(self, service: str, keys: dict[str, str]) -> Any:
         """A boto3 client of the platform's emulator with the access key ``keys``

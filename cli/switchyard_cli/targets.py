@@ -23,6 +23,7 @@ from switchyard.wiring import Adapters, build_adapters
 from switchyard_cli.traffic import AppConfigTrafficStore
 from switchyard_local.bridge import LocalTrafficStore
 from switchyard_local.emulator import process_alive
+from switchyard_local.role_policies import act_as_operator
 from switchyard_local.routing_changes import TrafficStore
 
 
@@ -106,11 +107,7 @@ def target_of(args: argparse.Namespace) -> Target:
     if args.aws:
         return aws_target(args, manifest)
     info = platform_info(args.run_dir)
-    admin = info.get("admin_credentials")
-    if admin:  # the emulator enforces IAM: the CLI acts as the operator
-        os.environ["AWS_ACCESS_KEY_ID"] = admin["aws_access_key_id"]
-        os.environ["AWS_SECRET_ACCESS_KEY"] = admin["aws_secret_access_key"]
-        aws.reset_clients()
+    act_as_operator(info)
     adapters = build_adapters(Settings(**info["settings"]))
     return Target(
         manifest=manifest,

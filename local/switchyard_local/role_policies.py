@@ -36,12 +36,13 @@ import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from stacks.assets import BUILD_DIR, MANIFEST_FILE, REPO_ROOT
+from switchyard import aws
 from switchyard.manifest import Manifest, ResourceNames
 
 ACCOUNT = "123456789012"  # the emulator's
@@ -352,6 +353,26 @@ class Credentials:
             "aws_access_key_id": self.aws_access_key_id,
             "aws_secret_access_key": self.aws_secret_access_key,
         }
+
+    def use(self) -> None:
+        """From now on this process's AWS clients (``switchyard.aws``'s, and the
+        adapters built after) call with these keys."""
+        os.environ.update(self.environment())
+        aws.reset_clients()
+
+
+# Where a local platform's record (``platform.json``) keeps the operator's keys.
+OPERATOR_KEYS = "admin_credentials"
+
+
+def act_as_operator(record: Mapping[str, Any]) -> None:
+    """Act as the operator of the local platform whose record (``platform.json``) is
+    ``record``: its emulator enforces IAM, and the operator may do anything. A
+    record without the operator's keys (an emulator without IAM, which takes any
+    key) leaves the keys in use as they are."""
+    keys = record.get(OPERATOR_KEYS)
+    if keys:
+        Credentials(**keys).use()
 
 
 ADMIN_POLICY: list[Statement] = [{"Effect": "Allow", "Action": "*", "Resource": "*"}]

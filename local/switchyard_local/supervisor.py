@@ -72,6 +72,7 @@ from switchyard_local.lifetime import signals_held, terminate_with_parent
 from switchyard_local.provision import Provisioned, provision, register_demo_models
 from switchyard_local.role_policies import (
     ADMIN,
+    OPERATOR_KEYS,
     Credentials,
     create_users,
     enforce_iam,
@@ -488,8 +489,7 @@ class LocalPlatform:
         self.credentials = create_users(
             aws.client("iam", LOCAL_REGION, self.emulator_url), local_principals(roles)
         )
-        os.environ.update(self.credentials[ADMIN].environment())
-        aws.reset_clients()  # the clients made from here on act as the operator
+        self.credentials[ADMIN].use()  # the clients made from here on act as the operator
         if self.iam:
             enforce_iam(self.emulator_url)
 
@@ -523,7 +523,7 @@ class LocalPlatform:
             "layouts": {k: str(v) for k, v in vars(self.layouts).items()},
             "exact_paths": self.exact_paths,
             # The operator's key (the CLI's) and each tenant's data team's, for drops.
-            "admin_credentials": self.credentials[ADMIN].as_dict(),
+            OPERATOR_KEYS: self.credentials[ADMIN].as_dict(),
             "drop_credentials": {
                 tenant: self.credentials[f"drop-{tenant}"].as_dict()
                 for tenant in self.manifest.tenants
