@@ -442,6 +442,7 @@ def _up(args: argparse.Namespace) -> int:
             min_workers=args.min_workers,
             standby_workers=args.standby_workers,
             idle_seconds=args.idle_seconds,
+            fresh=args.fresh,
         )
     except WarmFloorTooHigh as exc:
         raise CommandError(f"up --min-workers: {exc}") from None
@@ -529,6 +530,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("SWITCHYARD_DASHBOARD_PORT"),
         help="the local dashboard's port on 127.0.0.1 (default: --port + 1; 0: any free "
         "port; a taken port falls back to a free one); its URL is printed at start",
+    )
+    up.add_argument(
+        "--fresh",
+        action="store_true",
+        default=os.environ.get("SWITCHYARD_FRESH", "") not in ("", "0"),
+        help="start empty: forget the registry, routing documents, jobs, results, queued "
+        "messages and tenants' keys kept from the last run in the run folder "
+        "(also SWITCHYARD_FRESH=1; `make clean` removes the folder)",
     )
     up.set_defaults(func=_up)
 

@@ -102,9 +102,11 @@ def process_alive(pid: int) -> bool:
     return True
 
 
-def emulator_argv(port: int) -> list[str]:
-    """The command line of an emulator listening on ``127.0.0.1:port``."""
-    return [sys.executable, "-m", "switchyard_local.emulator", "-H", LOOPBACK, "-p", str(port)]
+def emulator_argv(port: int, state: Path | None = None) -> list[str]:
+    """The command line of an emulator listening on ``127.0.0.1:port`` (keeping its
+    data in ``state`` from one run to the next, if given)."""
+    argv = [sys.executable, "-m", "switchyard_local.emulator", "-H", LOOPBACK, "-p", str(port)]
+    return argv if state is None else [*argv, "--state", str(state)]
 
 
 def wait_http(
@@ -141,7 +143,7 @@ class RunningEmulator:
         if self.process.poll() is None:
             self.process.terminate()
             try:
-                self.process.wait(10)
+                self.process.wait(60)  # it may be writing its state
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(5)
@@ -149,14 +151,14 @@ class RunningEmulator:
 
 
 def start_emulator(
-    log_path: Path, port: int | None = None, timeout_s: float = 30
+    log_path: Path, port: int | None = None, timeout_s: float = 30, state: Path | None = None
 ) -> RunningEmulator:
     """Start an emulator on ``127.0.0.1:port`` (a free port if None), its output
-    into ``log_path``, and wait until it answers."""
+    into ``log_path`` (appended to), and wait until it answers."""
     port = port or free_port()
-    log = open(log_path, "wb")  # noqa: SIM115 - held for the emulator's life
+    log = open(log_path, "ab")  # noqa: SIM115 - held for the emulator's life
     process = subprocess.Popen(
-        emulator_argv(port),
+        emulator_argv(port, state),
         stdout=log,
         stderr=subprocess.STDOUT,
         preexec_fn=terminate_with_parent,  # a killed test run leaves no emulator
@@ -204,7 +206,7 @@ def _loopback_only(host: str) -> None:
         raise SystemExit(f"the local AWS emulator listens on loopback only, not on {host}")
 
 
-def _serve(host: str, port: int) -> None:
+def _serve(host: str, port: int, state: Path | None = None) -> None:
     """moto's application behind a server that keeps connections open."""
     import os
     import signal
@@ -228,25 +230,42 @@ def _serve(host: str, port: int) -> None:
         pass
     finally:
         server.close()
+        if state is not None:
+            from switchyard_local import emulator_state
+
+            started = time.monotonic()
+            written = emulator_state.save(state)
+            took = time.monotonic() - started
+            print(f"state saved to {state} ({written:,} bytes, {took:.1f}s)", flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
     """The emulator with the SQS fixes, on loopback only."""
-    from switchyard_local import moto_dynamodb, moto_iam, moto_sqs, sqs_metrics
+    from switchyard_local import moto_appconfig, moto_dynamodb, moto_iam, moto_sqs, sqs_metrics
 
     parser = argparse.ArgumentParser(prog="switchyard_local.emulator")
     parser.add_argument("-H", "--host", default=LOOPBACK)
     parser.add_argument("-p", "--port", type=int, default=5000)
+    parser.add_argument(
+        "--state",
+        type=Path,
+        help="keep the platform's data in this file: read at start, written at stop",
+    )
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     _loopback_only(args.host)
     moto_sqs.apply()
     sqs_metrics.apply()
     moto_dynamodb.apply()
     moto_iam.apply()
+    moto_appconfig.apply()
     _remember_backend_per_host()
     _remember_method_names()
     logging.basicConfig(level=logging.WARNING)
-    _serve(args.host, args.port)
+    if args.state is not None:
+        from switchyard_local import emulator_state
+
+        print(emulator_state.load(args.state), flush=True)
+    _serve(args.host, args.port, args.state)
 
 
 if __name__ == "__main__":

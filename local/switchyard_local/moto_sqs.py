@@ -365,6 +365,12 @@ def _change_message_visibility(
         queue.pending_messages.discard(message)
 
 
+def reindex(queue: Any) -> None:
+    """Build ``queue``'s index afresh on its next use (its messages were read back
+    from a saved state, which keeps no weak reference)."""
+    queue.__dict__.pop("_sy_handles", None)
+
+
 def _purge_queue(self: Any, queue_name: str) -> None:
     """moto's purge, which replaces the queue's list: the index goes with it."""
     _moto("SQSBackend.purge_queue")(self, queue_name)

@@ -1,6 +1,11 @@
 """Provisions the emulator from the manifest with the names the CDK app uses:
 buckets, tables, queues with their DLQs, API keys and usage plans, AppConfig
-profiles with a first routing document, and the demo models in the registry."""
+profiles with a first routing document, and the demo models in the registry.
+
+Each resource is found before it is made, as a deployment updates a stack: over the
+state the emulator kept from the last run (``switchyard_local.emulator_state``) it
+makes only what the manifest added, keeps the tenants' keys, and leaves the routing
+documents and registered versions as they were left."""
 
 from __future__ import annotations
 
@@ -9,6 +14,8 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from botocore.exceptions import ClientError
 
 from switchyard import aws, tables
 from switchyard.artifacts import publish_artifact
@@ -156,6 +163,22 @@ def provision(
     return out
 
 
+def _made(create: Any, *exists: str, **request: Any) -> bool:
+    """Call ``create(**request)``; False where the resource is there already (the
+    error codes in ``exists``)."""
+    try:
+        create(**request)
+    except ClientError as error:
+        if error.response["Error"]["Code"] in exists:
+            return False
+        raise
+    return True
+
+
+def _named(items: list[dict[str, Any]], name: str, key: str = "name") -> dict[str, Any] | None:
+    return next((item for item in items if item.get(key) == name), None)
+
+
 def _buckets(s3: Any, names: ResourceNames) -> None:
     for bucket in (
         names.artifacts_bucket,
@@ -163,7 +186,7 @@ def _buckets(s3: Any, names: ResourceNames) -> None:
         names.batch_drop_bucket,
         names.prediction_logs_bucket,
     ):
-        s3.create_bucket(Bucket=bucket)
+        _made(s3.create_bucket, "BucketAlreadyOwnedByYou", "BucketAlreadyExists", Bucket=bucket)
         s3.put_public_access_block(
             Bucket=bucket,
             PublicAccessBlockConfiguration={
@@ -196,7 +219,9 @@ def _drop_notifications(s3: Any, sqs: Any, names: ResourceNames, queue_url: str)
 def _prediction_logs(firehose: Any, names: ResourceNames) -> None:
     # The cloud stream partitions by model and date (dynamic partitioning); the
     # emulator keeps to a plain prefix.
-    firehose.create_delivery_stream(
+    _made(
+        firehose.create_delivery_stream,
+        "ResourceInUseException",
         DeliveryStreamName=names.prediction_log_stream,
         DeliveryStreamType="DirectPut",
         ExtendedS3DestinationConfiguration={
@@ -214,7 +239,9 @@ def _tables(ddb: Any, names: ResourceNames) -> None:
         (names.results_table, tables.RESULTS),
         (names.jobs_table, tables.JOBS),
     ):
-        ddb.create_table(
+        made = _made(
+            ddb.create_table,
+            "ResourceInUseException",
             TableName=name,
             KeySchema=[
                 {"AttributeName": keys.partition, "KeyType": "HASH"},
@@ -226,7 +253,7 @@ def _tables(ddb: Any, names: ResourceNames) -> None:
             ],
             BillingMode="PAY_PER_REQUEST",
         )
-        if keys.ttl_attribute:
+        if made and keys.ttl_attribute:
             ddb.update_time_to_live(
                 TableName=name,
                 TimeToLiveSpecification={"Enabled": True, "AttributeName": keys.ttl_attribute},
@@ -262,29 +289,65 @@ def _api_keys(
     api: Any, manifest: Manifest, names: ResourceNames
 ) -> tuple[dict[str, str], dict[str, str]]:
     """Each tenant's key (value, id), in its tier's usage plan."""
-    rest_api = api.create_rest_api(name=names.rest_api, apiKeySource="HEADER")
+    rest_api = _named(api.get_rest_apis(limit=500)["items"], names.rest_api)
+    if rest_api is None:
+        rest_api = api.create_rest_api(name=names.rest_api, apiKeySource="HEADER")
+    usage_plans = api.get_usage_plans(limit=500)["items"]
     plans = {}
     for tier, limits in manifest.tiers.items():
-        plans[tier] = api.create_usage_plan(
-            name=names.usage_plan(tier),
-            throttle={"rateLimit": limits.rate, "burstLimit": limits.burst},
-            quota={"limit": limits.quota_per_day, "period": "DAY"},
-            apiStages=[{"apiId": rest_api["id"], "stage": "v1"}],
-        )["id"]
+        throttle = {"rateLimit": limits.rate, "burstLimit": limits.burst}
+        quota = {"limit": limits.quota_per_day, "period": "DAY"}
+        plan = _named(usage_plans, names.usage_plan(tier))
+        if plan is None:
+            plan = api.create_usage_plan(
+                name=names.usage_plan(tier),
+                throttle=throttle,
+                quota=quota,
+                apiStages=[{"apiId": rest_api["id"], "stage": "v1"}],
+            )
+        elif (plan.get("throttle"), plan.get("quota", {}).get("limit")) != (
+            throttle,
+            quota["limit"],
+        ):  # the tier's limits changed in the manifest since the last run
+            api.update_usage_plan(
+                usagePlanId=plan["id"],
+                patchOperations=[
+                    {"op": "replace", "path": "/throttle/rateLimit", "value": str(limits.rate)},
+                    {"op": "replace", "path": "/throttle/burstLimit", "value": str(limits.burst)},
+                    {"op": "replace", "path": "/quota/limit", "value": str(limits.quota_per_day)},
+                ],
+            )
+        plans[tier] = plan["id"]
+    existing = api.get_api_keys(limit=500, includeValues=True)["items"]
     keys, ids = {}, {}
     for tenant, spec in manifest.tenants.items():
-        value = "sy-" + secrets.token_urlsafe(24)
-        key = api.create_api_key(
-            name=names.api_key(tenant), enabled=True, value=value, tags={TENANT_TAG: tenant}
-        )
-        api.create_usage_plan_key(usagePlanId=plans[spec.tier], keyId=key["id"], keyType="API_KEY")
-        keys[tenant], ids[tenant] = value, key["id"]
+        key = _named(existing, names.api_key(tenant))
+        if key is None:  # a new tenant, or a first start: a new key
+            key = api.create_api_key(
+                name=names.api_key(tenant),
+                enabled=True,
+                value="sy-" + secrets.token_urlsafe(24),
+                tags={TENANT_TAG: tenant},
+            )
+        for plan_id in plans.values():  # the key is in its tier's plan alone
+            in_plan = {k["id"] for k in api.get_usage_plan_keys(usagePlanId=plan_id)["items"]}
+            if plan_id == plans[spec.tier] and key["id"] not in in_plan:
+                api.create_usage_plan_key(usagePlanId=plan_id, keyId=key["id"], keyType="API_KEY")
+            elif plan_id != plans[spec.tier] and key["id"] in in_plan:
+                api.delete_usage_plan_key(usagePlanId=plan_id, keyId=key["id"])
+        keys[tenant], ids[tenant] = key["value"], key["id"]
     return keys, ids
 
 
 def _routing(appconfig: Any, manifest: Manifest, names: ResourceNames) -> str:
-    app = appconfig.create_application(Name=names.appconfig_application)
+    app = _named(
+        appconfig.list_applications()["Items"], names.appconfig_application, "Name"
+    ) or appconfig.create_application(Name=names.appconfig_application)
+    profiles = appconfig.list_configuration_profiles(ApplicationId=app["Id"])["Items"]
     for model, spec in manifest.models.items():
+        profile = _named(profiles, names.routing_profile(model), "Name")
+        if profile is not None:  # kept from the last run, with its documents
+            continue
         profile = appconfig.create_configuration_profile(
             ApplicationId=app["Id"],
             Name=names.routing_profile(model),
@@ -336,7 +399,9 @@ def _webhook_secrets(client: Any, manifest: Manifest, names: ResourceNames) -> N
     """One webhook secret per tenant (a job's callback is signed with it), as the
     CDK app makes them: random, in Secrets Manager under the stage's prefix."""
     for tenant in manifest.tenants:
-        client.create_secret(
+        _made(
+            client.create_secret,
+            "ResourceExistsException",
             Name=f"{names.webhook_secret_prefix}{tenant}",
             SecretString=secrets.token_urlsafe(32),
             Description=f"Signs the job callbacks of tenant {tenant}",

@@ -375,6 +375,9 @@ class LocalPlatform:
     # Run deployed code exactly at /opt/python, /var/task and /app (a mount namespace
     # per process; Linux, as root), as the deploy test tier does.
     exact_paths: bool = False
+    # Start empty: forget the data kept from the last run in this run dir (the
+    # registry, routing documents, jobs, results, queued messages, tenants' keys).
+    fresh: bool = False
     manifest: Manifest = field(init=False)
     layouts: Layouts | None = None
     provisioned: Provisioned | None = None
@@ -439,6 +442,8 @@ class LocalPlatform:
         (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
         for stale in self.run_dir.glob("*.ready"):
             stale.unlink()
+        if self.fresh:
+            self.state_file.unlink(missing_ok=True)
         self.pool = WorkerPool(
             self.worker_child,
             self.run_dir,
@@ -451,6 +456,12 @@ class LocalPlatform:
     def workers(self) -> list[Child]:
         """Every worker process now (running, starting or draining)."""
         return self.pool.workers
+
+    @property
+    def state_file(self) -> Path:
+        """Where the emulator keeps the platform's data between runs
+        (``switchyard_local.emulator_state``)."""
+        return self.run_dir / "state" / "emulator.pickle"
 
     @property
     def emulator_url(self) -> str:
@@ -473,9 +484,14 @@ class LocalPlatform:
         self.layouts = self._build_layouts()
         # Each role's policy as the CDK app synthesizes it (cached in build/).
         roles = resolved_policies(self.manifest, LOCAL_STAGE, LOCAL_REGION)
+        if self.state_file.exists():
+            _say(
+                f"keeping the data of the last run ({self.state_file}); "
+                "`switchyard up --fresh` starts empty"
+            )
         emulator = Child(
             "emulator",
-            emulator_argv(self.emulator_port or 0),
+            emulator_argv(self.emulator_port or 0, self.state_file),
             self._base_env(),
             self.run_dir / "logs" / "emulator.log",
         )
@@ -758,7 +774,8 @@ class LocalPlatform:
             self._autoscaler_thread.join(timeout=60)
         self.pool.stop_all(timeout=60)
         for child in reversed(self.children):
-            child.stop(timeout=10)
+            # the emulator, last, writes the platform's data for the next run
+            child.stop(timeout=60 if child.name == "emulator" else 10)
         if self.extension is not None:
             self.extension.close()
         if self._autoscaler_log is not None:
