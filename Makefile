@@ -39,7 +39,7 @@ up: build/models/.built
 	PORT=$(PORT) $(VENV)/bin/switchyard up
 
 test: build/models/.built browser
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=30
 
 test-unit: $(VENV)/.installed
 	$(PY) -m pytest tests/unit
