@@ -37,7 +37,7 @@ from switchyard.registry import VersionExists
 from switchyard.routing import canaries, rolled_back
 from switchyard.schemas import LANES, Lane
 from switchyard.tables import RESULTS
-from switchyard_cli import jobs
+from switchyard_cli import jobs, keys
 from switchyard_cli.arguments import count, seconds
 from switchyard_cli.dead_letters import (
     DeadLetterError,
@@ -598,6 +598,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.set_defaults(func=_shadow_report)
 
     jobs.add_commands(commands)
+    keys.add_command(commands)
     dlq = commands.add_parser(
         "dlq", help="messages whose every attempt failed (the models' dead-letter queues)"
     ).add_subparsers(dest="sub", required=True)
