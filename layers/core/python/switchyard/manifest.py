@@ -50,25 +50,78 @@ class _Strict(BaseModel):
 
 
 class PlatformSettings(_Strict):
-    prefix: str = Field(pattern=r"^[a-z][a-z0-9-]{1,20}$")
-    region: str
-    result_ttl_seconds: int = Field(gt=0)
-    claim_check_bytes: int = Field(gt=0, le=250_000)
-    result_inline_bytes: int = Field(default=8_192, gt=0, le=350_000)
-    max_receive_count: int = Field(ge=1, le=1000)
-    visibility_timeout_seconds: int = Field(ge=10, le=43_200)
-    max_body_bytes: int = Field(gt=0, le=6_000_000)
-    message_retention_seconds: int = Field(ge=60, le=1_209_600)
-    dlq_retention_seconds: int = Field(ge=60, le=1_209_600)
-    splitter_timeout_seconds: int = Field(default=300, ge=10, le=900)  # Lambda's limit
-    # How long work may wait before it runs, per lane, for async and batch work; a
-    # sync request's work expires at its deadline plus ``sync_grace_seconds`` (the
-    # caller who got 202 at the deadline may still collect it). Work past its
-    # expiry is answered "expired" without running.
-    max_age_seconds: dict[Lane, int] = Field(
-        default_factory=lambda: {"realtime": 3_600, "batch": 86_400}
+    """Settings of the whole platform, the same in every stage."""
+
+    prefix: str = Field(
+        pattern=r"^[a-z][a-z0-9-]{1,20}$",
+        description="The first part of every resource name (`<prefix>-<stage>-...`)",
     )
-    sync_grace_seconds: int = Field(default=60, ge=0, le=3_600)
+    region: str = Field(
+        description="The AWS region the CDK app deploys to; the local platform's emulator "
+        "answers as this region"
+    )
+    result_ttl_seconds: int = Field(
+        gt=0,
+        description="How long results and async status are kept (the results table's TTL); "
+        "a finished job's record names its output as long",
+    )
+    claim_check_bytes: int = Field(
+        gt=0,
+        le=250_000,
+        description="Request inputs over this many bytes travel in S3 and the queue message "
+        "carries their key (an SQS message holds 256 KB)",
+    )
+    result_inline_bytes: int = Field(
+        default=8_192,
+        gt=0,
+        le=350_000,
+        description="Outputs over this many bytes are stored in S3 (one object per tenant "
+        "per batch) and the result item points at them",
+    )
+    max_receive_count: int = Field(
+        ge=1,
+        le=1000,
+        description="Receives of a message before SQS moves it to its DLQ; a worker writes "
+        "the request's final error (`retries_exhausted`) on the last one",
+    )
+    visibility_timeout_seconds: int = Field(
+        ge=10,
+        le=43_200,
+        description="The work queues' visibility timeout: above the longest batch (workers "
+        "extend it while they work)",
+    )
+    max_body_bytes: int = Field(
+        gt=0,
+        le=6_000_000,
+        description="A request body over this many bytes is refused by the router "
+        "(400 `body_too_large`)",
+    )
+    message_retention_seconds: int = Field(
+        ge=60, le=1_209_600, description="How long the work queues keep a message"
+    )
+    dlq_retention_seconds: int = Field(
+        ge=60, le=1_209_600, description="How long the dead-letter queues keep a message"
+    )
+    splitter_timeout_seconds: int = Field(
+        default=300,
+        ge=10,
+        le=900,  # Lambda's limit
+        description="The batch splitter's Lambda timeout: an invocation that nears it "
+        "records where it is and continues in a new one",
+    )
+    max_age_seconds: dict[Lane, int] = Field(
+        default_factory=lambda: {"realtime": 3_600, "batch": 86_400},
+        description="How long work may wait before it runs, per lane, for async and batch "
+        "work; a sync request's work expires at its deadline plus `sync_grace_seconds` "
+        "(the caller who got 202 at the deadline may still collect it). Work past its "
+        'expiry is answered "expired" without running',
+    )
+    sync_grace_seconds: int = Field(
+        default=60,
+        ge=0,
+        le=3_600,
+        description="How long after its deadline a sync request's work may still run",
+    )
 
     @model_validator(mode="after")
     def _ages_fit(self) -> PlatformSettings:
@@ -103,14 +156,41 @@ class ScalingSettings(_Strict):
     stage's, in every stage or, under ``.dev`` / ``.prod``, in one.
     """
 
-    min_tasks: int | None = Field(default=None, ge=0)
-    max_tasks: int | None = Field(default=None, ge=1, le=_MAX_TASKS)
-    backlog_per_task: int | None = Field(default=None, ge=1)
-    target_age_seconds: int | None = Field(default=None, ge=1)
-    scale_out_cooldown_seconds: int | None = Field(default=None, ge=0, le=3_600)
-    scale_in_cooldown_seconds: int | None = Field(default=None, ge=0, le=3_600)
+    min_tasks: int | None = Field(
+        default=None,
+        ge=0,
+        description="Never fewer workers: 0 scales to zero, 1 keeps a hot model warm",
+    )
+    max_tasks: int | None = Field(
+        default=None, ge=1, le=_MAX_TASKS, description="Never more workers"
+    )
+    backlog_per_task: int | None = Field(
+        default=None, ge=1, description="Visible messages one worker is expected to hold"
+    )
+    target_age_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        description="The oldest message older than this, with every worker running that "
+        "long: one more worker",
+    )
+    scale_out_cooldown_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        le=3_600,
+        description="Between two scale-outs (waking from zero never waits)",
+    )
+    scale_in_cooldown_seconds: int | None = Field(
+        default=None, ge=0, le=3_600, description="Between two scale-ins"
+    )
     # The cloud counts idleness in one-minute periods: whole minutes only.
-    idle_seconds: int | None = Field(default=None, ge=60, le=86_400, multiple_of=60)
+    idle_seconds: int | None = Field(
+        default=None,
+        ge=60,
+        le=86_400,
+        multiple_of=60,
+        description="No work for this long: back to `min_tasks` (whole minutes: the cloud "
+        "counts idleness in one-minute periods)",
+    )
 
     def given(self) -> dict[str, int]:
         """The fields set here (a model's overrides are partial)."""
@@ -125,8 +205,12 @@ class ModelScaling(ScalingSettings):
     """A model's overrides of its stages' scaling values: for every stage, and per
     stage (``prod = { min_tasks = 1 }`` keeps a hot model's worker warm in prod)."""
 
-    dev: ScalingSettings = ScalingSettings()
-    prod: ScalingSettings = ScalingSettings()
+    dev: ScalingSettings = Field(
+        default=ScalingSettings(), description="Overrides in the dev stage only"
+    )
+    prod: ScalingSettings = Field(
+        default=ScalingSettings(), description="Overrides in the prod stage only"
+    )
 
     def for_stage(self, stage: Stage) -> dict[str, int]:
         """This model's values in ``stage``: its own for ``stage`` over its shared ones."""
@@ -146,48 +230,111 @@ class ConcurrencyBudget(_Strict):
     has the quotas this asks for.
     """
 
-    # The account's concurrent executions in the region (Service Quotas L-B99A9384).
-    account_limit: int = Field(default=1_000, ge=UNRESERVED_CONCURRENCY_MINIMUM)
-    authorizer: int = Field(default=50, ge=1)  # the key authorizer
-    predict: int = Field(default=100, ge=1)  # each sync predict router (one per model)
-    generation: int = Field(default=50, ge=1)  # each streamed generation router (per model)
-    openai: int = Field(default=100, ge=1)  # the OpenAI-compatible API's function
-    jobs: int = Field(default=20, ge=1)  # catalog, async status and batch jobs
-    splitter: int = Field(default=10, ge=1)  # the batch splitter (dropped files)
-    # API Gateway caches the authorizer's answer per key this long (0: every
-    # request invokes it, garbage keys included).
-    authorizer_cache_seconds: int = Field(default=60, ge=0, le=3_600)
-    # The stage's throttle, across every tenant (each tenant's is its tier's).
-    throttle_rate: float = Field(default=1_000, gt=0, le=API_ACCOUNT_RATE)
-    throttle_burst: int = Field(default=2_000, gt=0, le=API_ACCOUNT_BURST)
+    account_limit: int = Field(
+        default=1_000,
+        ge=UNRESERVED_CONCURRENCY_MINIMUM,
+        description="The account's concurrent executions in the region (Service Quotas L-B99A9384)",
+    )
+    authorizer: int = Field(default=50, ge=1, description="Reserved for the key authorizer")
+    predict: int = Field(
+        default=100,
+        ge=1,
+        description="Reserved for each sync predict router (one per model that does not generate)",
+    )
+    generation: int = Field(
+        default=50,
+        ge=1,
+        description="Reserved for each streamed generation router (one per generation model)",
+    )
+    openai: int = Field(
+        default=100, ge=1, description="Reserved for the OpenAI-compatible API's function"
+    )
+    jobs: int = Field(
+        default=20,
+        ge=1,
+        description="Reserved for the function of the catalog, async status and batch jobs",
+    )
+    splitter: int = Field(
+        default=10, ge=1, description="Reserved for the batch splitter (dropped files)"
+    )
+    authorizer_cache_seconds: int = Field(
+        default=60,
+        ge=0,
+        le=3_600,
+        description="API Gateway caches the authorizer's answer per key this long (0: every "
+        "request invokes it, garbage keys included)",
+    )
+    throttle_rate: float = Field(
+        default=1_000,
+        gt=0,
+        le=API_ACCOUNT_RATE,
+        description="The stage's throttle in requests a second, across every tenant (each "
+        "tenant's own is its tier's)",
+    )
+    throttle_burst: int = Field(
+        default=2_000, gt=0, le=API_ACCOUNT_BURST, description="The stage's throttle's burst"
+    )
 
 
 class DropRetention(_Strict):
     """How long the drop bucket keeps what tenants drop there and what jobs write
     beside it (inputs, ``.out`` outputs): a lifecycle rule per tenant prefix."""
 
-    # Objects under a tenant's prefix expire this long after they are written (a
-    # tenant's own ``drop_retention_days`` overrides it).
-    retention_days: int = Field(default=30, ge=1, le=3_650)
-    # A version replaced or deleted (the bucket is versioned) is kept this long.
-    noncurrent_days: int = Field(default=7, ge=1, le=365)
-    # An upload left unfinished (a job's output is written in parts) is aborted.
-    incomplete_upload_days: int = Field(default=2, ge=1, le=30)
+    retention_days: int = Field(
+        default=30,
+        ge=1,
+        le=3_650,
+        description="Objects under a tenant's prefix expire this long after they are "
+        "written (a tenant's own `drop_retention_days` overrides it)",
+    )
+    noncurrent_days: int = Field(
+        default=7,
+        ge=1,
+        le=365,
+        description="A version replaced or deleted (the bucket is versioned) is kept this long",
+    )
+    incomplete_upload_days: int = Field(
+        default=2,
+        ge=1,
+        le=30,
+        description="An upload left unfinished (a job's output is written in parts) is "
+        "aborted after this long",
+    )
 
 
 class StageSettings(_Strict):
-    config_deployment: Literal["AllAtOnce", "Linear"]
-    config_bake_minutes: int = 0
-    # Cloud workers in private subnets behind NAT gateways (paid for while idle),
-    # or in public subnets with no inbound rule.
-    private_workers: bool
-    scaling: ScalingSettings
-    concurrency: ConcurrencyBudget = ConcurrencyBudget()
-    drop: DropRetention = DropRetention()
-    # Give API Gateway its account-level CloudWatch role (AWS::ApiGateway::Account,
-    # one per account and region: a deploy overwrites whatever role was set). Only
-    # for an account and region that have none yet (docs/deploying.md).
-    api_gateway_cloudwatch_role: bool = False
+    """What differs between the stages (``dev``, ``prod``)."""
+
+    config_deployment: Literal["AllAtOnce", "Linear"] = Field(
+        description="How AppConfig rolls out a routing document: at once, or in linear "
+        "steps (20 % over 10 minutes)"
+    )
+    config_bake_minutes: int = Field(
+        default=0,
+        description="AppConfig watches the canary alarms this long after a rollout, and "
+        "rolls the change back if one goes off",
+    )
+    private_workers: bool = Field(
+        description="Cloud workers in private subnets behind NAT gateways (paid for while "
+        "idle), or in public subnets with no inbound rule"
+    )
+    scaling: ScalingSettings = Field(
+        description="Every model's scaling in this stage (every field required)"
+    )
+    concurrency: ConcurrencyBudget = Field(
+        default=ConcurrencyBudget(),
+        description="How the stage splits the account's Lambda concurrency, and API "
+        "Gateway's stage-wide limits",
+    )
+    drop: DropRetention = Field(
+        default=DropRetention(), description="How long the drop bucket keeps files"
+    )
+    api_gateway_cloudwatch_role: bool = Field(
+        default=False,
+        description="Give API Gateway its account-level CloudWatch role "
+        "(AWS::ApiGateway::Account, one per account and region: a deploy overwrites "
+        "whatever role was set). Only for an account and region that have none yet",
+    )
 
     @model_validator(mode="after")
     def _scaling_complete(self) -> StageSettings:
@@ -206,57 +353,146 @@ class RolloutLimits(_Strict):
     stable version over the same window by a margin (``switchyard.canary`` has
     the exact rule)."""
 
-    window_seconds: int = Field(ge=10, le=3600)
-    min_requests: int = Field(ge=1)
-    max_error_rate: float = Field(gt=0, le=1)
-    max_error_rate_over_stable: float = Field(ge=0, le=1)
-    max_p99_ratio: float = Field(gt=1)
-    # Standard errors of sampling noise a canary's excess of errors (or of requests
-    # over the SLO) must also clear, and how many of them it must have at least: the
-    # test's normal approximation says nothing of two or three.
-    noise_z: float = Field(default=4.0, ge=0, le=10)
-    noise_min_count: int = Field(default=5, ge=1)
+    window_seconds: int = Field(
+        ge=10, le=3600, description="The metrics window a decision looks at"
+    )
+    min_requests: int = Field(
+        ge=1,
+        description="Fewer requests in the window: a canary is not judged, a stable version "
+        "is no baseline",
+    )
+    max_error_rate: float = Field(
+        gt=0, le=1, description="A canary is rolled back for errors only over this rate"
+    )
+    max_error_rate_over_stable: float = Field(
+        ge=0,
+        le=1,
+        description="... and only if its error rate is this much above the stable version's",
+    )
+    max_p99_ratio: float = Field(
+        gt=1,
+        description="A canary over its model's `slo_p99_ms` is rolled back only if its p99 is "
+        "more than this multiple of the stable version's",
+    )
+    # The test's normal approximation says nothing of two or three.
+    noise_z: float = Field(
+        default=4.0,
+        ge=0,
+        le=10,
+        description="Standard errors of sampling noise a canary's excess of errors (or of "
+        "requests over the SLO) must also clear",
+    )
+    noise_min_count: int = Field(
+        default=5,
+        ge=1,
+        description="... and how many such requests of its own it must have at least",
+    )
 
 
 class Tier(_Strict):
-    rate: float = Field(gt=0)
-    burst: int = Field(gt=0)
-    quota_per_day: int = Field(gt=0)
-    # A tenant's streamed generations at once, and its sync requests waiting for
-    # their answer at once (predict, a generation not streamed, the OpenAI API's):
-    # over either the router answers 429 with Retry-After (switchyard.admission).
-    max_streams: int = Field(default=4, ge=1)
-    max_sync_requests: int = Field(default=32, ge=1)
+    """A usage-plan tier: API Gateway holds each key of it to these limits, and the
+    routers cap what one tenant holds at once (over a cap: 429 with Retry-After,
+    ``switchyard.admission``)."""
+
+    rate: float = Field(gt=0, description="Requests a second, per key (API Gateway's)")
+    burst: int = Field(gt=0, description="Requests at once over the rate, per key")
+    quota_per_day: int = Field(gt=0, description="Requests a day, per key")
+    max_streams: int = Field(default=4, ge=1, description="A tenant's streamed generations at once")
+    max_sync_requests: int = Field(
+        default=32,
+        ge=1,
+        description="A tenant's sync requests waiting for their answer at once (predict, a "
+        "generation not streamed, the OpenAI API's)",
+    )
 
 
 class Tenant(_Strict):
-    tier: str
-    # Days the drop bucket keeps this tenant's files and job outputs, in every
-    # stage (default: the stage's ``drop.retention_days``).
-    drop_retention_days: int | None = Field(default=None, ge=1, le=3_650)
-    # The AWS account of the tenant's data team: its drop role trusts that account
-    # (default: the account the platform is deployed in).
-    account_id: str | None = Field(default=None, pattern=r"^\d{12}$")
+    """A tenant: an API key in its tier's usage plan, a prefix of the drop bucket, a
+    webhook secret, and its own results."""
+
+    tier: str = Field(description="Its tier (a `[tiers.<tier>]`)")
+    drop_retention_days: int | None = Field(
+        default=None,
+        ge=1,
+        le=3_650,
+        description="Days the drop bucket keeps this tenant's files and job outputs, in "
+        "every stage (default: the stage's `drop.retention_days`)",
+    )
+    account_id: str | None = Field(
+        default=None,
+        pattern=r"^\d{12}$",
+        description="The AWS account of the tenant's data team: its drop role trusts that "
+        "account (default: the account the platform is deployed in)",
+    )
 
 
 class ModelSpec(_Strict):
     """Everything the platform needs to give a model its endpoint."""
 
-    runtime: Literal["sentence-transformers", "torchscript-classifier", "causal-lm"]
-    compute: Literal["cpu", "gpu"]
-    instance_types: tuple[str, ...]
-    signature: Signature
-    labels: tuple[str, ...] = ()
-    max_inputs_per_request: int = Field(gt=0, le=1024)
-    max_batch_size: int = Field(gt=0, le=1024)
-    max_wait_ms: int = Field(ge=0, le=10_000)
-    default_deadline_ms: int = Field(gt=0, le=29_000)
-    slo_p99_ms: int = Field(gt=0, le=29_000)  # a canary over it and over stable's is rolled back
-    # Repeated inputs answered from the result cache for this long; 0 (the default)
-    # for a model whose outputs are not a function of its inputs alone.
-    result_cache_seconds: int = Field(default=0, ge=0, le=7 * 86_400)
-    scaling: ModelScaling = ModelScaling()
-    demo_versions: tuple[str, ...] = ()
+    runtime: Literal["sentence-transformers", "torchscript-classifier", "causal-lm"] = Field(
+        description="What loads and runs the artifact: a sentence-transformers folder "
+        "(embeddings), a TorchScript classifier, or a Hugging Face causal language model "
+        "(generation)"
+    )
+    compute: Literal["cpu", "gpu"] = Field(
+        description="The worker hosts it runs on in the cloud: the CPU or the GPU capacity "
+        "provider (and their task size)"
+    )
+    instance_types: tuple[str, ...] = Field(
+        description="EC2 instance types of its capacity provider, in order of preference "
+        "(the first is the launch template's)"
+    )
+    signature: Signature = Field(
+        description="What each input is, checked by the router and again by the worker: "
+        '`{ kind = "text", max_chars }` (a string); `{ kind = "tensor", shape = [n], '
+        "minimum, maximum }` (a flat list of n numbers in a range); "
+        '`{ kind = "generation", context_length, max_tokens, max_chars }` (a prompt, or a '
+        "generation request)"
+    )
+    labels: tuple[str, ...] = Field(
+        default=(), description="A classifier's label of each class, in class order"
+    )
+    max_inputs_per_request: int = Field(gt=0, le=1024, description="Inputs one request may carry")
+    max_batch_size: int = Field(
+        gt=0,
+        le=1024,
+        description="Inputs a worker runs together at most (a generation model: sequences "
+        "decoded together)",
+    )
+    max_wait_ms: int = Field(
+        ge=0,
+        le=10_000,
+        description="How long a forming batch's oldest message may wait for more",
+    )
+    default_deadline_ms: int = Field(
+        gt=0,
+        le=29_000,
+        description="How long a sync caller waits for the answer when it sends no "
+        "`x-deadline-ms`; then 202 with the request's Location",
+    )
+    slo_p99_ms: int = Field(
+        gt=0,
+        le=29_000,
+        description="The p99 latency a canary must stay under: one over it and over the "
+        "stable version's is rolled back",
+    )
+    result_cache_seconds: int = Field(
+        default=0,
+        ge=0,
+        le=7 * 86_400,
+        description="Repeated inputs are answered from the result cache for this long; 0 "
+        "for a model whose outputs are not a function of its inputs alone",
+    )
+    scaling: ModelScaling = Field(
+        default=ModelScaling(),
+        description="This model's overrides of its stages' scaling values",
+    )
+    demo_versions: tuple[str, ...] = Field(
+        default=(),
+        description="Versions the local platform registers at start from its built "
+        "artifacts (`build/models/<model>/<version>/`); the first takes all traffic in "
+        "the first routing document, locally and in the cloud",
+    )
 
     @property
     def generates(self) -> bool:
@@ -285,12 +521,16 @@ class ModelSpec(_Strict):
 
 
 class Manifest(_Strict):
-    platform: PlatformSettings
-    rollout: RolloutLimits
-    stages: dict[Stage, StageSettings]
-    tiers: dict[str, Tier]
-    tenants: dict[str, Tenant]
-    models: dict[str, ModelSpec]
+    """The whole manifest (``manifest.toml``)."""
+
+    platform: PlatformSettings = Field(description="Settings of the whole platform")
+    rollout: RolloutLimits = Field(description="When a canary is rolled back")
+    stages: dict[Stage, StageSettings] = Field(description="Each stage's settings")
+    tiers: dict[str, Tier] = Field(description="Usage-plan tiers, by name")
+    tenants: dict[str, Tenant] = Field(description="Tenants, by name")
+    models: dict[str, ModelSpec] = Field(
+        description="Models, by name (2-40 of a-z, 0-9 and '-'); each gets its whole endpoint"
+    )
 
     @model_validator(mode="after")
     def _check_references(self) -> Manifest:

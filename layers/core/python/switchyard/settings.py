@@ -39,34 +39,60 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
-    stage: str = "dev"
-    region: str = "us-east-1"
-    # Set only on the local platform: the emulator's address. Unset in the cloud.
-    aws_endpoint_url: str | None = None
-
-    registry_table: str
-    results_table: str
-    payloads_bucket: str
-    # Model name -> its queue URLs. A router function in the cloud serves one model;
-    # the local router serves every model in the manifest.
-    queues: dict[str, QueuePair]
-
-    result_ttl_seconds: int = Field(default=86_400, gt=0)
-    # Inputs over this travel in S3 and the queue message carries their key (SQS
-    # messages hold 256 KB).
-    claim_check_bytes: int = Field(default=200_000, gt=0)
-    # Outputs over this are stored in S3 and the result item carries their key.
-    result_inline_bytes: int = Field(default=8_192, gt=0, le=350_000)
-    # The queues' visibility timeout; workers extend held messages before it ends.
-    visibility_timeout_seconds: int = Field(default=60, ge=10)
-    # Receives before SQS moves a message to its DLQ: a worker writes the final
-    # error of a request on its last one.
-    max_receive_count: int = Field(default=5, ge=1)
-    # How long work may wait to run (see the manifest's [platform]).
-    max_age_seconds: dict[Lane, int] = Field(
-        default_factory=lambda: {"realtime": 3_600, "batch": 86_400}
+    stage: str = Field(default="dev", description="The stage (`dev`, `prod`)")
+    region: str = Field(default="us-east-1", description="The AWS region of its resources")
+    aws_endpoint_url: str | None = Field(
+        default=None,
+        description="Set only on the local platform: the emulator's address. Unset in the cloud",
     )
-    sync_grace_seconds: int = Field(default=60, ge=0)
+
+    registry_table: str = Field(description="The registry's DynamoDB table")
+    results_table: str = Field(
+        description="The DynamoDB table of results, async status and streamed chunks"
+    )
+    payloads_bucket: str = Field(
+        description="The S3 bucket of claim-checked inputs and large outputs"
+    )
+    queues: dict[str, QueuePair] = Field(
+        description="Model name -> its queue URLs (`realtime`, `batch`). A router function "
+        "in the cloud serves one model; the local router serves every model in the manifest"
+    )
+
+    result_ttl_seconds: int = Field(
+        default=86_400, gt=0, description="How long results and async status are kept"
+    )
+    claim_check_bytes: int = Field(
+        default=200_000,
+        gt=0,
+        description="Inputs over this travel in S3 and the queue message carries their key "
+        "(SQS messages hold 256 KB)",
+    )
+    result_inline_bytes: int = Field(
+        default=8_192,
+        gt=0,
+        le=350_000,
+        description="Outputs over this are stored in S3 and the result item carries their key",
+    )
+    visibility_timeout_seconds: int = Field(
+        default=60,
+        ge=10,
+        description="The queues' visibility timeout; workers extend held messages before it ends",
+    )
+    max_receive_count: int = Field(
+        default=5,
+        ge=1,
+        description="Receives before SQS moves a message to its DLQ: a worker writes the "
+        "final error of a request on its last one",
+    )
+    max_age_seconds: dict[Lane, int] = Field(
+        default_factory=lambda: {"realtime": 3_600, "batch": 86_400},
+        description="How long work may wait to run, per lane (the manifest's `[platform]`)",
+    )
+    sync_grace_seconds: int = Field(
+        default=60,
+        ge=0,
+        description="How long after its deadline a sync request's work may still run",
+    )
 
 
 class RoutingSettings(Settings):
@@ -74,15 +100,28 @@ class RoutingSettings(Settings):
     per request, and whatever records a batch job, which runs on the model's stable
     version."""
 
-    # Where routing documents come from: the AppConfig extension's HTTP API, which
-    # the Lambda layer serves on localhost:2772 (and the local platform's stand-in
-    # elsewhere); "none" serves each model's newest active version.
-    routing_source: Literal["appconfig-extension", "none"] = "none"
-    appconfig_extension_url: str = "http://localhost:2772"
-    appconfig_application: str = ""
-    # Empty: each model's document is in the environment named after the model.
-    appconfig_environment: str = ""
-    routing_cache_seconds: float = Field(default=5.0, ge=0)
+    routing_source: Literal["appconfig-extension", "none"] = Field(
+        default="none",
+        description="Where routing documents come from: the AppConfig extension's HTTP API, "
+        "which the Lambda layer serves on localhost:2772 (and the local platform's "
+        'stand-in elsewhere); "none" serves each model\'s newest active version',
+    )
+    appconfig_extension_url: str = Field(
+        default="http://localhost:2772", description="The AppConfig extension's HTTP API"
+    )
+    appconfig_application: str = Field(
+        default="", description="The AppConfig application of the routing documents"
+    )
+    appconfig_environment: str = Field(
+        default="",
+        description="The AppConfig environment to read; empty: each model's document is in "
+        "the environment named after the model",
+    )
+    routing_cache_seconds: float = Field(
+        default=5.0,
+        ge=0,
+        description="How long a routing document read is used before it is read again",
+    )
 
 
 class TenantLimits(BaseModel):
@@ -97,88 +136,149 @@ class TenantLimits(BaseModel):
 class RouterSettings(RoutingSettings):
     """The router function (one model in the cloud, every model locally)."""
 
-    # Tenant -> the id of its API key, which API Gateway verifies and names in each
-    # request's context. The router never sees a key's value.
-    tenant_keys: dict[str, str]
-    max_body_bytes: int = Field(default=1_048_576, gt=0)
-    # Tenant -> its caps on streams and sync requests at once, counted across every
-    # router (switchyard.admission); a tenant not named here is not capped.
-    tenant_limits: dict[str, TenantLimits] = Field(default_factory=dict)
-    # The Retry-After of a request refused at its tenant's cap.
-    busy_retry_after_seconds: int = Field(default=5, ge=1, le=3_600)
-    # Batch jobs (/v1/jobs), on the router that serves them: where jobs are kept and
-    # where submitted inputs are written as a file.
-    jobs_table: str | None = None
-    batch_drop_bucket: str | None = None
-    # The batch-drop queue, where a cancelled job's callback is asked for
-    # (switchyard.callbacks).
-    drop_queue_url: str | None = None
-    # Where a generation model's tokenizer (read from the registry's artifact
-    # location, checked against its sha256) is kept once fetched.
-    tokenizer_cache: str = "/tmp/switchyard-tokenizers"
+    tenant_keys: dict[str, str] = Field(
+        description="Tenant -> the id of its API key, which API Gateway verifies and names "
+        "in each request's context. The router never sees a key's value"
+    )
+    max_body_bytes: int = Field(
+        default=1_048_576, gt=0, description="A request body over this many bytes is refused"
+    )
+    tenant_limits: dict[str, TenantLimits] = Field(
+        default_factory=dict,
+        description="Tenant -> its caps on streams and sync requests at once (`streams`, "
+        "`sync_requests`), counted across every router (switchyard.admission); a tenant not "
+        "named here is not capped",
+    )
+    busy_retry_after_seconds: int = Field(
+        default=5,
+        ge=1,
+        le=3_600,
+        description="The Retry-After of a request refused at its tenant's cap",
+    )
+    jobs_table: str | None = Field(
+        default=None,
+        description="Batch jobs (/v1/jobs), on the router that serves them: where jobs are kept",
+    )
+    batch_drop_bucket: str | None = Field(
+        default=None,
+        description="Batch jobs: where submitted inputs are written as a file",
+    )
+    drop_queue_url: str | None = Field(
+        default=None,
+        description="The batch-drop queue, where a cancelled job's callback is asked for "
+        "(switchyard.callbacks)",
+    )
+    tokenizer_cache: str = Field(
+        default="/tmp/switchyard-tokenizers",
+        description="Where a generation model's tokenizer (read from the registry's "
+        "artifact location, checked against its sha256) is kept once fetched",
+    )
 
 
 class SplitterSettings(RoutingSettings):
     """The batch splitter function."""
 
-    jobs_table: str
-    # Its own trigger queue: where it sends the continuation of a split that needs
-    # more than one invocation.
-    drop_queue_url: str
-    # A dropped file is read in ranges of this many bytes (memory stays within a few).
-    split_slice_bytes: int = Field(default=4 << 20, ge=1024, le=64 << 20)
-    # Slices one invocation reads before it continues in the next (0: as many as
-    # Lambda's time allows); for tests and for spreading a large file's split.
-    split_max_slices: int = Field(default=0, ge=0)
-    # Where the tenants' webhook secrets are (Secrets Manager: this and the
-    # tenant): this function delivers jobs' callbacks, signed with them.
-    webhook_secret_prefix: str | None = None
-    # Whether a callback may reach a loopback, private or link-local address: off in
-    # AWS (the URL is a tenant's; switchyard.callbacks), on for the local platform,
-    # whose receivers are on loopback.
-    callbacks_to_private_addresses: bool = False
+    jobs_table: str = Field(description="Where jobs are kept")
+    drop_queue_url: str = Field(
+        description="Its own trigger queue: where it sends the continuation of a split that "
+        "needs more than one invocation"
+    )
+    split_slice_bytes: int = Field(
+        default=4 << 20,
+        ge=1024,
+        le=64 << 20,
+        description="A dropped file is read in ranges of this many bytes (memory stays "
+        "within a few)",
+    )
+    split_max_slices: int = Field(
+        default=0,
+        ge=0,
+        description="Slices one invocation reads before it continues in the next (0: as "
+        "many as Lambda's time allows); for tests and for spreading a large file's split",
+    )
+    webhook_secret_prefix: str | None = Field(
+        default=None,
+        description="Where the tenants' webhook secrets are (Secrets Manager: this and the "
+        "tenant): this function delivers jobs' callbacks, signed with them",
+    )
+    callbacks_to_private_addresses: bool = Field(
+        default=False,
+        description="Whether a callback may reach a loopback, private or link-local "
+        "address: off in AWS (the URL is a tenant's; switchyard.callbacks), on for the "
+        "local platform, whose receivers are on loopback",
+    )
 
 
 class WorkerSettings(Settings):
     """A worker serves every version of one model."""
 
-    worker_model: str
-    artifacts_bucket: str
-    artifacts_cache: str = "/tmp/switchyard-artifacts"
-    # Where the models run: "auto" is the GPU where torch sees one (the GPU image on
-    # a GPU host) and the CPU elsewhere; "cuda" fails at load on a host without one.
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    # An idle worker's long poll of the realtime lane, after which it looks at the
-    # batch lane (SQS cannot long-poll two queues at once): batch work waits at most
-    # this long to be noticed by an idle worker, while a realtime arrival wakes the
-    # poll at once. 1 s costs an idle worker two receives a second (7,200 an hour,
-    # under $0.003); a longer poll is cheaper and leaves a dropped file's first
-    # chunk waiting. A SIGTERM waits for the poll in progress.
-    poll_wait_seconds: int = Field(default=1, ge=0, le=20)
-    # Touched once the worker has loaded its versions and polls (the container's
-    # health check in ECS, the supervisor locally).
-    ready_file: str | None = None
-    prediction_log_stream: str | None = None
-    # Batch jobs: each chunk's result is counted on its job here, and the worker
-    # that answers a job's last chunk writes its output beside its file.
-    jobs_table: str | None = None
-    # The batch-drop queue: the worker that ends a job asks there for its callback
-    # (switchyard.callbacks).
-    drop_queue_url: str | None = None
-    # Generative models. A streamed request's tokens are written at most this often
-    # after its first (each write is one DynamoDB item; a reader sees tokens this
-    # much later at worst).
-    stream_flush_seconds: float = Field(default=0.05, ge=0, le=5)
-    # Their messages are held with this visibility (extended while they run), so the
-    # requests of a worker that died are taken up again this soon, not after the
-    # queue's visibility timeout.
-    generation_visibility_seconds: int = Field(default=10, ge=3, le=300)
-    # Every other model's messages are held with this visibility, at most the
-    # queue's own (extended every third of it while they wait or run): the requests
-    # of a worker that died are taken up again this soon, well inside a sync
-    # request's grace (``sync_grace_seconds``), rather than after the queue's
-    # visibility timeout, after which they would mostly be expired.
-    held_visibility_seconds: int = Field(default=15, ge=3, le=300)
+    worker_model: str = Field(description="The model whose versions this worker serves")
+    artifacts_bucket: str = Field(description="The S3 bucket of the models' artifacts")
+    artifacts_cache: str = Field(
+        default="/tmp/switchyard-artifacts",
+        description="Where artifacts are kept once fetched and their sha256 checked",
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        default="auto",
+        description='Where the models run: "auto" is the GPU where torch sees one (the GPU '
+        'image on a GPU host) and the CPU elsewhere; "cuda" fails at load on a host without '
+        "one",
+    )
+    # 1 s costs an idle worker two receives a second (7,200 an hour, under $0.003); a
+    # longer poll is cheaper and leaves a dropped file's first chunk waiting.
+    poll_wait_seconds: int = Field(
+        default=1,
+        ge=0,
+        le=20,
+        description="An idle worker's long poll of the realtime lane, after which it looks "
+        "at the batch lane (SQS cannot long-poll two queues at once): batch work waits at "
+        "most this long to be noticed by an idle worker, while a realtime arrival wakes the "
+        "poll at once. A SIGTERM waits for the poll in progress",
+    )
+    ready_file: str | None = Field(
+        default=None,
+        description="Touched once the worker has loaded its versions and polls (the "
+        "container's health check in ECS, the supervisor locally)",
+    )
+    prediction_log_stream: str | None = Field(
+        default=None,
+        description="The Firehose stream every prediction is logged to (redacted)",
+    )
+    jobs_table: str | None = Field(
+        default=None,
+        description="Batch jobs: each chunk's result is counted on its job here, and the "
+        "worker that answers a job's last chunk writes its output beside its file",
+    )
+    drop_queue_url: str | None = Field(
+        default=None,
+        description="The batch-drop queue: the worker that ends a job asks there for its "
+        "callback (switchyard.callbacks)",
+    )
+    stream_flush_seconds: float = Field(
+        default=0.05,
+        ge=0,
+        le=5,
+        description="Generative models: a streamed request's tokens are written at most "
+        "this often after its first (each write is one DynamoDB item; a reader sees tokens "
+        "this much later at worst)",
+    )
+    generation_visibility_seconds: int = Field(
+        default=10,
+        ge=3,
+        le=300,
+        description="Generative models' messages are held with this visibility (extended "
+        "while they run), so the requests of a worker that died are taken up again this "
+        "soon, not after the queue's visibility timeout",
+    )
+    held_visibility_seconds: int = Field(
+        default=15,
+        ge=3,
+        le=300,
+        description="Every other model's messages are held with this visibility, at most "
+        "the queue's own (extended every third of it while they wait or run): the requests "
+        "of a worker that died are taken up again this soon, well inside a sync request's "
+        "grace (`sync_grace_seconds`)",
+    )
 
 
 class SettingsError(RuntimeError):
