@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: up test test-unit test-integration test-e2e test-infra test-deploy test-gpu models synth deploy-check lint clean bench bench-quick soak browser
+.PHONY: up test test-unit test-integration test-e2e test-infra test-deploy test-gpu models synth deploy-check lint clean bench bench-quick soak browser reference
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -95,6 +95,12 @@ SOAK_MINUTES ?= 30
 soak: build/models/.built
 	$(PY) -m pytest -q -p no:cacheprovider bench/test_bench.py
 	$(PY) -m bench soak --minutes $(SOAK_MINUTES) --out docs
+
+# The reference pages under docs/reference/, generated from the code: the CLI's parser,
+# the manifest's models, the settings, the router's OpenAPI document. A test fails while
+# a committed page differs from what this writes (tests/unit/test_reference.py).
+reference: $(VENV)/.installed
+	$(PY) -m switchyard_cli.reference
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
