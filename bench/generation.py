@@ -360,11 +360,13 @@ def openai_body(i: int) -> dict[str, Any]:
 def unpacked_artifact() -> Iterator[Path]:
     """The built artifact (``build/models/pydoc-gpt/v1/model.tar``) unpacked in a
     temporary folder: the Hugging Face directory the worker loads."""
-    from switchyard_local.models import artifact_path
+    from switchyard_local.models import built_artifact
 
-    tar = artifact_path(MODELS_DIR, MODEL, VERSION)
-    if not tar.exists():
-        raise FileNotFoundError(f"{tar}: build it with `python -m switchyard_local.models`")
+    tar = built_artifact(MODELS_DIR, MODEL, VERSION)
+    if tar is None:
+        raise FileNotFoundError(
+            f"{MODELS_DIR / MODEL / VERSION}: build it with `python -m switchyard_local.models`"
+        )
     with tempfile.TemporaryDirectory(prefix="bench-pydoc-gpt-") as folder, tarfile.open(tar) as t:
         t.extractall(folder, filter="data")
         yield Path(folder)

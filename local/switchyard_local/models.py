@@ -10,11 +10,18 @@
   machine; about a minute on two cores. The same files load in ``transformers`` on
   CPU and in vLLM on GPU. ``tokenizer.json`` is also kept beside the tar: the
   router counts prompt tokens with it.
-- ``digits-cnn/faulty``: a TorchScript module that raises on every call, for
-  rollback drills; it is not registered at start-up.
+- ``digits-cnn/faulty``: a bad release for rollback drills, not registered at
+  start-up: it passes the check ``switchyard models register`` makes (an example
+  input of zeros) and raises on every real image.
 
 Run as ``python -m switchyard_local.models OUT_DIR``; artifacts already built are
-kept, so a second ``make up`` skips this step.
+kept, so a second ``make up`` skips this step (an artifact whose recipe has changed
+since is built again).
+
+Only the demo models are built here. The local platform serves any model the
+manifest names: its versions are what ``switchyard models register`` put in the
+registry; a folder here is read only for the versions a manifest entry lists in
+``demo_versions`` (``switchyard_local.provision.register_demo_models``).
 """
 
 from __future__ import annotations
@@ -23,14 +30,24 @@ import io
 import json
 import sys
 import tarfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-ARTIFACT_NAMES = {"minilm-embed": "model.tar", "digits-cnn": "model.pt", "pydoc-gpt": "model.tar"}
 TOKENIZER_NAME = "tokenizer.json"
+BUILD_RECORD = "build.json"
+# What a built version's folder holds, by format: a TorchScript module, or a tar of
+# a Hugging Face model's folder.
+ARTIFACT_FILES = ("model.pt", "model.tar")
 
 
-def artifact_path(out_dir: Path, model: str, version: str) -> Path:
-    return out_dir / model / version / ARTIFACT_NAMES[model]
+def built_artifact(out_dir: Path, model: str, version: str) -> Path | None:
+    """The artifact built for ``model`` ``version`` under ``out_dir``, if there is one."""
+    for name in ARTIFACT_FILES:
+        path = out_dir / model / version / name
+        if path.is_file():
+            return path
+    return None
 
 
 def build_minilm(target: Path) -> dict[str, object]:
@@ -293,46 +310,76 @@ def DigitsCNN(width: int):  # noqa: ANN201, N802 - a constructor
 
 
 def build_faulty(target: Path) -> dict[str, object]:
-    """A digits-cnn artifact that loads fine and raises on every call: the bad
-    release that rollouts must catch (``switchyard models register ... --artifact``)."""
+    """A digits-cnn release whose preprocessing is broken: it takes pixels scaled to
+    0..1 and raises on anything above, so it loads, passes the check that
+    ``switchyard models register`` makes (its example input is all zeros), and
+    fails on every real image: the bad release that rollouts must catch."""
     import torch
 
     class _Faulty(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            if x.numel() >= 0:
-                raise RuntimeError("faulty release: this model fails on every input")
-            return x
+            if bool((x > 1.0).any()):
+                raise RuntimeError("faulty release: pixels must be scaled to 0..1")
+            return torch.zeros(x.shape[0], 10)
 
     torch.jit.script(_Faulty()).save(str(target))
-    return {"purpose": "fault drill: raises on every call"}
+    return {"purpose": "fault drill: passes the registration check, raises on real images"}
+
+
+@dataclass(frozen=True)
+class DemoArtifact:
+    """One artifact ``make models`` builds: where, and how."""
+
+    model: str
+    version: str
+    file: str  # one of ARTIFACT_FILES
+    build: Callable[[Path], dict[str, object]]
+    # Raised when the build changes: a folder built by an older recipe is built again.
+    recipe: int = 1
+
+    def target(self, out_dir: Path) -> Path:
+        return out_dir / self.model / self.version / self.file
+
+    def is_built(self, out_dir: Path) -> bool:
+        target = self.target(out_dir)
+        if not target.exists():
+            return False
+        try:
+            built = json.loads((target.parent / BUILD_RECORD).read_text()).get("recipe", 1)
+        except (OSError, ValueError):
+            built = 1
+        return bool(built == self.recipe)
+
+
+DEMO_ARTIFACTS = (
+    DemoArtifact("minilm-embed", "v1", "model.tar", build_minilm),
+    DemoArtifact("digits-cnn", "v1", "model.pt", lambda target: build_digits(target, "v1")),
+    DemoArtifact("digits-cnn", "v2", "model.pt", lambda target: build_digits(target, "v2")),
+    DemoArtifact("digits-cnn", "faulty", "model.pt", build_faulty, recipe=2),
+    DemoArtifact("pydoc-gpt", "v1", "model.tar", build_pydoc_gpt),
+)
+
+
+def is_demo(model: str) -> bool:
+    """Whether ``make models`` builds ``model``."""
+    return any(artifact.model == model for artifact in DEMO_ARTIFACTS)
 
 
 def build_all(out_dir: Path) -> list[Path]:
-    """Build every demo artifact that is missing; returns all artifact paths."""
+    """Build every demo artifact that is missing (or of an older recipe); returns all
+    artifact paths."""
     built = []
-    every = (
-        ("minilm-embed", ["v1"]),
-        ("digits-cnn", ["v1", "v2", "faulty"]),
-        ("pydoc-gpt", ["v1"]),
-    )
-    for model, versions in every:
-        for version in versions:
-            target = artifact_path(out_dir, model, version)
-            if not target.exists():
-                target.parent.mkdir(parents=True, exist_ok=True)
-                tmp = target.with_suffix(".partial")
-                if model == "minilm-embed":
-                    info = build_minilm(tmp)
-                elif model == "pydoc-gpt":
-                    info = build_pydoc_gpt(tmp)
-                elif version == "faulty":
-                    info = build_faulty(tmp)
-                else:
-                    info = build_digits(tmp, version)
-                tmp.replace(target)
-                (target.parent / "build.json").write_text(json.dumps(info, indent=2) + "\n")
-                print(f"built {model} {version}: {info}", flush=True)
-            built.append(target)
+    for artifact in DEMO_ARTIFACTS:
+        target = artifact.target(out_dir)
+        if not artifact.is_built(out_dir):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_suffix(".partial")
+            info = artifact.build(tmp)
+            tmp.replace(target)
+            record = {**info, "recipe": artifact.recipe}
+            (target.parent / BUILD_RECORD).write_text(json.dumps(record, indent=2) + "\n")
+            print(f"built {artifact.model} {artifact.version}: {info}", flush=True)
+        built.append(target)
     return built
 
 

@@ -26,7 +26,7 @@ from switchyard.routing import RoutingDocument
 from switchyard.schemas import LANES
 from switchyard.settings import Settings
 from switchyard.wiring import build_adapters
-from switchyard_local.models import TOKENIZER_NAME, artifact_path
+from switchyard_local.models import TOKENIZER_NAME, built_artifact, is_demo
 from switchyard_local.routing_changes import describe
 
 
@@ -354,28 +354,49 @@ def _routing(appconfig: Any, manifest: Manifest, names: ResourceNames) -> str:
             LocationUri="hosted",
             Type="AWS.Freeform",
         )
-        if spec.demo_versions:
-            document = RoutingDocument(weights={spec.demo_versions[0]: 100})
-            appconfig.create_hosted_configuration_version(
-                ApplicationId=app["Id"],
-                ConfigurationProfileId=profile["Id"],
-                Content=document.model_dump_json().encode(),
-                ContentType="application/json",
-                Description=describe("provisioner", "initial routing document"),
-            )
+        # As the CDK app's first document (stacks.configuration.initial_routing): all
+        # traffic on the first demo version, or on v1, for a model whose versions are
+        # registered with `switchyard models register` (until v1 is, the router
+        # answers with the newest active version).
+        first = spec.demo_versions[0] if spec.demo_versions else "v1"
+        document = RoutingDocument(weights={first: 100})
+        appconfig.create_hosted_configuration_version(
+            ApplicationId=app["Id"],
+            ConfigurationProfileId=profile["Id"],
+            Content=document.model_dump_json().encode(),
+            ContentType="application/json",
+            Description=describe("provisioner", "initial routing document"),
+        )
     return str(app["Id"])
 
 
 def register_demo_models(provisioned: Provisioned, models_dir: Path) -> list[ModelVersion]:
-    """Upload each demo artifact and register its version (a no-op if registered)."""
+    """Upload and register each ``demo_versions`` entry whose artifact is built in
+    ``models_dir`` and that is not registered yet; returns what it registered.
+
+    A demo model's artifacts are built by ``make models``: one missing is an error.
+    Any other model's versions are what ``switchyard models register`` uploads; one
+    that names ``demo_versions`` (a copied demo entry) and has no folder here is
+    left to it, and said so."""
     adapters = build_adapters(Settings(**provisioned.settings_values()))
     s3, registry = adapters.client("s3"), adapters.registry
     registered = []
     for model, spec in provisioned.manifest.models.items():
         for version in spec.demo_versions:
-            path = artifact_path(models_dir, model, version)
-            if not path.exists():
-                raise FileNotFoundError(f"{path} is missing: run `make models` first")
+            if registry.get(model, version) is not None:
+                continue  # registered already (kept from the last run)
+            path = built_artifact(models_dir, model, version)
+            if path is None and is_demo(model):
+                raise FileNotFoundError(
+                    f"{models_dir / model / version} has no artifact: run `make models` first"
+                )
+            if path is None:
+                print(
+                    f"{model} {version}: not registered yet; register it with "
+                    f"`switchyard models register {model} {version} --artifact FILE`",
+                    flush=True,
+                )
+                continue
             uri, digest = publish_artifact(
                 s3, provisioned.names.artifacts_bucket, model, version, path
             )
