@@ -31,7 +31,7 @@ from pydantic import ValidationError
 
 from stacks.assets import MANIFEST_FILE, REPO_ROOT
 from switchyard import aws
-from switchyard.artifacts import artifact_problem, publish_artifact
+from switchyard.artifacts import artifact_problem
 from switchyard.fields import field_path
 from switchyard.registry import VersionExists
 from switchyard.routing import canaries, rolled_back
@@ -47,6 +47,7 @@ from switchyard_cli.dead_letters import (
     redrive,
 )
 from switchyard_cli.jobs import JobsError
+from switchyard_cli.registration import check_in_runtime, publish_version
 from switchyard_cli.targets import (
     CommandError,
     Target,
@@ -98,7 +99,7 @@ def _models_register(args: argparse.Namespace) -> int:
     registry = target.registry
     extra = {"fallback": args.fallback} if args.fallback is not None else {}
     try:  # the record as it will be, checked before anything is uploaded
-        spec.version_record(args.model, args.version, "s3://-/-", "0" * 64, **extra)
+        record = spec.version_record(args.model, args.version, "s3://-/-", "0" * 64, **extra)
     except ValidationError as exc:
         raise TrafficError(f"{args.model} {args.version!r}: {_first_problem(exc)}") from None
     if registry.get(args.model, args.version) is not None:
@@ -118,14 +119,17 @@ def _models_register(args: argparse.Namespace) -> int:
     problem = artifact_problem(spec.runtime, artifact)
     if problem is not None:
         raise TrafficError(f"--artifact {artifact}: {problem}; {args.model} runs {spec.runtime}")
-    uri, digest = publish_artifact(
-        target.client("s3"), target.artifacts_bucket, args.model, args.version, artifact
-    )
+    # Loaded and run in its runtime before anything is written: a version is active
+    # (and immutable) once registered.
+    checked = check_in_runtime(record, artifact)
+    print(f"checked {args.model} {args.version} in {checked}")
     try:
-        registry.register(spec.version_record(args.model, args.version, uri, digest, **extra))
+        record = publish_version(
+            target.client("s3"), target.artifacts_bucket, registry, record, artifact
+        )
     except VersionExists as exc:
         raise TrafficError(str(exc)) from None
-    print(f"registered {args.model} {args.version} sha256:{digest} at {uri}")
+    print(f"registered {args.model} {args.version} sha256:{record.sha256} at {record.artifact_uri}")
     return 0
 
 
