@@ -4,6 +4,8 @@ and a key authorizer that takes the key from ``x-api-key`` or a Bearer token."""
 from __future__ import annotations
 
 import json
+import re
+from typing import Any
 
 from aws_cdk import Duration, Tags
 from aws_cdk import aws_apigateway as apigw
@@ -22,6 +24,7 @@ from stacks.cloud import (
 from stacks.functions import PlatformFunction
 from stacks.nag import acknowledge, skip_checkov
 from switchyard.auth import TENANT_TAG
+from switchyard.bodies import draft4, predict_body_for, request_schema
 from switchyard.manifest import ModelSpec
 from switchyard.schemas import (
     FORBIDDEN,
@@ -292,37 +295,19 @@ class Api(Construct):
         """POST /v1/models/<model>/predict → that model's router function (streamed
         when that function runs under the Lambda Web Adapter).
 
-        The gateway checks the body's shape (an object with 1..max inputs and no
-        other field) before a function runs; the router checks the signature.
+        The gateway checks the body against the model's own predict request
+        (``switchyard.bodies.predict_body_for``: its inputs as its signature says,
+        and a version pin), the schema the router's API document states, before a
+        function runs; the router checks the signature again, naming each input.
         """
+        schema = request_schema(
+            predict_body_for(model, (spec.signature,), spec.max_inputs_per_request)
+        )
         body = self.rest_api.add_model(
             f"PredictBody-{model}",
             content_type="application/json",
             description=f"Predict request for {model}",
-            schema=apigw.JsonSchema(
-                schema=apigw.JsonSchemaVersion.DRAFT4,
-                title=f"{model}-predict",
-                type=apigw.JsonSchemaType.OBJECT,
-                required=["inputs"],
-                additional_properties=False,
-                properties={
-                    "inputs": apigw.JsonSchema(
-                        type=apigw.JsonSchemaType.ARRAY,
-                        min_items=1,
-                        max_items=spec.max_inputs_per_request,
-                    ),
-                    # Pins the request to a version (as the x-model-version header does).
-                    "params": apigw.JsonSchema(
-                        type=apigw.JsonSchemaType.OBJECT,
-                        additional_properties=False,
-                        properties={
-                            "version": apigw.JsonSchema(
-                                type=apigw.JsonSchemaType.STRING, min_length=1, max_length=64
-                            )
-                        },
-                    ),
-                },
-            ),
+            schema=gateway_schema(schema),
         )
         self._model(model).add_resource("predict").add_method(
             "POST",
@@ -374,3 +359,36 @@ class Api(Construct):
                 request_validator=self.validator,
                 request_parameters={"method.request.path.job_id": True},
             )
+
+
+# JSON Schema's keywords as aws_apigateway.JsonSchema names them, where not in snake case.
+_RENAMED = {"not": "not_", "$ref": "ref", "$schema": "schema", "$id": "id"}
+_NESTED = {"items", "additionalProperties", "additionalItems", "not", "contains", "propertyNames"}
+_LISTS = {"anyOf", "oneOf", "allOf"}
+_MAPS = {"properties", "patternProperties", "definitions"}
+
+
+def gateway_schema(schema: dict[str, Any]) -> apigw.JsonSchema:
+    """A body's JSON Schema (``switchyard.bodies.request_schema``) as API Gateway's
+    model: draft 4, in CDK's types."""
+    return _json_schema({**draft4(schema), "$schema": apigw.JsonSchemaVersion.DRAFT4})
+
+
+def _json_schema(schema: dict[str, Any]) -> apigw.JsonSchema:
+    kwargs: dict[str, Any] = {}
+    for key, value in schema.items():
+        name = _RENAMED.get(key) or re.sub(r"(?<!^)([A-Z])", r"_\1", key).lower()
+        if key == "type":
+            value = (
+                apigw.JsonSchemaType[value.upper()]
+                if isinstance(value, str)
+                else [apigw.JsonSchemaType[v.upper()] for v in value]
+            )
+        elif key in _NESTED and isinstance(value, dict):
+            value = _json_schema(value)
+        elif key in _LISTS or (key == "items" and isinstance(value, list)):
+            value = [_json_schema(v) for v in value]
+        elif key in _MAPS:
+            value = {k: _json_schema(v) for k, v in value.items()}
+        kwargs[name] = value
+    return apigw.JsonSchema(**kwargs)

@@ -4,8 +4,11 @@ workers."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
+from harness import lambda_events
 from harness.waiting import wait_for
 from switchyard_local.deployed import LambdaInitError, LambdaProcess, Launcher
 
@@ -112,6 +115,37 @@ def test_an_async_request_is_read_back_through_the_requests_router(
     # and another tenant cannot see it
     other = rest_event(platform, "GET", path, tenant="globex")
     assert answer(requests_router.invoke(other))[0] == 404
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        (PREDICT, lambda text: {"inputs": [text]}),
+        ("/openai/v1/embeddings", lambda text: {"model": MODEL, "input": text}),
+    ],
+    ids=["predict", "openai-embeddings"],
+)
+def test_a_request_past_its_deadline_is_located_under_the_stage(
+    router: LambdaProcess, platform, path, body
+) -> None:
+    # GIVEN a REST event of the prod stage whose deadline passes before any answer
+    provisioned = platform.provisioned
+    event = lambda_events.rest_event(
+        "POST",
+        path,
+        api_key=provisioned.api_keys["acme"],
+        api_key_id=provisioned.api_key_ids["acme"],
+        body=body(f"a sentence no one asked before: {uuid.uuid4()}"),
+        stage="prod",
+    )
+    event["headers"]["x-deadline-ms"] = "1"
+    event["multiValueHeaders"]["x-deadline-ms"] = ["1"]
+    # WHEN the router answers it (native or OpenAI-compatible, the same outcome)
+    status, accepted, headers = answer(router.invoke(event))
+    # THEN it is queued, and its Location carries the stage, as API Gateway serves it
+    assert status == 202, accepted
+    location = f"/prod/v1/requests/{accepted['request_id']}"
+    assert headers["location"] == accepted["location"] == location
 
 
 def test_the_catalog_lists_every_registered_version(requests_router: LambdaProcess, platform):

@@ -1,14 +1,34 @@
 """REST API Gateway: keys on every method (x-api-key or Bearer, through the key
-authorizer), usage plans per tier, validation, logs, metrics."""
+authorizer), usage plans per tier, validation (each body's model, as the router's
+API document states it), logs, metrics."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from aws_cdk.assertions import Match, Template
 
+from harness.fakes import FakePayloads, FakeQueue, FakeRegistry, FakeResults, tenant_keys
 from switchyard.auth import TENANT_TAG
-from switchyard.manifest import Manifest
+from switchyard.bodies import (
+    JobSubmission,
+    chat_body_for,
+    completion_body_for,
+    draft4,
+    embeddings_body_for,
+    embeds,
+    generate_body_for,
+    generates,
+    predict_body_for,
+    request_schema,
+)
+from switchyard.manifest import Manifest, ModelSpec
+from switchyard.queues import ModelLanes
+from switchyard.registry import ModelVersion
+from switchyard_router.app import RouterDeps, create_app
+from switchyard_router.jobs_api import JobsApi
+from switchyard_router.logic import PredictService
 
 from .helpers import actions_of, integrated_function, statements
 
@@ -61,46 +81,11 @@ def test_each_tenant_has_a_tagged_key_in_its_tier_plan(
         ), f"{tenant_name}'s key is not in the {tenant.tier} plan"
 
 
-def test_predict_bodies_are_validated_against_the_model_limits(
-    serving_template: Template, manifest: Manifest
-) -> None:
+def test_predict_bodies_are_validated_by_the_gateway(serving_template: Template) -> None:
     serving_template.has_resource_properties(
         "AWS::ApiGateway::RequestValidator",
         {"ValidateRequestBody": True, "ValidateRequestParameters": True},
     )
-    for model, spec in manifest.models.items():
-        serving_template.has_resource_properties(
-            "AWS::ApiGateway::Model",
-            {
-                "ContentType": "application/json",
-                "Schema": Match.object_like(
-                    {
-                        "title": f"{model}-predict",
-                        "required": ["inputs"],
-                        "additionalProperties": False,
-                        "properties": {
-                            "inputs": {
-                                "type": "array",
-                                "minItems": 1,
-                                "maxItems": spec.max_inputs_per_request,
-                            },
-                            # A version pin, which the router accepts too.
-                            "params": {
-                                "type": "object",
-                                "additionalProperties": False,
-                                "properties": {
-                                    "version": {
-                                        "type": "string",
-                                        "minLength": 1,
-                                        "maxLength": 64,
-                                    }
-                                },
-                            },
-                        },
-                    }
-                ),
-            },
-        )
     serving_template.has_resource_properties(
         "AWS::ApiGateway::Method",
         {
@@ -109,6 +94,110 @@ def test_predict_bodies_are_validated_against_the_model_limits(
             "RequestModels": {"application/json": Match.any_value()},
         },
     )
+
+
+def test_each_predict_model_is_the_models_own_body_as_the_api_document_states(
+    serving_template: Template, manifest: Manifest
+) -> None:
+    # GIVEN each model's own predict body, rendered from its pydantic model
+    # WHEN the CDK app renders API Gateway's model and the router its API document
+    document = api_document(manifest)
+    synthesized = {
+        m["Properties"]["Schema"]["title"]: m["Properties"]["Schema"]
+        for m in serving_template.find_resources("AWS::ApiGateway::Model").values()
+    }
+    for model, spec in manifest.models.items():
+        rendered = request_schema(
+            predict_body_for(model, (spec.signature,), spec.max_inputs_per_request)
+        )
+        gateway = synthesized[f"{model}-predict"]
+        # THEN the gateway's is that body in its dialect (draft 4, numbers as doubles)
+        assert gateway.pop("$schema") == "http://json-schema.org/draft-04/schema#"
+        assert as_doubles(gateway) == as_doubles(draft4(rendered)), model
+        # AND the document's is that body
+        assert body_schema(document, f"/v1/models/{model}/predict") == rendered, model
+
+
+def test_every_body_the_api_document_states_is_rendered_from_its_model(
+    manifest: Manifest,
+) -> None:
+    # GIVEN the router's API document over the manifest's models
+    document = api_document(manifest)
+    versions = {m: demo_versions(m, spec)[0] for m, spec in manifest.models.items()}
+    generating = {m: v.signature for m, v in versions.items() if generates([v])}
+    embedding = {m: v for m, v in versions.items() if embeds([v])}
+    assert generating and embedding, "the manifest has a generation and an embedding model"
+
+    def one_of(schemas: list[dict[str, Any]]) -> dict[str, Any]:
+        return schemas[0] if len(schemas) == 1 else {"oneOf": schemas}
+
+    # THEN each body it states is its model's (each model's own, where the body is)
+    expected = {
+        "/v1/jobs": request_schema(JobSubmission),
+        **{
+            f"/v1/models/{m}/generate": request_schema(generate_body_for(s))  # type: ignore[arg-type]
+            for m, s in generating.items()
+        },
+        "/openai/v1/completions": one_of(
+            [request_schema(completion_body_for(m, s)) for m, s in generating.items()]  # type: ignore[arg-type]
+        ),
+        "/openai/v1/chat/completions": one_of(
+            [request_schema(chat_body_for(m, s)) for m, s in generating.items()]  # type: ignore[arg-type]
+        ),
+        "/openai/v1/embeddings": one_of(
+            [
+                request_schema(
+                    embeddings_body_for(m, v.signature, v.max_inputs_per_request)  # type: ignore[arg-type]
+                )
+                for m, v in embedding.items()
+            ]
+        ),
+    }
+    for path, schema in expected.items():
+        assert body_schema(document, path) == schema, path
+    # AND no route states a body of a model that does not take it
+    assert set(document["paths"]) >= set(expected)
+    assert "/v1/models/{model}/predict" not in document["paths"]
+    assert not {f"/v1/models/{m}/generate" for m in manifest.models if m not in generating} & set(
+        document["paths"]
+    )
+
+
+def demo_versions(model: str, spec: ModelSpec) -> list[ModelVersion]:
+    return [
+        spec.version_record(model, version, f"s3://models/{model}/{version}", "0" * 64)
+        for version in spec.demo_versions or ("v1",)
+    ]
+
+
+def api_document(manifest: Manifest) -> dict[str, Any]:
+    """The router's API document, over the manifest's models and their versions."""
+    records = [v for m, spec in manifest.models.items() for v in demo_versions(m, spec)]
+    service = PredictService(
+        endpoints={
+            m: ModelLanes(FakeQueue("realtime"), FakeQueue("batch")) for m in manifest.models
+        },
+        registry=FakeRegistry(*records),
+        results=FakeResults(),
+        payloads=FakePayloads(),
+        routing=None,
+        result_ttl_seconds=60,
+        claim_check_bytes=1,
+    )
+    jobs = JobsApi(store=None, s3=None, registry=None, models=list(manifest.models),  # type: ignore[arg-type]
+                   drop_bucket="drop", ttl_seconds=60)  # fmt: skip
+    deps = RouterDeps(service=service, tenants=tenant_keys({}), max_body_bytes=1, jobs=jobs)
+    return create_app(deps).openapi()
+
+
+def body_schema(document: dict[str, Any], path: str) -> dict[str, Any]:
+    body = document["paths"][path]["post"]["requestBody"]
+    return body["content"]["application/json"]["schema"]  # type: ignore[no-any-return]
+
+
+def as_doubles(schema: Any) -> Any:
+    """Every number as the double it is in a template (CloudFormation's JSON)."""
+    return json.loads(json.dumps(schema), parse_int=float)
 
 
 def test_a_request_can_be_read_and_cancelled(serving_template: Template) -> None:

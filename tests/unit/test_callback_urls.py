@@ -12,8 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from switchyard.bodies import CALLBACK_URL_PATTERN, JobSubmission
 from switchyard.callbacks import deliver_once
-from switchyard_router.jobs_api import CALLBACK_URL_PATTERN, JobSubmission, parse_submission
+from switchyard_router.app import JOB_REFUSAL
+from switchyard_router.bodies import validated
 from switchyard_router.logic import RequestRejected
 
 
@@ -80,7 +82,7 @@ def test_a_stored_url_urllib_cannot_post_to_is_a_failed_attempt():
 def test_a_refused_callback_url_is_told_in_words_not_as_the_pattern():
     body = json.dumps({"model": "minilm-embed", "inputs": ["a"], "callback_url": "ftp://h/"})
     with pytest.raises(RequestRejected) as refused:
-        parse_submission(body.encode())
+        validated(JobSubmission, json.loads(body), JOB_REFUSAL)
     (error,) = refused.value.errors
     assert error.field == "callback_url"
     assert error.message.startswith("must be an http:// or https:// URL")

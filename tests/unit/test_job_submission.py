@@ -7,7 +7,10 @@ import json
 
 import pytest
 
-from switchyard_router.jobs_api import JobsApi, JobSubmission, parse_submission
+from switchyard.bodies import JobSubmission
+from switchyard_router.app import JOB_REFUSAL
+from switchyard_router.bodies import validated
+from switchyard_router.jobs_api import JobsApi
 from switchyard_router.logic import RequestRejected
 
 BUCKET = "drop"
@@ -54,7 +57,7 @@ def test_a_uri_no_file_of_the_callers_can_be_at_is_404(uri):
 def test_a_uri_that_names_no_jsonl_file_in_s3_is_a_mistake_in_the_field(uri):
     body = json.dumps({"model": "minilm-embed", "input_uri": uri}).encode()
     with pytest.raises(RequestRejected) as refused:
-        parse_submission(body)
+        validated(JobSubmission, json.loads(body), JOB_REFUSAL)
     assert (refused.value.status, refused.value.errors[0].field) == (422, "input_uri")
     assert refused.value.errors[0].message == (
         "must be s3://<drop bucket>/<tenant>/<model>/<name>.jsonl"

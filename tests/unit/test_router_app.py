@@ -17,9 +17,11 @@ from harness.fakes import (
     FakeResults,
     behind_api_gateway,
     tenant_keys,
+    version_record,
 )
+from switchyard.bodies import predict_body_for, request_schema
 from switchyard.queues import ModelLanes
-from switchyard.schemas import FORBIDDEN, UNAUTHORIZED, QueueMessage, ResultRecord
+from switchyard.schemas import FORBIDDEN, UNAUTHORIZED, ErrorInfo, QueueMessage, ResultRecord
 from switchyard_router.app import RouterDeps, create_app
 from switchyard_router.logic import PredictService
 
@@ -275,11 +277,26 @@ def test_models_lists_versions_from_the_registry(world):
     assert [v["version"] for v in models[0]["versions"]] == ["v1", "v2"]
 
 
-def test_openapi_documents_the_predict_body(world):
+def test_openapi_documents_each_models_own_predict_body(world, digits_v1):
+    # GIVEN a router of digits-cnn, whose versions take 64 numbers from 0 to 16
     client, _, _, _ = world
+    # WHEN its document is read
     spec = client.get("/openapi.json").json()
-    body = spec["paths"]["/v1/models/{model}/predict"]["post"]["requestBody"]
-    assert body["content"]["application/json"]["schema"]["required"] == ["inputs"]
+    # THEN its predict is a path of its own, whose body is the model's own request
+    assert "/v1/models/{model}/predict" not in spec["paths"]
+    body = spec["paths"]["/v1/models/digits-cnn/predict"]["post"]["requestBody"]
+    schema = body["content"]["application/json"]["schema"]
+    own = predict_body_for("digits-cnn", (digits_v1.signature,), 256)
+    assert schema == request_schema(own)
+    assert schema["properties"]["inputs"]["items"] == {
+        "type": "array",
+        "minItems": 64,
+        "maxItems": 64,
+        "items": {"type": "number", "minimum": 0, "maximum": 16},
+    }
+    # AND its example is such a request
+    (example,) = body["content"]["application/json"]["examples"].values()
+    jsonschema.validate(example["value"], schema)
     assert client.get("/docs").status_code == 200
 
 
@@ -308,7 +325,20 @@ def test_a_method_the_path_does_not_take_is_405_with_allow(world, method, path, 
 EXPECTED_STATUSES = {
     ("get", "/healthz"): {"200"},
     ("get", "/v1/models"): {"200"},
-    ("post", "/v1/models/{model}/predict"): {
+    **{
+        ("post", f"/v1/models/{model}/predict"): {
+            "200",
+            "202",
+            "400",
+            "404",
+            "409",
+            "413",
+            "422",
+            "504",
+        }
+        for model in ("minilm-embed", "pydoc-gpt")
+    },
+    ("post", "/v1/models/digits-cnn/predict"): {
         "200",
         "202",
         "400",
@@ -320,7 +350,7 @@ EXPECTED_STATUSES = {
     },
     ("get", "/v1/requests/{request_id}"): {"200", "404", "422"},
     ("delete", "/v1/requests/{request_id}"): {"200", "404", "409", "422"},
-    ("post", "/v1/models/{model}/generate"): {
+    ("post", "/v1/models/pydoc-gpt/generate"): {
         "200",
         "202",
         "400",
@@ -334,12 +364,12 @@ EXPECTED_STATUSES = {
     ("get", "/openai/v1/models/{model}"): {"200", "404"},
     ("post", "/openai/v1/completions"): {"200", "202", "400", "404", "409", "504"},
     ("post", "/openai/v1/chat/completions"): {"200", "202", "400", "404", "409", "504"},
-    ("post", "/openai/v1/embeddings"): {"200", "202", "400", "404"},
+    ("post", "/openai/v1/embeddings"): {"200", "202", "400", "404", "409", "504"},
 }
 
 
-def test_the_document_lists_every_status_of_every_route(world):
-    client, _, _, _ = world
+def test_the_document_lists_every_status_of_every_route(every_model):
+    client, _ = every_model
     paths = client.get("/openapi.json").json()["paths"]
     operations = {(m, p): op for p, methods in paths.items() for m, op in methods.items()}
     assert set(operations) == set(EXPECTED_STATUSES)
@@ -368,7 +398,7 @@ def test_answers_match_their_documented_schemas(world):
     client, queue, _, _ = world
     spec = client.get("/openapi.json").json()
     key = {"x-api-key": "k-acme"}
-    status, predict = "/v1/requests/{request_id}", "/v1/models/{model}/predict"
+    status, predict = "/v1/requests/{request_id}", "/v1/models/digits-cnn/predict"
     done = post(client, {"inputs": [IMAGE]})
     _conforms(spec, "post", predict, done)
     location = done.headers["x-request-id"]
@@ -424,19 +454,16 @@ def test_a_content_length_of_other_digits_is_read_as_no_length():
     assert asyncio.run(read_body(Request(scope, receive), 100)) == b"{}"
 
 
-@pytest.fixture
-def text_world():
-    """A generative model and an embedding model, no worker: nothing is answered."""
-    from harness.fakes import version_record
-
+def unanswered(*versions):
+    """A router over ``versions``' models, with no worker: nothing is answered."""
     results = FakeResults()
     lanes = {
-        m: ModelLanes(realtime=FakeQueue("realtime"), batch=FakeQueue("batch"))
-        for m in ("pydoc-gpt", "minilm-embed")
+        v.model: ModelLanes(realtime=FakeQueue("realtime"), batch=FakeQueue("batch"))
+        for v in versions
     }
     service = PredictService(
         endpoints=lanes,
-        registry=FakeRegistry(version_record("pydoc-gpt"), version_record("minilm-embed")),
+        registry=FakeRegistry(*versions),
         results=results,
         payloads=FakePayloads(),
         routing=None,
@@ -445,6 +472,21 @@ def text_world():
     )
     app = create_app(RouterDeps(service=service, tenants=tenant_keys(KEYS), max_body_bytes=60_000))
     return TestClient(behind_api_gateway(app, KEYS)), lanes, results
+
+
+@pytest.fixture
+def text_world():
+    """A generative model and an embedding model, no worker: nothing is answered."""
+    return unanswered(version_record("pydoc-gpt"), version_record("minilm-embed"))
+
+
+@pytest.fixture
+def every_model(digits_v1, digits_v2):
+    """Every model of the manifest, no worker."""
+    client, lanes, _ = unanswered(
+        digits_v1, digits_v2, version_record("pydoc-gpt"), version_record("minilm-embed")
+    )
+    return client, lanes
 
 
 @pytest.mark.parametrize(
@@ -506,3 +548,85 @@ def test_generation_and_embedding_mistakes_name_the_field_as_sent(
             )
     assert all(lane.visible == [] for m in lanes.values() for lane in (m.realtime, m.batch))
     assert results.items == {}
+
+
+class EndingWorkers(FakeQueue):
+    """Ends every request it is sent as ``status`` (with ``code``), as a worker would."""
+
+    def __init__(self, results: FakeResults, status: str, code: str | None) -> None:
+        super().__init__("realtime")
+        self.results, self.status, self.code = results, status, code
+
+    def send(self, body: str, group: str) -> None:
+        super().send(body, group)
+        m = QueueMessage.model_validate_json(body)
+        self.results.complete(
+            ResultRecord(
+                request_id=m.request_id,
+                tenant=m.tenant,
+                model=m.model,
+                version=m.version,
+                status=self.status,
+                error=ErrorInfo(code=self.code, message=f"it ended {self.code}")
+                if self.code
+                else None,
+                created_at=m.enqueued_at,
+                completed_at=time.time(),
+                expires_at=int(m.expires_at),
+            )
+        )
+
+
+# Every route that waits for a request's outcome, with a request its model takes.
+WAITING_ROUTES = [
+    ("/v1/models/digits-cnn/predict", {"inputs": [IMAGE]}),
+    ("/v1/models/pydoc-gpt/generate", {"prompt": "Return the"}),
+    ("/openai/v1/completions", {"model": "pydoc-gpt", "prompt": "Return the"}),
+    (
+        "/openai/v1/chat/completions",
+        {"model": "pydoc-gpt", "messages": [{"role": "user", "content": "Hi"}]},
+    ),
+    ("/openai/v1/embeddings", {"model": "minilm-embed", "input": "a sentence"}),
+]
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "answered"),
+    [
+        ("expired", "expired", 504),
+        ("cancelled", None, 409),
+        ("error", "model_failed", 500),
+        ("error", "invalid_input", 422),  # the OpenAI API's 400
+    ],
+)
+def test_an_outcome_is_answered_with_one_status_on_every_route(digits_v1, status, code, answered):
+    # GIVEN workers that end every request the same way
+    results = FakeResults()
+    versions = [digits_v1, version_record("pydoc-gpt"), version_record("minilm-embed")]
+    service = PredictService(
+        endpoints={
+            v.model: ModelLanes(
+                realtime=EndingWorkers(results, status, code), batch=FakeQueue("batch")
+            )
+            for v in versions
+        },
+        registry=FakeRegistry(*versions),
+        results=results,
+        payloads=FakePayloads(),
+        routing=None,
+        result_ttl_seconds=3600,
+        claim_check_bytes=200_000,
+    )
+    app = create_app(RouterDeps(service=service, tenants=tenant_keys(KEYS), max_body_bytes=60_000))
+    client = TestClient(behind_api_gateway(app, KEYS))
+    spec = client.get("/openapi.json").json()
+    for path, body in WAITING_ROUTES:
+        # WHEN a request on each route ends so
+        response = client.post(path, json=body, headers={"x-api-key": "k-acme"})
+        # THEN each answers it with the same status and code, as its document says
+        openai = path.startswith("/openai/")
+        expected = 400 if openai and answered == 422 else answered
+        assert response.status_code == expected, (path, response.text)
+        answer = response.json()
+        assert (answer["error"]["code"] if openai else answer["code"]) == (code or status), path
+        _conforms(spec, "post", path, response)

@@ -292,11 +292,11 @@ def test_the_sticky_key_is_the_header_the_document_names(digits_v1, digits_v2):
 def test_locations_carry_the_api_gateway_stage():
     from starlette.requests import Request
 
-    from switchyard_router.app import _base_path
+    from switchyard_router.answers import base_path
 
     behind_gateway = Request({"type": "http", "aws.event": {"requestContext": {"stage": "dev"}}})
-    assert _base_path(behind_gateway) == "/dev"
-    assert _base_path(Request({"type": "http"})) == ""
+    assert base_path(behind_gateway) == "/dev"
+    assert base_path(Request({"type": "http"})) == ""
 
 
 def test_metrics_say_whether_a_canary_or_the_stable_version_answered(digits_v1, digits_v2, capsys):

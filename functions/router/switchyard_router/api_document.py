@@ -1,22 +1,42 @@
-"""What the router's OpenAPI document says each route answers.
+"""The router's OpenAPI document: what each route takes and what it answers.
+
+Each request body is rendered from its model (``switchyard.bodies``), and each
+model's own request from its signature: a model's predict and generate are paths
+of their own (``/v1/models/digits-cnn/predict``), and the OpenAI-compatible bodies
+name the models that take them, so that a client generated from the document knows
+what each model takes. They are read from the registry's active versions when the
+document is first asked for.
 
 Every status a route can give is listed with its body's schema, the gateway's own
 answers (403, 429) included, so that a client generated from the document, and the
-OpenAPI fuzz the e2e tier runs, meet no undocumented answer. The bodies
+OpenAPI fuzz the e2e tier runs, meet no undocumented answer. The answers' bodies
 are typed dicts: they describe what the routes build, and nothing validates them
 on the way out.
 """
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
 from typing import Any, Literal, NotRequired
 
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from fastapi.utils import create_model_field
+from pydantic import BaseModel
 from typing_extensions import TypedDict  # pydantic reads typing's only from Python 3.12
 
-from switchyard.registry import VersionStatus
+from switchyard.bodies import (
+    chat_body_for,
+    completion_body_for,
+    embeddings_body_for,
+    embeds,
+    generate_body_for,
+    generates,
+    predict_body_for,
+    request_schema,
+)
+from switchyard.registry import ModelVersion, VersionStatus
 from switchyard.schemas import (
     FORBIDDEN,
     PAYLOAD_TOO_LARGE,
@@ -67,9 +87,10 @@ class Prediction(RequestStatus):
 
 class FailedPrediction(Prediction):
     """A request that ended within its deadline without outputs (error, expired or
-    cancelled), with a message saying why."""
+    cancelled), with a message saying why and its code (as every refusal has)."""
 
     message: str
+    code: str
 
 
 class AlreadyFinished(RequestStatus):
@@ -247,8 +268,30 @@ _OPENAI_EVENT = {
     "properties": {"data": {"type": "string", "description": "a chunk (JSON), or [DONE]"}},
 }
 
+
+class FailedGeneration(TypedDict):
+    """A generation that ended within its deadline without its text: its status,
+    code and why."""
+
+    request_id: str
+    status: Status
+    code: str
+    message: str
+
+
 GENERATE: dict[int | str, dict[str, Any]] = {
     **PREDICT,
+    409: {"model": FailedGeneration, "description": "The request was cancelled while it waited"},
+    422: {
+        "model": ErrorBody | FailedGeneration,
+        "description": "A body that does not match the model's generation signature (the "
+        "fields at fault are named), or inputs the model refused as it ran",
+    },
+    500: {
+        "model": ErrorBody | FailedGeneration,
+        "description": "The model failed on this request, or the platform failed",
+    },
+    504: {"model": FailedGeneration, "description": "The work expired before it could run"},
     200: {
         "model": Generation,
         "description": 'The text (with stream: server-sent events, a data: {"token"} '
@@ -278,15 +321,21 @@ class OpenAIError(TypedDict):
 
 
 _OPENAI_BAD = {"model": OpenAIError, "description": "A bad parameter (named in param)"}
+# The OpenAI routes' own answers have OpenAI's body; the gateway's stay the platform's.
+_OPENAI_COMMON: dict[int | str, dict[str, Any]] = {
+    **COMMON,
+    405: {**COMMON[405], "model": OpenAIError},
+    500: {"model": OpenAIError, "description": "The model failed, or the platform did"},
+}
 _OPENAI_UNKNOWN = {"model": OpenAIError, "description": "No such model"}
 
 OPENAI_MODELS: dict[int | str, dict[str, Any]] = {
-    **COMMON,
+    **_OPENAI_COMMON,
     200: {"description": "The models, as OpenAI's model objects"},
 }
 OPENAI_MODEL: dict[int | str, dict[str, Any]] = {**OPENAI_MODELS, 404: _OPENAI_UNKNOWN}
 OPENAI_GENERATE: dict[int | str, dict[str, Any]] = {
-    **COMMON,
+    **_OPENAI_COMMON,
     200: {
         "description": "The completion (with stream: server-sent events of chunks, then "
         "data: [DONE])",
@@ -303,11 +352,13 @@ OPENAI_GENERATE: dict[int | str, dict[str, Any]] = {
     504: {"model": OpenAIError, "description": "The work expired before it could run"},
 }
 OPENAI_EMBEDDINGS: dict[int | str, dict[str, Any]] = {
-    **COMMON,
+    **_OPENAI_COMMON,
     200: {"description": "The embeddings, as OpenAI's list of embedding objects"},
     400: _OPENAI_BAD,
     404: _OPENAI_UNKNOWN,
     202: {"model": Accepted, "description": "The deadline passed first; poll the Location"},
+    409: {"model": OpenAIError, "description": "The request was cancelled while it waited"},
+    504: {"model": OpenAIError, "description": "The work expired before it could run"},
 }
 
 _UNKNOWN_REQUEST = {"model": ErrorBody, "description": "No such request for this API key"}
@@ -354,12 +405,29 @@ class DocumentedLater(APIRoute):
         }
 
 
-def finish(app: FastAPI) -> None:
-    """Complete the document FastAPI builds: the ``x-api-key`` header on every
-    ``/v1/`` operation (API Gateway checks it before the router runs, so no route
-    reads it), parameters without the ``null`` an optional one gets (a header or a
-    query value is absent or a string, never JSON's null), and the answers' body
-    schemas, which :class:`DocumentedLater` routes leave to this first build."""
+def request_body(model: type[BaseModel]) -> dict[str, Any]:
+    """A route's ``openapi_extra``: its body is ``model``'s, rendered with the document
+    (not as the route is made: a cold start renders none)."""
+    name = f"{model.__module__}.{model.__qualname__}"
+    _BODY_MODELS[name] = model
+    return {"requestBody": {_BODY_MODEL: name}}
+
+
+_BODY_MODEL = "x-body-model"
+_BODY_MODELS: dict[str, type[BaseModel]] = {}
+
+# Active versions per model, as the registry has them now.
+ServedModels = Callable[[], dict[str, list[ModelVersion]]]
+
+
+def finish(app: FastAPI, served: ServedModels) -> None:
+    """Complete the document FastAPI builds: the request bodies, each model's own
+    (``served`` says which models there are and what their versions take), the
+    ``x-api-key`` header on every ``/v1/`` operation (API Gateway checks it before
+    the router runs, so no route reads it), parameters without the ``null`` an
+    optional one gets (a header or a query value is absent or a string, never
+    JSON's null), and the answers' body schemas, which :class:`DocumentedLater`
+    routes leave to this first build."""
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -368,10 +436,12 @@ def finish(app: FastAPI) -> None:
                 if isinstance(route, DocumentedLater):
                     route.document_responses()
             document = build()
+            _each_models_own(document["paths"], served())
             schemes = document.setdefault("components", {}).setdefault("securitySchemes", {})
             schemes[API_KEY_SCHEME] = {"type": "apiKey", "in": "header", "name": "x-api-key"}
             for path, operations in document["paths"].items():
                 for operation in operations.values():
+                    _render_body(operation)
                     if path.startswith(("/v1/", "/openai/")):
                         operation["security"] = [{API_KEY_SCHEME: []}]
                     if path.startswith("/openai/"):
@@ -382,6 +452,115 @@ def finish(app: FastAPI) -> None:
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _render_body(operation: dict[str, Any]) -> None:
+    body = operation.get("requestBody")
+    if body is not None and _BODY_MODEL in body:
+        model = _BODY_MODELS[body.pop(_BODY_MODEL)]
+        body.update(_json_body(request_schema(model)))
+
+
+def _json_body(schema: dict[str, Any], examples: dict[str, Any] | None = None) -> dict[str, Any]:
+    media: dict[str, Any] = {"schema": schema}
+    if examples:
+        media["examples"] = {name: {"value": value} for name, value in examples.items()}
+    return {"required": True, "content": {"application/json": media}}
+
+
+# A model's own path: the route's path with the model named, and its body.
+_OWN_PATHS = ("/v1/models/{model}/predict", "/v1/models/{model}/generate")
+# The OpenAI-compatible routes, whose bodies name their model: one body per model.
+_NAMED_IN_BODY = (
+    "/openai/v1/completions",
+    "/openai/v1/chat/completions",
+    "/openai/v1/embeddings",
+)
+
+
+def _each_models_own(paths: dict[str, Any], served: dict[str, list[ModelVersion]]) -> None:
+    """Each model's own requests: a predict (and, for a model that generates, a
+    generate) path per model, and the OpenAI bodies of the models that take them. A
+    route no model takes is left out."""
+    for template in _OWN_PATHS:
+        item = paths.pop(template, None)
+        for model, versions in served.items():
+            own = _own_body(template, model, versions) if item else None
+            if own is not None:
+                paths[template.replace("{model}", model)] = {
+                    method: _for_model(operation, model, *own) for method, operation in item.items()
+                }
+    for path in _NAMED_IN_BODY:
+        bodies = [
+            own
+            for model, versions in served.items()
+            if (own := _own_body(path, model, versions)) is not None
+        ]
+        if not bodies:
+            paths.pop(path, None)
+            continue
+        schemas = [schema for schema, _ in bodies]
+        examples = {name: value for _, example in bodies for name, value in example.items()}
+        schema = schemas[0] if len(schemas) == 1 else {"oneOf": schemas}
+        for operation in paths.get(path, {}).values():
+            operation["requestBody"] = _json_body(schema, examples)
+
+
+def _for_model(
+    operation: dict[str, Any], model: str, schema: dict[str, Any], examples: dict[str, Any]
+) -> dict[str, Any]:
+    own = copy.deepcopy(operation)
+    own["operationId"] = f"{own['operationId']}_{model}"
+    own["parameters"] = [
+        p for p in own.get("parameters", []) if (p["in"], p["name"]) != ("path", "model")
+    ]
+    own["requestBody"] = _json_body(schema, examples)
+    return own
+
+
+def _own_body(
+    path: str, model: str, versions: list[ModelVersion]
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """``model``'s body of the route at ``path`` and an example of it, or None where
+    the model takes none (no active version, or not its task)."""
+    if not versions:
+        return None
+    newest = max(versions, key=lambda v: v.created_at)
+    generative = [v.signature for v in versions if v.signature.kind == "generation"]
+    if path.endswith("/predict"):
+        signatures = tuple(dict.fromkeys(v.signature for v in versions))
+        max_inputs = min(v.max_inputs_per_request for v in versions)
+        body = predict_body_for(model, signatures, max_inputs)
+        return request_schema(body), {model: {"inputs": [_example_input(newest)]}}
+    if path.endswith("/embeddings"):
+        if not embeds(versions):
+            return None
+        max_inputs = min(v.max_inputs_per_request for v in versions)
+        body = embeddings_body_for(model, newest.signature, max_inputs)  # type: ignore[arg-type]
+        return request_schema(body), {model: {"model": model, "input": ["a sentence to embed"]}}
+    if not generates(versions):
+        return None
+    signature = generative[-1]
+    tokens = min(16, signature.max_tokens)  # type: ignore[union-attr]
+    if path.endswith("/generate"):
+        example: dict[str, Any] = {"prompt": "Return the", "max_tokens": tokens, "stream": True}
+        return request_schema(generate_body_for(signature)), {model: example}  # type: ignore[arg-type]
+    if path.endswith("/chat/completions"):
+        turn = {"role": "user", "content": "What does open do?"}
+        example = {"model": model, "messages": [turn], "max_tokens": tokens}
+        return request_schema(chat_body_for(model, signature)), {model: example}  # type: ignore[arg-type]
+    example = {"model": model, "prompt": "Return the", "max_tokens": tokens, "stream": True}
+    return request_schema(completion_body_for(model, signature)), {model: example}  # type: ignore[arg-type]
+
+
+def _example_input(version: ModelVersion) -> Any:
+    signature = version.signature
+    if signature.kind == "tensor":
+        (length,) = signature.shape
+        return [signature.minimum or 0] * length
+    if signature.kind == "text":
+        return "a sentence to embed"
+    return "Return the"
 
 
 def _drop_null(schema: dict[str, Any]) -> None:

@@ -1,8 +1,9 @@
 """The router: one FastAPI app, served by Mangum in Lambda and by uvicorn locally.
 
-Routes parse and delegate to ``PredictService``; every client mistake is answered
-with a status code, a message and the field at fault, and nothing is enqueued for
-a rejected request.
+Routes validate their body with its model (``switchyard.bodies``), delegate to
+``PredictService`` and format the ``Outcome`` it answers with; every client mistake
+is answered with a status code, a message and the field at fault, and nothing is
+enqueued for a rejected request.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from starlette.types import Scope
 
 from switchyard.admission import AtCapacity
 from switchyard.auth import verified_key_id
+from switchyard.bodies import GenerateBody, JobSubmission, PredictBody
 from switchyard.fields import FieldError, field_path
 from switchyard.jobs import JOB_ID_PATTERN, job_view
 from switchyard.schemas import FORBIDDEN, ResultRecord
@@ -27,63 +29,26 @@ from switchyard_router import api_document
 from switchyard_router.answers import (
     DeadlineHeader,
     JSONResponse,
+    base_path,
     cache_allowed,
     emit_answered,
-    failure_of,
-    json_object,
     queued,
     routed_headers,
 )
-from switchyard_router.bodies import read_body
+from switchyard_router.bodies import Refusal, json_object, read_body, read_model
 from switchyard_router.deps import RouterDeps
 from switchyard_router.generate_api import GenerationCall, NativeFormat, generate
-from switchyard_router.jobs_api import JOB_BODY, JobsApi, parse_submission
-from switchyard_router.logic import Admitted, PredictService, RequestRejected
+from switchyard_router.jobs_api import JobsApi
+from switchyard_router.logic import PredictService, RequestRejected
 from switchyard_router.openai_api import add_openai_routes, is_openai_path
 from switchyard_router.openai_api import error_body as openai_error
+from switchyard_router.outcome import Admitted, Outcome
 
 log = logging.getLogger("switchyard.router")
 
-_PREDICT_BODY = {
-    "required": True,
-    "content": {
-        "application/json": {
-            "schema": {
-                "type": "object",
-                "required": ["inputs"],
-                "additionalProperties": False,
-                "properties": {
-                    "inputs": {
-                        "type": "array",
-                        "minItems": 1,
-                        "description": "Strings for text models; lists of numbers for tensor "
-                        "models (digits-cnn: 64 numbers 0-16, an 8x8 image).",
-                        "items": {},
-                    },
-                    "params": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "properties": {
-                            "version": {
-                                "type": "string",
-                                "minLength": 1,
-                                "maxLength": 64,
-                                "description": "Pin the request to this version (as the "
-                                "x-model-version header does)",
-                            }
-                        },
-                    },
-                },
-            },
-            "examples": {
-                "minilm-embed": {"value": {"inputs": ["a sentence to embed"]}},
-                "pinned": {"value": {"inputs": ["a sentence"], "params": {"version": "v1"}}},
-                "digits-cnn": {"value": {"inputs": [[0] * 64]}},
-            },
-        }
-    },
-}
-
+# How a body its model refuses is answered, per route.
+PREDICT_REFUSAL = Refusal(422, "invalid_input", "the body is not a valid predict request")
+JOB_REFUSAL = Refusal(422, "invalid_request", "the job is not valid")
 
 # The parameters every route that admits a request takes.
 AsyncQuery = Annotated[bool, Query(alias="async")]
@@ -130,7 +95,7 @@ def create_app(deps: RouterDeps) -> FastAPI:
         if is_openai_path(request.url.path):
             param = exc.errors[0].field if exc.errors else None
             message = exc.message
-            if exc.code == "invalid_input" and exc.errors:
+            if exc.code in ("invalid_input", "invalid_parameter") and exc.errors:
                 message = f"{param}: {exc.errors[0].message}"
             return openai_error(exc.status, exc.code, message, param)
         return _error(exc.status, exc.code, exc.message, exc.errors)
@@ -189,7 +154,7 @@ def create_app(deps: RouterDeps) -> FastAPI:
     @app.post(
         "/v1/models/{model}/predict",
         tags=["predict"],
-        openapi_extra={"requestBody": _PREDICT_BODY},
+        openapi_extra=api_document.request_body(PredictBody),
         responses=api_document.PREDICT,
     )
     async def predict(
@@ -201,7 +166,8 @@ def create_app(deps: RouterDeps) -> FastAPI:
         pinned: PinHeader = None,
     ) -> JSONResponse:
         tenant = tenant_of(request)
-        inputs, version = _parse_body(await read_body(request, deps.max_body_bytes))
+        body = await read_model(request, deps.max_body_bytes, PredictBody, PREDICT_REFUSAL)
+        version = body.params.version if body.params else None
         if pinned and version and pinned != version:
             raise RequestRejected(
                 422,
@@ -214,11 +180,11 @@ def create_app(deps: RouterDeps) -> FastAPI:
             deps.service,
             model,
             tenant,
-            inputs,
+            body.inputs,
             dict(request.headers),
             deadline_ms,
             is_async,
-            _base_path(request),
+            base_path(request),
             pinned or version,
         )
 
@@ -263,7 +229,7 @@ def create_app(deps: RouterDeps) -> FastAPI:
         "/v1/models/{model}/generate",
         tags=["generate"],
         response_model=None,
-        openapi_extra={"requestBody": _GENERATE_BODY},
+        openapi_extra=api_document.request_body(GenerateBody),
         responses=api_document.GENERATE,
     )
     async def generate_route(
@@ -277,7 +243,8 @@ def create_app(deps: RouterDeps) -> FastAPI:
         """Generate text: ``{"prompt", "max_tokens", "temperature", "top_p", "seed",
         "stop", "stream"}``. Streamed, the answer is server-sent events, one
         ``data: {"token": ...}`` per token and a last ``data: {"done": true, ...}``
-        with ``finish_reason`` and ``usage``; otherwise one JSON answer."""
+        with ``finish_reason`` and ``usage``; otherwise one JSON answer. With
+        ``?async=true`` the answer is its record, streamed or not."""
         tenant = tenant_of(request)
         body = json_object(await read_body(request, deps.max_body_bytes))
         call = GenerationCall(
@@ -288,7 +255,7 @@ def create_app(deps: RouterDeps) -> FastAPI:
             deadline_ms=deadline_ms,
             is_async=is_async,
             pinned=pinned,
-            base_path=_base_path(request),
+            base_path=base_path(request),
         )
         return await run_in_threadpool(
             generate, deps.service, deps.stream, deps.results, call, NativeFormat(), deps.hub
@@ -297,7 +264,9 @@ def create_app(deps: RouterDeps) -> FastAPI:
     add_openai_routes(app, deps, tenant_of)
     if deps.jobs is not None:
         _job_routes(app, deps.jobs, tenant_of, deps.max_body_bytes)
-    api_document.finish(app)
+    api_document.finish(
+        app, lambda: {m: deps.service.active_versions(m) for m in deps.service.models}
+    )
     return app
 
 
@@ -308,16 +277,16 @@ def _job_routes(app: FastAPI, jobs: JobsApi, tenant_of: Any, max_body_bytes: int
         status_code=202,
         response_model=None,
         responses=api_document.JOB_SUBMIT,
-        openapi_extra={"requestBody": JOB_BODY},
+        openapi_extra=api_document.request_body(JobSubmission),
     )
     async def submit_job(request: Request) -> Any:
         """A batch job: ``inputs`` (one output line each) or ``input_uri``, a JSON
         Lines file in the drop bucket under the caller's prefix. The same file again
         is the same job (200)."""
         tenant = tenant_of(request)
-        submission = parse_submission(await read_body(request, max_body_bytes))
+        submission = await read_model(request, max_body_bytes, JobSubmission, JOB_REFUSAL)
         job, new = await run_in_threadpool(jobs.submit, tenant, submission)
-        body = job_view(job, _base_path(request))
+        body = job_view(job, base_path(request))
         return JSONResponse(
             body, status_code=202 if new else 200, headers={"Location": body["location"]}
         )
@@ -332,12 +301,12 @@ def _job_routes(app: FastAPI, jobs: JobsApi, tenant_of: Any, max_body_bytes: int
         """The caller's jobs, newest first; ``next`` is the ``after`` of the next page."""
         tenant = tenant_of(request)
         page, following = jobs.store.list(tenant, limit, after)
-        base = _base_path(request)
+        base = base_path(request)
         return {"jobs": [job_view(j, base) for j in page], "next": following}
 
     @app.get("/v1/jobs/{job_id}", tags=["jobs"], response_model=None, responses=api_document.JOB)
     def get_job(request: Request, job_id: Annotated[str, Path(max_length=64)]) -> Any:
-        return job_view(jobs.get(tenant_of(request), job_id), _base_path(request))
+        return job_view(jobs.get(tenant_of(request), job_id), base_path(request))
 
     @app.delete(
         "/v1/jobs/{job_id}", tags=["jobs"], response_model=None, responses=api_document.JOB_CANCEL
@@ -346,39 +315,13 @@ def _job_routes(app: FastAPI, jobs: JobsApi, tenant_of: Any, max_body_bytes: int
         """Cancel a job that has not ended: chunks not yet run are answered as
         cancelled and no output is written. An ended job stays as it is (409)."""
         job = jobs.cancel(tenant_of(request), job_id)
-        body = job_view(job, _base_path(request))
+        body = job_view(job, base_path(request))
         if job.status != "cancelled":
             return JSONResponse(
                 {**body, "code": "already_finished", "message": f"job {job_id} already ended"},
                 status_code=409,
             )
         return body
-
-
-_GENERATE_BODY = {
-    "required": True,
-    "content": {
-        "application/json": {
-            "schema": {
-                "type": "object",
-                "required": ["prompt"],
-                "additionalProperties": False,
-                "properties": {
-                    "prompt": {"type": "string", "minLength": 1},
-                    "max_tokens": {"type": "integer", "minimum": 1, "default": 16},
-                    "temperature": {"type": "number", "minimum": 0, "maximum": 2, "default": 1},
-                    "top_p": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-                    "seed": {"type": "integer", "minimum": 0},
-                    "stop": {"type": "array", "items": {"type": "string"}, "maxItems": 4},
-                    "stream": {"type": "boolean", "default": False},
-                },
-            },
-            "examples": {
-                "streamed": {"value": {"prompt": "Return the", "max_tokens": 32, "stream": True}}
-            },
-        }
-    },
-}
 
 
 def _allowed_methods(app: FastAPI, scope: Scope) -> str:
@@ -392,22 +335,15 @@ def _allowed_methods(app: FastAPI, scope: Scope) -> str:
     return ", ".join(sorted(methods))
 
 
-def _base_path(request: Request) -> str:
-    """The public path prefix: behind API Gateway, its stage (``/dev``)."""
-    event = request.scope.get("aws.event") or {}
-    stage = (event.get("requestContext") or {}).get("stage")
-    return f"/{stage}" if stage and stage != "$default" else ""
-
-
 def _predict_sync(
     service: PredictService,
     model: str,
     tenant: str,
     inputs: Any,
-    headers_in: dict[str, str],
+    headers: dict[str, str],
     deadline_ms: int | None,
     is_async: bool,
-    base_path: str = "",
+    base: str = "",
     pinned: str | None = None,
 ) -> JSONResponse:
     def submit() -> Admitted:
@@ -415,82 +351,33 @@ def _predict_sync(
             model=model,
             tenant=tenant,
             inputs=inputs,
-            sticky_headers=headers_in,
+            sticky_headers=headers,
             deadline_ms=deadline_ms,
             is_async=is_async,
             pinned=pinned,
-            cache_lookup=cache_allowed(headers_in),
+            cache_lookup=cache_allowed(headers),
         )
 
     if is_async:
-        return queued(submit(), base_path)
+        return queued(service.answer(submit(), wait=False), base)
     with service.hold(tenant, "sync_requests"):
-        admitted = submit()
-        record = service.wait(admitted, tenant)
-    emit_answered(admitted, record)
-    if record is None:
-        return queued(admitted, base_path)
-    headers = routed_headers(admitted)
-    body = _status_body(record, admitted.timings)
-    body["fallback"] = record.version != admitted.version
-    headers["x-model-version"] = record.version
-    if record.status in ("error", "expired", "cancelled"):
-        assert record.error is not None or record.status == "cancelled"
-        status, _ = failure_of(record)
-        message = record.error.message if record.error else "the request was cancelled"
-        return JSONResponse({**body, "message": message}, status, headers=headers)
-    return JSONResponse(body, status_code=200, headers=headers)
+        outcome = service.answer(submit())
+    emit_answered(outcome)
+    return _prediction(outcome, base)
 
 
-def _parse_body(body: bytes) -> tuple[Any, str | None]:
-    """The inputs, and the version ``params`` pins (if any)."""
-    document = json_object(body)
-    if "inputs" not in document:
-        raise RequestRejected(
-            422, "invalid_input", "the body has no inputs", [FieldError("inputs", "is required")]
-        )
-    unknown = sorted(set(document) - {"inputs", "params"})
-    if unknown:
-        raise RequestRejected(
-            422,
-            "invalid_input",
-            f"unknown field {unknown[0]!r}",
-            [FieldError(name, "is not a known field") for name in unknown],
-        )
-    if "params" not in document:
-        return document["inputs"], None
-    return document["inputs"], _pinned_version(document["params"])
-
-
-def _pinned_version(params: Any) -> str | None:
-    """The version ``params`` names; like API Gateway's body model, a ``null`` for
-    ``params`` or its version is refused, not read as absent."""
-    if not isinstance(params, dict):
-        raise RequestRejected(
-            422,
-            "invalid_input",
-            "params must be an object",
-            [FieldError("params", "not an object")],
-        )
-    unknown = sorted(set(params) - {"version"})
-    if unknown:
-        raise RequestRejected(
-            422,
-            "invalid_input",
-            f"unknown field params.{unknown[0]}",
-            [FieldError(f"params.{name}", "is not a known field") for name in unknown],
-        )
-    if "version" not in params:
-        return None
-    version = params["version"]
-    if not isinstance(version, str) or not 1 <= len(version) <= 64:
-        raise RequestRejected(
-            422,
-            "invalid_input",
-            "params.version must be a string of 1 to 64 characters",
-            [FieldError("params.version", "not a string of 1 to 64 characters")],
-        )
-    return version
+def _prediction(outcome: Outcome, base: str) -> JSONResponse:
+    """A predict's outcome: its outputs (200), queued (202), or why it has none,
+    with the outcome's status."""
+    if outcome.record is None:
+        return queued(outcome, base)
+    record = outcome.record
+    body = _status_body(record, outcome.admitted.timings)
+    body["fallback"] = outcome.fell_back
+    headers = {**routed_headers(outcome.admitted), "x-model-version": record.version}
+    if outcome.kind != "done":
+        body.update(message=outcome.message, code=outcome.code)
+    return JSONResponse(body, outcome.status, headers=headers)
 
 
 def _status_body(

@@ -4,7 +4,8 @@ OpenAI-compatible one (``/openai/v1/completions`` and ``chat/completions``).
 
 A generation is admitted like any request (``PredictService.submit``: the version,
 its signature, the context check, the realtime queue). Then:
-- async: 202 and its location, as for predict;
+- async: 202 and its location, as for predict (streamed or not: nothing reads an
+  async request's stream, its answer is its record);
 - not streamed: the router waits for the result up to the deadline, as for predict;
 - streamed: the router waits, up to the deadline, for the first token; then it
   answers 200 and passes tokens on as server-sent events as the worker writes them
@@ -12,7 +13,9 @@ its signature, the context check, the realtime queue). Then:
   deadline with no first token is answered 202 and the location, like any request
   that outlives its deadline.
 
-Each API formats the same events its own way (a :class:`Format`).
+The service answers with an ``Outcome`` (``switchyard_router.outcome``), whose
+status is the same on every route; each API formats it and the stream's events its
+own way (a :class:`Format`).
 """
 
 from __future__ import annotations
@@ -21,24 +24,18 @@ import itertools
 import logging
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from fastapi.responses import Response, StreamingResponse
 
 from switchyard.admission import Kind, Slot
-from switchyard.fields import FieldError
+from switchyard.bodies import generates
 from switchyard.generation import TokenStream
 from switchyard.results import ResultStore
-from switchyard.schemas import GenerationSignature, ResultRecord
-from switchyard_router.answers import (
-    JSONResponse,
-    emit_answered,
-    failure_of,
-    queued,
-    routed_headers,
-)
-from switchyard_router.logic import Admitted, PredictService, RequestRejected
+from switchyard_router.answers import JSONResponse, emit_answered, queued, routed_headers
+from switchyard_router.logic import PredictService, RequestRejected
+from switchyard_router.outcome import Admitted, Outcome
 from switchyard_router.streaming import (
     SSE_HEADERS,
     Ending,
@@ -59,11 +56,24 @@ log = logging.getLogger("switchyard.router")
 class Format(Protocol):
     """How one API answers a generation."""
 
-    def answer(self, record: ResultRecord, admitted: Admitted) -> dict[str, Any]: ...
+    def answer(self, outcome: Outcome) -> dict[str, Any]:
+        """A generation that is done, whole."""
+        ...
 
     def events(self, admitted: Admitted, items: Iterator[Piece | Ending]) -> Iterator[bytes]: ...
 
-    def failure(self, record: ResultRecord) -> Response: ...
+    def failure(self, outcome: Outcome) -> Response:
+        """A generation that ended without its text (failed, expired, cancelled)."""
+        ...
+
+
+def formatted(fmt: Format, outcome: Outcome, base: str) -> Response:
+    """A whole (not streamed) generation's outcome, in ``fmt``'s shapes."""
+    if outcome.record is None:
+        return queued(outcome, base)
+    if outcome.kind != "done":
+        return fmt.failure(outcome)
+    return JSONResponse(fmt.answer(outcome), headers=routed_headers(outcome.admitted))
 
 
 @dataclass
@@ -90,7 +100,7 @@ def require_generative(service: PredictService, model: str) -> None:
     if model not in service.models:
         raise RequestRejected(404, "unknown_model", f"model {model!r} does not exist")
     versions = service.active_versions(model)
-    if versions and not any(isinstance(v.signature, GenerationSignature) for v in versions):
+    if versions and not generates(versions):
         raise RequestRejected(400, "wrong_task", f"model {model!r} does not generate text", [])
 
 
@@ -103,15 +113,10 @@ def generate(
     hub: StreamHub | None = None,
 ) -> Response:
     require_generative(service, call.model)
-    if call.is_async and call.request.get("stream"):
-        # Nothing would read the stream: an async request's answer is its record.
-        raise RequestRejected(
-            422,
-            "invalid_input",
-            "a streamed generation is read as it is made: ask for stream or ?async=true",
-            [FieldError("stream", "cannot be true with ?async=true")],
-        )
     if call.is_async:
+        if call.request.get("stream") is True:
+            # Nothing reads an async request's stream: its answer is its record.
+            call = replace(call, request={**call.request, "stream": False})
         return _generate(service, stream, results, call, fmt, hub, None)
     # Held until the caller has its answer: a stream's slot until its last event.
     kind: Kind = "streams" if call.request.get("stream") else "sync_requests"
@@ -149,31 +154,26 @@ def _generate(
             exc.message = f"the request does not match {call.model}'s generation signature"
         exc.rename_fields(request_field)
         raise
-    headers = routed_headers(admitted)
     if call.is_async:
-        return queued(admitted, call.base_path)
+        return queued(service.answer(admitted, wait=False), call.base_path)
     if not call.request.get("stream") or stream is None:
-        record = service.wait(admitted, call.tenant)
+        outcome = service.answer(admitted)
         service.give_slot(slot)
-        emit_answered(admitted, record)
-        if record is None:
-            return queued(admitted, call.base_path)
-        if record.status != "done":
-            return fmt.failure(record)
-        return JSONResponse(fmt.answer(record, admitted), headers=headers)
+        emit_answered(outcome)
+        return formatted(fmt, outcome, call.base_path)
     reader = TokenReader(stream, results, call.tenant, admitted.request_id, hub=hub)
     first = reader.first(admitted.deadline)
     failed = first[0] if first and isinstance(first[0], Ending) and first[0].failed else None
     # its first token or its end is here, or its deadline passed first
-    emit_answered(admitted, failed.record if failed else None)
+    outcome = Outcome(admitted, failed.record if failed else None)
+    emit_answered(outcome)
     if first is None:
         service.give_slot(slot)
         service.hand_off(admitted)  # its Location reads the record (or the result)
-        return queued(admitted, call.base_path)
+        return queued(outcome, call.base_path)
     if failed is not None:
         service.give_slot(slot)
-        assert failed.record is not None
-        return fmt.failure(failed.record)
+        return fmt.failure(outcome)
     # Its tokens flow: recorded now (one write), so that its caller can read it
     # (GET /v1/requests/{id}) or cancel it (DELETE) while it runs.
     service.hand_off(admitted)
@@ -196,7 +196,7 @@ def _generate(
     return StreamingResponse(
         fmt.events(admitted, items()),
         media_type="text/event-stream",
-        headers={**SSE_HEADERS, **headers},
+        headers={**SSE_HEADERS, **routed_headers(admitted)},
     )
 
 
@@ -211,7 +211,9 @@ class NativeFormat:
     """``POST /v1/models/{model}/generate``: ``data: {"token": ...}`` per token, then
     ``data: {"done": true, "finish_reason", "usage"}``; or one JSON answer."""
 
-    def answer(self, record: ResultRecord, admitted: Admitted) -> dict[str, Any]:
+    def answer(self, outcome: Outcome) -> dict[str, Any]:
+        record = outcome.record
+        assert record is not None
         output = (record.outputs or [{}])[0]
         return {
             "request_id": record.request_id,
@@ -229,10 +231,8 @@ class NativeFormat:
                 yield sse({"token": item.text})
             elif item.failed:
                 assert item.record is not None
-                _, code = failure_of(item.record)
-                error = item.record.error
-                message = error.message if error else item.record.status
-                yield sse({"error": {"code": code, "message": message}})
+                ended = Outcome(admitted, item.record)
+                yield sse({"error": {"code": ended.code, "message": ended.message}})
             else:
                 yield sse(
                     {
@@ -243,15 +243,14 @@ class NativeFormat:
                     }
                 )
 
-    def failure(self, record: ResultRecord) -> Response:
-        status, code = failure_of(record)
-        message = record.error.message if record.error else f"the request ended {record.status}"
+    def failure(self, outcome: Outcome) -> Response:
+        assert outcome.record is not None
         return JSONResponse(
             {
-                "request_id": record.request_id,
-                "status": record.status,
-                "code": code,
-                "message": message,
+                "request_id": outcome.record.request_id,
+                "status": outcome.record.status,
+                "code": outcome.code,
+                "message": outcome.message,
             },
-            status_code=status,
+            status_code=outcome.status,
         )

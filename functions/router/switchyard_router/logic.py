@@ -14,7 +14,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from switchyard.admission import Admission, Kind, Slot
@@ -33,9 +33,10 @@ from switchyard.routing import (
     role_of,
     shadow_version,
 )
-from switchyard.schemas import ErrorInfo, GenerationSignature, QueueMessage, ResultRecord
+from switchyard.schemas import ErrorInfo, GenerationSignature, Lane, QueueMessage, ResultRecord
 from switchyard.signatures import check_inputs
 from switchyard.stats import percentile
+from switchyard_router.outcome import Admitted, Outcome
 
 MAX_DEADLINE_MS = 28_000  # below API Gateway's 29 s integration timeout
 # With a fallback version, it is asked once the chosen version has failed an
@@ -68,32 +69,25 @@ class RequestRejected(Exception):
         self.errors = [FieldError(rename(e.field), e.message) for e in self.errors]
 
 
-@dataclass
-class Admitted:
-    """A request that was accepted and enqueued, with what a fallback would need."""
+@dataclass(frozen=True)
+class Assignment:
+    """The version a request goes to, and what chose it."""
 
-    request_id: str
-    model: str
-    version: str
-    tenant: str
-    deadline: float  # monotonic
-    budget_s: float
-    inputs: list[Any] = field(default_factory=list)
-    expires_at: float = 0.0
-    fallback: str | None = None  # the version that answers if this one cannot
-    fell_back: str | None = None  # why the fallback was asked: "failure" or "deadline"
-    shadow: str | None = None
-    # "canary" when the routing document would roll it back; "pinned" when the
-    # caller chose the version (kept out of the canary's judgement).
-    role: str = "stable"
-    timings: dict[str, float] = field(default_factory=dict)
-    # Answered from the result cache: nothing was queued, and this is the answer.
-    cached: ResultRecord | None = None
-    # The request's queued record, and whether it is written: an async or batch
-    # request's is, before it is enqueued; a sync request's only if it is handed off
-    # at its deadline (see PredictService.hand_off).
-    queued: ResultRecord | None = None
-    recorded: bool = True
+    version: ModelVersion
+    document: RoutingDocument | None  # the routing document (none for a pinned request)
+    sticky_value: str
+    pinned: bool = False
+
+
+@dataclass(frozen=True)
+class Work:
+    """Where a request's work runs and until when."""
+
+    lane: Lane
+    waits: bool  # a sync caller waits for its result
+    budget_s: float  # the caller's deadline, from now
+    now: float
+    expires_at: float  # epoch seconds: not started by then, it is answered expired
 
 
 class LookSchedule:
@@ -348,115 +342,150 @@ class PredictService:
         its cache key to the worker, which fills the entry. Inputs seen for the
         first time cost the cache nothing: no read, no entry."""
         started = self._clock()
+        assignment = self._assign(model, tenant, sticky_headers, pinned)
+        self._check(assignment.version, inputs)
+        work = self._work(assignment.version, lane, is_async, deadline_ms)
+        key = self._cache_key(tenant, assignment.version, inputs, work)
+        if key is not None and cache_lookup:
+            hit = self._from_cache(model, assignment.version, tenant, key, is_async, started)
+            if hit is not None:
+                return hit
+        queued = self._queued_record(tenant, assignment.version, work)
+        message = self._enqueue(queued, inputs, work, key)
+        admitted = self._admitted(queued, assignment, inputs, work, started, message)
+        self._shadow(admitted, assignment.document)
+        _log_assignment(admitted, assignment)
+        return admitted
+
+    def answer(self, admitted: Admitted, *, wait: bool = True) -> Outcome:
+        """How the request ends for its caller: its result within its deadline, or
+        queued (async, or past its deadline: :meth:`wait`)."""
+        if not wait:
+            return Outcome(admitted)
+        return Outcome(admitted, self.wait(admitted, admitted.tenant))
+
+    def _assign(
+        self, model: str, tenant: str, sticky_headers: Mapping[str, str], pinned: str | None
+    ) -> Assignment:
+        """The version the request goes to: the pinned one, else the routing
+        document's choice for its sticky key."""
         if model not in self._endpoints:
             raise RequestRejected(404, "unknown_model", f"model {model!r} does not exist")
         document = None if pinned else self.routing_document(model)
         sticky_header = (document.sticky_key if document else "x-user-id").lower()
         sticky_value = sticky_headers.get(sticky_header) or tenant
         if pinned:
-            version = self.pinned_version(model, pinned)
-        else:
-            version = self.choose_version(model, sticky_value, document)
+            return Assignment(self.pinned_version(model, pinned), None, sticky_value, pinned=True)
+        return Assignment(
+            self.choose_version(model, sticky_value, document), document, sticky_value
+        )
+
+    def _check(self, version: ModelVersion, inputs: Any) -> None:
+        """The inputs against the version's signature (422), and a generation's
+        prompt and max_tokens against its context (400)."""
         errors = check_inputs(inputs, version.signature, version.max_inputs_per_request)
         if errors:
-            raise RequestRejected(
-                422, "invalid_input", f"inputs do not match {model}'s signature", errors
-            )
-        generative = isinstance(version.signature, GenerationSignature)
-        if generative:
+            message = f"inputs do not match {version.model}'s signature"
+            raise RequestRejected(422, "invalid_input", message, errors)
+        if isinstance(version.signature, GenerationSignature):
             self._check_context(version, inputs)
-        budget_ms = deadline_ms if deadline_ms is not None else version.default_deadline_ms
-        lane_name = "batch" if lane == "batch" else "realtime"
-        waits = not is_async and lane_name == "realtime"  # a sync caller waits for it
-        key = None
-        if (
-            self._cache is not None
-            and lane_name == "realtime"
-            and cacheable(version.result_cache_seconds, inputs, generative)
-        ):
-            digest = cache_key(inputs)
-            if self._sightings.seen_before(tenant, model, version.version, digest):
-                key = digest
-                if cache_lookup:
-                    hit = self._from_cache(model, version, tenant, key, is_async, started)
-                    if hit is not None:
-                        return hit
+
+    def _work(
+        self, version: ModelVersion, lane: str, is_async: bool, deadline_ms: int | None
+    ) -> Work:
+        lane_name: Lane = "batch" if lane == "batch" else "realtime"
         now = self._clock()
-        request_id = uuid.uuid4().hex
-        expires_at = int(now + self._ttl)
-        work_expires_at = (
-            now + budget_ms / 1000 + self._sync_grace if waits else now + self._max_age[lane_name]
-        )
-        queued_record = ResultRecord(
-            request_id=request_id,
+        budget_s = (deadline_ms if deadline_ms is not None else version.default_deadline_ms) / 1000
+        waits = not is_async and lane_name == "realtime"  # a sync caller waits for it
+        expires_at = now + budget_s + self._sync_grace if waits else now + self._max_age[lane_name]
+        return Work(lane_name, waits, budget_s, now, expires_at)
+
+    def _cache_key(self, tenant: str, version: ModelVersion, inputs: Any, work: Work) -> str | None:
+        """The inputs' cache key, once this router has seen them before for this
+        tenant and version; None where the result cache has no part."""
+        generative = isinstance(version.signature, GenerationSignature)
+        if (
+            self._cache is None
+            or work.lane != "realtime"
+            or not cacheable(version.result_cache_seconds, inputs, generative)
+        ):
+            return None
+        digest = cache_key(inputs)
+        seen = self._sightings.seen_before(tenant, version.model, version.version, digest)
+        return digest if seen else None
+
+    def _queued_record(self, tenant: str, version: ModelVersion, work: Work) -> ResultRecord:
+        """The request's record as queued. An async or batch request's is written
+        now; a sync request answered within its deadline needs none (the worker's
+        result is its first write), so it is written only if the request is handed
+        off (202) at its deadline."""
+        record = ResultRecord(
+            request_id=uuid.uuid4().hex,
             tenant=tenant,
-            model=model,
+            model=version.model,
             version=version.version,
             status="queued",
-            lane=lane_name,
-            created_at=now,
-            expires_at=expires_at,
-            work_expires_at=work_expires_at,
+            lane=work.lane,
+            created_at=work.now,
+            expires_at=int(work.now + self._ttl),
+            work_expires_at=work.expires_at,
         )
-        # A sync request answered within its deadline needs no queued record: the
-        # worker's result is its first write. It is written if the request is handed
-        # off (202) at its deadline.
-        if not waits:
-            self._results.put_queued(queued_record)
+        if not work.waits:
+            self._results.put_queued(record)
+        return record
+
+    def _enqueue(
+        self, queued: ResultRecord, inputs: Any, work: Work, key: str | None
+    ) -> QueueMessage:
+        """Send the request's message to its lane. A send that fails leaves an error
+        result behind, never a request "queued" forever."""
         message = QueueMessage(
-            request_id=request_id,
-            tenant=tenant,
-            model=model,
-            version=version.version,
-            lane="batch" if lane == "batch" else "realtime",
+            request_id=queued.request_id,
+            tenant=queued.tenant,
+            model=queued.model,
+            version=queued.version,
+            lane=work.lane,
             inputs=inputs,
             n_inputs=len(inputs),
             enqueued_at=self._clock(),
-            expires_at=work_expires_at,
-            respond_by=now + budget_ms / 1000 if waits else None,
+            expires_at=work.expires_at,
+            respond_by=work.now + work.budget_s if work.waits else None,
             cache_key=key,
         )
-        endpoint = self._endpoints[model]
-        queue = endpoint.batch if lane == "batch" else endpoint.realtime
+        lanes = self._endpoints[queued.model]
+        queue = lanes.batch if work.lane == "batch" else lanes.realtime
         try:
-            queue.send(encode_message(message, self._payloads, self._claim_check_bytes), tenant)
+            queue.send(
+                encode_message(message, self._payloads, self._claim_check_bytes), queued.tenant
+            )
         except Exception:
-            # Leave no request "queued" forever behind a send that failed.
-            self._results.complete(
-                ResultRecord(
-                    request_id=request_id,
-                    tenant=tenant,
-                    model=model,
-                    version=version.version,
-                    status="error",
-                    error=ErrorInfo(code="enqueue_failed", message="the request was not queued"),
-                    created_at=now,
-                    completed_at=self._clock(),
-                    expires_at=expires_at,
-                )
-            )
+            self._results.complete(_not_queued(queued, self._clock()))
             raise
+        return message
+
+    def _admitted(
+        self,
+        queued: ResultRecord,
+        assignment: Assignment,
+        inputs: Any,
+        work: Work,
+        started: float,
+        message: QueueMessage,
+    ) -> Admitted:
         enqueued = self._clock()
-        fallback = (
-            None
-            if pinned
-            else self.active_version(
-                model, (document.fallback if document else None) or version.fallback
-            )
-        )
-        admitted = Admitted(
-            request_id=request_id,
-            model=model,
-            version=version.version,
-            tenant=tenant,
-            deadline=time.monotonic() + budget_ms / 1000,
-            budget_s=budget_ms / 1000,
+        return Admitted(
+            request_id=queued.request_id,
+            model=queued.model,
+            version=queued.version,
+            tenant=queued.tenant,
+            deadline=time.monotonic() + work.budget_s,
+            budget_s=work.budget_s,
             inputs=inputs,
-            expires_at=work_expires_at,
-            fallback=fallback.version if fallback and fallback.version != version.version else None,
-            role="pinned" if pinned else role_of(document, version.version),
-            queued=queued_record,
-            recorded=not waits,
+            expires_at=work.expires_at,
+            fallback=self._fallback_for(assignment),
+            role="pinned" if assignment.pinned else role_of(assignment.document, queued.version),
+            queued=queued,
+            recorded=not work.waits,
             timings={
                 "received_at": started,
                 "enqueued_at": message.enqueued_at,
@@ -464,29 +493,27 @@ class PredictService:
                 "enqueue_ms": (enqueued - message.enqueued_at) * 1000,
             },
         )
-        shadow = shadow_version(document, request_id, version.version) if document else None
-        if shadow and self.active_version(model, shadow):
-            # Sent before the caller is answered: in Lambda nothing may run after the
-            # handler returns (the environment is frozen). It costs one enqueue.
+
+    def _fallback_for(self, assignment: Assignment) -> str | None:
+        """The active version that answers if the chosen one cannot (none for a
+        pinned request)."""
+        if assignment.pinned:
+            return None
+        version = assignment.version
+        named = (assignment.document.fallback if assignment.document else None) or version.fallback
+        fallback = self.active_version(version.model, named)
+        return fallback.version if fallback and fallback.version != version.version else None
+
+    def _shadow(self, admitted: Admitted, document: RoutingDocument | None) -> None:
+        """A copy to the shadow version, where the routing document asks for one.
+        Sent before the caller is answered: in Lambda nothing may run after the
+        handler returns (the environment is frozen). It costs one enqueue."""
+        if document is None:
+            return
+        shadow = shadow_version(document, admitted.request_id, admitted.version)
+        if shadow and self.active_version(admitted.model, shadow):
             admitted.shadow = shadow
             self._send_copy(admitted, shadow, "shadow")
-        log.info(
-            json.dumps(
-                {
-                    "message": "assignment",
-                    "request_id": request_id,
-                    "tenant": tenant,
-                    "model": model,
-                    "version": version.version,
-                    "bucket": bucket_of(sticky_value),
-                    "weights": document.weights if document else None,
-                    "shadow": admitted.shadow,
-                    "fallback": admitted.fallback,
-                    "pinned": bool(pinned),
-                }
-            )
-        )
-        return admitted
 
     def _from_cache(
         self,
@@ -676,3 +703,36 @@ class PredictService:
             }
             for model in self.models
         ]
+
+
+def _not_queued(queued: ResultRecord, at: float) -> ResultRecord:
+    """The error result of a request whose message could not be sent."""
+    return queued.model_copy(
+        update={
+            "status": "error",
+            "lane": "realtime",
+            "error": ErrorInfo(code="enqueue_failed", message="the request was not queued"),
+            "completed_at": at,
+            "work_expires_at": None,
+        }
+    )
+
+
+def _log_assignment(admitted: Admitted, assignment: Assignment) -> None:
+    document = assignment.document
+    log.info(
+        json.dumps(
+            {
+                "message": "assignment",
+                "request_id": admitted.request_id,
+                "tenant": admitted.tenant,
+                "model": admitted.model,
+                "version": admitted.version,
+                "bucket": bucket_of(assignment.sticky_value),
+                "weights": document.weights if document else None,
+                "shadow": admitted.shadow,
+                "fallback": admitted.fallback,
+                "pinned": assignment.pinned,
+            }
+        )
+    )

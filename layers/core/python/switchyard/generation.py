@@ -24,9 +24,11 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from annotated_types import Ge, Lt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from switchyard.fields import FieldError, field_path
+from switchyard.json_values import whole
 from switchyard.schemas import GenerationSignature
 from switchyard.tables import RESULTS
 
@@ -46,14 +48,14 @@ class GenerationRequest(BaseModel):
     id, so a redelivered request samples the same tokens (but such a request is no
     one's to cache: the caller did not ask for a repeatable answer)."""
 
-    # Strict: a JSON string is not a number here, nor true a 1.
+    # Strict: a JSON string is not a number here, nor true a 1 (but 1.0 is a 1).
     model_config = ConfigDict(extra="forbid", strict=True)
 
     prompt: str = Field(min_length=1)
-    max_tokens: int = Field(default=16, ge=1)
+    max_tokens: whole(Ge(1)) = 16  # type: ignore[valid-type]
     temperature: float = Field(default=1.0, ge=0.0, le=2.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    seed: int | None = Field(default=None, ge=0, lt=2**63)
+    seed: whole(Ge(0), Lt(2**63)) | None = None  # type: ignore[valid-type]
     # A caller's stop sequences (at most MAX_STOPS), and a chat's end of turn.
     stop: list[str] = Field(default_factory=list, max_length=MAX_STOPS + 1)
     stream: bool = False
