@@ -30,11 +30,13 @@ PRINTS = {
     "README.md": ('"model":"minilm-embed"', '"model":"digits-cnn"', 'data: {"done":true'),
     "generation.md": ('data: {"token":', 'data: {"done":true'),
     "batch-jobs.md": ("succeeded", '"job_id"'),
+    "troubleshooting.md": ('"code": "unauthorized"} 401', '"code": "forbidden"} 403'),
 }
 
 
 def test_the_pages_with_steps_to_run_are_marked():
-    assert {"README.md", "generation.md", "batch-jobs.md"} <= {page.name for page in PAGES}
+    marked = {"README.md", "generation.md", "batch-jobs.md", "troubleshooting.md"}
+    assert marked <= {page.name for page in PAGES}
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
