@@ -568,9 +568,13 @@ def openapi_document() -> dict[str, Any]:
         for model in manifest.models
     }
     local.drop_queue = f"{account_url}/{names.batch_drop_queue}"
+    # Clients made here must reach the mock, not an endpoint or profile of the shell's.
+    outside = {
+        k: v for k, v in os.environ.items() if not k.startswith(("AWS_ENDPOINT_URL", "AWS_PROFILE"))
+    }
     aws.reset_clients()
     try:
-        with mock_aws():
+        with mock.patch.dict(os.environ, outside, clear=True), mock_aws():
             ddb = aws.client("dynamodb", region)
             keys = (REGISTRY.partition, "HASH"), (REGISTRY.sort, "RANGE")
             ddb.create_table(
