@@ -44,17 +44,18 @@ def add_commands(commands: Any) -> None:
 
     submit = command("submit", "upload a .jsonl file to the drop bucket as a job", _submit)
     submit.add_argument("file", help="one input per line")
-    submit.add_argument("--model", required=True)
+    submit.add_argument("--model", required=True, help="the model that answers each line")
     submit.add_argument("--wait", action="store_true", help="follow it until it ends")
     listing = command("list", "the tenant's jobs, newest first", _list)
-    listing.add_argument("--limit", type=count(minimum=1), default=20)
-    listing.add_argument("--json", action="store_true")
-    command("show", "a job as the API shows it (JSON)", _show).add_argument("job_id")
-    command("watch", "a job's progress until it ends", _watch).add_argument("job_id")
-    command("cancel", "cancel a job that has not ended", _cancel).add_argument("job_id")
+    listing.add_argument("--limit", type=count(minimum=1), default=20, help="jobs listed")
+    listing.add_argument("--json", action="store_true", help="each job as the API shows it")
+    job = "the job's id (`jobs list`, or `jobs submit`'s first line)"
+    command("show", "a job as the API shows it (JSON)", _show).add_argument("job_id", help=job)
+    command("watch", "a job's progress until it ends", _watch).add_argument("job_id", help=job)
+    command("cancel", "cancel a job that has not ended", _cancel).add_argument("job_id", help=job)
     command("secret", "the tenant's webhook secret, which signs its jobs' callbacks", _secret)
     fetch = command("fetch", "download a finished job's output", _fetch)
-    fetch.add_argument("job_id")
+    fetch.add_argument("job_id", help=job)
     fetch.add_argument("-o", "--output", required=True, help="where to write it (.jsonl)")
 
 
