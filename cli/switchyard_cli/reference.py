@@ -46,7 +46,7 @@ GENERATED = "Generated from the code by `make reference`"
 _PROBE = "__probe__"
 
 
-# -- rendering helpers --------------------------------------------------------------
+# -- rendering Markdown -------------------------------------------------------------
 
 
 def _doc(text: str | None) -> str:
