@@ -9,8 +9,8 @@ A model's own request, the body narrowed by its signature (``predict_body_for``,
 and the gateway; the router checks the signature itself
 (``switchyard.signatures.check_inputs``), so that its refusals name each input.
 
-A body's faults are :class:`switchyard.fields.FieldError`\\ s named as the caller
-wrote them (``field_errors``). The models build their validators on first use
+Each fault of a body is a ``switchyard.fields.FieldError`` that names the field as
+the caller wrote it (``field_errors``). The models build their validators on first use
 (``defer_build``): most cold starts never validate most bodies.
 """
 
