@@ -206,6 +206,10 @@ def sample(logits: Any, sequence: Sequence, index: int) -> int:
     # Drawn on the CPU whatever the model's device: the seeded generator is a CPU
     # one, and the same logits then draw the same token on every host.
     probabilities = torch.softmax(logits.float().cpu() / request.temperature, dim=-1)
+    if bool(torch.isnan(probabilities).any()):
+        # A temperature so small that the scaled logits overflow (or that is 0 in
+        # float32): the distribution it tends to puts everything on the likeliest.
+        return int(torch.argmax(logits))
     if request.top_p < 1.0:
         ordered, order = torch.sort(probabilities, descending=True)
         keep = torch.cumsum(ordered, dim=-1) - ordered < request.top_p

@@ -384,6 +384,17 @@ def test_a_top_p_too_small_for_any_token_still_keeps_the_likeliest():
     assert {sample(logits, tiny, i) for i in range(20)} == {1}
 
 
+@pytest.mark.parametrize("temperature", [2e-212, 1e-40, 1e-38])
+def test_a_temperature_too_small_for_float32_draws_the_likeliest(temperature):
+    import torch
+
+    from switchyard_worker.generation import sample
+
+    logits = torch.tensor([40.0, 93.0, 1.0, -7.0])
+    cold = sequence(temperature=temperature, top_p=0.9)
+    assert {sample(logits, cold, i) for i in range(20)} == {1}
+
+
 def test_a_hub_reads_every_stream_in_one_call_per_look_and_each_gets_its_own_tokens():
     import threading
 
