@@ -5,6 +5,7 @@ with the runtime's error, and nothing is uploaded or registered."""
 
 from __future__ import annotations
 
+import json
 import zipfile
 from pathlib import Path
 
@@ -12,8 +13,12 @@ import pytest
 import torch
 from botocore.exceptions import ClientError
 
+from stacks.assets import MANIFEST_FILE
+from switchyard.manifest import load_manifest
 from switchyard.registry import DynamoDBRegistry
+from switchyard_cli.main import main
 from switchyard_cli.registration import publish_version
+from switchyard_local.provision import provision, register_demo_models
 
 MODEL = "digits-cnn"  # a TorchScript classifier: 64 numbers in, 10 labels out
 VERSION = "v10"
@@ -132,3 +137,60 @@ def test_an_upload_whose_record_cannot_be_written_is_taken_back(
         publish_version(clients("s3"), bucket, RefusingRegistry(), record, artifact)
     # THEN what was uploaded is deleted
     assert left_behind(clients, provisioned) == []
+
+
+OWN_MODELS = """
+[models.copied-digits]
+runtime = "torchscript-classifier"
+compute = "cpu"
+instance_types = ["c7i.xlarge"]
+signature = { kind = "tensor", shape = [64], minimum = 0.0, maximum = 16.0 }
+max_inputs_per_request = 8
+max_batch_size = 8
+max_wait_ms = 5
+default_deadline_ms = 3000
+slo_p99_ms = 500
+demo_versions = ["v1", "v2"]
+
+[models.own-digits]
+runtime = "torchscript-classifier"
+compute = "cpu"
+instance_types = ["c7i.xlarge"]
+signature = { kind = "tensor", shape = [64], minimum = 0.0, maximum = 16.0 }
+max_inputs_per_request = 8
+max_batch_size = 8
+max_wait_ms = 5
+default_deadline_ms = 3000
+slo_p99_ms = 500
+"""
+
+
+def test_a_model_that_is_not_a_demo_starts_and_takes_its_versions_from_register(
+    clients, emulator_url, models_dir, tmp_path, capsys
+):
+    # GIVEN two models of one's own: one entry copied from a demo's with its
+    # demo_versions kept (it raised KeyError at start), one without them
+    manifest_file = tmp_path / "manifest.toml"
+    manifest_file.write_text(MANIFEST_FILE.read_text() + OWN_MODELS)
+    provisioned = provision(load_manifest(manifest_file), "dev", emulator_url, "us-east-1")
+    # WHEN the platform registers the demo models at start
+    registered = {(r.model, r.version) for r in register_demo_models(provisioned, models_dir)}
+    # THEN the demo models' versions are registered, and the others are left to
+    # `switchyard models register`, which the start-up says
+    assert {m for m, _ in registered} == {"minilm-embed", MODEL, "pydoc-gpt"}
+    said = capsys.readouterr().out
+    assert "copied-digits v1: not registered yet; register it with `switchyard models" in said
+    # and each has a first routing document with all traffic on v1, as in the cloud
+    (tmp_path / "platform.json").write_text(
+        json.dumps(
+            {"settings": provisioned.settings_values(), "names": provisioned.resource_names()}
+        )
+    )
+    for model in ("copied-digits", "own-digits"):
+        where = ("--run-dir", str(tmp_path), "--manifest", str(manifest_file))
+        assert main([*where, "traffic", "show", model]) == 0
+        assert capsys.readouterr().out.splitlines()[0] == f"{model}: v1=100"
+        # and takes a version from `switchyard models register`
+        artifact = models_dir / MODEL / "v1" / "model.pt"
+        assert main([*where, "models", "register", model, "v1", "--artifact", str(artifact)]) == 0
+        assert f"registered {model} v1 sha256:" in capsys.readouterr().out
