@@ -168,11 +168,10 @@ class EveryModelRouting:
 
 
 def initial_routing(spec: ModelSpec) -> dict[str, object]:
-    """All traffic to the first demo version; operators shift it with AppConfig."""
-    first = spec.demo_versions[0] if spec.demo_versions else "v1"
+    """All traffic to the model's first version; operators shift it with AppConfig."""
     return {
         "schema_version": 1,
-        "weights": {first: 100},
+        "weights": {spec.first_version: 100},
         "sticky_key": STICKY_KEY,
         "shadow": None,
         "fallback": None,

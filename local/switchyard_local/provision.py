@@ -354,12 +354,9 @@ def _routing(appconfig: Any, manifest: Manifest, names: ResourceNames) -> str:
             LocationUri="hosted",
             Type="AWS.Freeform",
         )
-        # As the CDK app's first document (stacks.configuration.initial_routing): all
-        # traffic on the first demo version, or on v1, for a model whose versions are
-        # registered with `switchyard models register` (until v1 is, the router
-        # answers with the newest active version).
-        first = spec.demo_versions[0] if spec.demo_versions else "v1"
-        document = RoutingDocument(weights={first: 100})
+        # As the CDK app's first document (stacks.configuration.initial_routing); until
+        # the first version is registered, the router answers with the newest active one.
+        document = RoutingDocument(weights={spec.first_version: 100})
         appconfig.create_hosted_configuration_version(
             ApplicationId=app["Id"],
             ConfigurationProfileId=profile["Id"],

@@ -491,8 +491,14 @@ class ModelSpec(_Strict):
         default=(),
         description="Versions the local platform registers at start from its built "
         "artifacts (`build/models/<model>/<version>/`); the first takes all traffic in "
-        "the first routing document, locally and in the cloud",
+        "the first routing document, locally and in the cloud (v1 without them)",
     )
+
+    @property
+    def first_version(self) -> str:
+        """The version the first routing document gives all traffic to, locally and in
+        the cloud: the first demo version, else v1 (registered with `models register`)."""
+        return self.demo_versions[0] if self.demo_versions else "v1"
 
     @property
     def generates(self) -> bool:
