@@ -439,8 +439,14 @@ class ModelSpec(_Strict):
         "provider (and their task size)"
     )
     instance_types: tuple[str, ...] = Field(
+        default=(),
         description="EC2 instance types of its capacity provider, in order of preference "
-        "(the first is the launch template's)"
+        "(the first is the launch template's); a model in a pool runs on its pool's",
+    )
+    pool: str | None = Field(
+        default=None,
+        description="The pool (`[pools.<name>]`) whose workers run it beside other models, "
+        "loaded on first use; without one it has a worker service of its own",
     )
     signature: Signature = Field(
         description="What each input is, checked by the router and again by the worker: "
@@ -494,6 +500,19 @@ class ModelSpec(_Strict):
         "the first routing document, locally and in the cloud (v1 without them)",
     )
 
+    @model_validator(mode="after")
+    def _runs_somewhere(self) -> ModelSpec:
+        if self.pool is None and not self.instance_types:
+            raise ValueError("instance_types: a model with a service of its own names them")
+        if self.pool is not None and self.instance_types:
+            raise ValueError(f"instance_types: a model in pool {self.pool!r} runs on the pool's")
+        if self.pool is not None and self.scaling != ModelScaling():
+            raise ValueError(
+                f"scaling: a model in pool {self.pool!r} scales with the pool "
+                f"([pools.{self.pool}.scaling])"
+            )
+        return self
+
     @property
     def first_version(self) -> str:
         """The version the first routing document gives all traffic to, locally and in
@@ -526,6 +545,45 @@ class ModelSpec(_Strict):
         )
 
 
+class PoolSpec(_Strict):
+    """A worker service that serves many models (``[pools.<name>]``): each worker
+    long-polls the queues of all the pool's models, loads a version on first use and
+    keeps the versions it has loaded within its memory budget, evicting the least
+    recently used. Queues, routers, routing documents and metrics stay per model."""
+
+    compute: Literal["cpu", "gpu"] = Field(
+        description="The worker hosts it runs on in the cloud: the CPU or the GPU capacity "
+        "provider (and their task size); its models say the same"
+    )
+    instance_types: tuple[str, ...] = Field(
+        min_length=1,
+        description="EC2 instance types of its capacity provider, in order of preference",
+    )
+    memory_budget_mib: int = Field(
+        ge=64,
+        description="Host memory a worker may give its loaded models, MiB (each version's "
+        "footprint is measured when it loads)",
+    )
+    device_memory_budget_mib: int | None = Field(
+        default=None,
+        ge=64,
+        description="GPU memory a worker may give its loaded models, MiB (GPU pools only)",
+    )
+    scaling: ModelScaling = Field(
+        default=ModelScaling(),
+        description="This pool's overrides of its stages' scaling values, over the sum of "
+        "its models' work",
+    )
+
+    @model_validator(mode="after")
+    def _device_budget(self) -> PoolSpec:
+        if self.compute == "gpu" and self.device_memory_budget_mib is None:
+            raise ValueError("device_memory_budget_mib: a GPU pool has one")
+        if self.compute == "cpu" and self.device_memory_budget_mib is not None:
+            raise ValueError("device_memory_budget_mib: a CPU pool has no GPU memory")
+        return self
+
+
 class Manifest(_Strict):
     """The whole manifest (``manifest.toml``)."""
 
@@ -536,6 +594,10 @@ class Manifest(_Strict):
     tenants: dict[str, Tenant] = Field(description="Tenants, by name")
     models: dict[str, ModelSpec] = Field(
         description="Models, by name (2-40 of a-z, 0-9 and '-'); each gets its whole endpoint"
+    )
+    pools: dict[str, PoolSpec] = Field(
+        default_factory=dict,
+        description="Worker pools, by name (as a model's): each serves the models that name it",
     )
 
     @model_validator(mode="after")
@@ -551,9 +613,42 @@ class Manifest(_Strict):
                     self.scaling_policy(name, stage)
                 except ValueError as error:
                     raise ValueError(f"models.{name}.scaling, in {stage}: {error}") from None
+        for name, spec in self.models.items():
+            if spec.pool is None:
+                continue
+            pool = self.pools.get(spec.pool)
+            if pool is None:
+                raise ValueError(f"models.{name}.pool: unknown pool {spec.pool!r}")
+            if pool.compute != spec.compute:
+                raise ValueError(
+                    f"models.{name}.compute: {spec.compute}, but pool {spec.pool!r} is "
+                    f"{pool.compute}"
+                )
+        for name in self.pools:
+            if not _MODEL_NAME.fullmatch(name):
+                raise ValueError(f"pools.{name}: a pool name is 2-40 of a-z, 0-9 and '-'")
+            if name in self.models:
+                raise ValueError(f"pools.{name}: a model has that name (a service each)")
+            if not self.pool_models(name):
+                raise ValueError(f"pools.{name}: no model names it (`pool = {name!r}`)")
+            for stage in self.stages:
+                try:
+                    self.pool_scaling_policy(name, stage)
+                except ValueError as error:
+                    raise ValueError(f"pools.{name}.scaling, in {stage}: {error}") from None
         for stage in self.stages:
             self._check_concurrency(stage)
         return self
+
+    def pool_models(self, pool: str) -> tuple[str, ...]:
+        """The models ``pool`` serves, in manifest order."""
+        return tuple(name for name, spec in self.models.items() if spec.pool == pool)
+
+    def services(self) -> dict[str, tuple[str, ...]]:
+        """Each worker service and the models it serves: a model with a service of its
+        own under its name (serving itself), then each pool under its name."""
+        own = {name: (name,) for name, spec in self.models.items() if spec.pool is None}
+        return {**own, **{pool: self.pool_models(pool) for pool in self.pools}}
 
     @model_validator(mode="after")
     def _drop_outlives_jobs(self) -> Manifest:
@@ -627,6 +722,20 @@ class Manifest(_Strict):
         values = {
             **self.stages[known].scaling.given(),
             **self.models[model].scaling.for_stage(known),
+        }
+        return ScalingPolicy(**values)
+
+    def pool_scaling_policy(self, pool: str, stage: str) -> ScalingPolicy:
+        """``pool``'s scaling in ``stage`` (over the sum of its models' work): the
+        stage's values, overridden by the pool's, as a model's are."""
+        if stage not in self.stages:
+            raise ValueError(f"unknown stage {stage!r}: the manifest defines {sorted(self.stages)}")
+        if pool not in self.pools:
+            raise ValueError(f"unknown pool {pool!r}: the manifest defines {sorted(self.pools)}")
+        known = cast(Stage, stage)
+        values = {
+            **self.stages[known].scaling.given(),
+            **self.pools[pool].scaling.for_stage(known),
         }
         return ScalingPolicy(**values)
 
