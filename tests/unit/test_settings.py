@@ -68,7 +68,12 @@ def test_a_forgotten_or_unknown_setting_fails_where_the_environment_is_written()
 @pytest.mark.parametrize(
     ("variable", "value", "expected"),
     [
-        ("SWITCHYARD_WORKER_MODEL", None, "SWITCHYARD_WORKER_MODEL: Field required"),
+        (
+            "SWITCHYARD_WORKER_MODEL",
+            None,
+            "set one of SWITCHYARD_WORKER_MODEL (a model's own service) or "
+            "SWITCHYARD_WORKER_POOL (a pool)",
+        ),
         ("SWITCHYARD_QUEUES", "[1, 2", "SWITCHYARD_QUEUES: not valid JSON"),
         ("SWITCHYARD_POLL_WAIT_SECONDS", "forever", "SWITCHYARD_POLL_WAIT_SECONDS"),
         (
@@ -93,6 +98,75 @@ def test_a_bad_variable_stops_the_start_with_its_name(monkeypatch, variable, val
         del env[variable]
     else:
         env[variable] = value
+    with pytest.raises(SettingsError) as caught:
+        read_settings(WorkerSettings, env, monkeypatch)
+    assert expected in str(caught.value)
+
+
+WORKER = {
+    **{
+        k: v
+        for k, v in ROUTER.items()
+        if k not in ("tenant_keys", "routing_source", "routing_cache_seconds")
+    },
+    "artifacts_bucket": "a",
+}
+POOL = {
+    "worker_pool": "small",
+    "worker_models": ["m", "n"],
+    "memory_budget_mib": 2048,
+    "device_memory_budget_mib": 8192,
+}
+
+
+def test_a_pool_worker_reads_its_pool_its_models_and_its_budgets(monkeypatch):
+    # GIVEN a pool's worker environment, as the CDK app and the supervisor write it
+    env = to_environment(WorkerSettings, {**WORKER, **POOL})
+    assert env["SWITCHYARD_WORKER_MODELS"] == '["m", "n"]'  # a JSON list
+    # WHEN the worker reads it at start
+    settings = read_settings(WorkerSettings, env, monkeypatch)
+    # THEN it is a pool's worker, serving the pool's models within its budgets
+    assert settings.worker_model is None
+    assert settings.service == "small"
+    assert settings.served_models == ["m", "n"]
+    assert (settings.memory_budget_mib, settings.device_memory_budget_mib) == (2048, 8192)
+
+
+def test_a_model_worker_serves_its_model():
+    settings = WorkerSettings.model_validate({**WORKER, "worker_model": "m"})
+    assert settings.service == "m"
+    assert settings.served_models == ["m"]
+    assert settings.worker_pool is None
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        (
+            {"worker_model": "m", **POOL},
+            "set one of SWITCHYARD_WORKER_MODEL (a model's own service) or "
+            "SWITCHYARD_WORKER_POOL (a pool)",
+        ),
+        (
+            {"worker_pool": "small"},
+            "a pool (SWITCHYARD_WORKER_POOL) needs SWITCHYARD_WORKER_MODELS and "
+            "SWITCHYARD_MEMORY_BUDGET_MIB",
+        ),
+        (
+            {**POOL, "worker_models": []},
+            "SWITCHYARD_WORKER_MODELS: the pool's models, at least one, each once",
+        ),
+        (
+            {**POOL, "worker_models": ["m", "m"]},
+            "SWITCHYARD_WORKER_MODELS: the pool's models, at least one, each once",
+        ),
+        ({**POOL, "memory_budget_mib": 0}, "SWITCHYARD_MEMORY_BUDGET_MIB: Input should be"),
+    ],
+)
+def test_a_worker_is_one_model_s_or_one_pool_s(monkeypatch, values, expected):
+    # GIVEN a worker environment that is both, or a pool that lacks what it needs
+    env = to_environment(WorkerSettings, {**WORKER, **values})
+    # WHEN the worker starts, THEN it stops, naming the variables
     with pytest.raises(SettingsError) as caught:
         read_settings(WorkerSettings, env, monkeypatch)
     assert expected in str(caught.value)

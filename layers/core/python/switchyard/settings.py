@@ -20,7 +20,8 @@ from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import ErrorDetails
 
 from switchyard.schemas import Lane
 
@@ -210,9 +211,36 @@ class SplitterSettings(RoutingSettings):
 
 
 class WorkerSettings(Settings):
-    """A worker serves every version of one model."""
+    """A worker serves every version of one model (a model's own service) or of each
+    model of a pool, loading them on first use within the pool's memory budget."""
 
-    worker_model: str = Field(description="The model whose versions this worker serves")
+    worker_model: str | None = Field(
+        default=None,
+        description="A model's own service: the model whose versions this worker serves "
+        "(set this or `worker_pool`)",
+    )
+    worker_pool: str | None = Field(
+        default=None,
+        description="A pool's service: the pool this worker belongs to (set this or "
+        "`worker_model`)",
+    )
+    worker_models: list[str] | None = Field(
+        default=None,
+        description="A pool's service: the models whose versions its workers serve (JSON list)",
+    )
+    memory_budget_mib: int | None = Field(
+        default=None,
+        gt=0,
+        description="A pool's service: the host memory (MiB) its loaded versions may hold "
+        "together, each measured when it loads; the least recently used is evicted to make "
+        "room",
+    )
+    device_memory_budget_mib: int | None = Field(
+        default=None,
+        gt=0,
+        description="A GPU pool's service: the device memory (MiB) its loaded versions may "
+        "hold together",
+    )
     artifacts_bucket: str = Field(description="The S3 bucket of the models' artifacts")
     artifacts_cache: str = Field(
         default="/tmp/switchyard-artifacts",
@@ -279,6 +307,42 @@ class WorkerSettings(Settings):
         "of a worker that died are taken up again this soon, well inside a sync request's "
         "grace (`sync_grace_seconds`)",
     )
+
+    @model_validator(mode="after")
+    def _one_service(self) -> WorkerSettings:
+        """Exactly one of a model's own service and a pool; a pool with its models
+        and its budget."""
+        name = ENV_PREFIX + "{}"
+        if (self.worker_model is None) == (self.worker_pool is None):
+            raise ValueError(
+                f"set one of {name.format('WORKER_MODEL')} (a model's own service) "
+                f"or {name.format('WORKER_POOL')} (a pool)"
+            )
+        if self.worker_pool is None:
+            return self
+        needs = [
+            name.format(field.upper())
+            for field in ("worker_models", "memory_budget_mib")
+            if getattr(self, field) is None
+        ]
+        if needs:
+            raise ValueError(f"a pool ({name.format('WORKER_POOL')}) needs {' and '.join(needs)}")
+        models = self.worker_models or []
+        if not models or len(set(models)) != len(models):
+            raise ValueError(
+                f"{name.format('WORKER_MODELS')}: the pool's models, at least one, each once"
+            )
+        return self
+
+    @property
+    def service(self) -> str:
+        """The worker service this worker belongs to: its model's, or its pool's."""
+        return self.worker_pool or self.worker_model or ""
+
+    @property
+    def served_models(self) -> list[str]:
+        """The models whose work this worker takes."""
+        return list(self.worker_models or []) if self.worker_pool else [self.worker_model or ""]
 
 
 class SettingsError(RuntimeError):
@@ -366,9 +430,15 @@ def get_settings(kind: type[S]) -> S:
     try:
         return kind.model_validate(from_environment(kind, os.environ))
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{ENV_PREFIX}{str(err['loc'][0]).upper()}: {err['msg']}"
-            + (f" (at {'.'.join(str(p) for p in err['loc'][1:])})" if len(err["loc"]) > 1 else "")
-            for err in exc.errors()
-        )
+        problems = "; ".join(_problem(err) for err in exc.errors())
         raise SettingsError(f"invalid platform settings: {problems}") from None
+
+
+def _problem(err: ErrorDetails) -> str:
+    """One validation error, named by its variable; a rule across fields (no
+    location) names its variables in its own message."""
+    loc = err["loc"]
+    if not loc:
+        return str(err["msg"]).removeprefix("Value error, ")
+    where = f" (at {'.'.join(str(p) for p in loc[1:])})" if len(loc) > 1 else ""
+    return f"{ENV_PREFIX}{str(loc[0]).upper()}: {err['msg']}{where}"
