@@ -94,6 +94,10 @@ def test_without_pools_every_model_keeps_a_service_of_its_own():
             lambda d: _pooled(d, "digits-cnn", pool="pydoc-gpt"),
             r"pools\.pydoc-gpt: a model has that name",
         ),
+        (
+            lambda d: _pooled(d, "digits-cnn", "pydoc-gpt"),
+            r"models\.pydoc-gpt\n.*pool: a generation model keeps a service of its own",
+        ),
     ],
     ids=[
         "unknown pool",
@@ -105,6 +109,7 @@ def test_without_pools_every_model_keeps_a_service_of_its_own():
         "gpu without device budget",
         "pool scaling",
         "name taken",
+        "generation model",
     ],
 )
 def test_a_pool_that_cannot_run_is_refused(change, error):

@@ -506,6 +506,11 @@ class ModelSpec(_Strict):
             raise ValueError("instance_types: a model with a service of its own names them")
         if self.pool is not None and self.instance_types:
             raise ValueError(f"instance_types: a model in pool {self.pool!r} runs on the pool's")
+        if self.pool is not None and self.generates:
+            raise ValueError(
+                f"pool: a generation model keeps a service of its own (pool {self.pool!r} "
+                "runs micro-batch models: embedders and classifiers)"
+            )
         if self.pool is not None and self.scaling != ModelScaling():
             raise ValueError(
                 f"scaling: a model in pool {self.pool!r} scales with the pool "
