@@ -6,8 +6,10 @@ and the scaling benchmark's live burst, ``bench/scaling.py``).
 Each scenario builds its signals from a policy (a backlog is a multiple of that
 policy's ``backlog_per_task``, an age a multiple of its target), so the same table
 runs on a fixed test policy and on every model and stage of the manifest. Cool-downs
-have long passed in every scenario: the cloud's cool-downs are Application Auto
-Scaling's, checked as settings, not replayed.
+have long passed in every scenario but those with an earlier decision (``before``):
+there the earlier decision is the policy's own, taken on the ``before`` signals, and
+the cool-down it starts is the policy's rule (``Decision.starts_scale_out_cooldown``)
+here and, in the cloud, the cool-down of the step policy its alarm drove.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import itertools
 import math
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from switchyard.scaling import (
@@ -30,11 +32,30 @@ from switchyard.scaling import (
 
 
 @dataclass(frozen=True)
+class Earlier:
+    """A decision taken ``seconds_ago`` on these signals, before the scenario's."""
+
+    signals: Callable[[ScalingPolicy], ScalingSignals]
+    seconds_ago: float
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str
     signals: Callable[[ScalingPolicy], ScalingSignals]
     # What decide does, given the policy: (desired count, action).
     expected: Callable[[ScalingPolicy], tuple[int, Action]]
+    before: Earlier | None = None
+
+    def given(self, policy: ScalingPolicy) -> ScalingSignals:
+        """The scenario's signals, with the cool-down its earlier decision started."""
+        now = self.signals(policy)
+        if self.before is None:
+            return now
+        earlier = decide(policy, self.before.signals(policy))
+        if not earlier.starts_scale_out_cooldown:
+            return now
+        return replace(now, since_scale_out_seconds=self.before.seconds_ago)
 
 
 # A dev-like policy with a small backlog per worker, for tests of what reads or
@@ -185,6 +206,14 @@ SCENARIOS = [
         lambda p: signals(running=2, idle=p.idle_seconds),
         lambda p: (p.min_tasks, "scale_in"),
     ),
+    # One request wakes the model; half a cool-down later a burst of 5.1 times the
+    # backlog per task arrives (1,017 at 200): the wake started no cool-down.
+    Scenario(
+        "a backlog that arrives just after a wake scales out at once",
+        lambda p: signals(visible=p.backlog_per_task * 51 // 10, age=1.0, running=1),
+        lambda p: (min(6, p.max_tasks), "scale_out"),
+        before=Earlier(lambda p: signals(visible=1), seconds_ago=30.0),
+    ),
 ]
 
 
@@ -194,7 +223,8 @@ class Simulator:
     started (capacity after ``start_ticks``; with ``standby_ticks``, the first worker
     of a wake from zero after that many, as the local platform's standby) or stopped,
     and each running worker takes ``per_worker`` messages a tick, which stay in
-    flight for that tick. ``timeline`` has every tick's figures."""
+    flight for that tick; the scale-out cool-down counts from each decision that
+    starts it, as the local autoscaler's does. ``timeline`` has every tick's figures."""
 
     policy: ScalingPolicy
     tick_seconds: float = 5.0
@@ -207,7 +237,7 @@ class Simulator:
     starting: list[float] = field(default_factory=list)  # when each becomes running
     last_work: float = -math.inf
     last_ready: float = -math.inf
-    last_up: float = -math.inf
+    last_scale_out: float = -math.inf
     last_down: float = -math.inf
     desired: list[int] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)
@@ -235,7 +265,7 @@ class Simulator:
                     running=self.running,
                     starting=len(self.starting),
                     idle_seconds=now - self.last_work,
-                    since_scale_out_seconds=now - self.last_up,
+                    since_scale_out_seconds=now - self.last_scale_out,
                     since_scale_in_seconds=now - self.last_down,
                     since_ready_seconds=now - self.last_ready,
                 ),
@@ -267,13 +297,14 @@ class Simulator:
                 at[0] = now + self.standby_ticks * self.tick_seconds
             self.starting += at
             self.started += new
-            self.last_up = now
         elif decision.desired < workers:
             stop = workers - decision.desired
             unstarted = min(stop, len(self.starting))
             self.starting = self.starting[unstarted:]
             self.running -= stop - unstarted
             self.last_down = now
+        if decision.starts_scale_out_cooldown:
+            self.last_scale_out = now
         self.desired.append(decision.desired)
         self.decisions.append(decision)
 

@@ -164,7 +164,7 @@ def test_each_rule_decides_and_says_why(
 def test_shared_scenarios(policy: ScalingPolicy, scenario: Scenario) -> None:
     """The table the infra tier also evaluates on the synthesized alarms."""
     assert fits(policy)
-    decision = decide(policy, scenario.signals(policy))
+    decision = decide(policy, scenario.given(policy))
     assert (decision.desired, decision.action) == scenario.expected(policy), decision.reason
 
 
@@ -202,6 +202,15 @@ def test_work_always_has_a_worker_and_never_loses_one(policy: ScalingPolicy) -> 
             assert decision.desired >= 1, (given, decision)
             # no scale-in under load (only down to the maximum, if above it)
             assert decision.desired >= min(given.workers, policy.max_tasks), (given, decision)
+
+
+@pytest.mark.parametrize("policy", [DEV, PROD], ids=["dev", "prod"])
+def test_only_a_scale_out_starts_the_scale_out_cooldown(policy: ScalingPolicy) -> None:
+    for given in GRID:
+        decision = decide(policy, given)
+        assert decision.starts_scale_out_cooldown == (decision.action == "scale_out"), decision
+    # a wake in particular, however large
+    assert not decide(policy, signals(visible=10_000)).starts_scale_out_cooldown
 
 
 def test_a_manifest_policy_fits_the_scenarios(manifest: Manifest) -> None:
@@ -357,3 +366,30 @@ def test_the_replay_gives_a_wake_the_standby_first_and_records_every_tick() -> N
     assert running[:6] == [0, 1, 1, 1, 3, 3]
     assert [p["t"] for p in sim.timeline] == [i * sim.tick_seconds for i in range(11)]
     assert sim.timeline[0]["visible"] == 250 and sim.timeline[0]["desired"] == 3
+
+
+def test_a_burst_just_after_a_wake_scales_out_at_once() -> None:
+    # GIVEN a model at zero woken by one request, and 31 s later a burst of 1,017
+    # messages at 200 per worker (the trace that once ran one worker for a minute)
+    policy = replace(DEV, backlog_per_task=200, max_tasks=8)
+    arrivals = [1] + [0] * 5 + [1017] + [0] * TICKS_PER_MINUTE
+    # WHEN replayed, workers starting in 4 ticks (20 s)
+    sim = Simulator(policy, start_ticks=4).run(arrivals)
+    # THEN the wake starts one worker, and the burst's tick asks for six at once
+    assert (sim.decisions[0].action, sim.desired[0]) == ("wake", 1)
+    burst = sim.decisions[6]
+    assert (burst.action, burst.desired) == ("scale_out", 6), burst.reason
+    assert not any("cool-down" in d.reason for d in sim.decisions), [
+        d.reason for d in sim.decisions if "cool-down" in d.reason
+    ]
+
+
+def test_a_second_burst_within_the_cooldown_of_a_scale_out_waits() -> None:
+    # GIVEN one worker running, a burst that asks for three, and 30 s later one that
+    # asks for four (the first three still starting)
+    sim = Simulator(DEV, start_ticks=12).run([1] + [0] * 5 + [250] + [0] * 5 + [150] + [0] * 30)
+    # THEN the second scale-out waits out the cool-down counted from the first
+    assert [d.action for d in sim.decisions[:7]] == ["wake"] + ["hold"] * 5 + ["scale_out"]
+    held = sim.decisions[12]
+    assert held.action == "hold" and "cool-down 60 s" in held.reason, held.reason
+    assert max(sim.desired[:18]) == 3  # nothing more until the cool-down has passed

@@ -11,8 +11,10 @@ capacity on the way, so a slow start is waited for, never answered with more
 starts (and never stopped for being slow). The rule, first match wins:
 
 1. **Wake.** Work waiting (visible or in flight, any lane) and no worker → what the
-   backlog asks for, at least one and at least the minimum, at once: no cool-down.
-   A request at zero waits in the queue for this worker.
+   backlog asks for, at least one and at least the minimum, at once: no cool-down,
+   and it starts none. A request at zero waits in the queue for this worker; a
+   backlog that arrives just after it (one request wakes the model, a burst
+   follows) is the scale-out's to answer at once, not a minute later.
 2. **Bounds.** Fewer workers than the stage's minimum → the minimum; more than the
    maximum → the maximum.
 3. **Scale out.** The backlog (visible messages of both lanes) asks for
@@ -21,7 +23,8 @@ starts (and never stopped for being slow). The rule, first match wins:
    that long (none starting, the last one ready ``target_age_seconds`` ago) asks
    for one more than there are: the workers are slower than the backlog per task
    says. A message that aged while workers started is no such sign. Capped at the
-   maximum; at most once per ``scale_out_cooldown_seconds``.
+   maximum; at most once per ``scale_out_cooldown_seconds``, counted from the last
+   scale-out (:attr:`Decision.starts_scale_out_cooldown`: a wake is not one).
 4. **Scale in.** Nothing visible and nothing in flight for ``idle_seconds`` → the
    minimum (zero in dev), at most once per ``scale_in_cooldown_seconds``. A model
    with work keeps its workers, however few messages it has: shrinking under load
@@ -92,7 +95,9 @@ class ScalingSignals:
     running: int  # workers whose models are loaded: capacity
     starting: int  # workers started and still loading: capacity on the way
     idle_seconds: float  # since a lane last had a visible or in-flight message
-    since_scale_out_seconds: float = math.inf  # since the desired count last went up
+    # since the last decision that started the scale-out cool-down (a scale-out:
+    # Decision.starts_scale_out_cooldown); a wake from zero starts none
+    since_scale_out_seconds: float = math.inf
     since_scale_in_seconds: float = math.inf  # since the desired count last went down
     since_ready_seconds: float = math.inf  # since the last worker became capacity
 
@@ -124,6 +129,15 @@ class Decision:
     @property
     def changes(self) -> bool:
         return self.action != "hold"
+
+    @property
+    def starts_scale_out_cooldown(self) -> bool:
+        """Whether whoever applies this decision counts the scale-out cool-down from
+        now (``ScalingSignals.since_scale_out_seconds``). Only a scale-out does: a
+        wake sized its workers for the backlog of one moment, and the backlog that
+        follows it must not wait out a cool-down for the next; the cloud renders the
+        wake as a policy of its own, with none (``stacks/compute.py``)."""
+        return self.action == "scale_out"
 
 
 def decide(policy: ScalingPolicy, signals: ScalingSignals) -> Decision:
