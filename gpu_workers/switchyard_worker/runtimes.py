@@ -1,7 +1,7 @@
 """Model runtimes: load a verified artifact, run a batch, one output per input.
 
-torch and sentence-transformers are imported here, in the worker only; the router
-never reaches this module.
+torch, sentence-transformers and onnxruntime are imported here, in the worker only;
+the router never reaches this module.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ def size_order(runtime: Any, inputs: list[Any]) -> list[int] | None:
 RUNTIME_LIBRARIES: dict[str, tuple[str, ...]] = {
     "sentence-transformers": ("sentence_transformers",),
     "torchscript-classifier": ("torch",),
+    "onnx-classifier": ("onnxruntime",),
     "causal-lm": ("transformers",),
 }
 
@@ -144,15 +145,94 @@ class TorchScriptClassifier:
             # Python this took half as long as the model itself.
             best = probabilities.argmax(dim=-1).tolist()
             rounded = torch.round(probabilities.double(), decimals=6).tolist()
-        labels = self._labels
-        return [
-            {
-                "class": b,
-                "label": labels[b] if b < len(labels) else str(b),
-                "probabilities": row,
-            }
-            for b, row in zip(best, rounded, strict=True)
-        ]
+        return class_answers(best, rounded, self._labels)
+
+
+def class_answers(best: list[int], rows: list[list[float]], labels: tuple[str, ...]) -> list[Any]:
+    """A classifier's answer per input, whatever its runtime: the most likely class,
+    its label (the class number where ``labels`` has none for it) and the row of
+    probabilities."""
+    return [
+        {"class": b, "label": labels[b] if b < len(labels) else str(b), "probabilities": row}
+        for b, row in zip(best, rows, strict=True)
+    ]
+
+
+class OnnxClassifier:
+    """An ONNX graph run by ONNX Runtime, mapping a batch of feature vectors
+    ``[n, features]`` (its one input, float32 or float64) to class scores
+    ``[n, classes]``. The output named ``probabilities`` (scikit-learn's, converted by
+    skl2onnx with ``zipmap`` off) is taken as it is; a graph without one gives
+    logits as its first output (a PyTorch module's, ``torch.onnx.export``), and the
+    softmax is applied here, as for a TorchScript classifier. A graph that gives
+    neither (a scikit-learn model converted with its default ``zipmap``: a list of
+    maps) is refused when it loads, saying so.
+
+    On ``cuda`` the session runs on ONNX Runtime's CUDA provider (the GPU image's
+    ``onnxruntime-gpu``), with the CPU provider for the operators CUDA lacks
+    (scikit-learn's trees and linear models); a session that cannot get the CUDA
+    provider fails the load rather than run slowly on the CPU unseen."""
+
+    PROBABILITIES = "probabilities"
+    # ONNX Runtime's InferenceSession.run may be called from several threads at once.
+    concurrent_calls = True
+
+    def __init__(self, artifact: Path, labels: tuple[str, ...], device: str = "cpu") -> None:
+        import numpy
+
+        if device == "cuda":
+            # torch loads the CUDA and cuDNN libraries of the image's nvidia packages,
+            # the ones ONNX Runtime's CUDA provider links against.
+            import torch  # noqa: F401
+        import onnxruntime
+
+        self._np = numpy
+        self._labels = labels
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = 3  # its errors only: a warning per graph is noise
+        providers = ["CPUExecutionProvider"]
+        if device == "cuda":
+            providers.insert(0, "CUDAExecutionProvider")
+        self._session = onnxruntime.InferenceSession(str(artifact), options, providers=providers)
+        if device == "cuda" and "CUDAExecutionProvider" not in self._session.get_providers():
+            raise RuntimeError(
+                "device 'cuda' was asked for, but ONNX Runtime has no CUDA provider here "
+                f"(available: {', '.join(onnxruntime.get_available_providers())}): the "
+                "image needs onnxruntime-gpu and the CUDA libraries it was built for"
+            )
+        inputs = self._session.get_inputs()
+        if len(inputs) != 1:
+            names = ", ".join(i.name for i in inputs)
+            raise ValueError(f"the graph takes {len(inputs)} inputs ({names}), not one batch")
+        dtypes = {"tensor(float)": numpy.float32, "tensor(double)": numpy.float64}
+        if inputs[0].type not in dtypes:
+            raise ValueError(
+                f"the graph's input {inputs[0].name!r} is {inputs[0].type}, not a float tensor"
+            )
+        self._input, self._dtype = inputs[0].name, dtypes[inputs[0].type]
+        outputs = self._session.get_outputs()
+        chosen = next((o for o in outputs if o.name == self.PROBABILITIES), outputs[0])
+        rank = len(chosen.shape) if chosen.shape else 2  # a shape left unsaid: run it
+        if chosen.type not in ("tensor(float)", "tensor(double)") or rank != 2:
+            raise ValueError(
+                f"the graph's output {chosen.name!r} is {chosen.type} of shape {chosen.shape}, "
+                "not class scores [n, classes]: a PyTorch module gives logits as its first "
+                "output; a scikit-learn classifier is converted with "
+                "options={'zipmap': False}, which gives 'probabilities'"
+            )
+        self._output = chosen.name
+        self._softmax = chosen.name != self.PROBABILITIES
+
+    def predict(self, inputs: list[Any]) -> list[Any]:
+        np = self._np
+        batch = np.asarray(inputs, dtype=self._dtype)
+        (scores,) = self._session.run([self._output], {self._input: batch})
+        scores = scores.astype(np.float64)
+        if self._softmax:
+            exp = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            scores = exp / exp.sum(axis=-1, keepdims=True)
+        best = scores.argmax(axis=-1).tolist()
+        return class_answers(best, np.round(scores, 6).tolist(), self._labels)
 
 
 class CausalLM:
@@ -175,6 +255,8 @@ class CausalLM:
 
 
 GENERATIVE_RUNTIMES = frozenset({"causal-lm"})
+# Runtimes whose answer per input is a class (``class_answers``).
+CLASSIFIER_RUNTIMES = frozenset({"torchscript-classifier", "onnx-classifier"})
 
 
 class FaultyRuntime:
@@ -213,6 +295,8 @@ def load_runtime(record: ModelVersion, artifact: Path, workdir: Path, device: st
         runtime = SentenceEmbedder(_unpack(artifact, workdir / record.sha256), device)
     elif record.runtime == "torchscript-classifier":
         runtime = TorchScriptClassifier(artifact, record.labels, device)
+    elif record.runtime == "onnx-classifier":
+        runtime = OnnxClassifier(artifact, record.labels, device)
     elif record.runtime == "causal-lm":
         return CausalLM(_unpack(artifact, workdir / record.sha256), device)
     else:

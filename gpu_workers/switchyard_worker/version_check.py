@@ -33,6 +33,7 @@ from switchyard.registry import ModelVersion
 from switchyard.schemas import GenerationSignature, TensorSignature, TextSignature
 from switchyard_worker.generation import Continuous, Sequence
 from switchyard_worker.runtimes import (
+    CLASSIFIER_RUNTIMES,
     GENERATIVE_RUNTIMES,
     ModelRuntime,
     import_libraries,
@@ -92,7 +93,7 @@ def check_version(record: ModelVersion, artifact: Path, workdir: Path) -> str:
     if not isinstance(outputs, list) or len(outputs) != len(inputs):
         count = len(outputs) if isinstance(outputs, list) else type(outputs).__name__
         raise VersionRefused(f"{len(inputs)} example inputs gave {count} outputs")
-    if record.runtime == "torchscript-classifier":
+    if record.runtime in CLASSIFIER_RUNTIMES:
         return _check_classes(record, outputs)
     return _check_vectors(record, outputs)
 
@@ -110,8 +111,8 @@ def _check_classes(record: ModelVersion, outputs: list[Any]) -> str:
         row = output.get("probabilities") if isinstance(output, dict) else None
         if not _flat_numbers(row):
             raise VersionRefused(
-                "its output per input is not one row of class scores (a module that maps "
-                "a batch [n, features] to logits [n, classes])"
+                "its output per input is not one row of class scores (a model that maps "
+                "a batch [n, features] to class scores [n, classes])"
             )
         widths.add(len(row))
     if len(widths) != 1:

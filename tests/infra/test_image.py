@@ -26,6 +26,11 @@ def test_pip_resolves_the_images_requirements():
     assert packages["vllm"] == "0.32.0"
     assert packages["torch"] == "2.13.0"
     assert packages["numpy"].startswith("2.")
+    # ONNX Runtime's CUDA build, with the CUDA 13 libraries torch brings, and not
+    # its CPU build beside it (the two install the same module)
+    assert packages["onnxruntime-gpu"] == "1.31.1"
+    assert packages["nvidia-cuda-runtime"].startswith("13.")
+    assert "onnxruntime" not in packages
 
 
 def test_a_conflicting_pin_fails_naming_the_conflict(tmp_path: Path):

@@ -36,7 +36,12 @@ def artifact_problem(runtime: str, path: Path) -> str | None:
     its layout alone, before it is uploaded: a version is immutable, so one
     registered with the wrong file stays active and fails every request it gets.
     A TorchScript module is the zip ``torch.jit.save`` writes (its ``data.pkl`` and
-    ``code/``); a Hugging Face model, a tar of its folder with ``config.json``."""
+    ``code/``); an ONNX model, the protobuf ``ModelProto`` with a graph; a Hugging
+    Face model, a tar of its folder with ``config.json``."""
+    if runtime == "onnx-classifier":
+        if _is_onnx_model(path):
+            return None
+        return "not an ONNX model (a protobuf ModelProto with its graph, as onnx.save writes)"
     if runtime == "torchscript-classifier":
         if zipfile.is_zipfile(path):
             with zipfile.ZipFile(path) as archive:
@@ -52,6 +57,56 @@ def artifact_problem(runtime: str, path: Path) -> str | None:
     if any(Path(n).name == "config.json" and len(Path(n).parts) <= 2 for n in names):
         return None
     return "not a tar of a Hugging Face model's folder (with its config.json)"
+
+
+# ModelProto's fields that every ONNX file has: ir_version (1, a varint) and the
+# graph (7, a length-delimited message).
+_ONNX_IR_VERSION, _ONNX_GRAPH = (1, 0), (7, 2)
+
+
+def _is_onnx_model(path: Path) -> bool:
+    """Whether ``path`` reads as an ONNX ``ModelProto``: its top-level protobuf
+    fields, walked to the file's end without reading the messages they hold, are
+    well formed and include the IR version and the graph. The core has no onnx
+    package; the runtime's own load (``models register``'s check) reads the rest."""
+    seen: set[tuple[int, int]] = set()
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        while fh.tell() < size:
+            tag = _varint(fh)
+            if tag is None or tag >> 3 == 0:
+                return False
+            field, wire = tag >> 3, tag & 7
+            if wire == 0:
+                if _varint(fh) is None:
+                    return False
+            elif wire in (1, 5):
+                fh.seek(8 if wire == 1 else 4, os.SEEK_CUR)
+            elif wire == 2:
+                length = _varint(fh)
+                if length is None:
+                    return False
+                fh.seek(length, os.SEEK_CUR)
+            else:
+                return False
+            if fh.tell() > size:
+                return False
+            seen.add((field, wire))
+    return {_ONNX_IR_VERSION, _ONNX_GRAPH} <= seen
+
+
+def _varint(fh: Any) -> int | None:
+    """A protobuf varint read from ``fh``; None where the bytes end or run on past
+    ten bytes (no varint is longer)."""
+    value = 0
+    for shift in range(0, 70, 7):
+        byte = fh.read(1)
+        if not byte:
+            return None
+        value |= (byte[0] & 0x7F) << shift
+        if byte[0] < 0x80:
+            return value
+    return None
 
 
 def split_s3_uri(uri: str) -> tuple[str, str]:

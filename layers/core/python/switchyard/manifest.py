@@ -429,10 +429,12 @@ class Tenant(_Strict):
 class ModelSpec(_Strict):
     """Everything the platform needs to give a model its endpoint."""
 
-    runtime: Literal["sentence-transformers", "torchscript-classifier", "causal-lm"] = Field(
+    runtime: Literal[
+        "sentence-transformers", "torchscript-classifier", "onnx-classifier", "causal-lm"
+    ] = Field(
         description="What loads and runs the artifact: a sentence-transformers folder "
-        "(embeddings), a TorchScript classifier, or a Hugging Face causal language model "
-        "(generation)"
+        "(embeddings), a TorchScript classifier, an ONNX classifier (ONNX Runtime), or a "
+        "Hugging Face causal language model (generation)"
     )
     compute: Literal["cpu", "gpu"] = Field(
         description="The worker hosts it runs on in the cloud: the CPU or the GPU capacity "
