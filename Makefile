@@ -54,9 +54,15 @@ test-infra: $(VENV)/.installed
 	$(PY) -m pytest tests/infra
 
 # On a GPU host: the runtimes' tests with their CUDA cases required (each model on
-# CUDA answers as on the CPU; docs/deploying.md, "On a GPU host").
+# CUDA answers as on the CPU; docs/deploying.md, "On a GPU host"). ONNX Runtime's
+# CUDA build (the worker image's pin) takes the place of its CPU build first: the
+# two install the same module, and the CPU build has no CUDA provider.
+ORT_GPU := onnxruntime-gpu[cuda,cudnn]==$(shell sed -n 's/^onnxruntime-gpu\[.*\]==//p' gpu_workers/requirements-gpu.txt)
 test-gpu: build/models/.built
-	SWITCHYARD_TEST_CUDA=1 $(PY) -m pytest -rA tests/unit/test_runtime_devices.py tests/unit/test_generation.py
+	@$(PY) -c "import onnxruntime as o, sys; sys.exit('CUDAExecutionProvider' not in o.get_available_providers())" || { \
+	  $(PY) -m pip uninstall --quiet -y onnxruntime && $(PY) -m pip install --quiet "$(ORT_GPU)"; }
+	SWITCHYARD_TEST_CUDA=1 $(PY) -m pytest -rA tests/unit/test_runtime_devices.py tests/unit/test_generation.py \
+	  tests/unit/test_onnx_runtime.py
 
 # What `cdk deploy` ships, built and run in its deployed layouts.
 test-deploy: build/models/.built

@@ -13,32 +13,46 @@
 - ``digits-cnn/faulty``: a bad release for rollback drills, not registered at
   start-up: it passes the check ``switchyard models register`` makes (an example
   input of zeros) and raises on every real image.
+- ``digits-cnn-onnx`` v1: digits-cnn v1's weights exported to ONNX
+  (``torch.onnx.export``), the same model in the ``onnx-classifier`` runtime; built
+  again whenever digits-cnn v1 is.
+- ``iris-logreg``, ``wine-forest``, ``cancer-boost`` and ``digits-mlp`` v1:
+  scikit-learn classifiers (a logistic regression, a random forest, gradient
+  boosting, a small neural network) trained on scikit-learn's bundled data sets and
+  converted to ONNX with skl2onnx; a few seconds in all.
 
 Run as ``python -m switchyard_local.models OUT_DIR``; artifacts already built are
 kept, so a second ``make up`` skips this step (an artifact whose recipe has changed
 since is built again).
 
-Only the demo models are built here. The local platform serves any model the
-manifest names: its versions are what ``switchyard models register`` put in the
-registry; a folder here is read only for the versions a manifest entry lists in
-``demo_versions`` (``switchyard_local.provision.register_demo_models``).
+Only the demo models are built here, each whether or not the manifest names it
+(the ONNX classifiers' entries are in ``tests/onnx_demo_models.toml``, not in
+``manifest.toml``: each there would start a worker of its own). The local platform
+serves any model the manifest names: its versions are what ``switchyard models
+register`` put in the registry; a folder here is read only for the versions a
+manifest entry lists in ``demo_versions``
+(``switchyard_local.provision.register_demo_models``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import io
 import json
 import sys
 import tarfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 TOKENIZER_NAME = "tokenizer.json"
 BUILD_RECORD = "build.json"
-# What a built version's folder holds, by format: a TorchScript module, or a tar of
-# a Hugging Face model's folder.
-ARTIFACT_FILES = ("model.pt", "model.tar")
+# What a built version's folder holds, by format: a TorchScript module, a tar of a
+# Hugging Face model's folder, or an ONNX model.
+ARTIFACT_FILES = ("model.pt", "model.tar", "model.onnx")
 
 
 def built_artifact(out_dir: Path, model: str, version: str) -> Path | None:
@@ -237,10 +251,7 @@ def build_pydoc_gpt(target: Path) -> dict[str, object]:
 
 
 def build_digits(target: Path, version: str) -> dict[str, object]:
-    import numpy as np
     import torch
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
 
     settings = {
         "v1": {"width": 16, "epochs": 12, "seed": 1},
@@ -248,14 +259,7 @@ def build_digits(target: Path, version: str) -> dict[str, object]:
     }
     cfg = settings[version]
     torch.manual_seed(cfg["seed"])
-    digits = load_digits()
-    x_train, x_test, y_train, y_test = train_test_split(
-        digits.data.astype(np.float32),
-        digits.target,
-        test_size=0.2,
-        random_state=0,
-        stratify=digits.target,
-    )
+    x_train, x_test, y_train, y_test = data_set_split("load_digits")
     model = DigitsCNN(cfg["width"])
     optimiser = torch.optim.Adam(model.parameters(), lr=3e-3)
     xt, yt = torch.from_numpy(x_train), torch.from_numpy(y_train).long()
@@ -326,6 +330,133 @@ def build_faulty(target: Path) -> dict[str, object]:
     return {"purpose": "fault drill: passes the registration check, raises on real images"}
 
 
+def data_set_split(loader: str) -> tuple[Any, Any, Any, Any]:
+    """One of scikit-learn's bundled data sets (``loader``, a function of
+    ``sklearn.datasets``), split as every demo model trained on it was: float32
+    features, a stratified fifth held out; ``x_train, x_test, y_train, y_test``. The
+    held-out fifth is each model's test set, and the tests'."""
+    import numpy as np
+    import sklearn.datasets
+    from sklearn.model_selection import train_test_split
+
+    data = getattr(sklearn.datasets, loader)()
+    return train_test_split(  # type: ignore[no-any-return]
+        data.data.astype(np.float32),
+        data.target,
+        test_size=0.2,
+        random_state=0,
+        stratify=data.target,
+    )
+
+
+def export_digits_onnx(target: Path, source: Path) -> dict[str, object]:
+    """digits-cnn's TorchScript file ``source`` as ONNX: its weights loaded into the
+    module it was scripted from and exported with a batch dimension of any size;
+    the input ``features`` (float32 ``[n, 64]``), the output ``logits``
+    (``[n, 10]``). The build records how often it agrees with ``source`` on the
+    held-out digits."""
+    import logging
+    import warnings
+
+    import numpy as np
+    import onnxruntime
+    import torch
+
+    scripted = torch.jit.load(str(source), map_location="cpu")
+    weights = scripted.state_dict()
+    model = DigitsCNN(int(weights["features.0.weight"].shape[0]))
+    model.load_state_dict(weights)
+    model.eval()
+    # The exporter reports each of its steps, and warns of every optional operator
+    # library that is not installed (torchvision's): neither is the build's news.
+    logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch.export's own deprecations
+        torch.onnx.export(
+            model,
+            (torch.zeros(2, 64),),
+            str(target),
+            input_names=["features"],
+            output_names=["logits"],
+            dynamic_shapes=({0: torch.export.Dim("batch")},),
+            external_data=False,  # one file: the weights inside the graph
+            dynamo=True,
+        )
+    _, x_test, _, _ = data_set_split("load_digits")
+    session = onnxruntime.InferenceSession(str(target), providers=["CPUExecutionProvider"])
+    (logits,) = session.run(["logits"], {"features": x_test})
+    with torch.inference_mode():
+        expected = scripted(torch.from_numpy(x_test)).numpy()
+    agreement = float((logits.argmax(axis=1) == expected.argmax(axis=1)).mean())
+    return {
+        "made_from": "digits-cnn v1",
+        "test_agreement": round(agreement, 4),
+        "max_logit_difference": float(np.abs(logits - expected).max()),
+    }
+
+
+# The scikit-learn classifiers converted to ONNX: each model's data set (a loader of
+# sklearn.datasets) and estimator.
+SKLEARN_DEMOS = {
+    "iris-logreg": ("load_iris", "logistic regression"),
+    "wine-forest": ("load_wine", "random forest"),
+    "cancer-boost": ("load_breast_cancer", "gradient boosting"),
+    "digits-mlp": ("load_digits", "neural network"),
+}
+
+
+def _estimator(kind: str) -> Any:
+    from sklearn.ensemble import GradientBoostingClassifier, RandomForestClassifier
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.neural_network import MLPClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    if kind == "logistic regression":
+        return make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
+    if kind == "random forest":
+        return RandomForestClassifier(n_estimators=50, max_depth=8, random_state=0)
+    if kind == "gradient boosting":
+        return GradientBoostingClassifier(n_estimators=50, random_state=0)
+    if kind == "neural network":
+        return make_pipeline(
+            StandardScaler(), MLPClassifier(hidden_layer_sizes=(64,), max_iter=400, random_state=0)
+        )
+    raise ValueError(f"no estimator {kind!r}")
+
+
+def build_sklearn_onnx(target: Path, model: str) -> dict[str, object]:
+    """Fit ``model``'s estimator on its data set and convert it with skl2onnx: the
+    input ``X`` (float32 ``[n, features]``), the outputs ``label`` and
+    ``probabilities`` (``[n, classes]``; with ``zipmap`` off, a tensor rather than a
+    list of maps). Its test accuracy is the ONNX model's, run by ONNX Runtime."""
+    import warnings
+
+    import onnxruntime
+    import sklearn.datasets
+    from skl2onnx import to_onnx
+
+    loader, kind = SKLEARN_DEMOS[model]
+    x_train, x_test, y_train, y_test = data_set_split(loader)
+    estimator = _estimator(kind)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a small demo model's convergence notes
+        estimator.fit(x_train, y_train)
+    converted = to_onnx(estimator, x_train[:1], options={"zipmap": False})
+    target.write_bytes(converted.SerializeToString())
+    session = onnxruntime.InferenceSession(str(target), providers=["CPUExecutionProvider"])
+    (probabilities,) = session.run(["probabilities"], {"X": x_test})
+    accuracy = float((probabilities.argmax(axis=1) == y_test).mean())
+    names = getattr(sklearn.datasets, loader)().target_names
+    return {
+        "dataset": f"sklearn {loader.removeprefix('load_')}",
+        "estimator": kind,
+        "features": int(x_train.shape[1]),
+        "labels": [str(name) for name in names],
+        "test_accuracy": round(accuracy, 4),
+    }
+
+
 @dataclass(frozen=True)
 class DemoArtifact:
     """One artifact ``make models`` builds: where, and how."""
@@ -333,22 +464,61 @@ class DemoArtifact:
     model: str
     version: str
     file: str  # one of ARTIFACT_FILES
-    build: Callable[[Path], dict[str, object]]
+    # Called with the file to write; for an artifact made from another, with that
+    # one's file too.
+    build: Callable[..., dict[str, object]]
     # Raised when the build changes: a folder built by an older recipe is built again.
     recipe: int = 1
+    # The demo artifact (model, version) this one is made from, listed before it: a
+    # change of that one's bytes builds this one again.
+    made_from: tuple[str, str] | None = None
 
     def target(self, out_dir: Path) -> Path:
         return out_dir / self.model / self.version / self.file
+
+    def source(self, out_dir: Path) -> Path | None:
+        """The file this artifact is made from, if it is made from one."""
+        if self.made_from is None:
+            return None
+        path = built_artifact(out_dir, *self.made_from)
+        if path is None:
+            raise FileNotFoundError(
+                f"{self.model} {self.version} is made from "
+                f"{' '.join(self.made_from)}, which is not built"
+            )
+        return path
 
     def is_built(self, out_dir: Path) -> bool:
         target = self.target(out_dir)
         if not target.exists():
             return False
         try:
-            built = json.loads((target.parent / BUILD_RECORD).read_text()).get("recipe", 1)
+            record = json.loads((target.parent / BUILD_RECORD).read_text())
         except (OSError, ValueError):
-            built = 1
-        return bool(built == self.recipe)
+            record = {}
+        if record.get("recipe", 1) != self.recipe:
+            return False
+        source = self.source(out_dir)
+        return source is None or record.get("source_sha256") == _sha256(source)
+
+    def make(self, target: Path, out_dir: Path) -> dict[str, object]:
+        """Build it into ``target``; what its build record says of it."""
+        source = self.source(out_dir)
+        if source is None:
+            return {**self.build(target), "recipe": self.recipe}
+        return {
+            **self.build(target, source),
+            "recipe": self.recipe,
+            "source_sha256": _sha256(source),
+        }
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _sklearn_demo(model: str) -> DemoArtifact:
+    return DemoArtifact(model, "v1", "model.onnx", lambda target: build_sklearn_onnx(target, model))
 
 
 DEMO_ARTIFACTS = (
@@ -357,6 +527,10 @@ DEMO_ARTIFACTS = (
     DemoArtifact("digits-cnn", "v2", "model.pt", lambda target: build_digits(target, "v2")),
     DemoArtifact("digits-cnn", "faulty", "model.pt", build_faulty, recipe=2),
     DemoArtifact("pydoc-gpt", "v1", "model.tar", build_pydoc_gpt),
+    DemoArtifact(
+        "digits-cnn-onnx", "v1", "model.onnx", export_digits_onnx, made_from=("digits-cnn", "v1")
+    ),
+    *(_sklearn_demo(model) for model in SKLEARN_DEMOS),
 )
 
 
@@ -374,11 +548,13 @@ def build_all(out_dir: Path) -> list[Path]:
         if not artifact.is_built(out_dir):
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp = target.with_suffix(".partial")
-            info = artifact.build(tmp)
+            began = time.perf_counter()
+            record = artifact.make(tmp, out_dir)
             tmp.replace(target)
-            record = {**info, "recipe": artifact.recipe}
             (target.parent / BUILD_RECORD).write_text(json.dumps(record, indent=2) + "\n")
-            print(f"built {artifact.model} {artifact.version}: {info}", flush=True)
+            took = time.perf_counter() - began
+            info = {k: v for k, v in record.items() if k not in ("recipe", "source_sha256")}
+            print(f"built {artifact.model} {artifact.version} in {took:.1f} s: {info}", flush=True)
         built.append(target)
     return built
 
