@@ -14,7 +14,9 @@ import tomllib
 
 from harness.doc_blocks import run_page, runnable_blocks
 from harness.local_platform import ROOT, edit_manifest
-from switchyard.manifest import Manifest
+from switchyard.manifest import Manifest, ModelSpec
+from switchyard.schemas import TensorSignature
+from switchyard_cli.registration import check_in_runtime
 from tests.e2e.conftest import e2e_manifest, start_platform
 
 PAGE = ROOT / "docs" / "your-model.md"
@@ -55,6 +57,37 @@ def test_every_manifest_entry_on_the_page_is_one_the_manifest_takes():
         # THEN each is a valid model of the manifest, beside the demo models
         manifest = Manifest.model_validate(base | {"models": base["models"] | entries})
         assert set(entries) <= set(manifest.models)
+
+
+def test_the_pages_onnx_exports_are_models_the_onnx_runtime_serves(tmp_path):
+    # GIVEN the page's two ONNX snippets run as a reader runs them: PyTorch's export
+    # after a module of the reader's own (4 features, 3 classes), scikit-learn's as
+    # it is
+    (from_pytorch,) = [b for b in fenced("python") if "torch.onnx.export" in b]
+    (from_sklearn,) = [b for b in fenced("python") if "to_onnx" in b]
+    a_module = "import torch\nmodel = torch.nn.Sequential(torch.nn.Linear(4, 3))\n"
+    for code in (a_module + from_pytorch, from_sklearn):
+        subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=tmp_path,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+            check=True,
+            timeout=300,
+        )
+    # WHEN each is checked as `switchyard models register` checks it: the wine
+    # model with the page's entry for it, the module with an entry of its shape
+    (block,) = [b for b in fenced("toml") if b.startswith("[models.wine-classifier]")]
+    wine = ModelSpec.model_validate(tomllib.loads(block)["models"]["wine-classifier"])
+    module = wine.model_copy(update={"signature": TensorSignature(shape=(4,)), "labels": ()})
+    checked = [
+        check_in_runtime(spec.version_record(name, "v1", "s3://-/-", "0" * 64), tmp_path / file)
+        for spec, name, file in (
+            (wine, "wine-classifier", "wine-v1.onnx"),
+            (module, "my-model", "my-model.onnx"),
+        )
+    ]
+    # THEN ONNX Runtime loads both and each answers a batch with 3 class scores a row
+    assert checked == ["onnx-classifier: 2 example inputs gave 3 class scores each"] * 2
 
 
 def test_a_model_of_ones_own_answers_by_following_the_page(tmp_path):
