@@ -29,13 +29,14 @@ from switchyard.registry import ModelVersion
 from switchyard.settings import SettingsError, WorkerSettings, get_settings
 from switchyard.wiring import build_adapters
 from switchyard_worker.allocator import tune_for_inference
+from switchyard_worker.pool import PoolWorker
 from switchyard_worker.runtimes import (
     ModelRuntime,
     choose_device,
     import_libraries,
     load_runtime,
 )
-from switchyard_worker.worker import Worker, log
+from switchyard_worker.worker import Wiring, Worker, WorkerProcess, log
 
 
 def main(standby_seconds: float | None = None) -> None:
@@ -62,8 +63,9 @@ def main(standby_seconds: float | None = None) -> None:
     worker.run(ready)
 
 
-def _started(standby_seconds: float | None) -> tuple[Worker, WorkerSettings]:
-    """The worker, wired from its settings, with its active versions loaded."""
+def _started(standby_seconds: float | None) -> tuple[WorkerProcess, WorkerSettings]:
+    """The worker, wired from its settings: a model's, with its active versions
+    loaded, or a pool's, which loads them on first use."""
     log.info(
         "worker starting",
         extra={
@@ -77,10 +79,11 @@ def _started(standby_seconds: float | None) -> tuple[Worker, WorkerSettings]:
     except SettingsError as exc:
         raise SystemExit(f"switchyard worker: {exc}") from None
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    if settings.worker_model not in settings.queues:
-        raise SystemExit(f"SWITCHYARD_WORKER_MODEL: no queues for {settings.worker_model!r}")
+    missing = [model for model in settings.served_models if model not in settings.queues]
+    if missing:
+        names = "SWITCHYARD_WORKER_MODELS" if settings.worker_pool else "SWITCHYARD_WORKER_MODEL"
+        raise SystemExit(f"{names}: no queues for {', '.join(map(repr, missing))}")
     adapters = build_adapters(settings)
-    lanes = adapters.queues[settings.worker_model]
     s3 = adapters.client("s3")
     cache = Path(settings.artifacts_cache)
     jobs = None
@@ -111,16 +114,12 @@ def _started(standby_seconds: float | None) -> tuple[Worker, WorkerSettings]:
         )
         return runtime
 
-    worker = Worker(
-        model=settings.worker_model,
+    wiring = Wiring(
         worker_id=f"{socket.gethostname()}-{os.getpid()}",
-        realtime=lanes.realtime,
-        batch=lanes.batch,
         registry=adapters.registry,
         results=adapters.results,
-        cache=adapters.cache,
         payloads=adapters.payloads,
-        load_runtime=runtime_for,
+        cache=adapters.cache,
         # held for less than the queue's visibility timeout: see held_visibility_seconds
         visibility_timeout=min(
             settings.held_visibility_seconds, settings.visibility_timeout_seconds
@@ -134,10 +133,43 @@ def _started(standby_seconds: float | None) -> tuple[Worker, WorkerSettings]:
         job_ended=JobEvents.on_queue(adapters.client("sqs"), settings.drop_queue_url).ended
         if settings.drop_queue_url
         else None,
-        stream=DynamoDBTokenStream(adapters.client("dynamodb"), settings.results_table),
-        stream_flush_seconds=settings.stream_flush_seconds,
-        generation_visibility_seconds=settings.generation_visibility_seconds,
     )
+    worker: WorkerProcess
+    if settings.worker_pool is not None:
+        assert settings.memory_budget_mib is not None  # the settings' own rule
+        worker = PoolWorker(
+            pool=settings.worker_pool,
+            lanes={model: adapters.queues[model] for model in settings.served_models},
+            wiring=wiring,
+            load_runtime=runtime_for,
+            memory_budget_mib=settings.memory_budget_mib,
+            device_memory_budget_mib=settings.device_memory_budget_mib,
+            state_file=Path(settings.pool_state_file) if settings.pool_state_file else None,
+        )
+    else:
+        lanes = adapters.queues[settings.service]
+        worker = Worker(
+            model=settings.service,
+            worker_id=wiring.worker_id,
+            realtime=lanes.realtime,
+            batch=lanes.batch,
+            registry=wiring.registry,
+            results=wiring.results,
+            cache=wiring.cache,
+            payloads=wiring.payloads,
+            load_runtime=runtime_for,
+            visibility_timeout=wiring.visibility_timeout,
+            poll_wait_seconds=wiring.poll_wait_seconds,
+            prediction_log=wiring.prediction_log,
+            max_receive_count=wiring.max_receive_count,
+            result_ttl_seconds=wiring.result_ttl_seconds,
+            jobs=wiring.jobs,
+            job_output_s3=wiring.job_output_s3,
+            job_ended=wiring.job_ended,
+            stream=DynamoDBTokenStream(adapters.client("dynamodb"), settings.results_table),
+            stream_flush_seconds=settings.stream_flush_seconds,
+            generation_visibility_seconds=settings.generation_visibility_seconds,
+        )
     worker.install_signal_handlers()
     # `kill -USR1` prints every thread's stack to the log: how to see what a worker
     # that does not stop is doing (the local supervisor sends it before a SIGKILL).

@@ -124,6 +124,20 @@ class ArrivalRate:
             self._times.popleft()
 
 
+def rank(pendings: list[Pending]) -> tuple[int, float] | None:
+    """Where work stands in a pool worker's line, the smallest first (None: no work):
+    realtime before batch lane, then the oldest waiting, by when its message was sent
+    (when it was received, for a message that cannot be read)."""
+    if not pendings:
+        return None
+    realtime = [p for p in pendings if p.received.lane != "batch"]
+    return (0 if realtime else 1, min(_sent_at(p) for p in realtime or pendings))
+
+
+def _sent_at(p: Pending) -> float:
+    return p.message.enqueued_at if p.message is not None else p.received_at
+
+
 # A runtime that cannot take two calls at once (no ``concurrent_calls``) runs a job's
 # chunk in parts with realtime work between them; while realtime work has arrived
 # within this many seconds, the parts are an eighth of max_batch_size, so that

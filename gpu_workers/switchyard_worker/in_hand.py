@@ -56,11 +56,15 @@ class MessagesInHand:
         """Extend every held message before its visibility runs out, until stopped."""
         interval = max(self.visibility / 3, 1)
         while not stopping.wait(interval):
-            for queue, mine in self._by_lane(self.held()):
-                try:
-                    queue.set_visibility(mine, self.visibility)
-                except Exception:  # noqa: BLE001 - retried on the next beat
-                    log.exception("visibility extension failed")
+            self.beat()
+
+    def beat(self) -> None:
+        """Extend every held message's visibility once."""
+        for queue, mine in self._by_lane(self.held()):
+            try:
+                queue.set_visibility(mine, self.visibility)
+            except Exception:  # noqa: BLE001 - retried on the next beat
+                log.exception("visibility extension failed")
 
     def _by_lane(self, messages: list[Received]) -> list[tuple[WorkQueue, list[Received]]]:
         """The messages grouped by the queue they came from (lanes with none left out)."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
@@ -28,7 +29,7 @@ from switchyard.queues import Received, load_inputs
 from switchyard.results import ResultStore
 from switchyard.schemas import ErrorInfo, QueueMessage
 from switchyard.signatures import check_inputs
-from switchyard_worker.batching import BatchAssembler, Pending
+from switchyard_worker.batching import BatchAssembler, Pending, rank
 from switchyard_worker.in_hand import MessagesInHand
 from switchyard_worker.stages import log, pause
 from switchyard_worker.versions import ServedVersions
@@ -103,8 +104,12 @@ class Intake:
         results: ResultStore,
         stopping: threading.Event,
         poll_wait_seconds: int,
+        on_hold: Callable[[], None] | None = None,
     ) -> None:
         self._model = model
+        # Told whenever work joins the forming batch (a pool's loop, which watches
+        # every model's intake).
+        self._on_hold = on_hold
         self._in_hand = in_hand
         self._versions = versions
         self._payloads = payloads
@@ -234,6 +239,8 @@ class Intake:
             for pending in kept:
                 self.assembler.add(pending)
             self._held.notify_all()
+        if kept and self._on_hold is not None:
+            self._on_hold()
 
     def keep(self, received: list[Received]) -> list[Pending]:
         """Received messages, held (their visibility extended) and decoded."""
@@ -285,7 +292,23 @@ class Intake:
     def take(self, force: bool) -> list[Pending]:
         """The next batch if one is due (or ``force``), without waiting."""
         with self._held:
-            return self.assembler.take(force=force)
+            batch = self.assembler.take(force=force)
+            if batch:
+                self._held.notify_all()  # room again: the intake receives
+        return batch
+
+    def due(self) -> tuple[int, float] | None:
+        """Where the next batch stands in a pool worker's line (``batching.rank``),
+        if one is due now; None if none is."""
+        with self._held:
+            if self.assembler.oldest is None or self.assembler.wants_more():
+                return None
+            return rank(self.assembler.held)
+
+    def time_left(self) -> float:
+        """Seconds until the forming batch is due (0: due, or nothing held)."""
+        with self._held:
+            return self.assembler.time_left() if self.assembler.oldest else 0.0
 
     def take_realtime(self) -> list[Pending]:
         """The realtime work held now, due or not, to run ahead of a job's chunk."""

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from switchyard.registry import ModelVersion
+from switchyard.schemas import ErrorInfo
 from switchyard_worker.batching import Pending
 from switchyard_worker.finisher import Answered, Finisher
 from switchyard_worker.in_hand import MessagesInHand
@@ -115,6 +116,22 @@ class MicroBatchLoop:
             self._finisher.submit(answered)
         self.batches_run += 1
 
+    def settle(
+        self, batch: list[Pending], *, error: ErrorInfo | None = None, failure: str | None = None
+    ) -> None:
+        """A batch whose version cannot run here (a pool's worker: refused, or its
+        load failed): triage answers what needs no model; the rest gets ``error`` as
+        its final result or, without one, goes back for retry as a failed batch does,
+        ``failure`` saying why."""
+        answered, runnable = self._triage(batch)
+        if runnable and error is not None:
+            record = self._finisher.record
+            answered.extend((p, record(p, "error", error=error)) for p in runnable)
+        elif runnable:
+            self._finisher.failed(runnable, failure or "not run")
+        if answered:
+            self._finisher.submit(answered)
+
     def _answers(self, runnable: list[Pending]) -> Answered:
         """The messages' results; none if the batch failed (they go back for retry)."""
         try:
@@ -150,13 +167,13 @@ class MicroBatchLoop:
     ) -> tuple[list[Any], float]:
         """The model's outputs for ``flat``, in its order, and the seconds spent in the
         model (realtime work run in between left out)."""
-        runtime = self._versions.runtime(record)
-        # A job's chunk runs in several parts: sorted by size first, each part pads to
-        # a nearer length (a chunk of 64 sentences in two parts of 32: 232 sentences a
-        # second in-process, against 214 in the order they came).
-        order = size_order(runtime, flat) if batch_lane else None
-        work = [flat[j] for j in order] if order else flat
-        outputs, computing = self._in_parts(runtime, record.max_batch_size, work, batch_lane)
+        with self._versions.using(record) as runtime:
+            # A job's chunk runs in several parts: sorted by size first, each part pads
+            # to a nearer length (a chunk of 64 sentences in two parts of 32: 232
+            # sentences a second in-process, against 214 in the order they came).
+            order = size_order(runtime, flat) if batch_lane else None
+            work = [flat[j] for j in order] if order else flat
+            outputs, computing = self._in_parts(runtime, record.max_batch_size, work, batch_lane)
         return (_in_given_order(order, outputs) if order else outputs), computing
 
     def _in_parts(

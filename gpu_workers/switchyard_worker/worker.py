@@ -37,6 +37,7 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from switchyard.generation import TokenStream
@@ -52,6 +53,7 @@ from switchyard_worker.generation_loop import GenerationLoop
 from switchyard_worker.in_hand import MessagesInHand
 from switchyard_worker.intake import Intake
 from switchyard_worker.micro_batch_loop import MicroBatchLoop
+from switchyard_worker.model_cache import ModelCache
 from switchyard_worker.runtimes import GENERATIVE_RUNTIMES
 from switchyard_worker.stages import MetricsEmitter, log
 from switchyard_worker.triage import Triage
@@ -83,7 +85,184 @@ class WorkLoop(Protocol):
         messages released."""
 
 
-class Worker:
+@dataclass(frozen=True)
+class Wiring:
+    """What the stages of every model a worker serves share: the platform's stores
+    and the delivery numbers."""
+
+    worker_id: str
+    registry: Registry
+    results: ResultStore
+    payloads: PayloadStore
+    visibility_timeout: int
+    cache: ResultCache | None = None
+    poll_wait_seconds: int = 1
+    prediction_log: PredictionLog | None = None
+    emit: bool = True
+    max_receive_count: int = 5
+    result_ttl_seconds: int = 86_400
+    jobs: JobStore | None = None
+    job_output_s3: Any = None
+    job_ended: Callable[[Job], None] | None = None
+
+
+@dataclass
+class ModelStages:
+    """One model's pipeline stages, wired (the module's docstring says what each
+    does): a model's own worker has one, a pool's worker one per model."""
+
+    versions: ServedVersions
+    in_hand: MessagesInHand
+    intake: Intake
+    finisher: Finisher
+    triage: Triage
+    metrics: MetricsEmitter
+
+    @classmethod
+    def wire(
+        cls,
+        model: str,
+        lanes: tuple[WorkQueue, WorkQueue],
+        wiring: Wiring,
+        *,
+        stopping: threading.Event,
+        load_runtime: RuntimeLoader,
+        model_cache: ModelCache | None = None,
+        on_hold: Callable[[], None] | None = None,
+    ) -> ModelStages:
+        versions = ServedVersions(model, wiring.registry, load_runtime, model_cache)
+        in_hand = MessagesInHand(lanes, wiring.visibility_timeout)
+        intake = Intake(
+            model=model,
+            in_hand=in_hand,
+            versions=versions,
+            payloads=wiring.payloads,
+            results=wiring.results,
+            stopping=stopping,
+            poll_wait_seconds=wiring.poll_wait_seconds,
+            on_hold=on_hold,
+        )
+        finisher = Finisher(
+            worker_id=wiring.worker_id,
+            results=wiring.results,
+            in_hand=in_hand,
+            versions=versions,
+            cache=wiring.cache,
+            prediction_log=wiring.prediction_log,
+            result_ttl_seconds=wiring.result_ttl_seconds,
+            max_receive_count=wiring.max_receive_count,
+            jobs=wiring.jobs,
+            job_output_s3=wiring.job_output_s3,
+            job_ended=wiring.job_ended,
+        )
+        triage = Triage(
+            worker_id=wiring.worker_id,
+            in_hand=in_hand,
+            finisher=finisher,
+            read_statuses=intake.read_statuses,
+            jobs=wiring.jobs,
+        )
+        metrics = MetricsEmitter(model, wiring.emit)
+        return cls(versions, in_hand, intake, finisher, triage, metrics)
+
+    def micro_batch_loop(self, stopping: threading.Event) -> MicroBatchLoop:
+        """The loop that runs this model's micro-batches."""
+        return MicroBatchLoop(
+            stopping=stopping,
+            versions=self.versions,
+            in_hand=self.in_hand,
+            intake=self.intake,
+            triage=self.triage,
+            finisher=self.finisher,
+            metrics=self.metrics,
+        )
+
+
+class WorkerProcess:
+    """What every worker does with its stages and its loop, whatever it serves:
+    start, serve until stopped (a signal, or ``stop``), drain and close."""
+
+    def __init__(self, worker_id: str) -> None:
+        self.worker_id = worker_id
+        self._stopping = threading.Event()
+        self.stages: list[ModelStages] = []
+
+    @property
+    def loop(self) -> WorkLoop:
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, Any]:
+        """Who this worker is, for its log lines."""
+        return {"worker": self.worker_id}
+
+    def stop(self, *_: Any) -> None:
+        self._stopping.set()
+
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGTERM, self.on_signal)
+        signal.signal(signal.SIGINT, self.on_signal)
+
+    def on_signal(self, *_: Any) -> None:
+        """SIGTERM or SIGINT: stop, from a thread of its own. A handler runs on the main
+        thread between two bytecodes, perhaps while that thread holds the stop Event's
+        lock: inside its own ``set`` when a second signal follows the first (Ctrl-C
+        reaches the worker and the supervisor's SIGTERM comes after), where setting the
+        Event here would wait for that lock forever."""
+        threading.Thread(target=self.stop, name="stop", daemon=True).start()
+
+    def run(self, ready: Callable[[], None] | None = None) -> None:
+        """Serve until stopped. The loop's threads receive, decode and validate the
+        next work while this thread runs the model on the current one; once stopped,
+        the running work finishes and what was not started is released."""
+        loop = self.loop
+        self._start_heartbeat()
+        loop.start_taking_in()
+        if ready:
+            ready()
+        log.info("polling", extra=self.describe())
+        try:
+            while not self._stopping.is_set():
+                loop.step()
+            loop.drain()
+        finally:
+            self._close(loop)
+
+    def wait_for_results(self) -> None:
+        """Return once every finished batch's results are stored and its messages
+        deleted."""
+        for stages in self.stages:
+            stages.finisher.flush()
+
+    def step(self) -> None:
+        """One turn of the loop on this thread alone (the unit tests' handle)."""
+        self.loop.step_alone()
+
+    def preload(self) -> None:
+        """Get ready to serve before the first poll."""
+
+    def _start_heartbeat(self) -> None:
+        """Keep the messages in hand invisible to other workers until stopped."""
+        heartbeat = threading.Thread(
+            target=keep_invisible,
+            args=([s.in_hand for s in self.stages], self._stopping),
+            name="visibility",
+            daemon=True,
+        )
+        heartbeat.start()
+
+    def _close(self, loop: WorkLoop) -> None:
+        """Release what was not started, then store what was finished."""
+        released = loop.close()
+        for stages in self.stages:
+            stages.finisher.close()
+            stages.metrics.close()
+        log.info(
+            "stopped",
+            extra={"worker": self.worker_id, "released": released, "batches": loop.batches_run},
+        )
+
+
+class Worker(WorkerProcess):
     """One model's worker: its pipeline's stages, wired, and the model's own thread."""
 
     def __init__(
@@ -111,41 +290,34 @@ class Worker:
         stream_flush_seconds: float = 0.05,
         generation_visibility_seconds: int = 10,
     ) -> None:
+        super().__init__(worker_id)
         self.model = model
-        self.worker_id = worker_id
-        self._stopping = threading.Event()
-        self._versions = ServedVersions(model, registry, load_runtime)
-        self.in_hand = MessagesInHand((realtime, batch), visibility_timeout)
-        self.intake = Intake(
-            model=model,
-            in_hand=self.in_hand,
-            versions=self._versions,
-            payloads=payloads,
-            results=results,
-            stopping=self._stopping,
-            poll_wait_seconds=poll_wait_seconds,
-        )
-        self.finisher = Finisher(
+        wiring = Wiring(
             worker_id=worker_id,
+            registry=registry,
             results=results,
-            in_hand=self.in_hand,
-            versions=self._versions,
+            payloads=payloads,
+            visibility_timeout=visibility_timeout,
             cache=cache,
+            poll_wait_seconds=poll_wait_seconds,
             prediction_log=prediction_log,
-            result_ttl_seconds=result_ttl_seconds,
+            emit=emit,
             max_receive_count=max_receive_count,
+            result_ttl_seconds=result_ttl_seconds,
             jobs=jobs,
             job_output_s3=job_output_s3,
             job_ended=job_ended,
         )
-        self.triage = Triage(
-            worker_id=worker_id,
-            in_hand=self.in_hand,
-            finisher=self.finisher,
-            read_statuses=self.intake.read_statuses,
-            jobs=jobs,
+        stages = ModelStages.wire(
+            model, (realtime, batch), wiring, stopping=self._stopping, load_runtime=load_runtime
         )
-        self._metrics = MetricsEmitter(model, emit)
+        self.stages = [stages]
+        self._versions = stages.versions
+        self.in_hand = stages.in_hand
+        self.intake = stages.intake
+        self.finisher = stages.finisher
+        self.triage = stages.triage
+        self._metrics = stages.metrics
         # What a generative model's loop is built with (``_loop_for``).
         self._stream = stream
         self._stream_flush_seconds = stream_flush_seconds
@@ -175,46 +347,8 @@ class Worker:
             self._loop = self._loop_for(self._versions.known())
         return self._loop
 
-    def stop(self, *_: Any) -> None:
-        self._stopping.set()
-
-    def install_signal_handlers(self) -> None:
-        signal.signal(signal.SIGTERM, self.on_signal)
-        signal.signal(signal.SIGINT, self.on_signal)
-
-    def on_signal(self, *_: Any) -> None:
-        """SIGTERM or SIGINT: stop, from a thread of its own. A handler runs on the main
-        thread between two bytecodes, perhaps while that thread holds the stop Event's
-        lock: inside its own ``set`` when a second signal follows the first (Ctrl-C
-        reaches the worker and the supervisor's SIGTERM comes after), where setting the
-        Event here would wait for that lock forever."""
-        threading.Thread(target=self.stop, name="stop", daemon=True).start()
-
-    def run(self, ready: Callable[[], None] | None = None) -> None:
-        """Serve until stopped. The loop's threads receive, decode and validate the
-        next work while this thread runs the model on the current one; once stopped,
-        the running work finishes and what was not started is released."""
-        loop = self.loop
-        self._start_heartbeat()
-        loop.start_taking_in()
-        if ready:
-            ready()
-        log.info("polling", extra={"model": self.model, "worker": self.worker_id})
-        try:
-            while not self._stopping.is_set():
-                loop.step()
-            loop.drain()
-        finally:
-            self._close(loop)
-
-    def wait_for_results(self) -> None:
-        """Return once every finished batch's results are stored and its messages
-        deleted."""
-        self.finisher.flush()
-
-    def step(self) -> None:
-        """One turn of the model's loop on this thread alone (the unit tests' handle)."""
-        self.loop.step_alone()
+    def describe(self) -> dict[str, Any]:
+        return {"model": self.model, "worker": self.worker_id}
 
     def _loop_for(self, records: list[ModelVersion]) -> WorkLoop:
         """Continuous batching for a generative model, micro-batches for any other."""
@@ -233,29 +367,13 @@ class Worker:
                 result_ttl_seconds=self._result_ttl_seconds,
                 visibility_seconds=self._generation_visibility,
             )
-        return MicroBatchLoop(
-            stopping=self._stopping,
-            versions=self._versions,
-            in_hand=self.in_hand,
-            intake=self.intake,
-            triage=self.triage,
-            finisher=self.finisher,
-            metrics=self._metrics,
-        )
+        return self.stages[0].micro_batch_loop(self._stopping)
 
-    def _start_heartbeat(self) -> None:
-        """Keep the messages in hand invisible to other workers until stopped."""
-        heartbeat = threading.Thread(
-            target=self.in_hand.heartbeat, args=(self._stopping,), name="visibility", daemon=True
-        )
-        heartbeat.start()
 
-    def _close(self, loop: WorkLoop) -> None:
-        """Release what was not started, then store what was finished."""
-        released = loop.close()
-        self.finisher.close()
-        self._metrics.close()
-        log.info(
-            "stopped",
-            extra={"worker": self.worker_id, "released": released, "batches": loop.batches_run},
-        )
+def keep_invisible(in_hands: list[MessagesInHand], stopping: threading.Event) -> None:
+    """Extend every held message of every model before its visibility runs out, until
+    stopped (the heartbeat's thread)."""
+    interval = max(min((h.visibility for h in in_hands), default=3) / 3, 1)
+    while not stopping.wait(interval):
+        for in_hand in in_hands:
+            in_hand.beat()

@@ -268,6 +268,13 @@ class WorkerSettings(Settings):
         description="Touched once the worker has loaded its versions and polls (the "
         "container's health check in ECS, the supervisor locally)",
     )
+    pool_state_file: str | None = Field(
+        default=None,
+        description="A pool's worker writes its model cache's state here (the versions it "
+        "holds with their footprints, its loads and evictions) on each change and every "
+        "few seconds: the local platform's status reads it. Unset in the cloud, where the "
+        "worker's metrics say the same",
+    )
     prediction_log_stream: str | None = Field(
         default=None,
         description="The Firehose stream every prediction is logged to (redacted)",
