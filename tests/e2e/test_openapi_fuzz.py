@@ -35,7 +35,7 @@ from .test_api import DIGIT_ZERO
 
 # Each operation gets this many generated cases beyond the examples and the
 # coverage phase's cases (one per boundary, missing part and undeclared method).
-KEYED_EXAMPLES = 100
+KEYED_EXAMPLES = 60
 KEYLESS_EXAMPLES = 10
 # The longest a documented answer may take: a sync caller's deadline is at most
 # 28 s (the router's MAX_DEADLINE_MS), then it gets 202.
