@@ -113,6 +113,16 @@ WORKER_START_PERIOD = Duration.minutes(5)  # model download and load before heal
 # The numbers are the manifest's (Manifest.scaling_policy); the cloud only adds the
 # period its alarms read SQS and Container Insights metrics at, their finest.
 SCALING_PERIOD = Duration.minutes(1)
+# A pool scales on the sum of its models' queues, more than the ten metrics an alarm
+# may read: a meter (stacks/pools.py) reads every queue's counts each SCALING_PERIOD
+# and publishes them as one metric per count under the pool's dimension, each queue
+# one value of it, so the metric's Average times the pool's queue count is the sum.
+POOL_DIMENSION = "pool"
+POOL_QUEUED_METRIC = "PoolQueuedMessages"  # visible, both lanes of every model
+POOL_IN_FLIGHT_METRIC = "PoolInFlightMessages"  # received and not yet deleted
+# PutMetricData takes at most 150 values in one datum: the meter reads and publishes
+# a pool's queues this many at a time.
+POOL_METER_VALUES_PER_DATUM = 150
 
 # --- Alarms -----------------------------------------------------------------------
 ALARM_PERIOD = Duration.minutes(1)
@@ -162,6 +172,9 @@ class Deployment:
 
     def scaling_policy(self, model: str) -> ScalingPolicy:
         return self.manifest.scaling_policy(model, self.stage)
+
+    def pool_scaling_policy(self, pool: str) -> ScalingPolicy:
+        return self.manifest.pool_scaling_policy(pool, self.stage)
 
     @property
     def nat_gateways(self) -> int:

@@ -1,11 +1,13 @@
 """Where workers run: an ECS cluster whose GPU and CPU capacity starts at zero
-instances, and per model a worker service scaled by its queues."""
+instances, and a worker service per model that has one of its own and per pool,
+each scaled by the queues it serves."""
 
 from __future__ import annotations
 
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import jsii
 from aws_cdk import AspectPriority, Aspects, Duration, IAspect, IgnoreMode, Stack, Tags
@@ -23,6 +25,8 @@ from constructs import Construct, IConstruct
 from stacks.assets import REPO_ROOT, WORKER_DOCKERFILE
 from stacks.cloud import (
     LOG_RETENTION,
+    POOL_IN_FLIGHT_METRIC,
+    POOL_QUEUED_METRIC,
     ROOT_VOLUME_GIB,
     SCALING_PERIOD,
     TASK_SIZE,
@@ -32,10 +36,13 @@ from stacks.cloud import (
     Deployment,
 )
 from stacks.nag import acknowledge, skip_checkov
-from stacks.observability import model_metric, service_metric
+from stacks.observability import model_metric, pool_metric, service_metric
 from stacks.queues import ModelQueues
-from switchyard.manifest import MODEL_TAG, ModelSpec
 from switchyard.scaling import ScalingPolicy
+
+# The tag on each pool's worker service, beside ``switchyard.manifest.MODEL_TAG`` on
+# a model's own: how an operator's tools find a pool's service in a deployed stack.
+POOL_TAG = "switchyard:pool"
 
 # The build context is the repository root; only what the image needs is sent.
 _IMAGE_CONTEXT_EXCLUDES = [
@@ -48,10 +55,11 @@ _IMAGE_CONTEXT_EXCLUDES = [
 
 
 class Compute(Construct):
-    """VPC, cluster, and one capacity provider per compute class in the manifest.
+    """VPC, cluster, one capacity provider per compute class of the models that have
+    a service of their own, and one per pool (with the pool's instance types).
 
-    Each class is an Auto Scaling group on the ECS-optimized AMI (the GPU variant
-    for ``gpu``), with the manifest's instance types, minimum 0 and ECS managed
+    Each is an Auto Scaling group on the ECS-optimized AMI (the GPU variant for
+    ``gpu``), with the manifest's instance types, minimum 0 and ECS managed
     scaling: instances exist only while worker tasks need them.
     """
 
@@ -104,18 +112,29 @@ class Compute(Construct):
             description="Worker instances: outbound to AWS APIs only, no inbound",
             allow_all_outbound=True,
         )
+        # By compute class, for the models with a service of their own; by pool.
         self.capacity: dict[str, ecs.AsgCapacityProvider] = {}
-        models = deployment.manifest.models
+        self.pool_capacity: dict[str, ecs.AsgCapacityProvider] = {}
+        own = {m: spec for m, spec in deployment.manifest.models.items() if spec.pool is None}
         for compute in ("gpu", "cpu"):
-            specs = [spec for spec in models.values() if spec.compute == compute]
+            specs = {m: spec for m, spec in own.items() if spec.compute == compute}
             if specs:
                 # One task per instance: the hosts follow the sum of the models' maximums.
-                max_hosts = sum(
-                    deployment.scaling_policy(model).max_tasks
-                    for model, spec in models.items()
-                    if spec.compute == compute
+                self.capacity[compute] = self._capacity_provider(
+                    compute.title(),
+                    compute,
+                    list(dict.fromkeys(t for spec in specs.values() for t in spec.instance_types)),
+                    sum(deployment.scaling_policy(m).max_tasks for m in specs),
+                    f"the {compute} capacity provider",
                 )
-                self.capacity[compute] = self._capacity_provider(compute, specs, max_hosts)
+        for pool, pool_spec in deployment.manifest.pools.items():
+            self.pool_capacity[pool] = self._capacity_provider(
+                f"Pool-{pool}-",
+                pool_spec.compute,
+                list(pool_spec.instance_types),
+                deployment.pool_scaling_policy(pool).max_tasks,
+                f"pool {pool}",
+            )
         self.worker_image = ecs.ContainerImage.from_docker_image_asset(
             ecr_assets.DockerImageAsset(
                 self,
@@ -129,22 +148,23 @@ class Compute(Construct):
         )
 
     def _capacity_provider(
-        self, compute: str, specs: list[ModelSpec], max_hosts: int
+        self, prefix: str, compute: str, instance_types: list[str], max_hosts: int, of: str
     ) -> ecs.AsgCapacityProvider:
+        """Hosts of ``instance_types`` for ``compute`` workers, at most ``max_hosts``;
+        construct ids start with ``prefix``, descriptions say whose they are (``of``)."""
         hardware = ecs.AmiHardwareType.GPU if compute == "gpu" else ecs.AmiHardwareType.STANDARD
-        instance_types = list(dict.fromkeys(t for spec in specs for t in spec.instance_types))
         user_data = ec2.UserData.for_linux()
         if compute == "gpu":
             user_data.add_commands("echo ECS_ENABLE_GPU_SUPPORT=true >> /etc/ecs/ecs.config")
         role = iam.Role(
             self,
-            f"{compute.title()}InstanceRole",
+            f"{prefix}InstanceRole",
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
-            description=f"ECS container instances of the {compute} capacity provider",
+            description=f"ECS container instances of {of}",
         )
         template = ec2.LaunchTemplate(
             self,
-            f"{compute.title()}Template",
+            f"{prefix}Template",
             machine_image=ecs.EcsOptimizedImage.amazon_linux2023(hardware),
             instance_type=ec2.InstanceType(instance_types[0]),
             user_data=user_data,
@@ -165,7 +185,7 @@ class Compute(Construct):
         )
         group = autoscaling.AutoScalingGroup(
             self,
-            f"{compute.title()}Hosts",
+            f"{prefix}Hosts",
             vpc=self.vpc,
             vpc_subnets=self.worker_subnets,
             mixed_instances_policy=autoscaling.MixedInstancesPolicy(
@@ -197,7 +217,7 @@ class Compute(Construct):
         )
         provider = ecs.AsgCapacityProvider(
             self,
-            f"{compute.title()}Capacity",
+            f"{prefix}Capacity",
             auto_scaling_group=group,
             enable_managed_scaling=True,
             enable_managed_termination_protection=True,
@@ -245,10 +265,98 @@ class _AfterCapacityAssociation:
             node.node.add_dependency(association)
 
 
+@dataclass(frozen=True)
+class AgeSource:
+    """A model's queues, whose oldest message the age rule reads (``name`` is what
+    its alarm's name adds to the service's: nothing for a model's own service)."""
+
+    model: str
+    queues: ModelQueues
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class ServiceWork:
+    """What a worker service's scaling alarms read of the work it serves: metrics by
+    id, and metric-math text over them (see :meth:`WorkerService._scale_on_queues`).
+
+    ``backlog`` is the visible messages of both lanes of every model served;
+    ``work`` adds those in flight (it may name ``backlog``); ``wake`` is what wakes
+    the service at zero (it may name ``work``); the idle alarm reads ``quiet``
+    (``work`` where None), below 1 when there is nothing to do, and counts a minute
+    without data as ``quiet_missing`` says. ``ages``: one age alarm each.
+    """
+
+    label: str  # who the alarms' descriptions speak of
+    metrics: Mapping[str, cloudwatch.IMetric]
+    backlog: str
+    work: str
+    wake: str
+    quiet: str | None
+    quiet_missing: cloudwatch.TreatMissingData
+    ages: tuple[AgeSource, ...]
+
+    @staticmethod
+    def of_model(model: str, queues: ModelQueues) -> ServiceWork:
+        """A model's own service: its two queues, read as SQS publishes them (an idle
+        queue goes silent), and its router's requests (which wake it too)."""
+
+        def queue_metric(lane: str, name: str) -> cloudwatch.Metric:
+            return queues.queues[lane].metric(name, statistic="Maximum", period=SCALING_PERIOD)
+
+        return ServiceWork(
+            label=model,
+            metrics={
+                "rt": queue_metric("realtime", "ApproximateNumberOfMessagesVisible"),
+                "bt": queue_metric("batch", "ApproximateNumberOfMessagesVisible"),
+                "rtflight": queue_metric("realtime", "ApproximateNumberOfMessagesNotVisible"),
+                "btflight": queue_metric("batch", "ApproximateNumberOfMessagesNotVisible"),
+                "requests": model_metric(model, "Requests", "Sum", SCALING_PERIOD),
+            },
+            backlog="FILL(rt, 0) + FILL(bt, 0)",
+            work="backlog + FILL(rtflight, 0) + FILL(btflight, 0)",
+            wake="work + FILL(requests, 0)",
+            quiet=None,
+            # SQS stops publishing for queues idle for hours: silence is idleness.
+            quiet_missing=cloudwatch.TreatMissingData.BREACHING,
+            ages=(AgeSource(model, queues),),
+        )
+
+    @staticmethod
+    def of_pool(pool: str, models: Mapping[str, ModelQueues], queue_count: int) -> ServiceWork:
+        """A pool's service: the sums over every queue of its models, as the pool's
+        meter publishes them (``stacks.pools.PoolMeter``: each queue one value of
+        the minute, so Average times ``queue_count`` is the sum, rounded off to whole
+        messages), and each model's oldest message (one age alarm per model: the
+        rule's "oldest" is the oldest of all, so any one of them over the target
+        asks for one more)."""
+        n = queue_count
+
+        def total(metric: str, missing: int) -> str:
+            return f"FLOOR(FILL({metric}, {missing}) * {n} + 0.5)"
+
+        return ServiceWork(
+            label=f"pool {pool}",
+            metrics={
+                "queued": pool_metric(pool, POOL_QUEUED_METRIC, "Average", SCALING_PERIOD),
+                "inflight": pool_metric(pool, POOL_IN_FLIGHT_METRIC, "Average", SCALING_PERIOD),
+            },
+            backlog=total("queued", 0),
+            work=f"backlog + {total('inflight', 0)}",
+            wake="work",
+            # The meter publishes every minute, idle or not: a minute without its
+            # figures is no sign of idleness, and never scales the pool in.
+            quiet=f"{total('queued', 1)} + {total('inflight', 1)}",
+            quiet_missing=cloudwatch.TreatMissingData.NOT_BREACHING,
+            ages=tuple(AgeSource(model, queues, f"-{model}") for model, queues in models.items()),
+        )
+
+
 class WorkerService(Construct):
-    """One model's workers: an ECS service whose desired count follows its queues,
-    by the rule of ``switchyard.scaling.decide`` with the numbers of
-    ``Manifest.scaling_policy(model, stage)`` (see :meth:`_scale_on_queues`)."""
+    """One worker service: a model's own, or a pool's. An ECS service whose desired
+    count follows the queues it serves, by the rule of ``switchyard.scaling.decide``
+    with the numbers of ``Manifest.scaling_policy(model, stage)`` or
+    ``Manifest.pool_scaling_policy(pool, stage)`` (see :meth:`_scale_on_queues`)."""
 
     def __init__(
         self,
@@ -257,13 +365,16 @@ class WorkerService(Construct):
         *,
         deployment: Deployment,
         compute: Compute,
-        model: str,
-        spec: ModelSpec,
-        queues: ModelQueues,
+        service: str,
+        compute_class: str,
+        capacity: ecs.AsgCapacityProvider,
+        policy: ScalingPolicy,
+        work: ServiceWork,
         environment: Mapping[str, str],
+        tag: tuple[str, str],
     ) -> None:
         super().__init__(scope, construct_id)
-        size = TASK_SIZE[spec.compute]
+        size = TASK_SIZE[compute_class]
         self.task_definition = ecs.Ec2TaskDefinition(self, "Task")
         self.log_group = logs.LogGroup(
             self, "Logs", retention=LOG_RETENTION, removal_policy=deployment.removal_policy
@@ -275,7 +386,7 @@ class WorkerService(Construct):
             memory_reservation_mib=size.memory_mib,
             gpu_count=size.gpus or None,
             environment=dict(environment),
-            logging=ecs.LogDrivers.aws_logs(stream_prefix=model, log_group=self.log_group),
+            logging=ecs.LogDrivers.aws_logs(stream_prefix=service, log_group=self.log_group),
             stop_timeout=WORKER_STOP_TIMEOUT,
             health_check=ecs.HealthCheck(
                 command=["CMD-SHELL", f"test -f {WORKER_READY_FILE}"],
@@ -284,9 +395,7 @@ class WorkerService(Construct):
                 retries=3,
             ),
         )
-        policy = deployment.scaling_policy(model)
         min_tasks = policy.min_tasks
-        provider = compute.capacity[spec.compute]
         self.service = ecs.Ec2Service(
             self,
             "Service",
@@ -297,7 +406,7 @@ class WorkerService(Construct):
             max_healthy_percent=200,
             capacity_provider_strategies=[
                 ecs.CapacityProviderStrategy(
-                    capacity_provider=provider.capacity_provider_name, weight=1
+                    capacity_provider=capacity.capacity_provider_name, weight=1
                 )
             ],
             circuit_breaker=ecs.DeploymentCircuitBreaker(rollback=True),
@@ -308,7 +417,7 @@ class WorkerService(Construct):
             _AfterCapacityAssociation(compute.cluster),
             priority=AspectPriority.DEFAULT,
         )
-        Tags.of(self.service).add(MODEL_TAG, model)
+        Tags.of(self.service).add(*tag)
         acknowledge(
             self.task_definition,
             "AwsSolutions-ECS2",
@@ -321,41 +430,46 @@ class WorkerService(Construct):
             "The execution role's ecr:GetAuthorizationToken takes no resource ARN; "
             "image pulls themselves are limited to the asset repository.",
         )
-        self._scale_on_queues(deployment, model, policy, queues)
+        self._scale_on_queues(deployment, service, policy, work)
 
     def _scale_on_queues(
         self,
         deployment: Deployment,
-        model: str,
+        service: str,
         policy: ScalingPolicy,
-        queues: ModelQueues,
+        work: ServiceWork,
     ) -> None:
         """Render :func:`switchyard.scaling.decide` as alarms whose step policies set
         the service's desired count, between the policy's minimum and maximum (the
         scalable target's bounds: the rule's "bounds" step):
 
         - **scale-from-zero** (wake): work and no task → the tasks the backlog asks
-          for, at least one, at once (no cool-down);
+          for, at least one, at once: a step policy of its own, with no cool-down,
+          so that it starts none (a backlog that arrives just after a wake is the
+          scale-out's, whose policy has not acted);
         - **scale-out**: tasks, and a backlog that asks for more → that many;
         - **scale-out-on-age**: the oldest message over the target age, though every
-          task has run throughout the last ``target_age_seconds`` → one more;
+          task has run throughout the last ``target_age_seconds`` → one more (a
+          pool: one alarm per model, each on the model's oldest message);
         - **idle**: nothing visible or in flight for the idle time → the minimum.
 
         Each alarm's expression evaluates to the count ``decide`` lands on (0 where
         its rule does not apply), and each step policy sets exactly that count, one
         step per count, so the two cannot drift apart by rounding. The scale-out
-        alarms share one policy, hence one cool-down.
+        alarms share one policy, hence one cool-down; the wake's has none.
 
         Where the cloud necessarily differs: it decides on one-minute metric
         periods and counts the idle time and the settled time in whole one-minute
         evaluation periods, where the supervisor ticks every few seconds; "workers"
         is ECS's desired count and "running" the fewest tasks running during the
         minute (a task runs once its container does, before its models are
-        loaded); the router's request count also wakes the service, because SQS
-        stops publishing metrics for a queue idle for hours. The infra tests check
-        the decisions on the same scenarios, not the timings.
+        loaded); a model's router's request count also wakes its service, because
+        SQS stops publishing metrics for a queue idle for hours (a pool's meter
+        publishes every minute). The infra tests check the decisions on the same
+        scenarios, not the timings.
         """
-        prefix = f"{deployment.names.base}-{model}"
+        prefix = f"{deployment.names.base}-{service}"
+        who = work.label
         stack = Stack.of(self)
         target = appscaling.ScalableTarget(
             self,
@@ -377,60 +491,46 @@ class WorkerService(Construct):
             ),
         )
 
-        def queue_metric(lane: str, name: str) -> cloudwatch.Metric:
-            return queues.queues[lane].metric(name, statistic="Maximum", period=SCALING_PERIOD)
-
         metrics: dict[str, cloudwatch.IMetric] = {
-            "rt": queue_metric("realtime", "ApproximateNumberOfMessagesVisible"),
-            "bt": queue_metric("batch", "ApproximateNumberOfMessagesVisible"),
-            "rtflight": queue_metric("realtime", "ApproximateNumberOfMessagesNotVisible"),
-            "btflight": queue_metric("batch", "ApproximateNumberOfMessagesNotVisible"),
-            "rtage": queue_metric("realtime", "ApproximateAgeOfOldestMessage"),
-            "btage": queue_metric("batch", "ApproximateAgeOfOldestMessage"),
-            "requests": model_metric(model, "Requests", "Sum", SCALING_PERIOD),
+            **work.metrics,
             "tasks": service_metric(self.service, "DesiredTaskCount"),
             # The fewest tasks running at any time in the period: all of them ran throughout.
             "running": service_metric(self.service, "RunningTaskCount").with_(statistic="Minimum"),
         }
 
-        def expression(name: str, text: str, label: str) -> cloudwatch.MathExpression:
-            """A named step of the rule; ``text`` may use the metrics and earlier steps."""
-            used = {i: m for i, m in metrics.items() if re.search(rf"\b{i}\b", text)}
+        def expression(
+            scope: dict[str, cloudwatch.IMetric], name: str, text: str, label: str
+        ) -> cloudwatch.MathExpression:
+            """A named step of the rule; ``text`` may use ``scope``'s metrics and steps."""
+            used = {i: m for i, m in scope.items() if re.search(rf"\b{i}\b", text)}
             step = cloudwatch.MathExpression(
                 expression=text, using_metrics=used, label=label, period=SCALING_PERIOD
             )
-            metrics[name] = step
+            scope[name] = step
             return step
 
         cap, per_task = policy.max_tasks, policy.backlog_per_task
         target_age = f"{policy.target_age_seconds:g}"
-        expression("backlog", "FILL(rt, 0) + FILL(bt, 0)", "Visible messages")
-        work = expression(
-            "work", "backlog + FILL(rtflight, 0) + FILL(btflight, 0)", "Visible and in flight"
-        )
-        expression("workers", "FILL(tasks, 0)", "Tasks wanted (running and starting)")
-        expression("age", "FILL(MAX([rtage, btage]), 0)", "Age of the oldest message")
+        expression(metrics, "backlog", work.backlog, "Visible messages")
+        work_step = expression(metrics, "work", work.work, "Visible and in flight")
+        expression(metrics, "workers", "FILL(tasks, 0)", "Tasks wanted (running and starting)")
         expression(
+            metrics,
             "forbacklog",
             f"IF(CEIL(backlog / {per_task}) > {cap}, {cap}, CEIL(backlog / {per_task}))",
             "Tasks the backlog asks for",
         )
         wake = expression(
+            metrics,
             "wake",
-            "IF((workers == 0) AND (work + FILL(requests, 0) > 0), "
-            "IF(forbacklog > 1, forbacklog, 1), 0)",
+            f"IF((workers == 0) AND ({work.wake} > 0), IF(forbacklog > 1, forbacklog, 1), 0)",
             "Tasks to start from zero",
         )
         for_backlog = expression(
+            metrics,
             "scaleout",
             "IF((workers > 0) AND (forbacklog > workers), forbacklog, 0)",
             "Tasks the backlog asks for, above those wanted",
-        )
-        for_age = expression(
-            "scaleoutage",
-            f"IF((workers > 0) AND (workers < {cap}) AND (backlog > 0) AND (age > {target_age}) "
-            "AND (FILL(running, 0) >= workers) AND (forbacklog <= workers), workers + 1, 0)",
-            "One more task: the oldest message is over the target age with every task running",
         )
 
         def exactly(
@@ -477,12 +577,13 @@ class WorkerService(Construct):
             created.add_alarm_action(cw_actions.ApplicationScalingAction(action))
             return created
 
-        # 1. Wake: no cool-down, a request at zero waits for this task.
+        # 1. Wake: a policy of its own with no cool-down. A request at zero waits for
+        # this task; the backlog that follows is the scale-out's, not held by the wake.
         self.wake_alarm = alarm(
             "WakeAlarm",
             wake,
             "scale-from-zero",
-            f"{model} has work waiting and no worker task",
+            f"{who} has work waiting and no worker task",
             exactly("WakeUp", 0, to_value),
         )
 
@@ -493,30 +594,53 @@ class WorkerService(Construct):
             "ScaleOutAlarm",
             for_backlog,
             "scale-out",
-            f"{model}'s backlog asks for more tasks ({per_task} messages per task)",
+            f"{who}'s backlog asks for more tasks ({per_task} messages per task)",
             scale_out,
         )
-        self.age_alarm = alarm(
-            "AgeAlarm",
-            for_age,
-            "scale-out-on-age",
-            f"{model}'s oldest message is over {target_age} s with every task running",
-            scale_out,
-            evaluation_periods=math.ceil(policy.target_age_seconds / SCALING_PERIOD.to_seconds()),
-        )
+        self.age_alarms: dict[str, cloudwatch.Alarm] = {}
+        for source in work.ages:
+            scope = {
+                **metrics,
+                "rtage": self._oldest(source.queues, "realtime"),
+                "btage": self._oldest(source.queues, "batch"),
+            }
+            expression(scope, "age", "FILL(MAX([rtage, btage]), 0)", "Age of the oldest message")
+            for_age = expression(
+                scope,
+                "scaleoutage",
+                f"IF((workers > 0) AND (workers < {cap}) AND (backlog > 0) "
+                f"AND (age > {target_age}) AND (FILL(running, 0) >= workers) "
+                "AND (forbacklog <= workers), workers + 1, 0)",
+                "One more task: the oldest message is over the target age with every task running",
+            )
+            self.age_alarms[source.model] = alarm(
+                f"AgeAlarm{source.name}",
+                for_age,
+                f"scale-out-on-age{source.name}",
+                f"{source.model}'s oldest message is over {target_age} s with every task "
+                + ("running" if who == source.model else f"of {who} running"),
+                scale_out,
+                evaluation_periods=math.ceil(
+                    policy.target_age_seconds / SCALING_PERIOD.to_seconds()
+                ),
+            )
 
         # 4. Scale in: nothing queued or in flight for the idle time → the minimum.
         idle_minutes = math.ceil(policy.idle_seconds / SCALING_PERIOD.to_seconds())
-        self.idle_alarm = work.create_alarm(
+        quiet = (
+            work_step
+            if work.quiet is None
+            else expression(metrics, "quiet", work.quiet, "Visible and in flight (idle check)")
+        )
+        self.idle_alarm = quiet.create_alarm(
             self,
             "IdleAlarm",
             alarm_name=f"{prefix}-idle",
-            alarm_description=f"{model} has had no work for {idle_minutes} minutes",
+            alarm_description=f"{who} has had no work for {idle_minutes} minutes",
             threshold=1,
             evaluation_periods=idle_minutes,
             comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
-            # SQS stops publishing for queues idle for hours: silence is idleness.
-            treat_missing_data=cloudwatch.TreatMissingData.BREACHING,
+            treat_missing_data=work.quiet_missing,
         )
         self.idle_alarm.add_alarm_action(
             cw_actions.ApplicationScalingAction(
@@ -524,4 +648,10 @@ class WorkerService(Construct):
                     "ScaleIn", policy.scale_in_cooldown_seconds, [(None, 0.0, policy.min_tasks)]
                 )
             )
+        )
+
+    @staticmethod
+    def _oldest(queues: ModelQueues, lane: str) -> cloudwatch.Metric:
+        return queues.queues[lane].metric(
+            "ApproximateAgeOfOldestMessage", statistic="Maximum", period=SCALING_PERIOD
         )

@@ -1,9 +1,13 @@
-"""One model's whole endpoint, instantiated once per manifest entry."""
+"""One model's whole endpoint, instantiated once per manifest entry, and what every
+worker service (a model's own or a pool's) is given: its environment and access."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
@@ -14,7 +18,7 @@ from stacks.cloud import (
     WORKER_READY_FILE,
     Deployment,
 )
-from stacks.compute import Compute, WorkerService
+from stacks.compute import Compute, ServiceWork, WorkerService
 from stacks.configuration import ModelRouting, RoutingConfiguration
 from stacks.data import (
     WORKER_RESULTS_ACTIONS,
@@ -25,9 +29,9 @@ from stacks.data import (
     grant_registry_read,
 )
 from stacks.functions import FunctionCode, PlatformFunction, settings_environment
-from stacks.observability import ModelAlarms, ModelDashboard
+from stacks.observability import ModelAlarms, ModelDashboard, PoolView
 from stacks.queues import ModelQueues
-from switchyard.manifest import ModelSpec
+from switchyard.manifest import MODEL_TAG, ModelSpec
 from switchyard.settings import RouterSettings, WorkerSettings
 
 # Why routers may read and write any object of these buckets (cdk-nag's IAM5).
@@ -59,9 +63,96 @@ class SharedServing:
     prediction_log: PredictionLog
 
 
+def worker_environment(
+    scope: Construct,
+    *,
+    deployment: Deployment,
+    shared: SharedServing,
+    queues: Mapping[str, ModelQueues],
+    **service: Any,
+) -> dict[str, str]:
+    """A worker service's environment (``WorkerSettings``): the queues of every model
+    it serves, and ``service``, whose it is (``worker_model`` for a model's own;
+    ``worker_pool``, ``worker_models`` and the pool's budgets for a pool)."""
+    storage = shared.storage
+    return {
+        **settings_environment(
+            scope,
+            WorkerSettings,
+            deployment=deployment,
+            storage=storage,
+            queues={model: model_queues.urls() for model, model_queues in queues.items()},
+            service="worker",
+            artifacts_bucket=storage.artifacts_bucket.bucket_name,
+            prediction_log_stream=shared.prediction_log.stream_name,
+            ready_file=WORKER_READY_FILE,
+            jobs_table=storage.jobs_table.table_name,
+            **service,
+        ),
+        "HF_HUB_OFFLINE": "1",
+    }
+
+
+def grant_worker(
+    role: iam.IRole,
+    *,
+    deployment: Deployment,
+    shared: SharedServing,
+    queues: Mapping[str, ModelQueues],
+    generates: bool,
+) -> None:
+    """What a worker service's tasks may do: take the work of the queues of the
+    models it serves (no other model's), and read and write what a worker does."""
+    storage = shared.storage
+    names = deployment.names
+    for model_queues in queues.values():
+        for queue in model_queues.queues.values():
+            queue.grant_consume_messages(role)  # receive, delete, change visibility
+    grant_registry_read(storage.registry_table, role)
+    grant_items(storage.results_table, role)
+    storage.results_table.grant(role, *WORKER_RESULTS_ACTIONS)
+    if generates:
+        # A worker that takes over a stream whose worker died reads the tokens
+        # already written (the request's chunk items, in order, with a Query).
+        storage.results_table.grant(role, "dynamodb:Query")
+    role.add_to_principal_policy(
+        iam.PolicyStatement(
+            actions=["firehose:PutRecord", "firehose:PutRecordBatch"],
+            resources=[shared.prediction_log.stream_arn],
+        )
+    )
+    grant_objects(
+        names.payloads_bucket,
+        role,
+        ["s3:GetObject", "s3:PutObject"],
+        "Workers read claim-checked inputs and write large outputs under per-request "
+        "keys of the payloads bucket.",
+    )
+    # Batch jobs: a chunk's result is counted on its job (one transaction), and
+    # the worker that answers a job's last chunk writes its output beside its file.
+    grant_items(storage.jobs_table, role)
+    grant_objects(
+        names.batch_drop_bucket,
+        role,
+        ["s3:PutObject", "s3:AbortMultipartUpload"],
+        "A job's output is written beside its dropped file (<key>.out), under the "
+        "tenant's prefix the file came from.",
+    )
+    grant_objects(
+        names.artifacts_bucket,
+        role,
+        ["s3:GetObject"],
+        "Workers load any registered version's artifact; the registry holds its key "
+        "and sha256, checked at load.",
+    )
+
+
 class ModelEndpoint(Construct):
     """Queues, router function, routing profile, worker service, alarms and
-    dashboard of one model. Adding a model to the manifest adds all of them."""
+    dashboard of one model. Adding a model to the manifest adds all of them. A
+    model that names a pool has no worker service of its own: the pool's serves
+    it (``stacks.pools.PoolWorkers``), and its dashboard comes with the pool's
+    (:meth:`add_dashboard`)."""
 
     def __init__(
         self,
@@ -145,80 +236,46 @@ class ModelEndpoint(Construct):
             )
             shared.api.add_generate_route(model, self.router.function)
 
-        worker_environment = {
-            **settings_environment(
-                self,
-                WorkerSettings,
-                deployment=deployment,
-                storage=storage,
-                queues=own_queues,
-                service="worker",
-                worker_model=model,
-                artifacts_bucket=storage.artifacts_bucket.bucket_name,
-                prediction_log_stream=shared.prediction_log.stream_name,
-                ready_file=WORKER_READY_FILE,
-                jobs_table=storage.jobs_table.table_name,
-            ),
-            "HF_HUB_OFFLINE": "1",
-        }
+        self.deployment, self.model, self.spec = deployment, model, spec
+        self.worker: WorkerService | None = None
+        if spec.pool is not None:
+            return
+        own = {model: self.queues}
         self.worker = WorkerService(
             self,
             "Worker",
             deployment=deployment,
             compute=shared.compute,
-            model=model,
-            spec=spec,
-            queues=self.queues,
-            environment=worker_environment,
+            service=model,
+            compute_class=spec.compute,
+            capacity=shared.compute.capacity[spec.compute],
+            policy=deployment.scaling_policy(model),
+            work=ServiceWork.of_model(model, self.queues),
+            environment=worker_environment(
+                self, deployment=deployment, shared=shared, queues=own, worker_model=model
+            ),
+            tag=(MODEL_TAG, model),
         )
-        task_role = self.worker.task_definition.task_role
-        for queue in self.queues.queues.values():
-            queue.grant_consume_messages(task_role)  # receive, delete, change visibility
-        grant_registry_read(storage.registry_table, task_role)
-        grant_items(storage.results_table, task_role)
-        storage.results_table.grant(task_role, *WORKER_RESULTS_ACTIONS)
-        if self.generates:
-            # A worker that takes over a stream whose worker died reads the tokens
-            # already written (the request's chunk items, in order, with a Query).
-            storage.results_table.grant(task_role, "dynamodb:Query")
-        task_role.add_to_principal_policy(
-            iam.PolicyStatement(
-                actions=["firehose:PutRecord", "firehose:PutRecordBatch"],
-                resources=[shared.prediction_log.stream_arn],
-            )
+        grant_worker(
+            self.worker.task_definition.task_role,
+            deployment=deployment,
+            shared=shared,
+            queues=own,
+            generates=self.generates,
         )
-        grant_objects(
-            names.payloads_bucket,
-            task_role,
-            ["s3:GetObject", "s3:PutObject"],
-            "Workers read claim-checked inputs and write large outputs under per-request "
-            "keys of the payloads bucket.",
-        )
-        # Batch jobs: a chunk's result is counted on its job (one transaction), and
-        # the worker that answers a job's last chunk writes its output beside its file.
-        grant_items(storage.jobs_table, task_role)
-        grant_objects(
-            names.batch_drop_bucket,
-            task_role,
-            ["s3:PutObject", "s3:AbortMultipartUpload"],
-            "A job's output is written beside its dropped file (<key>.out), under the "
-            "tenant's prefix the file came from.",
-        )
-        grant_objects(
-            names.artifacts_bucket,
-            task_role,
-            ["s3:GetObject"],
-            "Workers load any registered version's artifact; the registry holds its key "
-            "and sha256, checked at load.",
-        )
+        self.add_dashboard(self.worker.service)
 
+    def add_dashboard(self, service: ecs.BaseService, pool: PoolView | None = None) -> None:
+        """The model's dashboard, with the tasks of the service that serves it (its
+        own, or its pool's, with a row for the pool)."""
         ModelDashboard(
             self,
             "Dashboard",
-            deployment=deployment,
-            model=model,
-            spec=spec,
+            deployment=self.deployment,
+            model=self.model,
+            spec=self.spec,
             queues=self.queues,
-            service=self.worker.service,
+            service=service,
             alarms=self.alarms,
+            pool=pool,
         )

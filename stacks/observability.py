@@ -1,9 +1,11 @@
 """What operators watch per model: alarms (two of them also guard routing
-rollouts) and one dashboard, built from the EMF metrics the code emits."""
+rollouts) and one dashboard, built from the EMF metrics the code emits; a pooled
+model's dashboard has a row for its pool."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -14,6 +16,9 @@ from stacks.cloud import (
     ALARM_PERIOD,
     BATCH_AGE_ALARM,
     METRICS_NAMESPACE,
+    POOL_DIMENSION,
+    POOL_IN_FLIGHT_METRIC,
+    POOL_QUEUED_METRIC,
     REALTIME_AGE_ALARM,
     Deployment,
 )
@@ -39,6 +44,48 @@ def model_metric(
         statistic=statistic,
         period=period,
     )
+
+
+def pool_metric(
+    pool: str,
+    name: str,
+    statistic: str,
+    period: Duration = ALARM_PERIOD,
+    *,
+    model: str | None = None,
+) -> cloudwatch.Metric:
+    """A metric of a pool: its meter's counts (``POOL_QUEUED_METRIC``...: each of
+    its queues one value a minute) or its workers' model cache (``ModelLoads``,
+    ``ModelEvictions``, ``ModelLoadTime``...), over the pool or one of its models."""
+    return cloudwatch.Metric(
+        namespace=METRICS_NAMESPACE,
+        metric_name=name,
+        dimensions_map={POOL_DIMENSION: pool, **({"model": model} if model else {})},
+        statistic=statistic,
+        period=period,
+    )
+
+
+def pool_total(pool: str, name: str, queue_count: int, label: str) -> cloudwatch.MathExpression:
+    """One of a pool's meter counts summed over its queues: each queue is one value
+    of the minute, so the Average times the number of queues, in whole messages."""
+    each = name[0].lower() + name[1:]  # its id in the graph, one per count
+    return cloudwatch.MathExpression(
+        expression=f"FLOOR({each} * {queue_count} + 0.5)",
+        using_metrics={each: pool_metric(pool, name, "Average")},
+        label=label,
+        period=ALARM_PERIOD,
+    )
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """What a pooled model's dashboard shows of its pool: the pool's service and
+    how many queues its meter reads."""
+
+    pool: str
+    service: ecs.BaseService
+    queue_count: int
 
 
 def service_metric(service: ecs.BaseService, name: str) -> cloudwatch.Metric:
@@ -268,7 +315,10 @@ class ModelAlarms(Construct):
 
 
 class ModelDashboard(Construct):
-    """One page per model: traffic, latency, queues, tasks, batching, errors."""
+    """One page per model: traffic, latency, queues, tasks, batching, errors. A
+    model served by a pool (``pool``) shows its pool's tasks, and a row for the
+    pool: its workers, its queues summed over its models, its model cache's loads
+    and evictions (this model's cold loads beside them) and load times."""
 
     def __init__(
         self,
@@ -281,6 +331,7 @@ class ModelDashboard(Construct):
         queues: ModelQueues,
         service: ecs.BaseService,
         alarms: ModelAlarms,
+        pool: PoolView | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
 
@@ -374,6 +425,54 @@ class ModelDashboard(Construct):
                         ],
                     ),
                 ],
+                *([self._pool_row(model, pool)] if pool else []),
                 [cloudwatch.AlarmStatusWidget(title="Alarms", alarms=alarms.all, width=24)],
             ],
         )
+
+    @staticmethod
+    def _pool_row(model: str, pool: PoolView) -> list[cloudwatch.IWidget]:
+        name = pool.pool
+
+        def graph(title: str, left: list[cloudwatch.IMetric]) -> cloudwatch.GraphWidget:
+            return cloudwatch.GraphWidget(
+                title=f"Pool {name}: {title}", left=left, width=6, height=6
+            )
+
+        return [
+            graph(
+                "workers",
+                [
+                    service_metric(pool.service, "DesiredTaskCount"),
+                    service_metric(pool.service, "RunningTaskCount"),
+                    service_metric(pool.service, "PendingTaskCount"),
+                ],
+            ),
+            graph(
+                "queue depth, all its models",
+                [
+                    pool_total(name, POOL_QUEUED_METRIC, pool.queue_count, "Visible"),
+                    pool_total(name, POOL_IN_FLIGHT_METRIC, pool.queue_count, "In flight"),
+                ],
+            ),
+            graph(
+                "model loads and evictions",
+                [
+                    pool_metric(name, "ModelLoads", "Sum").with_(label="Loads"),
+                    pool_metric(name, "ModelEvictions", "Sum").with_(label="Evictions"),
+                    pool_metric(name, "ModelLoads", "Sum", model=model).with_(
+                        label=f"Cold loads of {model}"
+                    ),
+                ],
+            ),
+            graph(
+                "load time (ms) and resident versions",
+                [
+                    pool_metric(name, "ModelLoadTime", "p50").with_(label="Load p50"),
+                    pool_metric(name, "ModelLoadTime", "p99").with_(label="Load p99"),
+                    pool_metric(name, "PoolResidentVersions", "Maximum").with_(
+                        label="Resident versions"
+                    ),
+                ],
+            ),
+        ]

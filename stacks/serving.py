@@ -19,6 +19,7 @@ from stacks.endpoint import (
     SharedServing,
 )
 from stacks.functions import FunctionCode, PlatformFunction, settings_environment
+from stacks.pools import PoolWorkers
 from switchyard.settings import RouterSettings
 
 
@@ -56,6 +57,26 @@ class ServingStack(Stack):
             )
             for model, spec in deployment.manifest.models.items()
         }
+        # A pool's service serves the models that name it; each of them shows the
+        # pool's tasks and a row for the pool on its dashboard.
+        manifest = deployment.manifest
+        self.pools = {
+            pool: PoolWorkers(
+                self,
+                f"Pool-{pool}",
+                deployment=deployment,
+                pool=pool,
+                spec=spec,
+                shared=self.shared,
+                queues={m: self.endpoints[m].queues for m in manifest.pool_models(pool)},
+            )
+            for pool, spec in manifest.pools.items()
+        }
+        for model in manifest.models:
+            pool_name = manifest.models[model].pool
+            if pool_name is not None:
+                pool_workers = self.pools[pool_name]
+                self.endpoints[model].add_dashboard(pool_workers.worker.service, pool_workers.view)
         self.routing = EveryModelRouting(
             deployment, [endpoint.routing for endpoint in self.endpoints.values()]
         )
@@ -73,10 +94,10 @@ class ServingStack(Stack):
         # Whoever ends a job asks the splitter, through its queue, for the job's
         # callback: the workers (a job's last chunk) and the jobs API (a cancel).
         self.batch.takes_job_ends_from(self.requests.function, self.requests.role)
-        for endpoint in self.endpoints.values():
-            self.batch.takes_job_ends_from(
-                endpoint.worker.container, endpoint.worker.task_definition.task_role
-            )
+        workers = [e.worker for e in self.endpoints.values() if e.worker is not None]
+        workers += [pool.worker for pool in self.pools.values()]
+        for worker in workers:
+            self.batch.takes_job_ends_from(worker.container, worker.task_definition.task_role)
 
     def _requests_function(self, deployment: Deployment) -> PlatformFunction:
         """The router app for routes that belong to no one model: the catalog, async

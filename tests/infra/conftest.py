@@ -39,6 +39,35 @@ demo_versions = ["v1"]
 """
 
 
+# A CPU pool of thirty long-tail models, each a copy of the project's digits-cnn,
+# beside the project's own models: a pool whose queues (sixty) are far more than an
+# alarm may read.
+POOL = "long-tail"
+POOL_SIZE = 30
+
+
+def pooled_manifest(base: Manifest, pool: str = POOL, size: int = POOL_SIZE) -> Manifest:
+    """``base`` plus ``pool``, a CPU pool serving ``size`` copies of digits-cnn
+    (``tail-01``...), with room in each stage's concurrency for their routers."""
+    data = base.model_dump(mode="json", exclude_none=True)
+    template = {
+        k: v
+        for k, v in data["models"]["digits-cnn"].items()
+        if k not in ("instance_types", "scaling", "pool")
+    }
+    for i in range(1, size + 1):
+        data["models"][f"tail-{i:02d}"] = {**template, "compute": "cpu", "pool": pool}
+    data.setdefault("pools", {})[pool] = {
+        "compute": "cpu",
+        "instance_types": ["c7i.xlarge"],
+        "memory_budget_mib": 4096,
+        "scaling": {"max_tasks": 6, "prod": {"min_tasks": 1}},
+    }
+    for stage in data["stages"].values():
+        stage.setdefault("concurrency", {})["account_limit"] = 10_000
+    return Manifest.model_validate(data)
+
+
 @dataclass
 class Synthesized:
     """One stage of the platform, synthesized: its stacks and their templates."""
@@ -49,8 +78,20 @@ class Synthesized:
     serving: Template
 
 
-def synthesize(manifest: Manifest, stage: str, outdir: Path) -> Synthesized:
-    app = App(context=app_context(stage=stage), outdir=str(outdir))
+# CloudFormation's limits on one stack (500 resources, a 1 MB template), which CDK
+# checks at synth. A model's endpoint is about forty resources, so the serving stack
+# holds about a dozen models (docs/deploying.md, "Pools"); a manifest of thirty
+# pooled models is synthesized past them, for what its templates say of the pool.
+RESOURCE_LIMIT_CONTEXT = "@aws-cdk/core:stackResourceLimit"
+
+
+def synthesize(
+    manifest: Manifest, stage: str, outdir: Path, *, stack_limits: bool = True
+) -> Synthesized:
+    context = app_context(stage=stage)
+    if not stack_limits:
+        context[RESOURCE_LIMIT_CONTEXT] = 0
+    app = App(context=context, outdir=str(outdir), builtin_cloud_formation_validation=stack_limits)
     platform = add_platform(app, manifest)
     return Synthesized(
         app=app,
@@ -101,6 +142,45 @@ def generative(
     path = tmp_path_factory.mktemp("generative") / "manifest.toml"
     path.write_text(MANIFEST_FILE.read_text() + GENERATION_MODEL)
     return synth(load_manifest(path), "dev")
+
+
+@pytest.fixture(scope="session")
+def pooled(manifest: Manifest) -> Manifest:
+    """The project's manifest plus a pool of three models, a stage that fits in one
+    stack: what cfn-lint, cdk-nag and the deploy check read of a pool."""
+    return pooled_manifest(manifest, size=3)
+
+
+@pytest.fixture(scope="session")
+def pooled_dev(synth: Callable[[Manifest, str], Synthesized], pooled: Manifest) -> Synthesized:
+    return synth(pooled, "dev")
+
+
+@pytest.fixture(scope="session")
+def pooled_prod(synth: Callable[[Manifest, str], Synthesized], pooled: Manifest) -> Synthesized:
+    return synth(pooled, "prod")
+
+
+@pytest.fixture(scope="session")
+def pool_of_30(manifest: Manifest) -> Manifest:
+    """The project's manifest plus a pool of thirty models (:func:`pooled_manifest`)."""
+    return pooled_manifest(manifest)
+
+
+@pytest.fixture(scope="session")
+def pool_of_30_templates(
+    pool_of_30: Manifest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Template]:
+    """Each stage's serving template of :func:`pool_of_30`, past the stack's limits."""
+    return {
+        stage: synthesize(
+            pool_of_30,
+            stage,
+            tmp_path_factory.mktemp(f"cdk.out.pool30.{stage}"),
+            stack_limits=False,
+        ).serving
+        for stage in ("dev", "prod")
+    }
 
 
 @pytest.fixture(scope="session")

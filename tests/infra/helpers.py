@@ -107,11 +107,12 @@ def joined(value: Any, token: str = "<token>") -> str:
 
 
 # What CloudWatch metric math the alarms use, as Python: arithmetic, comparisons,
-# AND, IF, FILL, CEIL and MAX([...]) (a missing point is None; MAX skips it).
+# AND, IF, FILL, CEIL, FLOOR and MAX([...]) (a missing point is None; MAX skips it).
 _METRIC_MATH: dict[str, Callable[..., Any]] = {
     "IF": lambda condition, yes, no: yes if condition else no,
     "FILL": lambda value, default: default if value is None else value,
     "CEIL": math.ceil,
+    "FLOOR": math.floor,
     "MAX": lambda values: max((v for v in values if v is not None), default=None),
 }
 _COMPARISONS: dict[str, Callable[[float, float], bool]] = {

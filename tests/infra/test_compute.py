@@ -1,16 +1,20 @@
-"""ECS: a cluster with GPU and CPU capacity that starts at zero, and per model a
-worker service that drains on stop (its scaling: ``test_scaling.py``)."""
+"""ECS: a cluster with GPU and CPU capacity that starts at zero, a worker service
+that drains on stop per model with a service of its own, and one per pool, on the
+pool's capacity, serving the pool's models (their scaling: ``test_scaling.py``)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+import pytest
 from aws_cdk.assertions import Match, Template
 
 from stacks.cloud import TASK_SIZE, WORKER_STOP_TIMEOUT
+from stacks.compute import POOL_TAG
 from switchyard.manifest import MODEL_TAG, Manifest
 
+from .conftest import POOL, Synthesized
 from .helpers import actions_of, granted, logical_id, statements
 
 GPU_AMI = "/aws/service/ecs/optimized-ami/amazon-linux-2023/gpu/recommended/image_id"
@@ -18,8 +22,19 @@ CPU_AMI = "/aws/service/ecs/optimized-ami/amazon-linux-2023/recommended/image_id
 
 
 def _instance_types(manifest: Manifest, compute: str) -> list[str]:
-    types = [t for s in manifest.models.values() if s.compute == compute for t in s.instance_types]
+    """Of the models with a service of their own (a pool has its own hosts)."""
+    types = [
+        t
+        for s in manifest.models.values()
+        if s.compute == compute and s.pool is None
+        for t in s.instance_types
+    ]
     return list(dict.fromkeys(types))
+
+
+def _own(manifest: Manifest) -> list[str]:
+    """The models with a worker service of their own."""
+    return [model for model, spec in manifest.models.items() if spec.pool is None]
 
 
 def _launch_template_for(template: Template, ami: str) -> str:
@@ -33,10 +48,14 @@ def _launch_template_for(template: Template, ami: str) -> str:
     )
 
 
-def _service_of(template: Template, model: str) -> tuple[str, dict[str, Any]]:
+def _service_of(
+    template: Template, model: str, variable: str = "SWITCHYARD_WORKER_MODEL"
+) -> tuple[str, dict[str, Any]]:
+    """The worker task definition of a model's own service (or, with ``variable``
+    ``SWITCHYARD_WORKER_POOL``, of a pool's)."""
     for name, task in template.find_resources("AWS::ECS::TaskDefinition").items():
         env = task["Properties"]["ContainerDefinitions"][0]["Environment"]
-        if {"Name": "SWITCHYARD_WORKER_MODEL", "Value": model} in env:
+        if {"Name": variable, "Value": model} in env:
             return name, task
     raise AssertionError(f"no worker task for {model}")
 
@@ -119,7 +138,8 @@ def test_instances_encrypt_root_volumes_and_hide_their_role_from_tasks(
 def test_each_model_has_a_worker_service_that_drains_on_stop(
     serving_template: Template, manifest: Manifest
 ) -> None:
-    for model, spec in manifest.models.items():
+    for model in _own(manifest):
+        spec = manifest.models[model]
         task_id, task = _service_of(serving_template, model)
         container = task["Properties"]["ContainerDefinitions"][0]
         assert container["StopTimeout"] == WORKER_STOP_TIMEOUT.to_seconds() == 120
@@ -143,7 +163,7 @@ def test_each_model_has_a_worker_service_that_drains_on_stop(
 def test_worker_environment_names_its_model_and_log_stream(
     serving_template: Template, manifest: Manifest
 ) -> None:
-    for model in manifest.models:
+    for model in _own(manifest):
         _, task = _service_of(serving_template, model)
         env = env_of(task)
         assert env["SWITCHYARD_WORKER_MODEL"] == model
@@ -163,7 +183,7 @@ def test_worker_role_may_make_the_batch_calls_it_makes_on_the_results_table(
     results = logical_id(
         data_template, "AWS::DynamoDB::Table", {"TableName": manifest.names("dev").results_table}
     )
-    for model in manifest.models:
+    for model in _own(manifest):
         _, task = _service_of(serving_template, model)
         granted_ = statements(serving_template, task["Properties"]["TaskRoleArn"]["Fn::GetAtt"][0])
         for action in ("BatchGetItem", "PartiQLInsert", "PartiQLUpdate", "BatchWriteItem"):
@@ -176,7 +196,7 @@ def test_worker_role_reaches_its_queues_tables_buckets_and_log_stream(
     serving_template: Template, manifest: Manifest
 ) -> None:
     names = manifest.names("dev")
-    for model in manifest.models:
+    for model in _own(manifest):
         _, task = _service_of(serving_template, model)
         granted = statements(serving_template, task["Properties"]["TaskRoleArn"]["Fn::GetAtt"][0])
         actions = actions_of(granted)
@@ -220,4 +240,89 @@ def test_each_worker_service_is_tagged_with_its_model(
         for tag in service["Properties"].get("Tags", [])
         if tag["Key"] == MODEL_TAG
     )
-    assert tagged == sorted(manifest.models)
+    assert tagged == sorted(_own(manifest))
+
+
+# --- A pool (the project's manifest plus a CPU pool of three models) ---------------
+
+
+def test_a_pool_is_one_service_and_its_models_have_none_of_their_own(
+    pooled_dev: Synthesized, pooled: Manifest
+) -> None:
+    template = pooled_dev.serving
+    # one service per model with a service of its own, and one per pool
+    template.resource_count_is("AWS::ECS::Service", len(pooled.services()))
+    for model in pooled.pool_models(POOL):
+        with pytest.raises(AssertionError, match="no worker task"):
+            _service_of(template, model)
+    services = template.find_resources("AWS::ECS::Service")
+    tags = [
+        (tag["Key"], tag["Value"])
+        for service in services.values()
+        for tag in service["Properties"].get("Tags", [])
+    ]
+    assert (POOL_TAG, POOL) in tags
+
+
+def test_a_pool_worker_serves_its_models_within_its_budget(
+    pooled_dev: Synthesized, pooled: Manifest
+) -> None:
+    template = pooled_dev.serving
+    spec = pooled.pools[POOL]
+    _, task = _service_of(template, POOL, "SWITCHYARD_WORKER_POOL")
+    env = env_of(task)
+    assert json.loads(env["SWITCHYARD_WORKER_MODELS"]) == list(pooled.pool_models(POOL))
+    assert env["SWITCHYARD_MEMORY_BUDGET_MIB"] == str(spec.memory_budget_mib)
+    assert "SWITCHYARD_DEVICE_MEMORY_BUDGET_MIB" not in env  # a CPU pool
+    assert "SWITCHYARD_WORKER_MODEL" not in env
+    # the queues of every model it serves (each model's two URLs)
+    names = pooled.names("dev")
+    queues = json.dumps(env["SWITCHYARD_QUEUES"])
+    for model in pooled.pool_models(POOL):
+        assert f'\\"{model}\\":' in queues, model
+        for lane in ("realtime", "batch"):
+            queue = logical_id(template, "AWS::SQS::Queue", {"QueueName": names.queue(model, lane)})
+            assert queue in queues
+    container = task["Properties"]["ContainerDefinitions"][0]
+    assert container["MemoryReservation"] == TASK_SIZE[spec.compute].memory_mib
+    assert not [r for r in container.get("ResourceRequirements", []) if r["Type"] == "GPU"]
+
+
+def test_a_pool_runs_on_its_own_hosts_of_its_instance_types(
+    pooled_dev: Synthesized, pooled: Manifest
+) -> None:
+    template = pooled_dev.serving
+    spec = pooled.pools[POOL]
+    task_id, _ = _service_of(template, POOL, "SWITCHYARD_WORKER_POOL")
+    (service,) = [
+        s
+        for s in template.find_resources("AWS::ECS::Service").values()
+        if s["Properties"]["TaskDefinition"] == {"Ref": task_id}
+    ]
+    (strategy,) = service["Properties"]["CapacityProviderStrategy"]
+    provider_id = strategy["CapacityProvider"]["Ref"]
+    provider = template.find_resources("AWS::ECS::CapacityProvider")[provider_id]
+    group_arn = provider["Properties"]["AutoScalingGroupProvider"]["AutoScalingGroupArn"]
+    group = template.find_resources("AWS::AutoScaling::AutoScalingGroup")[group_arn["Ref"]]
+    overrides = group["Properties"]["MixedInstancesPolicy"]["LaunchTemplate"]["Overrides"]
+    assert [o["InstanceType"] for o in overrides] == list(spec.instance_types)
+    assert group["Properties"]["MaxSize"] == str(pooled.pool_scaling_policy(POOL, "dev").max_tasks)
+
+
+def test_a_pool_worker_takes_the_work_of_its_models_and_no_other(
+    pooled_dev: Synthesized, pooled: Manifest
+) -> None:
+    template = pooled_dev.serving
+    names = pooled.names("dev")
+    _, task = _service_of(template, POOL, "SWITCHYARD_WORKER_POOL")
+    granted_ = statements(template, task["Properties"]["TaskRoleArn"]["Fn::GetAtt"][0])
+    consumed = json.dumps([s["Resource"] for s in granted_ if "sqs:ReceiveMessage" in s["Action"]])
+    for model in pooled.models:
+        queue = logical_id(
+            template, "AWS::SQS::Queue", {"QueueName": names.queue(model, "realtime")}
+        )
+        served = pooled.models[model].pool == POOL
+        assert (queue in consumed) == served, f"{model}: served {served}"
+    actions = actions_of(granted_)
+    assert {"sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "dynamodb:PutItem"} <= actions
+    assert not {"dynamodb:DeleteItem", "dynamodb:Scan"} & actions

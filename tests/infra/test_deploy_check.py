@@ -20,13 +20,36 @@ def templates(synthesized: Synthesized) -> dict[str, dict]:
     }
 
 
-@pytest.mark.parametrize("stage", ["dev", "prod"])
+@pytest.mark.parametrize(
+    ("stage", "synthesized", "manifest_of"),
+    [
+        ("dev", "dev", "manifest"),
+        ("prod", "prod", "manifest"),
+        ("dev", "pooled_dev", "pooled"),
+        ("prod", "pooled_prod", "pooled"),
+    ],
+    ids=["dev", "prod", "dev with a pool", "prod with a pool"],
+)
 def test_a_stage_has_nothing_that_would_stop_a_deploy(
-    request: pytest.FixtureRequest, manifest: Manifest, stage: str
+    request: pytest.FixtureRequest, stage: str, synthesized: str, manifest_of: str
 ) -> None:
-    report = stage_report(manifest, stage, templates(request.getfixturevalue(stage)))
+    manifest: Manifest = request.getfixturevalue(manifest_of)
+    report = stage_report(manifest, stage, templates(request.getfixturevalue(synthesized)))
     assert report.problems == [], "\n".join(report.lines())
     assert all(findings == [] for findings in report.lint.values())
+
+
+def test_a_pools_hosts_are_in_the_report(
+    dev: Synthesized, manifest: Manifest, pooled_dev: Synthesized, pooled: Manifest
+) -> None:
+    # GIVEN the project's dev stage, and the same with a CPU pool (c7i.xlarge, 4 vCPUs)
+    def standard_vcpus(m: Manifest, synthesized: Synthesized) -> int:
+        report = stage_report(m, "dev", templates(synthesized))
+        return next(q.needs for q in report.quotas if q.code == "L-1216C47A")
+
+    # THEN the pool's hosts, at its maximum, count toward the standard instances' quota
+    pool_vcpus = pooled.pool_scaling_policy("long-tail", "dev").max_tasks * 4
+    assert standard_vcpus(pooled, pooled_dev) - standard_vcpus(manifest, dev) == pool_vcpus
 
 
 def test_the_report_needs_the_concurrency_the_functions_reserve(

@@ -16,12 +16,13 @@ from switchyard.manifest import Manifest
 from .conftest import Synthesized
 
 
-@pytest.mark.parametrize("stage", ["dev", "prod"])
+@pytest.mark.parametrize("stage", ["dev", "prod", "pooled_dev", "pooled_prod"])
 @pytest.mark.parametrize("stack", ["data", "serving"])
 def test_cfn_lint_finds_nothing(
     request: pytest.FixtureRequest, manifest: Manifest, stage: str, stack: str
 ) -> None:
-    # GIVEN a stage's stack, synthesized from the project's manifest
+    # GIVEN a stage's stack, synthesized from the project's manifest (pooled_*: with
+    # a pool of three more models)
     synthesized: Synthesized = request.getfixturevalue(stage)
     template: Template = getattr(synthesized, stack)
 

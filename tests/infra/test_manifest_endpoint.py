@@ -89,4 +89,4 @@ def test_adding_a_model_to_the_manifest_adds_its_endpoint(
             )
         },
     )
-    serving.resource_count_is("AWS::ECS::Service", len(manifest.models))
+    serving.resource_count_is("AWS::ECS::Service", len(manifest.services()))

@@ -22,7 +22,7 @@ def _findings(synthesized: Synthesized, stack: Stack) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("stage", ["dev", "prod"])
+@pytest.mark.parametrize("stage", ["dev", "prod", "pooled_dev", "pooled_prod"])
 @pytest.mark.parametrize("stack", ["data", "serving"])
 def test_no_unacknowledged_findings(request: pytest.FixtureRequest, stage: str, stack: str) -> None:
     synthesized: Synthesized = request.getfixturevalue(stage)

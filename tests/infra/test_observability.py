@@ -1,4 +1,5 @@
-"""CloudWatch: a dashboard per model and its alarms."""
+"""CloudWatch: a dashboard per model (with a row for its pool, if it has one) and
+its alarms."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Match, Template
 
+from stacks.cloud import POOL_IN_FLIGHT_METRIC, POOL_QUEUED_METRIC
+from stacks.compute import POOL_TAG
 from switchyard.canary import VersionStats, judge
 from switchyard.manifest import Manifest
 from switchyard.routing import RoutingDocument
 
+from .conftest import POOL, Synthesized
 from .helpers import evaluate, only
 
 
@@ -37,6 +41,39 @@ def test_each_model_has_a_dashboard_of_its_signals(
             f'model=\\\\\\"{model}\\\\\\"',
         ):
             assert signal in body, f"{model}'s dashboard lacks {signal}"
+
+
+def test_a_pooled_models_dashboard_has_a_row_for_its_pool(
+    pooled_dev: Synthesized, pooled: Manifest
+) -> None:
+    # GIVEN a model served by a pool, and one with a service of its own
+    template = pooled_dev.serving
+    base = pooled.names("dev").base
+    pool_service = next(
+        name
+        for name, s in template.find_resources("AWS::ECS::Service").items()
+        if {"Key": POOL_TAG, "Value": POOL} in s["Properties"].get("Tags", [])
+    )
+    for model in pooled.models:
+        dashboard = only(
+            template, "AWS::CloudWatch::Dashboard", {"DashboardName": f"{base}-{model}"}
+        )
+        body = json.dumps(dashboard["Properties"]["DashboardBody"])
+        pooled_model = pooled.models[model].pool == POOL
+        # THEN only the pooled one has the pool's row: its workers (the pool's
+        # service), its queues summed over its models, its cache's loads, evictions
+        # and load times, and the model's own cold loads
+        for signal in (
+            f"Pool {POOL}: workers",
+            POOL_QUEUED_METRIC,
+            POOL_IN_FLIGHT_METRIC,
+            "ModelEvictions",
+            "ModelLoadTime",
+            f"Cold loads of {model}",
+        ):
+            assert (signal in body) == pooled_model, f"{model}'s dashboard: {signal}"
+        # and its tasks are the pool's
+        assert (pool_service in body) == pooled_model
 
 
 def test_alarm_when_a_dlq_is_not_empty(serving_template: Template, manifest: Manifest) -> None:

@@ -73,19 +73,35 @@ def test_every_function_reads_a_complete_valid_environment(
         assert settings.aws_endpoint_url is None
 
 
+@pytest.mark.parametrize(
+    ("synthesized", "manifest_of"),
+    [("dev", "manifest"), ("pooled_dev", "pooled")],
+    ids=["project", "with a pool"],
+)
 def test_every_worker_reads_a_complete_valid_environment(
-    serving_template: Template, manifest: Manifest, monkeypatch: pytest.MonkeyPatch
+    request: pytest.FixtureRequest,
+    synthesized: str,
+    manifest_of: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    environments = worker_environments(serving_template)
-    assert len(environments) == len(manifest.models)
-    models = set()
+    # GIVEN each worker service's environment: a model's own, or a pool's
+    manifest: Manifest = request.getfixturevalue(manifest_of)
+    environments = worker_environments(request.getfixturevalue(synthesized).serving)
+    assert len(environments) == len(manifest.services())
+    services = {}
     for env in environments.values():
+        # WHEN a worker reads its settings as it does at start
         settings = read_settings(WorkerSettings, env, monkeypatch)
         assert isinstance(settings, WorkerSettings)
-        assert set(settings.queues) == {settings.worker_model}
+        # THEN it knows the queues of exactly the models it serves
+        assert set(settings.queues) == set(settings.served_models)
         assert settings.ready_file and settings.prediction_log_stream
-        models.add(settings.worker_model)
-    assert models == set(manifest.models)
+        services[settings.service] = tuple(settings.served_models)
+        if settings.worker_pool:
+            pool = manifest.pools[settings.worker_pool]
+            assert settings.memory_budget_mib == pool.memory_budget_mib
+            assert settings.device_memory_budget_mib == pool.device_memory_budget_mib
+    assert services == manifest.services()
 
 
 def test_a_missing_variable_stops_the_cold_start_with_its_name(
