@@ -5,6 +5,7 @@ model's dashboard has a row for its pool."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aws_cdk import Duration
@@ -434,9 +435,11 @@ class ModelDashboard(Construct):
     def _pool_row(model: str, pool: PoolView) -> list[cloudwatch.IWidget]:
         name = pool.pool
 
-        def graph(title: str, left: list[cloudwatch.IMetric]) -> cloudwatch.GraphWidget:
+        def graph(
+            title: str, left: list[cloudwatch.IMetric], right: Sequence[cloudwatch.IMetric] = ()
+        ) -> cloudwatch.GraphWidget:
             return cloudwatch.GraphWidget(
-                title=f"Pool {name}: {title}", left=left, width=6, height=6
+                title=f"Pool {name}: {title}", left=left, right=list(right), width=6, height=6
             )
 
         return [
@@ -466,13 +469,18 @@ class ModelDashboard(Construct):
                 ],
             ),
             graph(
-                "load time (ms) and resident versions",
+                "load time (ms); resident versions and their memory (MiB, right)",
                 [
                     pool_metric(name, "ModelLoadTime", "p50").with_(label="Load p50"),
                     pool_metric(name, "ModelLoadTime", "p99").with_(label="Load p99"),
                     pool_metric(name, "PoolResidentVersions", "Maximum").with_(
                         label="Resident versions"
                     ),
+                ],
+                right=[
+                    pool_metric(name, "PoolResidentMemory", "Maximum").with_(
+                        label="Resident memory (MiB)"
+                    )
                 ],
             ),
         ]

@@ -69,6 +69,7 @@ def test_a_pooled_models_dashboard_has_a_row_for_its_pool(
             POOL_IN_FLIGHT_METRIC,
             "ModelEvictions",
             "ModelLoadTime",
+            "PoolResidentMemory",
             f"Cold loads of {model}",
         ):
             assert (signal in body) == pooled_model, f"{model}'s dashboard: {signal}"
