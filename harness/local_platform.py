@@ -94,15 +94,24 @@ class RunningPlatform:
         model's workers (running, starting, draining, desired) and its figures."""
         return json.loads((self.run_dir / "scaling.json").read_text())
 
+    def service_of(self, model: str) -> str:
+        """The worker service that serves ``model``: its own (named after it), or
+        its pool."""
+        for service, models in self.info.get("services", {}).items():
+            if model in models:
+                return str(service)
+        return model
+
     def at_zero(self, model: str) -> bool:
-        """No worker of ``model`` running, starting or draining, and none wanted."""
+        """No worker of ``model``'s service running, starting or draining, and none
+        wanted."""
         w = self.scaling()["models"][model]["workers"]
         return w["running"] == w["starting"] == w.get("draining", 0) == w["desired"] == 0
 
     def worker_pid(self, model: str) -> int:
-        """The pid of ``model``'s first worker, once it is ready (its ready file
-        names it: ``<worker>-<pid>``)."""
-        ready = self.run_dir / f"worker-{model}-0.ready"
+        """The pid of the first worker of ``model``'s service, once it is ready (its
+        ready file names it: ``<worker>-<pid>``)."""
+        ready = self.run_dir / f"worker-{self.service_of(model)}-0.ready"
         return wait_for(
             lambda: ready_pid(ready),
             WORKER_READY_TIMEOUT_S,
@@ -343,6 +352,53 @@ def edit_manifest(
                 if re.match(rf"^{re.escape(key)}\s*=", line):
                     line = f"{key} = {json.dumps(value)}"
         out.append(line)
+    edited = "\n".join(out) + "\n"
+    tomllib.loads(edited)  # still a valid manifest file
+    return edited
+
+
+def pooled(
+    text: str,
+    pool: str,
+    models: Iterable[str],
+    *,
+    memory_budget_mib: int,
+    compute: str = "cpu",
+    instance_types: Sequence[str] = ("c7i.xlarge",),
+    scaling: Mapping[str, int] | None = None,
+) -> str:
+    """The manifest with ``models`` served by a new pool ``pool`` of ``compute``
+    hosts, ``memory_budget_mib`` per worker (``scaling``: the pool's overrides of its
+    stages' values): each model names the pool and gives up its instance types and
+    its own scaling, as a pooled model must. The rest of the file is kept as it is."""
+    models = set(models)
+    out: list[str] = []
+    section = ""
+    for line in text.splitlines():
+        header = _HEADER.match(line)
+        if header:
+            section = header.group(1).strip()
+        parts = section.split(".")
+        model = parts[1] if parts[0] == "models" and len(parts) > 1 else None
+        if model in models:
+            if len(parts) > 2:  # [models.<model>.scaling] and what it holds
+                continue
+            if not header and re.match(r"^(instance_types|compute|pool)\s*=", line):
+                continue
+            out.append(line)
+            if header:
+                out += [f'pool = "{pool}"', f'compute = "{compute}"']
+            continue
+        out.append(line)
+    out += [
+        "",
+        f"[pools.{pool}]",
+        f'compute = "{compute}"',
+        f"instance_types = {json.dumps(list(instance_types))}",
+        f"memory_budget_mib = {memory_budget_mib}",
+    ]
+    if scaling:
+        out.append(f"scaling = {{ {', '.join(f'{k} = {v}' for k, v in scaling.items())} }}")
     edited = "\n".join(out) + "\n"
     tomllib.loads(edited)  # still a valid manifest file
     return edited

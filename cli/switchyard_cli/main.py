@@ -420,6 +420,7 @@ def _status_reader(args: argparse.Namespace) -> Callable[[], Any]:
             cloudwatch=aws.client("cloudwatch", region),
             ecs=aws.client("ecs", region),
             autoscaling=aws.client("application-autoscaling", region),
+            pools={pool: manifest.pool_models(pool) for pool in manifest.pools},
         ).read
     platform_info(args.run_dir)
     return LocalStatusReader.for_run_dir(Path(args.run_dir)).read
@@ -548,7 +549,10 @@ def build_parser() -> argparse.ArgumentParser:
     about = (
         "per model: workers running, starting and desired; per lane the messages "
         "visible and in flight and the age of the oldest; requests per second, p50 "
-        "and p99 over the last minute; the last scaling decision and why"
+        "and p99 over the last minute; the last scaling decision and why. Per pool: "
+        "its workers, the versions they hold with their footprints against the "
+        "budget, loads and evictions (counts, per minute), load time p50 and p99, "
+        "and each model's cold loads"
     )
     status = commands.add_parser("status", help=about, description=about)
     status.add_argument("--watch", action="store_true", help="redraw until Ctrl-C")

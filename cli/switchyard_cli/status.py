@@ -8,6 +8,10 @@ look at: queue figures from CloudWatch's SQS metrics, request figures from the
 router's EMF metrics (namespace ``Switchyard``, dimension ``model``), workers from
 ECS (the worker service's running, pending and desired counts) and the last
 decision from Application Auto Scaling's newest scaling activity on that service.
+A pool's figures come from its workers' EMF metrics (dimension ``pool``: loads,
+evictions, load time, resident memory and versions) and its ECS service, found by
+its ``switchyard:pool`` tag; which versions each task holds is not a metric, so the
+deployed reader lists none.
 """
 
 from __future__ import annotations
@@ -21,15 +25,22 @@ from typing import Any
 
 from switchyard.manifest import MODEL_TAG, ResourceNames
 from switchyard.schemas import LANES
+from switchyard.telemetry import NAMESPACE as METRICS_NAMESPACE
 from switchyard_local.status import (
     LaneFigures,
     ModelStatus,
+    PoolStatus,
     Status,
     WorkerFigures,
+    metric_data,
     normalise_decision,
     queue_figures,
     request_figures,
 )
+
+# The tag on each pool's worker service (``stacks.compute``'s): how a pool's service
+# is found in a deployed stage.
+POOL_TAG = "switchyard:pool"
 
 # -- a deployed stage --------------------------------------------------------------
 
@@ -69,9 +80,9 @@ class WorkerService:
 
 
 def find_worker_services(
-    ecs: Any, names: ResourceNames, models: Iterable[str]
+    ecs: Any, names: ResourceNames, models: Iterable[str], pools: Iterable[str] = ()
 ) -> dict[str, WorkerService]:
-    """Each model's ECS worker service in the stage.
+    """Each model's ECS worker service in the stage, and each pool's (by its tag).
 
     The CDK app leaves the cluster's and the services' names to CloudFormation, so
     they are found the way CloudFormation names them: the cluster by its generated
@@ -79,7 +90,7 @@ def find_worker_services(
     ``switchyard:model`` tag when it has one, else by the logical id in its name.
     A service renamed by hand, or a stack deployed under another name, is not found.
     """
-    models = list(models)
+    models, pools = list(models), list(pools)
     prefix = cluster_name_prefix(names)
     clusters = [
         arn
@@ -103,6 +114,10 @@ def find_worker_services(
                     continue
                 tags = {t.get("key"): t.get("value") for t in service.get("tags") or []}
                 name = service["serviceName"]
+                pool = tags.get(POOL_TAG)
+                if pool in pools:
+                    found.setdefault(pool, WorkerService(cluster.rsplit("/", 1)[-1], name))
+                    continue
                 for model in models:
                     if tags.get(MODEL_TAG) == model or (
                         MODEL_TAG not in tags and service_name_marker(model) in name
@@ -140,11 +155,14 @@ class AwsStatusReader:
         cloudwatch: Any,
         ecs: Any,
         autoscaling: Any,
+        pools: Mapping[str, Iterable[str]] | None = None,
         request_window: float = 300,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._names = names
         self._models = list(models)
+        self._pools = {pool: list(members) for pool, members in (pools or {}).items()}
+        self._pool_of = {m: pool for pool, members in self._pools.items() for m in members}
         self._cloudwatch = cloudwatch
         self._ecs = ecs
         self._autoscaling = autoscaling
@@ -158,18 +176,35 @@ class AwsStatusReader:
         lanes = queue_figures(self._cloudwatch, queues, now)
         requests = request_figures(self._cloudwatch, self._models, now, self._window)
         if self._services is None:
-            self._services = find_worker_services(self._ecs, self._names, self._models)
+            self._services = find_worker_services(self._ecs, self._names, self._models, self._pools)
+        pools = pool_metrics(self._cloudwatch, self._pools, now, self._window)
         models = {}
         for model in self._models:
             status = ModelStatus(lanes=lanes[model], requests=requests[model], source="aws")
-            service = self._services.get(model)
+            pool = self._pool_of.get(model)
+            if pool is not None:
+                status.pool = pool
+                status.cold_loads = pools[pool].loads_by_model.get(model)
+            service = self._services.get(pool or model)
             if service is not None:
                 status.workers = self._workers(service)
                 status.last_decision = self._last_decision(service)
             else:
                 status.source = "aws (no worker service found)"
             models[model] = status
-        return Status(at=now, substrate="aws", models=models)
+        out = {}
+        for pool, figures in pools.items():
+            service = self._services.get(pool)
+            status = figures.status
+            status.models = self._pools[pool]
+            if service is not None:
+                status.workers = self._workers(service)
+                status.last_decision = self._last_decision(service)
+                status.source = "aws"
+            else:
+                status.source = "aws (no worker service found)"
+            out[pool] = status
+        return Status(at=now, substrate="aws", models=models, pools=out)
 
     def _workers(self, service: WorkerService) -> WorkerFigures:
         found = self._ecs.describe_services(cluster=service.cluster, services=[service.service])
@@ -191,6 +226,87 @@ class AwsStatusReader:
         except Exception:  # noqa: BLE001 - no activity to show is not a failure of status
             return None
         return scaling_activity_decision(activities[0]) if activities else None
+
+
+@dataclass
+class PoolMetrics:
+    """A pool's figures from CloudWatch, and each of its models' loads (cold loads)."""
+
+    status: PoolStatus
+    loads_by_model: dict[str, int]
+
+
+def _pool_query(
+    query_id: str, pool: str, metric: str, stat: str, period: int, model: str | None = None
+) -> dict[str, Any]:
+    dimensions = [{"Name": "pool", "Value": pool}]
+    if model is not None:
+        dimensions.append({"Name": "model", "Value": model})
+    metric_named = {"Namespace": METRICS_NAMESPACE, "MetricName": metric, "Dimensions": dimensions}
+    return {"Id": query_id, "MetricStat": {"Metric": metric_named, "Period": period, "Stat": stat}}
+
+
+def pool_metrics(
+    cloudwatch: Any, pools: Mapping[str, Iterable[str]], now: float, window: float = 300
+) -> dict[str, PoolMetrics]:
+    """Each pool's workers' metrics over the last ``window`` seconds (one period):
+    loads and evictions (counts and per minute), refusals, the load time's p50 and
+    p99, and each model's loads."""
+    period = max(60, int(window) // 60 * 60)
+    out = {pool: PoolMetrics(PoolStatus(window_seconds=period), {}) for pool in pools}
+    counts: dict[str, tuple[str, str, str | None]] = {}  # query id -> pool, metric, model
+    queries = []
+    for pool, members in pools.items():
+        for metric, model in [
+            ("ModelLoads", None),
+            ("ModelEvictions", None),
+            ("ModelLoadRefusals", None),
+            *(("ModelLoads", m) for m in members),
+        ]:
+            query_id = f"c{len(queries)}"
+            counts[query_id] = (pool, metric, model)
+            queries.append(_pool_query(query_id, pool, metric, "Sum", period, model))
+    if not queries:
+        return out
+    start = dt.datetime.fromtimestamp(now - period, dt.UTC)
+    end = dt.datetime.fromtimestamp(now, dt.UTC)
+    points = metric_data(cloudwatch, queries, start, end)
+    for query_id, (pool, metric, model) in counts.items():
+        total = sum(v for _, v in points.get(query_id, []))
+        figures = out[pool]
+        if model is not None:
+            figures.loads_by_model[model] = int(total)
+        elif metric == "ModelLoads":
+            figures.status.loads = int(total)
+            figures.status.loads_per_minute = round(total * 60 / period, 2)
+        elif metric == "ModelEvictions":
+            figures.status.evictions = int(total)
+            figures.status.evictions_per_minute = round(total * 60 / period, 2)
+        else:
+            figures.status.refusals = int(total)
+    # Percentiles asked for on their own: a CloudWatch that cannot compute them (the
+    # emulator's) still gives the counts.
+    timed: dict[str, tuple[str, str]] = {}  # query id -> pool, statistic
+    for pool in pools:
+        for stat in ("p50", "p99"):
+            timed[f"t{len(timed)}"] = (pool, stat)
+    try:
+        found = metric_data(
+            cloudwatch,
+            [
+                _pool_query(query_id, pool, "ModelLoadTime", stat, period)
+                for query_id, (pool, stat) in timed.items()
+            ],
+            start,
+            end,
+        )
+    except Exception:  # noqa: BLE001 - no percentiles: the counts still stand
+        return out
+    for query_id, (pool, stat) in timed.items():
+        if found.get(query_id):  # milliseconds, the oldest period: the whole window
+            seconds = round(found[query_id][-1][1] / 1000, 3)
+            setattr(out[pool].status, f"load_{stat}_seconds", seconds)
+    return out
 
 
 # -- text ----------------------------------------------------------------------------
@@ -258,6 +374,8 @@ def format_status(status: Status) -> str:
         lines.append(f"  {model:<{name_width}}  {format_decision(s.last_decision)}")
         if s.last_change is not None and s.last_change != s.last_decision:
             lines.append(f"  {'':<{name_width}}  {format_decision(s.last_change)}")
+    for line in format_pools(status):
+        lines.append(line)
     observed = [m for m, s in status.models.items() if s.source == "observed"]
     if observed:
         lines.append("")
@@ -266,3 +384,54 @@ def format_status(status: Status) -> str:
             f"{', '.join(observed)} as observed now (no desired count)"
         )
     return "\n".join(lines)
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.0f} ms"
+
+
+def _mib(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} MiB"
+
+
+def format_pools(status: Status) -> list[str]:
+    """Each pool: its workers, what they hold against the budget, its loads and
+    evictions, the load time, and its models' cold loads."""
+    lines: list[str] = []
+    for pool, p in status.pools.items():
+        w = p.workers
+        per = f"{p.window_seconds:.0f} s"
+        budget = _mib(p.budget_mib) + (
+            f", GPU {_mib(p.device_budget_mib)}" if p.device_budget_mib else ""
+        )
+        lines += [
+            "",
+            f"pool {pool}: {', '.join(p.models)}",
+            f"  workers   {_cell(w.running)} running, {_cell(w.starting)} starting, "
+            f"{_cell(w.desired)} wanted; budget {budget} per worker",
+            f"  loads     {_cell(p.loads)} ({_cell(p.loads_per_minute)}/min over {per}), "
+            f"evictions {_cell(p.evictions)} ({_cell(p.evictions_per_minute)}/min), "
+            f"refused {_cell(p.refusals)}",
+            f"  load time p50 {_ms(p.load_p50_seconds)}, p99 {_ms(p.load_p99_seconds)}",
+        ]
+        for worker, held in p.held_mib.items():
+            mine = [r for r in p.resident if r.worker == worker]
+            held_versions = ", ".join(
+                f"{r.model} {r.version} {_mib(r.footprint_mib)}" for r in mine
+            )
+            lines.append(f"  {worker} holds {_mib(held)}: {held_versions or 'nothing'}")
+        if not p.held_mib and p.resident:
+            lines.append(
+                "  holds: "
+                + ", ".join(f"{r.model} {r.version} {_mib(r.footprint_mib)}" for r in p.resident)
+            )
+        cold = [
+            f"{m} {s.cold_loads}"
+            for m, s in status.models.items()
+            if s.pool == pool and s.cold_loads is not None
+        ]
+        if cold:
+            lines.append(f"  cold loads per model: {', '.join(cold)}")
+        if p.last_decision is not None:
+            lines.append(f"  last scaling decision: {format_decision(p.last_decision)}")
+    return lines

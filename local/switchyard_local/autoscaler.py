@@ -3,8 +3,12 @@ supervisor with the same rule.
 
 In the cloud, alarms on the queues' metrics drive each worker service's scaling
 (``stacks/compute.py``). Locally the supervisor applies the rule itself,
-:func:`switchyard.scaling.decide`: every :data:`TICK_SECONDS`, per model, it reads
-the model's two queues, counts its workers, decides and acts.
+:func:`switchyard.scaling.decide`: every :data:`TICK_SECONDS`, per worker service,
+it reads the queues of the models the service serves, counts its workers, decides
+and acts. A model with a service of its own is the service (named after it); a
+pool's service serves every model that names the pool, and is scaled on the sum of
+their work (:func:`summed`: visible and in-flight messages added up per lane, the
+oldest message the oldest of all), with the same rule.
 
 - Signals (:class:`SqsQueueSignals`): visible and in-flight messages from each
   queue's attributes (GetQueueAttributes), and the age of its oldest message from
@@ -22,11 +26,14 @@ the model's two queues, counts its workers, decides and acts.
   up and down (the cool-downs), when the newest running worker became ready.
 
 Each decision that changes the count is a JSON line in the autoscaler's log with
-its inputs and reason (holds too, every :data:`HOLD_LOG_SECONDS`); the worker counts
-are EMF documents in the same log (``DesiredWorkers``, ``RunningWorkers``,
-``StartingWorkers``, dimension ``model``) whenever they change and every
-:data:`METRICS_SECONDS`; and every tick writes each model's current state to a JSON
-file (``scaling.json`` in the run folder, replaced atomically) for whoever watches.
+its inputs and reason (holds too, every :data:`HOLD_LOG_SECONDS`), naming its
+``service`` (and ``model`` for a model's own, ``pool`` and ``models`` for a pool's);
+the worker counts are EMF documents in the same log (``DesiredWorkers``,
+``RunningWorkers``, ``StartingWorkers``, dimension ``model``, or ``pool`` for a
+pool) whenever they change and every :data:`METRICS_SECONDS`; and every tick writes
+the current state to a JSON file (``scaling.json`` in the run folder, replaced
+atomically) for whoever watches: each service's (``services``), and each model's
+(``models``: its service's workers and decisions beside its own queues).
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ import os
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -48,7 +55,7 @@ from switchyard.scaling import Decision, LaneSignals, ScalingPolicy, ScalingSign
 from switchyard.telemetry import COUNT, metrics_document
 
 TICK_SECONDS = 1.0  # how often the autoscaler reads the queues and decides
-HOLD_LOG_SECONDS = 30.0  # a model's holds are logged at most this often
+HOLD_LOG_SECONDS = 30.0  # a service's holds are logged at most this often
 METRICS_SECONDS = 10.0  # worker counts are emitted at least this often
 _COUNTS = ("ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible")
 _AGE_METRIC = "ApproximateAgeOfOldestMessage"
@@ -63,9 +70,10 @@ class QueueSignals(Protocol):
 
 @dataclass(frozen=True)
 class WorkerCounts:
-    """One model's workers: ``running`` have loaded their models, ``starting`` have
-    not yet, ``draining`` were asked to stop and have not exited. ``last_ready_at``
-    (wall-clock seconds) is when the newest running one became capacity."""
+    """One service's workers: ``running`` are ready to serve (a model's own have
+    loaded its versions), ``starting`` are not yet, ``draining`` were asked to stop and
+    have not exited. ``last_ready_at`` (wall-clock seconds) is when the newest running
+    one became capacity."""
 
     running: int = 0
     starting: int = 0
@@ -74,15 +82,15 @@ class WorkerCounts:
 
 
 class Workers(Protocol):
-    """A model's worker processes, as the autoscaler drives them (ECS's tasks)."""
+    """A service's worker processes, as the autoscaler drives them (ECS's tasks)."""
 
-    def counts(self, model: str) -> WorkerCounts: ...
+    def counts(self, service: str) -> WorkerCounts: ...
 
-    def start(self, model: str, count: int) -> list[str]:
+    def start(self, service: str, count: int) -> list[str]:
         """Start ``count`` new workers; their names."""
         ...
 
-    def stop(self, model: str, count: int) -> list[str]:
+    def stop(self, service: str, count: int) -> list[str]:
         """Ask ``count`` workers to drain and exit (SIGTERM); their names."""
         ...
 
@@ -154,17 +162,32 @@ def queue_name(url: str) -> str:
     return url.rstrip("/").rsplit("/", 1)[-1]
 
 
+def summed(lanes: Iterable[Mapping[str, LaneSignals]]) -> dict[str, LaneSignals]:
+    """The lanes of several models as one service's: per lane, the visible and the
+    in-flight messages added up, and the oldest message the oldest of all."""
+    out: dict[str, LaneSignals] = {}
+    for model_lanes in lanes:
+        for lane, signals in model_lanes.items():
+            before = out.get(lane, LaneSignals())
+            out[lane] = LaneSignals(
+                visible=before.visible + signals.visible,
+                in_flight=before.in_flight + signals.in_flight,
+                oldest_age_seconds=max(before.oldest_age_seconds, signals.oldest_age_seconds),
+            )
+    return out
+
+
 class WarmFloorTooHigh(ValueError):
-    """More warm workers asked for than a model's maximum allows."""
+    """More warm workers asked for than a service's maximum allows."""
 
 
 def local_policy(
     policy: ScalingPolicy, min_workers: int = 0, idle_seconds: float | None = None
 ) -> ScalingPolicy:
-    """A model's policy as the local platform runs it: at least ``min_workers``
+    """A service's policy as the local platform runs it: at least ``min_workers``
     warm (``switchyard up --min-workers``) and, if given, a shorter idle time
     (``SWITCHYARD_IDLE_SECONDS``). Raises WarmFloorTooHigh if the floor is above
-    the model's maximum."""
+    the service's maximum."""
     changes: dict[str, Any] = {}
     if min_workers > policy.min_tasks:
         if min_workers > policy.max_tasks:
@@ -178,10 +201,12 @@ def local_policy(
 
 
 @dataclass
-class _Model:
-    """What the autoscaler remembers of one model between ticks."""
+class _Service:
+    """What the autoscaler remembers of one worker service between ticks."""
 
     policy: ScalingPolicy
+    models: tuple[str, ...]
+    pool: bool
     last_work: float  # monotonic: when a lane last had a visible or in-flight message
     last_scale_out: float = -math.inf
     last_scale_in: float = -math.inf
@@ -197,9 +222,12 @@ class _Model:
 
 
 class Autoscaler:
-    """Reads the queues, applies :func:`decide` per model, starts and stops workers,
-    and records why. :meth:`tick` is one round; :meth:`run` a round every
-    :data:`TICK_SECONDS`, on the supervisor's autoscaler thread."""
+    """Reads the queues, applies :func:`decide` per worker service, starts and stops
+    workers, and records why. :meth:`tick` is one round; :meth:`run` a round every
+    :data:`TICK_SECONDS`, on the supervisor's autoscaler thread.
+
+    ``policies`` is each service's policy; ``pools`` each pool's models (a service not
+    named there is a model's own, serving the model it is named after)."""
 
     def __init__(
         self,
@@ -211,6 +239,7 @@ class Autoscaler:
         announce: Callable[[str], None] = print,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        pools: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self._signals = signals
         self._workers = workers
@@ -220,13 +249,24 @@ class Autoscaler:
         self._clock = clock
         self._wall = wall_clock
         now = clock()
-        self._models = {model: _Model(policy, last_work=now) for model, policy in policies.items()}
+        pools = pools or {}
+        self._services = {
+            service: _Service(
+                policy,
+                models=tuple(pools.get(service, (service,))),
+                pool=service in pools,
+                last_work=now,
+            )
+            for service, policy in policies.items()
+        }
+        self._model_lanes: dict[str, dict[str, LaneSignals]] = {}
         self._read_failing = False
         self._log_lock = threading.Lock()  # notes come from the supervisor's thread
 
     def tick(self) -> dict[str, Decision]:
-        """One round for every model: read, decide, act, record. A failed read of the
-        queues (the emulator busy or gone) skips the round: nothing is decided blind."""
+        """One round for every service: read, decide, act, record. A failed read of
+        the queues (the emulator busy or gone) skips the round: nothing is decided
+        blind."""
         try:
             lanes_by_model = self._signals.read()
         except Exception as exc:  # noqa: BLE001 - logged; the next tick tries again
@@ -237,9 +277,12 @@ class Autoscaler:
         if self._read_failing:
             self._write({"message": "queue signals available again"})
             self._read_failing = False
+        self._model_lanes = {model: dict(lanes) for model, lanes in lanes_by_model.items()}
         decisions = {
-            model: self._decide_and_act(model, state, lanes_by_model.get(model, {}))
-            for model, state in self._models.items()
+            service: self._decide_and_act(
+                service, state, summed(lanes_by_model.get(m, {}) for m in state.models)
+            )
+            for service, state in self._services.items()
         }
         self._write_state()
         return decisions
@@ -259,29 +302,49 @@ class Autoscaler:
                     }
                 )
 
-    def note(self, model: str, message: str, **fields: Any) -> None:
+    def note(self, service: str, message: str, **fields: Any) -> None:
         """A worker event worth keeping beside the decisions (replaced, stopped)."""
-        self._write({"message": message, "model": model, **fields})
+        self._write({"message": message, **self._names(service), **fields})
 
     def state(self) -> dict[str, Any]:
-        """Every model's current figures and last decisions (``scaling.json``)."""
+        """Every service's current figures and last decisions, and every model's: its
+        service's, beside its own queues (``scaling.json``)."""
+        services = {name: self._service_state(state) for name, state in self._services.items()}
+        models = {}
+        for name, state in self._services.items():
+            for model in state.models:
+                lanes = self._model_lanes.get(model, {})
+                models[model] = {
+                    **services[name],
+                    "service": name,
+                    "lanes": {lane: _lane(signals) for lane, signals in lanes.items()},
+                }
         return {
             "updated_at": round(self._wall(), 3),
             "tick_seconds": TICK_SECONDS,
-            "models": {model: self._model_state(state) for model, state in self._models.items()},
+            "services": services,
+            "models": models,
         }
 
-    # -- one model ---------------------------------------------------------------
+    def _names(self, service: str) -> dict[str, Any]:
+        """How a record names a service: ``model`` for a model's own, ``pool`` and its
+        ``models`` for a pool's; ``service`` for both."""
+        state = self._services.get(service)
+        if state is not None and state.pool:
+            return {"service": service, "pool": service, "models": list(state.models)}
+        return {"service": service, "model": service}
+
+    # -- one service -------------------------------------------------------------
 
     def _decide_and_act(
-        self, model: str, state: _Model, lanes: Mapping[str, LaneSignals]
+        self, service: str, state: _Service, lanes: Mapping[str, LaneSignals]
     ) -> Decision:
         now = self._clock()
         state.lanes = dict(lanes)
         if any(lane.visible or lane.in_flight for lane in lanes.values()):
             state.last_work = now
         state.idle_seconds = now - state.last_work
-        counts = self._workers.counts(model)
+        counts = self._workers.counts(service)
         signals = ScalingSignals(
             lanes=state.lanes,
             running=counts.running,
@@ -300,16 +363,16 @@ class Autoscaler:
         started: list[str] = []
         stopped: list[str] = []
         if decision.desired > current:
-            started = self._workers.start(model, decision.desired - current)
+            started = self._workers.start(service, decision.desired - current)
             state.last_scale_out = now
         elif decision.desired < current:
-            stopped = self._workers.stop(model, current - decision.desired)
+            stopped = self._workers.stop(service, current - decision.desired)
             state.last_scale_in = now
         state.desired = decision.desired
         state.counts = counts
         record = {
             "at": round(self._wall(), 3),
-            "model": model,
+            **self._names(service),
             "action": decision.action,
             "workers": current,
             "desired": decision.desired,
@@ -321,17 +384,17 @@ class Autoscaler:
             record = {**record, "started": started, "stopped": stopped}
             state.last_change = record
             self._announce(
-                f"SCALE {model} {current} -> {decision.desired} ({decision.action}): "
+                f"SCALE {service} {current} -> {decision.desired} ({decision.action}): "
                 f"{decision.reason}"
             )
         if decision.desired != current or now - state.last_logged >= HOLD_LOG_SECONDS:
             self._write({"message": "scaling decision", **record, "policy": _policy(state.policy)})
             state.last_logged = now
-        self._emit(model, state, now, decision.desired, counts)
+        self._emit(service, state, now, decision.desired, counts)
         return decision
 
     def _emit(
-        self, model: str, state: _Model, now: float, desired: int, counts: WorkerCounts
+        self, service: str, state: _Service, now: float, desired: int, counts: WorkerCounts
     ) -> None:
         figures = (desired, counts.running, counts.starting)
         if figures == state.emitted and now - state.last_emitted < METRICS_SECONDS:
@@ -342,7 +405,7 @@ class Autoscaler:
                 "RunningWorkers": (COUNT, counts.running),
                 "StartingWorkers": (COUNT, counts.starting),
             },
-            model=model,
+            **{"pool" if state.pool else "model": service},
         )
         with self._log_lock:
             self._log.write(json.dumps(document, separators=(",", ":")) + "\n")
@@ -351,8 +414,10 @@ class Autoscaler:
 
     # -- records -----------------------------------------------------------------
 
-    def _model_state(self, state: _Model) -> dict[str, Any]:
+    def _service_state(self, state: _Service) -> dict[str, Any]:
         return {
+            "models": list(state.models),
+            "pool": state.pool,
             "workers": {
                 "running": state.counts.running,
                 "starting": state.counts.starting,

@@ -114,10 +114,23 @@ class Provisioned:
             "callbacks_to_private_addresses": True,  # the receivers are on loopback
         }
 
-    def worker_values(self, model: str) -> dict[str, Any]:
+    def worker_values(self, service: str) -> dict[str, Any]:
+        """A worker's settings: those of a model's own service (named after the
+        model), or of a pool's, which serves its models within its budgets."""
+        pool = self.manifest.pools.get(service)
+        serves: dict[str, Any] = (
+            {"worker_model": service}
+            if pool is None
+            else {
+                "worker_pool": service,
+                "worker_models": list(self.manifest.pool_models(service)),
+                "memory_budget_mib": pool.memory_budget_mib,
+                "device_memory_budget_mib": pool.device_memory_budget_mib,
+            }
+        )
         return {
             **self.settings_values(),
-            "worker_model": model,
+            **serves,
             "artifacts_bucket": self.names.artifacts_bucket,
             "prediction_log_stream": self.names.prediction_log_stream,
             "jobs_table": self.names.jobs_table,

@@ -15,7 +15,10 @@ Roles and what runs with them locally:
   API Gateway calls. Locally one router process serves all of them, so it holds
   each of their policies (one inline policy per role).
 - ``splitter``: the batch splitter function.
-- ``worker:<model>``: the model's ECS task role, for its worker processes.
+- ``worker:<service>``: a worker service's ECS task role (a model's own, or a
+  pool's), for its worker processes. Where the synthesized app has no role for a
+  pool's service, its workers hold the roles of the pool's models' services
+  together (:func:`worker_roles`).
 - ``drop:<tenant>``: what a tenant's data team assumes to drop files.
 
 The CloudFormation intrinsics in the statements (``Ref``, ``Fn::GetAtt``,
@@ -77,6 +80,7 @@ def synthesized(manifest: Manifest, stage: str = "dev") -> Synthesized:
         update={
             "platform": project.platform.model_copy(update=naming),
             "models": manifest.models,
+            "pools": manifest.pools,
             "tenants": manifest.tenants,
             "tiers": manifest.tiers,
         }
@@ -147,7 +151,10 @@ def _synthesize(manifest_path: Path, stage: str, out: Path) -> None:
         }
         for model, endpoint in serving.endpoints.items():
             roles[f"router:{model}"] = endpoint.router.role
-            roles[f"worker:{model}"] = endpoint.worker.task_definition.task_role
+            if getattr(endpoint, "worker", None) is not None:  # a model's own service
+                roles[f"worker:{model}"] = endpoint.worker.task_definition.task_role
+        for pool, workers in getattr(serving, "pools", {}).items():
+            roles[f"worker:{pool}"] = workers.worker.task_definition.task_role
         for tenant, role in platform.data.storage.drop_roles.items():
             roles[f"drop:{tenant}"] = role
         where = {}
@@ -317,13 +324,28 @@ class Resolver:
 
 
 def resolved_policies(manifest: Manifest, stage: str, region: str) -> dict[str, list[Statement]]:
-    """Every component role's statements, resolved to the local resources."""
+    """Every component role's statements, resolved to the local resources (a role
+    for each pool's workers among them: :func:`worker_roles`)."""
     synth = synthesized(manifest, stage)
     resolver = Resolver(synth, manifest.names(stage), region)
-    return {
+    resolved = {
         role: resolver.statements(synth.roles[role][0], role_statements(synth, role))
         for role in synth.roles
     }
+    return worker_roles(resolved, {pool: manifest.pool_models(pool) for pool in manifest.pools})
+
+
+def worker_roles(
+    roles: dict[str, list[Statement]], pools: Mapping[str, Iterable[str]]
+) -> dict[str, list[Statement]]:
+    """``roles`` with a role for each pool's workers: the pool service's own where
+    the app has one, else (a synthesized app with no pool services) the statements
+    of its models' worker roles together, which is what the pool's workers do."""
+    out = dict(roles)
+    for pool, models in pools.items():
+        if f"worker:{pool}" not in out:
+            out[f"worker:{pool}"] = [s for m in models for s in roles.get(f"worker:{m}", [])]
+    return out
 
 
 def local_principals(roles: dict[str, list[Statement]]) -> dict[str, dict[str, list[Statement]]]:

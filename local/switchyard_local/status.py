@@ -1,11 +1,14 @@
 """What ``switchyard status`` and the local dashboard show, and the local
 platform's reader of it.
 
-Per model: its workers (running, starting, desired), each lane's queue (visible, in
-flight, age of the oldest message), its recent requests (rate, errors, p50 and p99
-latency) and the last scaling decision with its reason. Every reader fills the same
-:class:`Status`, so the command, its ``--json`` and the dashboard say the same thing
-whichever substrate they look at.
+Per model: its workers (running, starting, desired: its own service's, or its
+pool's), each lane's queue (visible, in flight, age of the oldest message), its
+recent requests (rate, errors, p50 and p99 latency), the last scaling decision with
+its reason and, for a model in a pool, its cold loads. Per pool: its workers, the
+versions they hold with their footprints, against the budget, and the loads and
+evictions (counts, per minute) with the load time's p50 and p99. Every reader fills
+the same :class:`Status`, so the command, its ``--json`` and the dashboard say the
+same thing whichever substrate they look at.
 
 :class:`LocalStatusReader` reads the local platform: workers, queues and the last
 decision are what the supervisor's autoscaler decided on, from the file it writes
@@ -15,6 +18,9 @@ CloudWatch's SQS metrics, which the emulator answers live (``sqs_metrics``), and
 worker counts from the workers' ready files and live processes (no desired count
 then). Request figures come from the router's EMF lines (``logs/router.log``), read
 with the rollback controller's :class:`~switchyard_local.controller.MetricsWindow`.
+A pool's figures come from the state its workers write beside their ready files
+(``worker-<pool>-<n>.pool.json``: ``switchyard_worker.pool``): what each live one
+holds now, and the loads and evictions of every one of this run.
 A deployed stage's reader is the operator CLI's (``switchyard_cli.status``); it
 reads CloudWatch with this module's :func:`queue_figures` and :func:`request_figures`,
 which the emulator answers as AWS does.
@@ -40,6 +46,8 @@ from switchyard_local.controller import MetricsWindow
 from switchyard_local.emulator import process_alive
 
 SCALING_FILE = "scaling.json"
+# Beside a pool worker's ready file: its model cache's state (WorkerSettings.pool_state_file).
+POOL_STATE_SUFFIX = ".pool.json"
 # The supervisor rewrites the scaling file every second or two; older than this, it
 # has stopped and the figures in the file are history, not status.
 STALE_AFTER_SECONDS = 15.0
@@ -106,7 +114,8 @@ class RequestFigures:
 
 @dataclass
 class ModelStatus:
-    """One model's figures; None wherever the source could not say."""
+    """One model's figures; None wherever the source could not say. A model in a
+    pool shows its pool's workers and decisions beside its own queues and requests."""
 
     workers: WorkerFigures = field(default_factory=WorkerFigures)
     lanes: dict[str, LaneFigures] = field(
@@ -122,6 +131,49 @@ class ModelStatus:
     idle_seconds: float | None = None
     # Where the worker and queue figures came from (see the module's docstring).
     source: str = ""
+    # The pool that serves it (None: a service of its own), and how many times its
+    # pool's workers have loaded one of its versions.
+    pool: str | None = None
+    cold_loads: int | None = None
+
+
+@dataclass
+class ResidentVersion:
+    """A version a pool's worker holds, and what it measured it to take."""
+
+    model: str
+    version: str
+    worker: str
+    footprint_mib: float | None = None
+    device_footprint_mib: float | None = None
+    last_used: float | None = None  # epoch seconds
+    uses: int | None = None
+
+
+@dataclass
+class PoolStatus:
+    """One pool's figures; None wherever the source could not say."""
+
+    models: list[str] = field(default_factory=list)
+    workers: WorkerFigures = field(default_factory=WorkerFigures)
+    budget_mib: float | None = None
+    device_budget_mib: float | None = None
+    # What the live workers hold, most recently used first, and each worker's total.
+    resident: list[ResidentVersion] = field(default_factory=list)
+    held_mib: dict[str, float] = field(default_factory=dict)
+    # Counted over the workers of this run, and per minute over the recent window.
+    loads: int | None = None
+    evictions: int | None = None
+    refusals: int | None = None
+    window_seconds: float = REQUEST_WINDOW_SECONDS
+    loads_per_minute: float | None = None
+    evictions_per_minute: float | None = None
+    # Load times (seconds) of the loads the workers remember (their last few hundred).
+    load_p50_seconds: float | None = None
+    load_p99_seconds: float | None = None
+    last_decision: dict[str, Any] | None = None
+    last_change: dict[str, Any] | None = None
+    source: str = ""
 
 
 @dataclass
@@ -131,6 +183,7 @@ class Status:
     at: float
     substrate: str  # "local" or "aws"
     models: dict[str, ModelStatus]
+    pools: dict[str, PoolStatus] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -172,12 +225,12 @@ class ScalingEntry:
     idle_seconds: float | None
 
 
-def parse_scaling_file(doc: Any) -> dict[str, ScalingEntry]:
+def parse_scaling_file(doc: Any, section: str = "models") -> dict[str, ScalingEntry]:
     """The models in the scaling file (``switchyard_local.autoscaler``'s
-    ``Autoscaler.state``), read leniently: a missing or malformed field is None
-    rather than an error, so that a reader and a supervisor of different versions
-    still show what they share."""
-    models = doc.get("models") if isinstance(doc, dict) else None
+    ``Autoscaler.state``), or its worker services (``section="services"``), read
+    leniently: a missing or malformed field is None rather than an error, so that a
+    reader and a supervisor of different versions still show what they share."""
+    models = doc.get(section) if isinstance(doc, dict) else None
     if not isinstance(models, dict):
         return {}
     out = {}
@@ -234,14 +287,24 @@ def read_scaling_file(
     ``stale_after`` seconds: its ``updated_at``, else the file's time); ({}, False)
     without one. The supervisor replaces the file whole (rename), so a read sees
     one version of it; a half-written file from any other writer reads as missing."""
+    models, _, fresh = read_scaling_state(path, now, stale_after)
+    return models, fresh
+
+
+def read_scaling_state(
+    path: Path, now: float, stale_after: float = STALE_AFTER_SECONDS
+) -> tuple[dict[str, ScalingEntry], dict[str, ScalingEntry], bool]:
+    """The scaling file's models and worker services, and whether it is fresh
+    (:func:`read_scaling_file`)."""
     try:
         stat = path.stat()
         doc = json.loads(path.read_text())
     except (OSError, ValueError):
-        return {}, False
+        return {}, {}, False
     models = parse_scaling_file(doc)
+    services = parse_scaling_file(doc, "services")
     written = _float(doc.get("updated_at")) if isinstance(doc, dict) else None
-    return models, bool(models) and now - (written or stat.st_mtime) <= stale_after
+    return models, services, bool(models) and now - (written or stat.st_mtime) <= stale_after
 
 
 # -- local observations ------------------------------------------------------------
@@ -261,20 +324,23 @@ def _ready_file_of(pid: str) -> str | None:
 
 
 def observe_workers(
-    run_dir: Path, models: Iterable[str], ready_files_of: Callable[[], dict[int, str]] | None = None
+    run_dir: Path,
+    services: Iterable[str],
+    ready_files_of: Callable[[], dict[int, str]] | None = None,
 ) -> dict[str, WorkerFigures]:
-    """Worker counts from what the workers leave behind: a worker is *running* once
-    its ready file (``worker-<model>-<n>.ready``, holding ``<host>-<pid>``) names a
-    live process, and *starting* while a live process was told to write a ready
-    file that does not name it yet. The desired count is the supervisor's to know.
+    """Worker counts per worker service (a model's own, or a pool's) from what the
+    workers leave behind: a worker is *running* once its ready file
+    (``worker-<service>-<n>.ready``, holding ``<host>-<pid>``) names a live process,
+    and *starting* while a live process was told to write a ready file that does not
+    name it yet. The desired count is the supervisor's to know.
     """
-    models = list(models)
+    services = list(services)
     processes = (ready_files_of or _processes_with_ready_files)()
     out = {}
-    for model in models:
-        pattern = re.compile(rf"^worker-{re.escape(model)}-\d+\.ready$")
+    for service in services:
+        pattern = re.compile(rf"^worker-{re.escape(service)}-\d+\.ready$")
         running: set[int] = set()
-        for ready in run_dir.glob(f"worker-{model}-*.ready"):
+        for ready in run_dir.glob(f"worker-{service}-*.ready"):
             if not pattern.match(ready.name):
                 continue
             with contextlib.suppress(OSError, ValueError, IndexError):
@@ -286,8 +352,92 @@ def observe_workers(
             for pid, path in processes.items()
             if Path(path).parent == run_dir and pattern.match(Path(path).name)
         } - running
-        out[model] = WorkerFigures(running=len(running), starting=len(starting))
+        out[service] = WorkerFigures(running=len(running), starting=len(starting))
     return out
+
+
+def read_pool_states(run_dir: Path, pool: str) -> list[dict[str, Any]]:
+    """The states a pool's workers of this run wrote (``worker-<pool>-<n>.pool.json``),
+    each with ``name`` (``worker-<pool>-<n>``) and ``live``: whether the process that
+    wrote it still runs."""
+    pattern = re.compile(rf"^worker-{re.escape(pool)}-\d+{re.escape(POOL_STATE_SUFFIX)}$")
+    states = []
+    for path in sorted(run_dir.glob(f"worker-{pool}-*{POOL_STATE_SUFFIX}")):
+        if not pattern.match(path.name):
+            continue
+        try:
+            state = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(state, dict):
+            pid = _int(state.get("pid"))
+            name = path.name.removesuffix(POOL_STATE_SUFFIX)  # the supervisor's name for it
+            states.append({**state, "name": name, "live": pid is not None and process_alive(pid)})
+    return states
+
+
+def pool_figures(
+    states: Iterable[Mapping[str, Any]], now: float, window: float = REQUEST_WINDOW_SECONDS
+) -> PoolStatus:
+    """A pool's cache figures from its workers' states (:func:`read_pool_states`):
+    the versions the live ones hold, the counts of every one, the rates over the
+    last ``window`` seconds and the load time's percentiles over the loads they
+    remember. Workers and decisions are the caller's to add."""
+    figures = PoolStatus(window_seconds=window, loads=0, evictions=0, refusals=0)
+    load_times: list[float] = []
+    recent = {"load": 0, "evict": 0}
+    for state in states:
+        figures.budget_mib = _float(state.get("budget_mib"))
+        figures.device_budget_mib = _float(state.get("device_budget_mib"))
+        for count in ("loads", "evictions", "refusals"):
+            setattr(figures, count, getattr(figures, count) + (_int(state.get(count)) or 0))
+        worker = str(state.get("name") or state.get("worker") or "?")
+        if state.get("live"):
+            figures.held_mib[worker] = _float(state.get("held_mib")) or 0.0
+            for entry in state.get("resident") or []:
+                if isinstance(entry, dict):
+                    figures.resident.append(
+                        ResidentVersion(
+                            model=str(entry.get("model")),
+                            version=str(entry.get("version")),
+                            worker=worker,
+                            footprint_mib=_float(entry.get("footprint_mib")),
+                            device_footprint_mib=_float(entry.get("device_footprint_mib")),
+                            last_used=_float(entry.get("last_used")),
+                            uses=_int(entry.get("uses")),
+                        )
+                    )
+        for event in state.get("recent") or []:
+            if not isinstance(event, dict) or event.get("kind") not in recent:
+                continue
+            if event["kind"] == "load" and (seconds := _float(event.get("load_seconds"))):
+                load_times.append(seconds)
+            at = _float(event.get("at"))
+            if at is not None and now - window <= at <= now + 1:
+                recent[event["kind"]] += 1
+    figures.resident.sort(key=lambda r: r.last_used or 0.0, reverse=True)
+    figures.loads_per_minute = round(recent["load"] * 60 / window, 2)
+    figures.evictions_per_minute = round(recent["evict"] * 60 / window, 2)
+    if load_times:
+        figures.load_p50_seconds = round(_percentile(load_times, 50), 3)
+        figures.load_p99_seconds = round(_percentile(load_times, 99), 3)
+    return figures
+
+
+def loads_by_model(states: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """How many times a pool's workers (of this run) loaded each model's versions."""
+    counts: dict[str, int] = {}
+    for state in states:
+        for model, n in (state.get("loads_by_model") or {}).items():
+            counts[str(model)] = counts.get(str(model), 0) + (_int(n) or 0)
+    return counts
+
+
+def _percentile(values: list[float], q: float) -> float:
+    """The ``q``-th percentile, nearest rank."""
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * q // 100))  # ceil(len * q / 100), at least 1
+    return ordered[int(rank) - 1]
 
 
 def _processes_with_ready_files() -> dict[int, str]:
@@ -309,7 +459,7 @@ _QUEUE_METRICS = {
 }
 
 
-def _metric_data(
+def metric_data(
     cloudwatch: Any, queries: list[dict[str, Any]], start: dt.datetime, end: dt.datetime
 ) -> dict[str, list[tuple[dt.datetime, float]]]:
     """Query id -> [(timestamp, value)], newest first, over every page."""
@@ -371,7 +521,7 @@ def queue_figures(
     out = {model: {lane: LaneFigures() for lane in lanes} for model, lanes in queues.items()}
     if not queries:
         return out
-    points = _metric_data(
+    points = metric_data(
         cloudwatch,
         queries,
         dt.datetime.fromtimestamp(now - lookback, dt.UTC),
@@ -426,7 +576,7 @@ def request_figures(
         if not queries:
             continue
         try:
-            points = _metric_data(cloudwatch, queries, start, end)
+            points = metric_data(cloudwatch, queries, start, end)
         except Exception:  # noqa: BLE001 - percentiles unsupported: the counts still stand
             if stats is counts:
                 raise
@@ -466,6 +616,11 @@ class LocalStatusReader:
         self._queue_urls: dict[str, dict[str, str]] = {
             model: dict(lanes) for model, lanes in info["queues"].items()
         }
+        # Each worker service's models (a platform record without them: a service
+        # per model), and each pool's settings.
+        services = info.get("services") or {m: [m] for m in self._queue_urls}
+        self._service_of = {m: str(s) for s, models in services.items() for m in models}
+        self._pools: dict[str, Mapping[str, Any]] = dict(info.get("pools") or {})
         self._cloudwatch = cloudwatch
         self._sqs = sqs
         self._window_seconds = request_window
@@ -497,8 +652,11 @@ class LocalStatusReader:
 
     def read(self) -> Status:
         now = self._clock()
-        scaling, fresh = read_scaling_file(self._run_dir / SCALING_FILE, now)
-        models = {model: ModelStatus() for model in self._queue_urls}
+        scaling, services, fresh = read_scaling_state(self._run_dir / SCALING_FILE, now)
+        models = {
+            model: ModelStatus(pool=self._service_of[model] if self._in_pool(model) else None)
+            for model in self._queue_urls
+        }
         observe = [m for m in models if not (fresh and m in scaling)]
         if observe:
             self._observe(models, observe, now)
@@ -516,7 +674,39 @@ class LocalStatusReader:
             status.requests = RequestFigures.from_stats(
                 self._requests.overall(model, since), self._window_seconds
             )
-        return Status(at=now, substrate="local", models=models)
+        pools = self._read_pools(models, services if fresh else {}, now)
+        return Status(at=now, substrate="local", models=models, pools=pools)
+
+    def _in_pool(self, model: str) -> bool:
+        return self._service_of.get(model, model) in self._pools
+
+    def _read_pools(
+        self, models: dict[str, ModelStatus], services: dict[str, ScalingEntry], now: float
+    ) -> dict[str, PoolStatus]:
+        """Each pool's figures: its workers' states, its service's workers and
+        decisions (the supervisor's, else as observed), and its models' cold loads."""
+        pools = {}
+        observed = observe_workers(self._run_dir, [p for p in self._pools if p not in services])
+        for pool, spec in self._pools.items():
+            states = read_pool_states(self._run_dir, pool)
+            figures = pool_figures(states, now, self._window_seconds)
+            figures.models = [m for m, s in self._service_of.items() if s == pool]
+            figures.budget_mib = _float(spec.get("memory_budget_mib")) or figures.budget_mib
+            figures.device_budget_mib = (
+                _float(spec.get("device_memory_budget_mib")) or figures.device_budget_mib
+            )
+            entry = services.get(pool)
+            if entry is not None:
+                figures.workers, figures.source = entry.workers, "supervisor"
+                figures.last_decision, figures.last_change = entry.last_decision, entry.last_change
+            else:
+                figures.workers, figures.source = observed[pool], "observed"
+            cold = loads_by_model(states)
+            for model in figures.models:
+                if model in models:
+                    models[model].cold_loads = cold.get(model, 0)
+            pools[pool] = figures
+        return pools
 
     def _observe(self, models: dict[str, ModelStatus], observe: list[str], now: float) -> None:
         names = {
@@ -527,13 +717,13 @@ class LocalStatusReader:
             lanes = queue_figures(self._cloudwatch, names, now)
         except Exception:  # noqa: BLE001 - an emulator without live SQS metrics
             lanes = {m: {lane: LaneFigures() for lane in names[m]} for m in observe}
-        workers = observe_workers(self._run_dir, observe)
+        workers = observe_workers(self._run_dir, {self._service_of.get(m, m) for m in observe})
         for model in observe:
             for lane, figures in lanes[model].items():
                 if figures.visible is None and self._sqs is not None:
                     self._queue_attributes(self._queue_urls[model][lane], figures)
             models[model].lanes = lanes[model]
-            models[model].workers = workers[model]
+            models[model].workers = workers[self._service_of.get(model, model)]
             models[model].source = "observed"
 
     def _queue_attributes(self, url: str, figures: LaneFigures) -> None:

@@ -12,8 +12,14 @@ the queues), replacing a worker that dies as ECS replaces a stopped task. It nev
 runs deployed code from the source tree (``deployed``). Ctrl-C or SIGTERM stops
 every process it started: workers first, so they can drain.
 
+Worker services: one per entry of ``Manifest.services()``, a model with a service
+of its own (named after it) or a pool (named after the pool), whose workers serve
+every model that names it within the pool's memory budget and write their model
+cache's state beside their ready file (``worker-<pool>-<n>.pool.json``) for the
+status to read. Each service is scaled on the sum of its models' work.
+
 Start-up: the platform is ready (its READY line, ``platform.json``) once the router
-answers and the policy's minimum of workers per model is loaded. In dev that
+answers and the policy's minimum of workers per service is ready. In dev that
 minimum is zero, so no worker starts until a request arrives; ``min_workers``
 (``switchyard up --min-workers N``, or ``SWITCHYARD_MIN_WORKERS``) raises it locally
 for runs that want warm workers. ``idle_seconds`` (``SWITCHYARD_IDLE_SECONDS``)
@@ -81,6 +87,7 @@ from switchyard_local.role_policies import (
     resolved_policies,
 )
 from switchyard_local.routing_changes import Change
+from switchyard_local.status import POOL_STATE_SUFFIX
 
 LOCAL_STAGE = "dev"
 LOCAL_REGION = "us-east-1"
@@ -179,15 +186,17 @@ class Child:
 
 
 class WorkerPool:
-    """Every model's worker processes: the local stand-in for each model's ECS
-    service, driven by the autoscaler (:class:`switchyard_local.autoscaler.Workers`).
+    """Every worker service's processes: the local stand-in for each ECS service (a
+    model's own, or a pool's), driven by the autoscaler
+    (:class:`switchyard_local.autoscaler.Workers`).
 
-    Names are ``worker-<model>-<n>``, ``n`` counting up per model and never reused
+    Names are ``worker-<service>-<n>``, ``n`` counting up per service and never reused
     by a new worker; a worker that dies unasked is restarted under its own name (its
     log goes on), as ECS replaces a stopped task, so a death is not a scale-in. A
-    worker is running once its ready file (``<run_dir>/<name>.ready``, written
-    after its models are loaded) exists. A stopped worker drains (SIGTERM) and
-    leaves the pool when it exits; one still draining after
+    worker is running once its ready file (``<run_dir>/<name>.ready``, written once
+    a model's own worker has loaded its versions, at once by a pool's) exists. A
+    stopped worker drains (SIGTERM) and leaves the pool when it exits; one still
+    draining after
     :data:`DRAIN_TIMEOUT_SECONDS` is killed, as ECS kills a task past its stop timeout.
     """
 
@@ -210,7 +219,7 @@ class WorkerPool:
         self._announce = announce
         self._note = note or (lambda *_, **__: None)
         self._clock = clock
-        self._by_model: dict[str, list[Child]] = {}
+        self._by_service: dict[str, list[Child]] = {}
         self._next: dict[str, int] = {}
         self._draining: dict[str, float] = {}  # name -> when it was asked to stop
         # The autoscaler's thread starts and stops workers; the supervisor's loop
@@ -221,7 +230,7 @@ class WorkerPool:
     def workers(self) -> list[Child]:
         """Every worker process, running, starting or draining."""
         with self._lock:
-            return [child for children in self._by_model.values() for child in children]
+            return [child for children in self._by_service.values() for child in children]
 
     def set_note(self, note: Callable[..., None]) -> None:
         self._note = note
@@ -229,14 +238,14 @@ class WorkerPool:
     def ready_file(self, child: Child) -> Path:
         return self._run_dir / f"{child.name}.ready"
 
-    def counts(self, model: str) -> WorkerCounts:
+    def counts(self, service: str) -> WorkerCounts:
         with self._lock:
-            return self._counts(model)
+            return self._counts(service)
 
-    def _counts(self, model: str) -> WorkerCounts:
+    def _counts(self, service: str) -> WorkerCounts:
         running = starting = draining = 0
         last_ready_at: float | None = None
-        for child in self._by_model.get(model, []):
+        for child in self._by_service.get(service, []):
             if child.name in self._draining:
                 draining += 1
                 continue
@@ -249,18 +258,18 @@ class WorkerPool:
             last_ready_at = ready_at if last_ready_at is None else max(last_ready_at, ready_at)
         return WorkerCounts(running, starting, draining, last_ready_at)
 
-    def start(self, model: str, count: int) -> list[str]:
+    def start(self, service: str, count: int) -> list[str]:
         with self._lock:
-            return [self._start(model) for _ in range(count)]
+            return [self._start(service) for _ in range(count)]
 
-    def _start(self, model: str) -> str:
-        index = self._next.get(model, 0)
-        self._next[model] = index + 1
-        child = self._make_worker(model, f"worker-{model}-{index}")
+    def _start(self, service: str) -> str:
+        index = self._next.get(service, 0)
+        self._next[service] = index + 1
+        child = self._make_worker(service, f"worker-{service}-{index}")
         self.ready_file(child).unlink(missing_ok=True)
         with signals_held():  # started and recorded, or neither: stop_all finds it
             self._launch(child)
-            self._by_model.setdefault(model, []).append(child)
+            self._by_service.setdefault(service, []).append(child)
         return child.name
 
     def _launch(self, child: Child) -> None:
@@ -287,7 +296,7 @@ class WorkerPool:
             self._standbys.remove(gone)
         if len(self._standbys) >= self._standby_target or self._make_standby is None:
             return
-        if any(self._counts(model).starting for model in self._by_model):
+        if any(self._counts(service).starting for service in self._by_service):
             return
         standby = self._make_standby(self._standbys_made)
         self._standbys_made += 1
@@ -295,14 +304,14 @@ class WorkerPool:
             standby.start()
             self._standbys.append(standby)
 
-    def stop(self, model: str, count: int) -> list[str]:
+    def stop(self, service: str, count: int) -> list[str]:
         """SIGTERM ``count`` workers: those still starting first (they hold no
         messages), then the newest running ones."""
         with self._lock:
-            return self._stop(model, count)
+            return self._stop(service, count)
 
-    def _stop(self, model: str, count: int) -> list[str]:
-        candidates = [c for c in self._by_model.get(model, []) if c.name not in self._draining]
+    def _stop(self, service: str, count: int) -> list[str]:
+        candidates = [c for c in self._by_service.get(service, []) if c.name not in self._draining]
         starting = [c for c in candidates if not self.ready_file(c).exists()]
         running = [c for c in candidates if self.ready_file(c).exists()]
         chosen = (starting[::-1] + running[::-1])[:count]
@@ -320,13 +329,13 @@ class WorkerPool:
 
     def _reap(self) -> None:
         self._top_up_standbys()
-        for model, children in self._by_model.items():
+        for service, children in self._by_service.items():
             for child in list(children):
                 asked = self._draining.get(child.name)
                 if child.alive():
                     if asked is not None and self._clock() - asked > DRAIN_TIMEOUT_SECONDS:
                         self._announce(f"{child.name} still draining; killing it")
-                        self._note(model, "worker killed", worker=child.name)
+                        self._note(service, "worker killed", worker=child.name)
                         assert child.process is not None
                         child.process.kill()
                     continue
@@ -339,10 +348,10 @@ class WorkerPool:
                     children.remove(child)
                     child.stop(timeout=0)  # exited: closes its log
                     self._announce(f"{child.name} stopped (exit code {code})")
-                    self._note(model, "worker stopped", worker=child.name, exit_code=code)
+                    self._note(service, "worker stopped", worker=child.name, exit_code=code)
                 else:
                     self._announce(f"{child.name} exited with {code}; starting a new one")
-                    self._note(model, "worker replaced", worker=child.name, exit_code=code)
+                    self._note(service, "worker replaced", worker=child.name, exit_code=code)
                     child.restart(self._launch)
 
     def stop_all(self, timeout: float) -> None:
@@ -366,7 +375,7 @@ class LocalPlatform:
     emulator_port: int | None = None
     run_dir: Path = Path(".run")
     models_dir: Path = Path("build/models")
-    # Local floor of warm workers per model, over the stage's min_tasks (0 in dev).
+    # Local floor of warm workers per service, over the stage's min_tasks (0 in dev).
     min_workers: int = 0
     # Interpreters kept with the worker's imports done, for the next worker to start.
     standby_workers: int = 1
@@ -421,26 +430,27 @@ class LocalPlatform:
             )
         self.manifest = load_manifest(self.manifest_path)
         self.policies = {}
-        for model in self.manifest.models:
+        for service in self.manifest.services():
+            policy = (
+                self.manifest.pool_scaling_policy(service, LOCAL_STAGE)
+                if service in self.manifest.pools
+                else self.manifest.scaling_policy(service, LOCAL_STAGE)
+            )
             try:
-                self.policies[model] = local_policy(
-                    self.manifest.scaling_policy(model, LOCAL_STAGE),
-                    self.min_workers,
-                    self.idle_seconds,
-                )
+                self.policies[service] = local_policy(policy, self.min_workers, self.idle_seconds)
             except WarmFloorTooHigh as exc:
-                raise WarmFloorTooHigh(f"{model}: {exc}") from None
+                raise WarmFloorTooHigh(f"{service}: {exc}") from None
         most = sum(policy.max_tasks for policy in self.policies.values())
         if self.standby_workers > most:
             # Each is an interpreter of ~0.5 GiB that no worker would ever take over.
             raise TooManyStandbys(
-                f"{self.standby_workers} is more than the {most} workers the models can "
+                f"{self.standby_workers} is more than the {most} workers the services can "
                 "have at once"
             )
         self.emulator_port = self.emulator_port or free_port()
         self.run_dir = self.run_dir.resolve()
         (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
-        for stale in self.run_dir.glob("*.ready"):
+        for stale in [*self.run_dir.glob("*.ready"), *self.run_dir.glob(f"*{POOL_STATE_SUFFIX}")]:
             stale.unlink()
         if self.fresh:
             self.state_file.unlink(missing_ok=True)
@@ -545,7 +555,18 @@ class LocalPlatform:
                 for tenant in self.manifest.tenants
                 if f"drop-{tenant}" in self.credentials
             },
-            # Until READY: the router answers and each model's minimum is loaded.
+            # Each worker service and the models it serves (a model's own: itself).
+            "services": {s: list(m) for s, m in self.manifest.services().items()},
+            "pools": {
+                pool: {
+                    "models": list(self.manifest.pool_models(pool)),
+                    "compute": spec.compute,
+                    "memory_budget_mib": spec.memory_budget_mib,
+                    "device_memory_budget_mib": spec.device_memory_budget_mib,
+                }
+                for pool, spec in self.manifest.pools.items()
+            },
+            # Until READY: the router answers and each service's minimum is ready.
             "startup_seconds": round(time.monotonic() - started, 2),
             "scaling": {
                 "min_workers": self.min_workers,
@@ -579,6 +600,7 @@ class LocalPlatform:
             self._autoscaler_log,
             state_path=self.run_dir / "scaling.json",
             announce=_say,
+            pools={pool: self.manifest.pool_models(pool) for pool in self.manifest.pools},
         )
         self.pool.set_note(self.autoscaler.note)
         self.autoscaler.tick()
@@ -662,16 +684,19 @@ class LocalPlatform:
             self.run_dir / "logs" / "router.log",
         )
 
-    def worker_child(self, model: str, name: str) -> Child:
-        """A worker of ``model`` from the image's layout, as an ECS task runs it."""
+    def worker_child(self, service: str, name: str) -> Child:
+        """A worker of ``service`` (a model's own, or a pool's) from the image's
+        layout, as an ECS task runs it."""
         assert self.provisioned is not None
         command = self.launcher.worker()
+        pool = {"pool_state_file": str(self.run_dir / f"{name}{POOL_STATE_SUFFIX}")}
         settings = to_environment(
             WorkerSettings,
             {
-                **self.provisioned.worker_values(model),
+                **self.provisioned.worker_values(service),
                 "artifacts_cache": str(self.run_dir / "artifacts"),
                 "ready_file": str(self.run_dir / f"{name}.ready"),
+                **(pool if service in self.manifest.pools else {}),
             },
         )
         return Child(
@@ -682,7 +707,7 @@ class LocalPlatform:
                 **WORKER_SHARING,
                 **command.env,
                 **settings,
-                **self.credentials[f"worker-{model}"].environment(),
+                **self.credentials[f"worker-{service}"].environment(),
             },
             self.run_dir / "logs" / f"{name}.log",
         )
