@@ -333,19 +333,29 @@ def edit_manifest(
     keep_models: set[str] | None = None,
     settings: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> str:
-    """The manifest with only ``keep_models`` and with ``settings`` replaced per model
-    (``{"minilm-embed": {"max_batch_size": 1}}``). Edits are made line by line in
-    the model's own table, so comments and the rest of the file are kept as they are."""
+    """The manifest with only ``keep_models`` (and the pools that still serve one of
+    them) and with ``settings`` replaced per model (``{"minilm-embed":
+    {"max_batch_size": 1}}``). Edits are made line by line in the model's own table,
+    so comments and the rest of the file are kept as they are."""
     settings = settings or {}
+    models = tomllib.loads(text).get("models", {})
+    kept_pools = {
+        spec.get("pool")
+        for name, spec in models.items()
+        if keep_models is None or name in keep_models
+    }
     out: list[str] = []
     section = ""
     for line in text.splitlines():
         header = _HEADER.match(line)
         if header:
             section = header.group(1).strip()
-        # A model's own table and its sub-tables ([models.<model>.scaling]).
+        # A model's own table and its sub-tables ([models.<model>.scaling]); a pool's.
         model = section.split(".")[1] if section.startswith("models.") else None
         if model is not None and keep_models is not None and model not in keep_models:
+            continue
+        pool = section.split(".")[1] if section.startswith("pools.") else None
+        if pool is not None and pool not in kept_pools:
             continue
         if model is not None and not header:
             for key, value in settings.get(model, {}).items():
@@ -381,7 +391,9 @@ def pooled(
         parts = section.split(".")
         model = parts[1] if parts[0] == "models" and len(parts) > 1 else None
         if model in models:
-            if len(parts) > 2:  # [models.<model>.scaling] and what it holds
+            if len(parts) > 2:  # [models.<model>.scaling] and its settings, not its comments
+                if not header and (not line.strip() or line.lstrip().startswith("#")):
+                    out.append(line)
                 continue
             if not header and re.match(r"^(instance_types|compute|pool)\s*=", line):
                 continue

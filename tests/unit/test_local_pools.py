@@ -11,6 +11,7 @@ import os
 import tomllib
 from pathlib import Path
 
+from harness.local_platform import edit_manifest, pooled
 from harness.scaling_scenarios import SAMPLE_POLICY
 from stacks.assets import MANIFEST_FILE
 from switchyard.manifest import Manifest
@@ -307,3 +308,18 @@ def test_a_deployed_pools_figures_are_its_workers_metrics():
     assert figures.status.loads_per_minute == 1.8 and figures.status.refusals == 0
     assert (figures.status.load_p50_seconds, figures.status.load_p99_seconds) == (0.12, 1.5)
     assert figures.loads_by_model == {"minilm-embed": 0, "digits-cnn": 2}
+
+
+def test_a_manifest_is_pooled_and_cut_down_line_by_line():
+    text = pooled(
+        MANIFEST_FILE.read_text(), POOL, MODELS, memory_budget_mib=150, scaling={"max_tasks": 1}
+    )
+    manifest = Manifest.model_validate(tomllib.loads(text))
+    assert manifest.services() == {"pydoc-gpt": ("pydoc-gpt",), POOL: MODELS}
+    assert manifest.pool_scaling_policy(POOL, "dev").max_tasks == 1
+    assert "# A small GPT-2 trained at setup" in text  # comments kept
+    # a pool none of whose models is kept goes with them
+    alone = tomllib.loads(edit_manifest(text, keep_models={"pydoc-gpt"}))
+    assert "pools" not in alone and set(alone["models"]) == {"pydoc-gpt"}
+    kept = Manifest.model_validate(tomllib.loads(edit_manifest(text, keep_models={"digits-cnn"})))
+    assert kept.services() == {POOL: ("digits-cnn",)}
