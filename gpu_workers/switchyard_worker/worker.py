@@ -14,6 +14,11 @@ Its pipeline, one stage a module, each on its own thread where it overlaps the m
 5. the messages in hand (``in_hand``) are kept invisible by a heartbeat until they
    are deleted or released; metrics are printed on a thread of their own (``stages``).
 
+A model's own worker (:class:`Worker`) wires these stages once; a pool's worker
+(``pool.PoolWorker``) wires them for each of its models (:class:`ModelStages`) and
+runs their micro-batches on one line, loading versions into its model cache
+(``model_cache``) as their work asks for them.
+
 Delivery is at-least-once, so the order of effects is what keeps it exact:
 1. a result is written (conditionally: only over ``queued``) before its message is
    deleted, so a crash between the two only causes a redelivery that writes nothing;

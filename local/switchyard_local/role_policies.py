@@ -16,9 +16,8 @@ Roles and what runs with them locally:
   each of their policies (one inline policy per role).
 - ``splitter``: the batch splitter function.
 - ``worker:<service>``: a worker service's ECS task role (a model's own, or a
-  pool's), for its worker processes. Where the synthesized app has no role for a
-  pool's service, its workers hold the roles of the pool's models' services
-  together (:func:`worker_roles`).
+  pool's), for its worker processes (:func:`worker_roles` says what a pool's hold
+  where an app has no role for it).
 - ``drop:<tenant>``: what a tenant's data team assumes to drop files.
 
 The CloudFormation intrinsics in the statements (``Ref``, ``Fn::GetAtt``,
@@ -151,9 +150,9 @@ def _synthesize(manifest_path: Path, stage: str, out: Path) -> None:
         }
         for model, endpoint in serving.endpoints.items():
             roles[f"router:{model}"] = endpoint.router.role
-            if getattr(endpoint, "worker", None) is not None:  # a model's own service
+            if endpoint.worker is not None:  # a model's own service, not a pool's model
                 roles[f"worker:{model}"] = endpoint.worker.task_definition.task_role
-        for pool, workers in getattr(serving, "pools", {}).items():
+        for pool, workers in serving.pools.items():
             roles[f"worker:{pool}"] = workers.worker.task_definition.task_role
         for tenant, role in platform.data.storage.drop_roles.items():
             roles[f"drop:{tenant}"] = role
