@@ -46,7 +46,10 @@ def pool_platform(tmp_path_factory):
         POOL,
         ["minilm-embed", "digits-cnn"],
         memory_budget_mib=BUDGET_MIB,
-        scaling={"max_tasks": 1},
+        # one worker, whose log has every load; no scale-in cool-down, so a gap in
+        # the requests (the router reading the new version's record) that scaled
+        # the pool in does not hold its return to zero at the end
+        scaling={"max_tasks": 1, "scale_in_cooldown_seconds": 0},
     )
     started = start_platform(
         tmp_path_factory.mktemp("pool-platform"),
