@@ -40,10 +40,6 @@ from stacks.observability import model_metric, pool_metric, service_metric
 from stacks.queues import ModelQueues
 from switchyard.scaling import ScalingPolicy
 
-# The tag on each pool's worker service, beside ``switchyard.manifest.MODEL_TAG`` on
-# a model's own: how an operator's tools find a pool's service in a deployed stack.
-POOL_TAG = "switchyard:pool"
-
 # The build context is the repository root; only what the image needs is sent.
 _IMAGE_CONTEXT_EXCLUDES = [
     "*",

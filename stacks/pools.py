@@ -43,12 +43,12 @@ from stacks.cloud import (
     SCALING_PERIOD,
     Deployment,
 )
-from stacks.compute import POOL_TAG, ServiceWork, WorkerService
+from stacks.compute import ServiceWork, WorkerService
 from stacks.endpoint import SharedServing, grant_worker, worker_environment
 from stacks.nag import acknowledge, ignore_cfn_lint
 from stacks.observability import PoolView
 from stacks.queues import ModelQueues
-from switchyard.manifest import PoolSpec
+from switchyard.manifest import POOL_TAG, PoolSpec
 
 # The counts the meter reads of each queue, and the metric each one becomes.
 _METER_COUNTS = {

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from switchyard.manifest import MODEL_TAG, ResourceNames
+from switchyard.manifest import MODEL_TAG, POOL_TAG, ResourceNames
 from switchyard.schemas import LANES
 from switchyard.telemetry import NAMESPACE as METRICS_NAMESPACE
 from switchyard_local.status import (
@@ -37,10 +37,6 @@ from switchyard_local.status import (
     queue_figures,
     request_figures,
 )
-
-# The tag on each pool's worker service (``stacks.compute``'s): how a pool's service
-# is found in a deployed stage.
-POOL_TAG = "switchyard:pool"
 
 # -- a deployed stage --------------------------------------------------------------
 

@@ -364,7 +364,8 @@ class Autoscaler:
         stopped: list[str] = []
         if decision.desired > current:
             started = self._workers.start(service, decision.desired - current)
-            state.last_scale_out = now
+            if decision.starts_scale_out_cooldown:  # a wake from zero does not
+                state.last_scale_out = now
         elif decision.desired < current:
             stopped = self._workers.stop(service, current - decision.desired)
             state.last_scale_in = now

@@ -11,8 +11,7 @@ import pytest
 from aws_cdk.assertions import Match, Template
 
 from stacks.cloud import TASK_SIZE, WORKER_STOP_TIMEOUT
-from stacks.compute import POOL_TAG
-from switchyard.manifest import MODEL_TAG, Manifest
+from switchyard.manifest import MODEL_TAG, POOL_TAG, Manifest
 
 from .conftest import POOL, Synthesized
 from .helpers import actions_of, granted, logical_id, statements

@@ -10,9 +10,8 @@ import pytest
 from aws_cdk.assertions import Match, Template
 
 from stacks.cloud import POOL_IN_FLIGHT_METRIC, POOL_QUEUED_METRIC
-from stacks.compute import POOL_TAG
 from switchyard.canary import VersionStats, judge
-from switchyard.manifest import Manifest
+from switchyard.manifest import POOL_TAG, Manifest
 from switchyard.routing import RoutingDocument
 
 from .conftest import POOL, Synthesized

@@ -168,22 +168,30 @@ def test_a_slow_start_is_capacity_on_the_way_never_stopped_and_never_doubled(rig
     assert rig.workers.started == 1 and rig.workers.draining == []
 
 
-def test_a_backlog_scales_out_once_the_cool_down_since_the_wake_has_passed(rig: Rig) -> None:
+def test_a_backlog_just_after_a_wake_scales_out_at_once_and_then_cools_down(rig: Rig) -> None:
     # GIVEN a worker woken at t0 and running
     rig.queues.set(visible=5)
     rig.tick()
     rig.workers.all_ready()
 
-    # WHEN the backlog grows to what three workers hold, within the cool-down
+    # WHEN the backlog grows to what three workers hold, 10 s after the wake
     rig.queues.set(visible=30)
-    held = rig.tick(after=10)
+    grown = rig.tick(after=10)
 
-    # THEN it holds until the cool-down since the wake has passed, then scales out
+    # THEN it scales out at once (a wake starts no cool-down)
+    assert grown is not None and grown.action == "scale_out"
+    assert rig.workers.started == 3
+    rig.workers.all_ready()
+
+    # AND a scale-out does: more backlog holds until its cool-down has passed
+    rig.queues.set(visible=50)
+    held = rig.tick(after=10)
     assert held is not None and held.action == "hold" and "cool-down" in held.reason
     rig.tick(after=POLICY.scale_out_cooldown_seconds - 10)
-    assert rig.workers.started == 3
+    assert rig.workers.started > 3  # (by at most its step)
     assert [r["action"] for r in rig.records() if r["desired"] != r["workers"]] == [
         "wake",
+        "scale_out",
         "scale_out",
     ]
 

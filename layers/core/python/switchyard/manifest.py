@@ -32,6 +32,8 @@ DROP_SUFFIX = ".jsonl"
 # The tag on each model's worker service (ECS names services itself): how an
 # operator's tools find a model's service in a deployed stack.
 MODEL_TAG = "switchyard:model"
+# And on each pool's: how its service is found.
+POOL_TAG = "switchyard:pool"
 DROP_BATCH_SIZE = 10
 _MODEL_NAME = re.compile(r"[a-z][a-z0-9-]{1,39}")
 # The cloud renders one step adjustment per task count: this bound keeps each step
