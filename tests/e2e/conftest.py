@@ -35,14 +35,21 @@ tier = "trial"
 
 def e2e_manifest(extra: str = "") -> str:
     """The manifest as the e2e platforms run it. A short visibility timeout, so that
-    recovery after a killed worker is quick, a short rollout window, so that a
+    recovery after a killed worker is quick, three receives before the DLQ (backoffs
+    of 1 and 2 s, not 1 to 8 s), so that a request that always fails ends quickly, a
+    short rollout window, so that a
     rollout test watches a whole one quickly, and a tenant on a tier small enough to
     run into its limits within a test. The result cache is off: these tests send the
     same inputs again and again and follow what the workers do with each request (the
     cache is tried in tests/deploy, tests/integration and tests/unit)."""
     text = set_everywhere(
         (ROOT / "manifest.toml").read_text(),
-        {"visibility_timeout_seconds": 10, "result_cache_seconds": 0, "window_seconds": 20},
+        {
+            "visibility_timeout_seconds": 10,
+            "max_receive_count": 3,
+            "result_cache_seconds": 0,
+            "window_seconds": 20,
+        },
     )
     return text + TRIAL_TENANT + extra
 
