@@ -99,17 +99,25 @@ def load(path: Path) -> str:
         for account, regions in accounts.items():
             for region, backend in regions.items():
                 live[account][region] = backend
-    _after_restore(services.get("sqs", {}))
+    _after_restore(services)
     return f"state restored from {path.name}"
 
 
-def _after_restore(sqs: dict[str, dict[str, Any]]) -> None:
+def _after_restore(services: dict[str, dict[str, dict[str, Any]]]) -> None:
+    """What moto keeps beside the backends, made again from them: the SQS fix's
+    indexes, and S3's map of every bucket to its account (without it, the
+    provisioner's CreateBucket would find no bucket and put an empty one in place)."""
     from switchyard_local import moto_sqs
 
-    for regions in sqs.values():
+    for regions in services.get("sqs", {}).values():
         for backend in regions.values():
             for queue in backend.queues.values():
                 moto_sqs.reindex(queue)
+    owners = _backends("s3").bucket_accounts
+    for account, partitions in services.get("s3", {}).items():
+        for backend in partitions.values():
+            for name, bucket in backend.buckets.items():
+                owners[name] = (bucket.partition, account)
 
 
 def _moto_version() -> str:

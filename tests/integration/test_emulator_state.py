@@ -79,8 +79,12 @@ def test_data_and_queued_messages_survive_a_restart(restart, manifest, tmp_path)
 def test_a_second_provisioning_over_restored_state_keeps_it(restart, manifest):
     clients = restart()
     first = provision(manifest, "dev", clients("s3").meta.endpoint_url, REGION)
+    bucket = first.names.artifacts_bucket
+    clients("s3").put_object(Bucket=bucket, Key="a/b.pt", Body=b"weights")
     clients = restart()
     second = provision(manifest, "dev", clients("s3").meta.endpoint_url, REGION)
+    # the buckets are found, not made again empty in place of the kept ones
+    assert clients("s3").get_object(Bucket=bucket, Key="a/b.pt")["Body"].read() == b"weights"
     # the same resources, found rather than made twice: keys, queues, routing
     assert second.api_keys == first.api_keys
     assert _paths(second.queues) == _paths(first.queues)  # a new port, the same queues
