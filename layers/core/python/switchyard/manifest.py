@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -723,28 +724,24 @@ class Manifest(_Strict):
     def scaling_policy(self, model: str, stage: str) -> ScalingPolicy:
         """``model``'s scaling in ``stage``: the stage's values, overridden by the
         model's for every stage, overridden by the model's for this stage."""
-        if stage not in self.stages:
-            raise ValueError(f"unknown stage {stage!r}: the manifest defines {sorted(self.stages)}")
-        if model not in self.models:
-            raise ValueError(f"unknown model {model!r}: the manifest defines {sorted(self.models)}")
-        known = cast(Stage, stage)
-        values = {
-            **self.stages[known].scaling.given(),
-            **self.models[model].scaling.for_stage(known),
-        }
-        return ScalingPolicy(**values)
+        return self._policy("model", model, self.models, stage)
 
     def pool_scaling_policy(self, pool: str, stage: str) -> ScalingPolicy:
         """``pool``'s scaling in ``stage`` (over the sum of its models' work): the
         stage's values, overridden by the pool's, as a model's are."""
+        return self._policy("pool", pool, self.pools, stage)
+
+    def _policy(
+        self, what: str, name: str, table: Mapping[str, ModelSpec | PoolSpec], stage: str
+    ) -> ScalingPolicy:
         if stage not in self.stages:
             raise ValueError(f"unknown stage {stage!r}: the manifest defines {sorted(self.stages)}")
-        if pool not in self.pools:
-            raise ValueError(f"unknown pool {pool!r}: the manifest defines {sorted(self.pools)}")
+        if name not in table:
+            raise ValueError(f"unknown {what} {name!r}: the manifest defines {sorted(table)}")
         known = cast(Stage, stage)
         values = {
             **self.stages[known].scaling.given(),
-            **self.pools[pool].scaling.for_stage(known),
+            **table[name].scaling.for_stage(known),
         }
         return ScalingPolicy(**values)
 
