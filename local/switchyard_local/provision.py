@@ -332,6 +332,10 @@ def _api_keys(
             )
         plans[tier] = plan["id"]
     existing = api.get_api_keys(limit=500, includeValues=True)["items"]
+    in_plan = {  # each plan's keys, read once
+        plan_id: {k["id"] for k in api.get_usage_plan_keys(usagePlanId=plan_id)["items"]}
+        for plan_id in plans.values()
+    }
     keys, ids = {}, {}
     for tenant, spec in manifest.tenants.items():
         key = _named(existing, names.api_key(tenant))
@@ -342,11 +346,10 @@ def _api_keys(
                 value="sy-" + secrets.token_urlsafe(24),
                 tags={TENANT_TAG: tenant},
             )
-        for plan_id in plans.values():  # the key is in its tier's plan alone
-            in_plan = {k["id"] for k in api.get_usage_plan_keys(usagePlanId=plan_id)["items"]}
-            if plan_id == plans[spec.tier] and key["id"] not in in_plan:
+        for plan_id, held in in_plan.items():  # the key is in its tier's plan alone
+            if plan_id == plans[spec.tier] and key["id"] not in held:
                 api.create_usage_plan_key(usagePlanId=plan_id, keyId=key["id"], keyType="API_KEY")
-            elif plan_id != plans[spec.tier] and key["id"] in in_plan:
+            elif plan_id != plans[spec.tier] and key["id"] in held:
                 api.delete_usage_plan_key(usagePlanId=plan_id, keyId=key["id"])
         keys[tenant], ids[tenant] = key["value"], key["id"]
     return keys, ids
