@@ -217,8 +217,12 @@ class PoolWorkers(Construct):
         spec: PoolSpec,
         shared: SharedServing,
         queues: Mapping[str, ModelQueues],
+        overflow_queues: Mapping[str, ModelQueues] | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
+        # It scales on its own models' work; it also takes the work of the models it
+        # serves on overflow (a CPU pool), while their gates are open.
+        served = {**queues, **(overflow_queues or {})}
         self.meter = PoolMeter(self, "Meter", deployment=deployment, pool=pool, queues=queues)
         self.worker = WorkerService(
             self,
@@ -234,21 +238,32 @@ class PoolWorkers(Construct):
                 self,
                 deployment=deployment,
                 shared=shared,
-                queues=queues,
-                worker_pool=pool,
-                worker_models=list(queues),
-                memory_budget_mib=spec.memory_budget_mib,
-                device_memory_budget_mib=spec.device_memory_budget_mib,
+                queues=served,
+                **deployment.manifest.pool_worker_values(pool),
             ),
             tag=(POOL_TAG, pool),
         )
+        role = self.worker.task_definition.task_role
         grant_worker(
-            self.worker.task_definition.task_role,
+            role,
             deployment=deployment,
             shared=shared,
-            queues=queues,
+            queues=served,
             generates=any(deployment.manifest.models[m].generates for m in queues),
         )
+        if overflow_queues:
+            # The gates: which workers of the GPU pools run (their items in the
+            # results table, one Query) and the age of the models' oldest messages.
+            shared.storage.results_table.grant(role, "dynamodb:Query")
+            role.add_to_principal_policy(
+                iam.PolicyStatement(actions=["cloudwatch:GetMetricData"], resources=["*"])
+            )
+            acknowledge(
+                role,
+                "AwsSolutions-IAM5[Resource::*]",
+                "cloudwatch:GetMetricData takes no resource ARN; the CPU pool reads SQS's "
+                "age of the oldest message of the models it takes on overflow.",
+            )
         self.view = PoolView(
             pool=pool, service=self.worker.service, queue_count=self.meter.queue_count
         )

@@ -69,6 +69,9 @@ class ServingStack(Stack):
                 spec=spec,
                 shared=self.shared,
                 queues={m: self.endpoints[m].queues for m in manifest.pool_models(pool)},
+                overflow_queues={
+                    m: self.endpoints[m].queues for m in manifest.overflow_models(pool)
+                },
             )
             for pool, spec in manifest.pools.items()
         }

@@ -19,16 +19,19 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from switchyard.artifacts import fetch_artifact
 from switchyard.callbacks import JobEvents
 from switchyard.generation import DynamoDBTokenStream
 from switchyard.init_phase import init_phase
 from switchyard.jobs import JobStore
+from switchyard.overflow import PoolBeats, oldest_ages, queue_name
 from switchyard.registry import ModelVersion
 from switchyard.settings import SettingsError, WorkerSettings, get_settings
-from switchyard.wiring import build_adapters
+from switchyard.wiring import Adapters, build_adapters
 from switchyard_worker.allocator import tune_for_inference
+from switchyard_worker.overflow import Heartbeat, OverflowGates
 from switchyard_worker.pool import PoolWorker
 from switchyard_worker.runtimes import (
     ModelRuntime,
@@ -116,6 +119,7 @@ def _started(standby_seconds: float | None) -> tuple[WorkerProcess, WorkerSettin
 
     wiring = Wiring(
         worker_id=f"{socket.gethostname()}-{os.getpid()}",
+        service=settings.service,
         registry=adapters.registry,
         results=adapters.results,
         payloads=adapters.payloads,
@@ -145,6 +149,7 @@ def _started(standby_seconds: float | None) -> tuple[WorkerProcess, WorkerSettin
             memory_budget_mib=settings.memory_budget_mib,
             device_memory_budget_mib=settings.device_memory_budget_mib,
             state_file=Path(settings.pool_state_file) if settings.pool_state_file else None,
+            **_overflow(settings, adapters, wiring.worker_id),
         )
     else:
         lanes = adapters.queues[settings.service]
@@ -176,6 +181,30 @@ def _started(standby_seconds: float | None) -> tuple[WorkerProcess, WorkerSettin
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     worker.preload()
     return worker, settings
+
+
+def _overflow(settings: WorkerSettings, adapters: Adapters, worker_id: str) -> dict[str, Any]:
+    """A CPU pool's gates over the models it takes on overflow, and a pool that
+    overflows: its workers' word that they run (``switchyard_worker.overflow``)."""
+    beats = PoolBeats(adapters.client("dynamodb"), settings.results_table)
+    out: dict[str, Any] = {}
+    if settings.overflow:
+        cloudwatch = adapters.client("cloudwatch")
+        out["gates"] = OverflowGates(
+            settings.overflow,
+            queue_names={
+                model: [queue_name(q.realtime), queue_name(q.batch)]
+                for model, q in settings.queues.items()
+                if model in settings.overflow
+            },
+            running=beats.running,
+            ages=lambda names: oldest_ages(cloudwatch, names),
+            age_read_seconds=settings.overflow_age_read_seconds,
+        )
+    if settings.pool_heartbeat:
+        assert settings.worker_pool is not None
+        out["heartbeat"] = Heartbeat(beats, settings.worker_pool, worker_id)
+    return out
 
 
 def standby() -> None:

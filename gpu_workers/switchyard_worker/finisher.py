@@ -52,8 +52,10 @@ class Finisher:
         jobs: JobStore | None = None,
         job_output_s3: Any = None,
         job_ended: Callable[[Job], None] | None = None,
+        served_by: str | None = None,
     ) -> None:
         self._worker_id = worker_id
+        self._served_by = served_by  # the worker service, named in each answer
         self._results = results
         self._in_hand = in_hand
         self._versions = versions
@@ -120,6 +122,7 @@ class Finisher:
             expires_at=int(completed + self._result_ttl),
             work_expires_at=m.expires_at,
             worker=self._worker_id,
+            served_by=self._served_by,
             shadow_of=m.shadow_of,
         )
 

@@ -35,6 +35,7 @@ from switchyard_worker.stages import log, pause
 from switchyard_worker.versions import ServedVersions
 
 RECEIVE_MAX = 10  # messages per receive (SQS's most)
+SHUT_WAIT_SECONDS = 0.25  # an intake whose overflow gate is shut looks again this soon
 _WATCH_WAIT_S = 1  # the realtime watcher's long poll: short, as it holds no batch up
 # While the model runs a batch and the next is due, the intake looks at the queue
 # once more this long before the running batch is expected to end, so that what
@@ -105,8 +106,12 @@ class Intake:
         stopping: threading.Event,
         poll_wait_seconds: int,
         on_hold: Callable[[], None] | None = None,
+        gate: Callable[[], bool] | None = None,
     ) -> None:
         self._model = model
+        # A model a CPU pool takes on overflow: received from only while this says so
+        # (``switchyard_worker.overflow``); what is in hand is run either way.
+        self._gate = gate
         # Told whenever work joins the forming batch (a pool's loop, which watches
         # every model's intake).
         self._on_hold = on_hold
@@ -141,6 +146,9 @@ class Intake:
                 if full and not to_read:
                     self._held.wait(0.05)  # until the model's thread takes a batch
                     continue
+            if not to_read and not self.gate_open():
+                pause(self._stopping, SHUT_WAIT_SECONDS)
+                continue
             try:
                 if to_read:
                     self.read_statuses(to_read)
@@ -160,11 +168,19 @@ class Intake:
                 if not self.watches_realtime():
                     self._held.wait(0.05)
                     continue
+            if not self.gate_open():
+                pause(self._stopping, SHUT_WAIT_SECONDS)
+                continue
             try:
                 self.look_at_realtime(_WATCH_WAIT_S)
             except Exception:  # noqa: BLE001 - the next turn tries again
                 log.exception("receive failed")
                 pause(self._stopping, 1.0)
+
+    def gate_open(self) -> bool:
+        """Whether this intake may receive now: always, but for a model a CPU pool
+        takes on overflow only while its gate is open."""
+        return self._gate is None or self._gate()
 
     def watches_realtime(self) -> bool:
         """Whether the realtime lane is watched: batch-lane work is in hand and the

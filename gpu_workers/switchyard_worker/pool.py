@@ -33,7 +33,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ from switchyard.telemetry import COUNT, MILLISECONDS, emit_metrics
 from switchyard_worker.batching import Pending, rank
 from switchyard_worker.micro_batch_loop import MicroBatchLoop
 from switchyard_worker.model_cache import CacheEvent, Key, Meter, ModelCache
+from switchyard_worker.overflow import Heartbeat, OverflowGates
 from switchyard_worker.runtimes import GENERATIVE_RUNTIMES
 from switchyard_worker.stages import log
 from switchyard_worker.versions import RuntimeLoader
@@ -313,10 +314,17 @@ class PoolWorker(WorkerProcess):
         device_memory_budget_mib: int | None = None,
         meter: Meter | None = None,
         state_file: Path | None = None,
+        gates: OverflowGates | None = None,
+        heartbeat: Heartbeat | None = None,
     ) -> None:
         super().__init__(wiring.worker_id)
         self.pool = pool
         self.models = list(lanes)
+        # A CPU pool's models taken on overflow (a gate each), and a pool that
+        # overflows: its word that this worker runs (``switchyard_worker.overflow``).
+        self.gates = gates
+        self.overflow = sorted(gates.models) if gates is not None else []
+        self._heartbeat = heartbeat
         self._wake = threading.Event()
         self.report = PoolReport(pool, wiring.worker_id, state_file, wiring.emit)
         self.cache = ModelCache(
@@ -337,6 +345,7 @@ class PoolWorker(WorkerProcess):
                 load_runtime=load_runtime,
                 model_cache=self.cache,
                 on_hold=self._wake.set,
+                gate=gates.gate(model) if gates is not None and model in gates.models else None,
             )
             for model, model_lanes in lanes.items()
         }
@@ -354,7 +363,25 @@ class PoolWorker(WorkerProcess):
         return self._loop
 
     def describe(self) -> dict[str, Any]:
-        return {"pool": self.pool, "models": self.models, "worker": self.worker_id}
+        described = {"pool": self.pool, "models": self.models, "worker": self.worker_id}
+        return {**described, "overflow": self.overflow} if self.overflow else described
+
+    def run(self, ready: Callable[[], None] | None = None) -> None:
+        """Serve until stopped (``WorkerProcess.run``); a pool that overflows says
+        its worker runs from when it is ready until it stops."""
+        heartbeat = self._heartbeat
+
+        def now_ready() -> None:
+            if heartbeat is not None:
+                heartbeat.start()
+            if ready:
+                ready()
+
+        try:
+            super().run(now_ready)
+        finally:
+            if heartbeat is not None:
+                heartbeat.stop()
 
     def preload(self) -> None:
         """Read each model's versions; none is loaded before its first request (a

@@ -109,6 +109,8 @@ class Wiring:
     jobs: JobStore | None = None
     job_output_s3: Any = None
     job_ended: Callable[[Job], None] | None = None
+    # The worker service (a model's own, or a pool's): each answer says it ran there.
+    service: str | None = None
 
 
 @dataclass
@@ -134,6 +136,7 @@ class ModelStages:
         load_runtime: RuntimeLoader,
         model_cache: ModelCache | None = None,
         on_hold: Callable[[], None] | None = None,
+        gate: Callable[[], bool] | None = None,
     ) -> ModelStages:
         versions = ServedVersions(model, wiring.registry, load_runtime, model_cache)
         in_hand = MessagesInHand(lanes, wiring.visibility_timeout)
@@ -146,9 +149,11 @@ class ModelStages:
             stopping=stopping,
             poll_wait_seconds=wiring.poll_wait_seconds,
             on_hold=on_hold,
+            gate=gate,
         )
         finisher = Finisher(
             worker_id=wiring.worker_id,
+            served_by=wiring.service or model,
             results=wiring.results,
             in_hand=in_hand,
             versions=versions,

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from switchyard.overflow import oldest_ages, queue_name
 from switchyard.scaling import Decision, LaneSignals, ScalingPolicy, ScalingSignals, decide
 from switchyard.telemetry import COUNT, metrics_document
 
@@ -58,8 +59,6 @@ TICK_SECONDS = 1.0  # how often the autoscaler reads the queues and decides
 HOLD_LOG_SECONDS = 30.0  # a service's holds are logged at most this often
 METRICS_SECONDS = 10.0  # worker counts are emitted at least this often
 _COUNTS = ("ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible")
-_AGE_METRIC = "ApproximateAgeOfOldestMessage"
-_QUERIES_PER_CALL = 500  # GetMetricData's limit
 
 
 class QueueSignals(Protocol):
@@ -125,41 +124,7 @@ class SqsQueueSignals:
         """Queue name -> seconds since its oldest message was sent (the newest
         datapoint of the last five minutes; 0 where there is none)."""
         names = [queue_name(url) for lanes in self._queues.values() for url in lanes.values()]
-        end = dt.datetime.now(dt.UTC)
-        ages: dict[str, float] = {}
-        for first in range(0, len(names), _QUERIES_PER_CALL):
-            chunk = names[first : first + _QUERIES_PER_CALL]
-            queries = [
-                {
-                    "Id": f"q{i}",
-                    "MetricStat": {
-                        "Metric": {
-                            "Namespace": "AWS/SQS",
-                            "MetricName": _AGE_METRIC,
-                            "Dimensions": [{"Name": "QueueName", "Value": name}],
-                        },
-                        "Period": 60,
-                        "Stat": "Maximum",
-                    },
-                }
-                for i, name in enumerate(chunk)
-            ]
-            answer = self._cloudwatch.get_metric_data(
-                MetricDataQueries=queries,
-                StartTime=end - dt.timedelta(minutes=5),
-                EndTime=end,
-                ScanBy="TimestampDescending",
-            )
-            for result in answer.get("MetricDataResults", []):
-                values = result.get("Values") or []
-                if values:
-                    ages[chunk[int(result["Id"][1:])]] = float(values[0])
-        return ages
-
-
-def queue_name(url: str) -> str:
-    """An SQS queue URL's queue name (its last path segment)."""
-    return url.rstrip("/").rsplit("/", 1)[-1]
+        return oldest_ages(self._cloudwatch, names)
 
 
 def summed(lanes: Iterable[Mapping[str, LaneSignals]]) -> dict[str, LaneSignals]:

@@ -117,16 +117,10 @@ class Provisioned:
     def worker_values(self, service: str) -> dict[str, Any]:
         """A worker's settings: those of a model's own service (named after the
         model), or of a pool's, which serves its models within its budgets."""
-        pool = self.manifest.pools.get(service)
         serves: dict[str, Any] = (
-            {"worker_model": service}
-            if pool is None
-            else {
-                "worker_pool": service,
-                "worker_models": list(self.manifest.pool_models(service)),
-                "memory_budget_mib": pool.memory_budget_mib,
-                "device_memory_budget_mib": pool.device_memory_budget_mib,
-            }
+            self.manifest.pool_worker_values(service)
+            if service in self.manifest.pools
+            else {"worker_model": service}
         )
         return {
             **self.settings_values(),

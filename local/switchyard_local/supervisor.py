@@ -563,6 +563,7 @@ class LocalPlatform:
                     "compute": spec.compute,
                     "memory_budget_mib": spec.memory_budget_mib,
                     "device_memory_budget_mib": spec.device_memory_budget_mib,
+                    "overflow": list(self.manifest.overflow_models(pool)),
                 }
                 for pool, spec in self.manifest.pools.items()
             },
@@ -689,7 +690,11 @@ class LocalPlatform:
         layout, as an ECS task runs it."""
         assert self.provisioned is not None
         command = self.launcher.worker()
-        pool = {"pool_state_file": str(self.run_dir / f"{name}{POOL_STATE_SUFFIX}")}
+        pool = {
+            "pool_state_file": str(self.run_dir / f"{name}{POOL_STATE_SUFFIX}"),
+            # The emulator answers SQS's age metric live (in AWS it moves each minute).
+            "overflow_age_read_seconds": 1.0,
+        }
         settings = to_environment(
             WorkerSettings,
             {

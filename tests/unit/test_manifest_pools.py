@@ -117,3 +117,85 @@ def test_a_pool_that_cannot_run_is_refused(change, error):
     change(data)
     with pytest.raises(ValueError, match=error):
         Manifest.model_validate(data)
+
+
+GPU_TAIL = {
+    "compute": "gpu",
+    "instance_types": ["g5.xlarge"],
+    "memory_budget_mib": 4096,
+    "device_memory_budget_mib": 16384,
+    "overflow_pool": "cpu-tail",
+    "cpu_overflow_after_ms": 1500,
+}
+
+
+def _overflowing(data: dict) -> dict:
+    """digits-cnn in GPU pool ``gpu-tail``, ``cpu_capable``, overflowing into CPU pool
+    ``cpu-tail`` (minilm-embed's)."""
+    _pooled(data, "minilm-embed", pool="cpu-tail")
+    data["pools"]["gpu-tail"] = copy.deepcopy(GPU_TAIL)
+    spec = data["models"]["digits-cnn"]
+    spec.update(pool="gpu-tail", cpu_capable=True)
+    spec.pop("instance_types", None)
+    spec.pop("scaling", None)
+    return data
+
+
+def test_a_cpu_pool_takes_the_cpu_capable_models_of_the_gpu_pool_that_overflows_into_it():
+    manifest = Manifest.model_validate(_overflowing(_data()))
+    # The CPU pool scales on its own models and also takes digits-cnn's work.
+    assert manifest.pool_models("cpu-tail") == ("minilm-embed",)
+    assert manifest.service_models("cpu-tail") == ("minilm-embed", "digits-cnn")
+    overflow = manifest.overflow_models("cpu-tail")
+    assert {m: (s.pool, s.after_ms) for m, s in overflow.items()} == {
+        "digits-cnn": ("gpu-tail", 1500)
+    }
+    # What each pool's workers are told: the CPU pool its overflow models, the GPU
+    # pool that its workers say they run.
+    cpu, gpu = manifest.pool_worker_values("cpu-tail"), manifest.pool_worker_values("gpu-tail")
+    assert cpu["overflow"] == {"digits-cnn": {"pool": "gpu-tail", "after_ms": 1500}}
+    assert (cpu["pool_heartbeat"], gpu["pool_heartbeat"]) == (False, True)
+    assert gpu["overflow"] == {} and gpu["worker_models"] == ["digits-cnn"]
+
+
+def test_a_pool_that_only_takes_overflow_is_a_pool():
+    data = _overflowing(_data())
+    # minilm-embed back on a service of its own: cpu-tail serves overflow alone
+    data["models"]["minilm-embed"] = tomllib.loads(MANIFEST_FILE.read_text())["models"][
+        "minilm-embed"
+    ]
+    manifest = Manifest.model_validate(data)
+    assert manifest.pool_models("cpu-tail") == ()
+    assert list(manifest.overflow_models("cpu-tail")) == ["digits-cnn"]
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        (
+            lambda d: d["models"]["minilm-embed"].update(cpu_capable=True),
+            r"cpu_capable: a CPU model runs on a CPU already",
+        ),
+        (
+            lambda d: d["pools"]["gpu-tail"].pop("overflow_pool"),
+            r"models\.digits-cnn\.cpu_capable: its pool 'gpu-tail' names no overflow_pool",
+        ),
+        (
+            lambda d: d["pools"]["gpu-tail"].update(overflow_pool="nowhere"),
+            r"pools\.gpu-tail\.overflow_pool: 'nowhere' is not a CPU pool of this manifest",
+        ),
+        (
+            lambda d: d["models"]["digits-cnn"].update(cpu_capable=False),
+            r"pools\.gpu-tail\.overflow_pool: none of its models is cpu_capable",
+        ),
+        (
+            lambda d: d["pools"]["cpu-tail"].update(overflow_pool="cpu-tail"),
+            r"overflow_pool: a CPU pool's work has nowhere cheaper to go",
+        ),
+    ],
+)
+def test_an_overflow_that_cannot_happen_is_refused_naming_the_field(change, error):
+    data = _overflowing(_data())
+    change(data)
+    with pytest.raises(ValueError, match=error):
+        Manifest.model_validate(data)

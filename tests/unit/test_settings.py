@@ -132,6 +132,19 @@ def test_a_pool_worker_reads_its_pool_its_models_and_its_budgets(monkeypatch):
     assert (settings.memory_budget_mib, settings.device_memory_budget_mib) == (2048, 8192)
 
 
+def test_a_cpu_pool_worker_reads_the_models_it_takes_on_overflow(monkeypatch):
+    # GIVEN a CPU pool's worker environment that names a GPU pool's model
+    overflow = {"g": {"pool": "small-gpu", "after_ms": 1500}}
+    env = to_environment(WorkerSettings, {**WORKER, **POOL, "overflow": overflow})
+    # WHEN the worker reads it at start
+    settings = read_settings(WorkerSettings, env, monkeypatch)
+    # THEN it takes that model's work too, knowing where it comes from
+    assert settings.served_models == ["m", "n", "g"]
+    assert settings.overflow["g"].pool == "small-gpu"
+    assert settings.overflow["g"].after_ms == 1500
+    assert settings.pool_heartbeat is False
+
+
 def test_a_model_worker_serves_its_model():
     settings = WorkerSettings.model_validate({**WORKER, "worker_model": "m"})
     assert settings.service == "m"
@@ -154,11 +167,17 @@ def test_a_model_worker_serves_its_model():
         ),
         (
             {**POOL, "worker_models": []},
-            "SWITCHYARD_WORKER_MODELS: the pool's models, at least one, each once",
+            "SWITCHYARD_WORKER_MODELS: the pool's models, each once, at least one unless "
+            "it serves SWITCHYARD_OVERFLOW",
         ),
         (
             {**POOL, "worker_models": ["m", "m"]},
-            "SWITCHYARD_WORKER_MODELS: the pool's models, at least one, each once",
+            "SWITCHYARD_WORKER_MODELS: the pool's models, each once, at least one unless "
+            "it serves SWITCHYARD_OVERFLOW",
+        ),
+        (
+            {**POOL, "overflow": {"m": {"pool": "gpu", "after_ms": 100}}},
+            "SWITCHYARD_OVERFLOW: 'm' is the pool's own model",
         ),
         ({**POOL, "memory_budget_mib": 0}, "SWITCHYARD_MEMORY_BUDGET_MIB: Input should be"),
     ],

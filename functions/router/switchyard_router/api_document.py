@@ -76,6 +76,9 @@ class RequestStatus(TypedDict):
     outputs: NotRequired[list[Any]]
     error: NotRequired[ErrorInfo]
     timings: dict[str, float]  # milliseconds per stage, and the batch's size
+    # The worker service that ran it: the model's own, its pool, or the CPU pool
+    # that took it on overflow (absent until a worker has run it).
+    served_by: NotRequired[str]
 
 
 class Prediction(RequestStatus):

@@ -394,6 +394,8 @@ def _status_body(
     if record.error is not None:
         body["error"] = record.error.model_dump(exclude_none=True)
     body["timings"] = _durations(record, router_timings)
+    if record.served_by is not None:
+        body["served_by"] = record.served_by
     return body
 
 

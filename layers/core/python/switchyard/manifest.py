@@ -21,6 +21,7 @@ from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from switchyard.overflow import OverflowSource
 from switchyard.registry import ModelVersion
 from switchyard.scaling import ScalingPolicy
 from switchyard.schemas import LANES, Lane, Signature
@@ -453,6 +454,12 @@ class ModelSpec(_Strict):
         description="The pool (`[pools.<name>]`) whose workers run it beside other models, "
         "loaded on first use; without one it has a worker service of its own",
     )
+    cpu_capable: bool = Field(
+        default=False,
+        description="A model of a GPU pool that also runs on a CPU: its pool's "
+        "`overflow_pool` takes its work while the GPU pool has no worker running, or "
+        "while its oldest message is older than the pool's `cpu_overflow_after_ms`",
+    )
     signature: Signature = Field(
         description="What each input is, checked by the router and again by the worker: "
         '`{ kind = "text", max_chars }` (a string); `{ kind = "tensor", shape = [n], '
@@ -516,6 +523,10 @@ class ModelSpec(_Strict):
                 f"pool: a generation model keeps a service of its own (pool {self.pool!r} "
                 "runs micro-batch models: embedders and classifiers)"
             )
+        if self.cpu_capable and self.compute != "gpu":
+            raise ValueError("cpu_capable: a CPU model runs on a CPU already")
+        if self.cpu_capable and self.pool is None:
+            raise ValueError("cpu_capable: only a model of a GPU pool overflows to a CPU pool")
         if self.pool is not None and self.scaling != ModelScaling():
             raise ValueError(
                 f"scaling: a model in pool {self.pool!r} scales with the pool "
@@ -584,6 +595,19 @@ class PoolSpec(_Strict):
         description="This pool's overrides of its stages' scaling values, over the sum of "
         "its models' work",
     )
+    overflow_pool: str | None = Field(
+        default=None,
+        description="A GPU pool's CPU pool, which also serves this pool's `cpu_capable` "
+        "models when their work would otherwise wait (see `cpu_overflow_after_ms`)",
+    )
+    cpu_overflow_after_ms: int = Field(
+        default=2000,
+        ge=0,
+        le=900_000,
+        description="A `cpu_capable` model's work goes to the overflow pool once its "
+        "oldest message is older than this, or at once while this pool has no worker "
+        "running (in AWS the age is SQS's one-minute metric: docs/scaling.md)",
+    )
 
     @model_validator(mode="after")
     def _device_budget(self) -> PoolSpec:
@@ -591,6 +615,8 @@ class PoolSpec(_Strict):
             raise ValueError("device_memory_budget_mib: a GPU pool has one")
         if self.compute == "cpu" and self.device_memory_budget_mib is not None:
             raise ValueError("device_memory_budget_mib: a CPU pool has no GPU memory")
+        if self.compute == "cpu" and self.overflow_pool is not None:
+            raise ValueError("overflow_pool: a CPU pool's work has nowhere cheaper to go")
         return self
 
 
@@ -639,8 +665,9 @@ class Manifest(_Strict):
                 raise ValueError(f"pools.{name}: a pool name is 2-40 of a-z, 0-9 and '-'")
             if name in self.models:
                 raise ValueError(f"pools.{name}: a model has that name (a service each)")
-            if not self.pool_models(name):
+            if not self.pool_models(name) and not self.overflow_models(name):
                 raise ValueError(f"pools.{name}: no model names it (`pool = {name!r}`)")
+            self._check_overflow(name)
             for stage in self.stages:
                 try:
                     self.pool_scaling_policy(name, stage)
@@ -653,6 +680,60 @@ class Manifest(_Strict):
     def pool_models(self, pool: str) -> tuple[str, ...]:
         """The models ``pool`` serves, in manifest order."""
         return tuple(name for name, spec in self.models.items() if spec.pool == pool)
+
+    def _check_overflow(self, pool: str) -> None:
+        spec = self.pools[pool]
+        capable = [m for m in self.pool_models(pool) if self.models[m].cpu_capable]
+        if spec.overflow_pool is None:
+            if capable:
+                raise ValueError(
+                    f"models.{capable[0]}.cpu_capable: its pool {pool!r} names no overflow_pool"
+                )
+            return
+        target = self.pools.get(spec.overflow_pool)
+        if target is None or target.compute != "cpu":
+            raise ValueError(
+                f"pools.{pool}.overflow_pool: {spec.overflow_pool!r} is not a CPU pool of "
+                "this manifest"
+            )
+        if not capable:
+            raise ValueError(
+                f"pools.{pool}.overflow_pool: none of its models is cpu_capable, so none "
+                "would overflow"
+            )
+
+    def overflow_models(self, pool: str) -> dict[str, OverflowSource]:
+        """The models whose work CPU pool ``pool`` also takes when their GPU pool
+        cannot (``cpu_capable`` models of a pool whose ``overflow_pool`` it is)."""
+        return {
+            model: OverflowSource(pool=source, after_ms=spec.cpu_overflow_after_ms)
+            for source, spec in self.pools.items()
+            if spec.overflow_pool == pool
+            for model in self.pool_models(source)
+            if self.models[model].cpu_capable
+        }
+
+    def pool_worker_values(self, pool: str) -> dict[str, Any]:
+        """What a pool's workers are told (``WorkerSettings``), the same in the CDK
+        app and locally: the models it serves, its budgets, the models it takes on
+        overflow, and whether its workers say they are running (a pool that
+        overflows: its overflow pool reads that)."""
+        spec = self.pools[pool]
+        return {
+            "worker_pool": pool,
+            "worker_models": list(self.pool_models(pool)),
+            "memory_budget_mib": spec.memory_budget_mib,
+            "device_memory_budget_mib": spec.device_memory_budget_mib,
+            "overflow": {m: s.model_dump() for m, s in self.overflow_models(pool).items()},
+            "pool_heartbeat": spec.overflow_pool is not None,
+        }
+
+    def service_models(self, service: str) -> tuple[str, ...]:
+        """Every model whose queues ``service``'s workers take work from: its own, and
+        for a CPU pool the models it takes on overflow."""
+        if service not in self.pools:
+            return (service,)
+        return (*self.pool_models(service), *self.overflow_models(service))
 
     def services(self) -> dict[str, tuple[str, ...]]:
         """Each worker service and the models it serves: a model with a service of its

@@ -151,6 +151,9 @@ class ResultRecord(BaseModel):
     # still queued after that is answered "expired".
     work_expires_at: float | None = None
     worker: str | None = None
+    # The worker service that ran it: the model's own, its pool, or a CPU pool that
+    # took it on overflow.
+    served_by: str | None = None
     shadow_of: str | None = None
     # Attempts that failed as a whole batch (the router's cue to fall back).
     failures: int = 0

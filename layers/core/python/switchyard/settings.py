@@ -23,6 +23,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import ErrorDetails
 
+from switchyard.overflow import OverflowSource
 from switchyard.schemas import Lane
 
 ENV_PREFIX = "SWITCHYARD_"
@@ -241,6 +242,25 @@ class WorkerSettings(Settings):
         description="A GPU pool's service: the device memory (MiB) its loaded versions may "
         "hold together",
     )
+    overflow: dict[str, OverflowSource] = Field(
+        default_factory=dict,
+        description="A CPU pool's service: the models of GPU pools it also serves when "
+        "their work would otherwise wait (JSON: model -> `{pool, after_ms}`): their GPU "
+        "pool has no worker running, or their oldest message is older than `after_ms`",
+    )
+    pool_heartbeat: bool = Field(
+        default=False,
+        description="A pool whose models overflow to a CPU pool: each running worker says "
+        "so in the results table every few seconds, and the CPU pool reads it",
+    )
+    overflow_age_read_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        le=300,
+        description="How often a CPU pool's worker reads the age of its overflow models' "
+        "oldest messages from CloudWatch (each read is one GetMetricData call; in AWS "
+        "the metric moves once a minute)",
+    )
     artifacts_bucket: str = Field(description="The S3 bucket of the models' artifacts")
     artifacts_cache: str = Field(
         default="/tmp/switchyard-artifacts",
@@ -335,10 +355,14 @@ class WorkerSettings(Settings):
         if needs:
             raise ValueError(f"a pool ({name.format('WORKER_POOL')}) needs {' and '.join(needs)}")
         models = self.worker_models or []
-        if not models or len(set(models)) != len(models):
+        if len(set(models)) != len(models) or not (models or self.overflow):
             raise ValueError(
-                f"{name.format('WORKER_MODELS')}: the pool's models, at least one, each once"
+                f"{name.format('WORKER_MODELS')}: the pool's models, each once, at least "
+                f"one unless it serves {name.format('OVERFLOW')}"
             )
+        both = sorted(set(models) & set(self.overflow))
+        if both:
+            raise ValueError(f"{name.format('OVERFLOW')}: {both[0]!r} is the pool's own model")
         return self
 
     @property
@@ -349,7 +373,9 @@ class WorkerSettings(Settings):
     @property
     def served_models(self) -> list[str]:
         """The models whose work this worker takes."""
-        return list(self.worker_models or []) if self.worker_pool else [self.worker_model or ""]
+        if self.worker_pool:
+            return [*(self.worker_models or []), *self.overflow]
+        return [self.worker_model or ""]
 
 
 class SettingsError(RuntimeError):
