@@ -27,44 +27,13 @@ from typing import Any
 
 from stacks.cloud import APPCONFIG_EXTENSION_LAYER
 from switchyard.manifest import UNRESERVED_CONCURRENCY_MINIMUM, Manifest, load_manifest
-
-# vCPUs of the instance types a manifest may name (EC2's on-demand quotas count
-# vCPUs). A type missing here is reported, not guessed.
-INSTANCE_VCPUS = {
-    "g4dn.xlarge": 4,
-    "g4dn.2xlarge": 8,
-    "g5.xlarge": 4,
-    "g5.2xlarge": 8,
-    "g5.4xlarge": 16,
-    "g6.xlarge": 4,
-    "g6.2xlarge": 8,
-    "g6.4xlarge": 16,
-    "c7i.large": 2,
-    "c7i.xlarge": 4,
-    "c7i.2xlarge": 8,
-    "m7i.xlarge": 4,
-    "m7i.2xlarge": 8,
-}
-# A new account's defaults (Service Quotas), for the comparison in the report.
-LAMBDA_CONCURRENCY_DEFAULT = 1_000
-API_GATEWAY_RATE_DEFAULT = 10_000
-
-
-@dataclass(frozen=True)
-class Quota:
-    """One account quota a stage needs: its name and code in Service Quotas, what
-    the stage needs of it, and what a new account has."""
-
-    name: str
-    code: str | None  # None where Service Quotas has no code for it here
-    needs: int
-    default: int | None
-    why: str
-
-    def line(self) -> str:
-        default = "set per account" if self.default is None else f"default {self.default:,}"
-        code = f" ({self.code})" if self.code else ""
-        return f"{self.name}{code}: needs {self.needs:,} ({default}): {self.why}"
+from switchyard.quotas import (
+    API_GATEWAY_RATE_DEFAULT,
+    INSTANCE_VCPUS,
+    LAMBDA_CONCURRENCY_DEFAULT,
+    Quota,
+    host_quota,
+)
 
 
 @dataclass
@@ -109,13 +78,6 @@ def _resources(template: dict[str, Any], kind: str) -> list[dict[str, Any]]:
         for resource in template.get("Resources", {}).values()
         if resource.get("Type") == kind
     ]
-
-
-def _host_quota(instance_types: list[str]) -> tuple[str, str]:
-    """The EC2 on-demand quota (name, code) that instances of these types count in."""
-    if all(t.split(".")[0][0] in "gv" for t in instance_types):
-        return "EC2 Running On-Demand G and VT instances (vCPUs)", "L-DB2E81BA"
-    return "EC2 Running On-Demand Standard instances (vCPUs)", "L-1216C47A"
 
 
 def stage_quotas(
@@ -173,11 +135,11 @@ def stage_quotas(
             if not types or unknown:
                 problems.append(
                     f"hosts of types {types or '?'}: vCPUs unknown for {unknown or types} "
-                    "(add them to stacks.deploy_check.INSTANCE_VCPUS)"
+                    "(add them to switchyard.quotas.INSTANCE_VCPUS)"
                 )
                 continue
             vcpus = int(group["MaxSize"]) * max(INSTANCE_VCPUS[t] for t in types)
-            key = _host_quota(types)
+            key = host_quota(types)
             count, seen = hosts.get(key, (0, []))
             hosts[key] = (count + vcpus, seen + types)
     for (name, code), (vcpus, types) in hosts.items():
