@@ -200,7 +200,7 @@ def replay(load: ServiceLoad, settings: ReplaySettings, name: str = "") -> Repla
     warmup = math.ceil(settings.warmup_seconds / dt)
     per_decision = round(settings.decide_every_seconds / dt)
     rng = random.Random(f"{settings.seed}:{name}")
-    draw = _poisson if settings.arrivals == "poisson" else _exactly
+    poisson = settings.arrivals == "poisson"
 
     result = ReplayResult()
     queue: deque[_Piece] = deque()
@@ -211,7 +211,9 @@ def replay(load: ServiceLoad, settings: ReplaySettings, name: str = "") -> Repla
     no_wait = 0.0  # requests of the measured day served as they arrived
     arrived = served = busy = paid = 0.0  # the measured day's
     peak = 0
-    means = [rate * dt for rate in load.rates]
+    means = [max(0.0, rate * dt) for rate in load.rates]
+    spreads = [math.sqrt(mean) for mean in means]
+    gauss = rng.gauss
     batch_seconds = load.batch_seconds
 
     for k in range(warmup + day):
@@ -222,7 +224,15 @@ def replay(load: ServiceLoad, settings: ReplaySettings, name: str = "") -> Repla
             running += 1
             last_ready = t
         mu = worker_rps[k % day]
-        arrivals = draw(rng, means[k % day])
+        mean = means[k % day]
+        if not poisson:
+            arrivals = mean
+        elif mean >= 30:  # a rounded normal: the difference from Poisson's is noise here
+            arrivals = float(round(mean + spreads[k % day] * gauss()))
+            if arrivals < 0:
+                arrivals = 0.0
+        else:
+            arrivals = _poisson(rng, mean)
         rate_in = arrivals / dt
         capacity = running * mu  # requests/s
         departed = 0.0
@@ -336,18 +346,12 @@ def _depart(
 
 
 def _poisson(rng: random.Random, mean: float) -> float:
-    """A Poisson draw (Knuth's below 30, a rounded normal above: the plan's rates
-    are either small or large enough that the difference is noise)."""
+    """A Poisson draw for a small mean (Knuth's); a large one is drawn as a rounded
+    normal in the loop."""
     if mean <= 0:
         return 0.0
-    if mean < 30:
-        limit, k, p = math.exp(-mean), 0, rng.random()
-        while p > limit:
-            k += 1
-            p *= rng.random()
-        return float(k)
-    return float(max(0, round(rng.gauss(mean, math.sqrt(mean)))))
-
-
-def _exactly(rng: random.Random, mean: float) -> float:
-    return max(0.0, mean)
+    limit, k, p = math.exp(-mean), 0, rng.random()
+    while p > limit:
+        k += 1
+        p *= rng.random()
+    return float(k)

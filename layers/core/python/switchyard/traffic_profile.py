@@ -490,10 +490,11 @@ def _traffic(
     else:
         shape = entry.shape or defaults.shape or "diurnal"
         hours = SHAPES[shape] if isinstance(shape, str) else tuple(shape)
-        peak = entry.peak_rps * share  # type: ignore[operator]
+        given_peak = entry.peak_rps or 0.0  # given where there is no trace (checked)
+        peak = given_peak * share
         average, top = sum(hours) / 24, max(hours)
         if entry.mean_rps is None or top - average < 1e-12:
-            if entry.mean_rps is not None and abs(entry.mean_rps - entry.peak_rps) > 1e-9:  # type: ignore[operator]
+            if entry.mean_rps is not None and abs(entry.mean_rps - given_peak) > 1e-9:
                 raise ProfileError(f"{at}.mean_rps: a flat shape has its mean at its peak")
             rates = [peak * h / top for h in hours]
         else:
@@ -504,7 +505,7 @@ def _traffic(
                 hour = rates.index(min(rates))
                 raise ProfileError(
                     f"{at}.mean_rps: with this shape, a mean of {entry.mean_rps:g} under the "
-                    f"peak of {entry.peak_rps:g} leaves hour {hour:02d} below zero"
+                    f"peak of {given_peak:g} leaves hour {hour:02d} below zero"
                 )
         points = [(h * 3600.0, max(0.0, r)) for h, r in enumerate(rates)]
     day = _sampled(points, tick)
