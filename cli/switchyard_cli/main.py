@@ -37,7 +37,7 @@ from switchyard.registry import VersionExists
 from switchyard.routing import canaries, rolled_back
 from switchyard.schemas import LANES, Lane
 from switchyard.tables import RESULTS
-from switchyard_cli import jobs, keys
+from switchyard_cli import jobs, keys, plan
 from switchyard_cli.arguments import count, seconds
 from switchyard_cli.dead_letters import (
     DeadLetterError,
@@ -607,6 +607,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     jobs.add_commands(commands)
     keys.add_command(commands)
+    plan.add_command(commands)
     dlq = commands.add_parser(
         "dlq", help="messages whose every attempt failed (the models' dead-letter queues)"
     ).add_subparsers(dest="sub", required=True)
@@ -632,7 +633,7 @@ def build_parser() -> argparse.ArgumentParser:
     # given there stands over one given before it.
     for command in _commands(parser):
         command.add_argument("--run-dir", default=argparse.SUPPRESS, help=RUN_DIR_HELP)
-        if command.prog != "switchyard up":
+        if command.prog not in ("switchyard up", "switchyard plan"):  # no stack to act on
             _stack_options(command, default=argparse.SUPPRESS)
     return parser
 
