@@ -1,6 +1,8 @@
 """The emulator's SQS fix changes how moto finds messages, never what SQS answers:
 the same script of calls, run in-process on moto as it is and with the fix, gives
-the same observable answers."""
+the same observable answers. With fair order on (as the emulator runs), only which
+messages a receive picks while a message group is a noisy neighbour differs; the
+rules that judge a group noisy are tested here on their own."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import gc
 import json
 import weakref
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
@@ -15,7 +18,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from switchyard_local import moto_sqs
+from switchyard_local import moto_fair, moto_sqs
 
 COUNTS = [
     "ApproximateNumberOfMessages",
@@ -142,8 +145,9 @@ def script() -> list[Any]:
     outcome(lambda: sqs.delete_message(QueueUrl=dlq, ReceiptHandle=again[1]["ReceiptHandle"]))
     outcome(lambda: sqs.delete_message(QueueUrl=url, ReceiptHandle=dead[0]["ReceiptHandle"]))
     sqs.purge_queue(QueueUrl=dlq)
-    outcome(lambda: sqs.delete_message(QueueUrl=dlq, ReceiptHandle=dead[2]["ReceiptHandle"]))
-    outcome(lambda: release(dlq, dead[3]))
+    # (Fair order sends fewer messages to the DLQ here: two or more, in either case.)
+    outcome(lambda: sqs.delete_message(QueueUrl=dlq, ReceiptHandle=dead[1]["ReceiptHandle"]))
+    outcome(lambda: release(dlq, dead[-1]))
     note("dlq attrs", attrs(dlq))
     note(
         "all", sorted(sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"])
@@ -188,22 +192,169 @@ def run_script() -> list[Any]:
         return script()
 
 
-def test_the_fix_answers_as_moto_does(credentials):
-    # GIVEN the script's answers from moto as it is
+def script_answers(fair: bool | None) -> list[Any]:
+    """The script's answers from moto as it is (None), or with the fix, its fair
+    order on or off."""
     moto_sqs.undo()
-    plain = run_script()
-    # WHEN it runs again with the fix
-    moto_sqs.apply()
+    if fair is None:
+        return run_script()
+    moto_sqs.apply(fair=fair)
     try:
-        fixed = run_script()
+        return run_script()
     finally:
         moto_sqs.undo()
+
+
+def test_the_fix_answers_as_moto_does(credentials):
+    # GIVEN the script's answers from moto as it is
+    plain = script_answers(fair=None)
+    # WHEN it runs again with the fix, in moto's order
+    fixed = script_answers(fair=False)
     # THEN every answer is the same
     assert fixed == plain
     # AND the script did reach the paths it is meant to: errors, the DLQ, FIFO
     labels = [label for label, _ in plain]
     assert labels.count("error") >= 6 and ("dlq attrs", {}) not in plain
     assert ("fifo attrs", dict(zip(COUNTS, ["5", "0", "0"], strict=True))) in plain
+
+
+def received_bodies(answers: list[Any]) -> set[str]:
+    return {m[0] for label, got in answers if label == "received" for m in got}
+
+
+def test_with_fair_order_only_which_messages_a_receive_picks_differs(credentials):
+    """Fair order changes which visible messages a receive hands out once a group is
+    a noisy neighbour, and so, downstream, which messages are received how often
+    (and reach the DLQ). It leaves alone everything before that, every error, the
+    FIFO queue, and that every message is delivered."""
+    # GIVEN the script's answers from moto as it is
+    plain = script_answers(fair=None)
+    # WHEN it runs again with the fix, in fair order, as the emulator runs
+    fair = script_answers(fair=True)
+    # THEN the same calls were answered, each with the same kind of answer
+    assert [label for label, _ in fair] == [label for label, _ in plain]
+    # AND every answer is the same up to the second receive: "acme" then held 4 of the
+    # 10 messages received (its share of processing time over 10%: noisy), each
+    # message without a group being a tenant of its own (quiet)
+    split = next(i for i, (a, b) in enumerate(zip(plain, fair, strict=True)) if a != b)
+    assert fair[:split] == plain[:split]
+    label, picked = fair[split]
+    assert label == "received" and len(picked) == len(plain[split][1]) == 10
+    # AND that receive handed out the quiet messages first: none of acme's, where moto
+    # gave the first ten in queue order
+    assert {group for _, _, group in plain[split][1]} == {None, "acme"}
+    assert {group for _, _, group in picked} == {None}
+    # AND every error is the same, every message of the standard queue was delivered
+    # (all but the one delayed a minute), and the FIFO queue's answers, from its first
+    # count on, are all the same
+    assert [a for a in fair if a[0] == "error"] == [a for a in plain if a[0] == "error"]
+    fifo = [label for label, _ in plain].index("fifo attrs")
+    sent = {*(f"m{i}" for i in range(25)), *(f"b{i}" for i in range(10))}
+    assert received_bodies(fair[:fifo]) == received_bodies(plain[:fifo]) == sent
+    assert fair[fifo:] == plain[fifo:]
+
+
+# -- the rules that judge a group noisy (switchyard_local.moto_fair) ---------------------
+
+NOW_MS = 1_000_000.0
+
+
+@dataclass(eq=False)
+class FakeMessage:
+    """What the rules read of a message: its group, when it becomes visible again,
+    when its current receive began."""
+
+    group_id: str | None
+    visible_at: float = NOW_MS + 30_000
+    _sy_taken: float | None = NOW_MS
+
+
+@dataclass
+class FakeQueue:
+    _pending_messages: set[FakeMessage] = field(default_factory=set)
+
+
+def in_flight(queue: FakeQueue, group: str | None, n: int, received_ms_ago: float = 0) -> None:
+    queue._pending_messages.update(
+        FakeMessage(group, _sy_taken=NOW_MS - received_ms_ago) for _ in range(n)
+    )
+
+
+def processed(queue: FakeQueue, group: str | None, ms: float, at: float = NOW_MS) -> None:
+    """A receive of ``group`` that ended (deleted) at ``at``, ``ms`` after it began."""
+    moto_fair.settled(queue, FakeMessage(group, visible_at=at, _sy_taken=at - ms), at)
+
+
+def test_a_group_is_noisy_with_over_10_percent_of_the_messages_in_flight_and_30(credentials):
+    # GIVEN queues whose messages were all received just now (no processing time yet)
+    cases = {}
+    for a, others in ((31, 269), (30, 270), (29, 0), (40, 0)):
+        queue = FakeQueue()
+        in_flight(queue, "a", a)
+        in_flight(queue, None, others)  # each a tenant of its own
+        # WHEN each is judged
+        judged = moto_fair.assess(queue, NOW_MS)
+        cases[(a, a + others)] = judged.noisy
+        assert judged.in_flight["a"] == a
+    # THEN a group is noisy over 10% of the in-flight messages and with at least 30
+    assert cases == {
+        (31, 300): {"a"},
+        (30, 300): set(),  # exactly 10%
+        (29, 29): set(),  # all of them, but fewer than 30
+        (40, 40): {"a"},
+    }
+
+
+def test_a_group_is_noisy_with_over_10_percent_of_the_recent_processing_time(credentials):
+    # GIVEN a queue whose receives took 11% of the processing time for group a, 10%
+    # for b, 79% for messages without a group (each a tenant of its own)
+    queue = FakeQueue()
+    processed(queue, "a", 110)
+    processed(queue, "b", 100)
+    for _ in range(79):
+        processed(queue, None, 10)
+    # WHEN it is judged
+    judged = moto_fair.assess(queue, NOW_MS)
+    # THEN only a is noisy
+    assert judged.noisy == {"a"}
+    assert judged.processing_ms == pytest.approx({"a": 110, "b": 100})
+
+
+def test_processing_time_counts_the_messages_in_flight_so_far(credentials):
+    # GIVEN group a with 5 messages in flight for 2 s, b with 20 received just now
+    queue = FakeQueue()
+    in_flight(queue, "a", 5, received_ms_ago=2000)
+    in_flight(queue, "b", 20)
+    # WHEN it is judged
+    judged = moto_fair.assess(queue, NOW_MS)
+    # THEN a, holding all the processing time so far, is noisy; b, with none, is not
+    assert judged.noisy == {"a"} and judged.processing_ms["a"] == pytest.approx(10_000)
+
+
+def test_recent_processing_time_halves_every_half_life(credentials):
+    # GIVEN 1,000 ms of a's processing, one half-life ago
+    queue = FakeQueue()
+    before = NOW_MS - moto_fair.HALF_LIFE_S * 1000
+    processed(queue, "a", 1000, at=before)
+    # WHEN it is judged now
+    judged = moto_fair.assess(queue, NOW_MS)
+    # THEN half of it counts
+    assert judged.processing_ms == pytest.approx({"a": 500})
+
+
+def test_a_receive_that_ends_late_counts_only_until_its_message_was_visible_again(
+    credentials,
+):
+    # GIVEN a message of a received 10 s ago with a 2 s visibility timeout, never
+    # deleted, received again now
+    queue = FakeQueue()
+    message = FakeMessage("a", visible_at=NOW_MS - 8000, _sy_taken=NOW_MS - 10_000)
+    moto_fair.received(queue, message, NOW_MS)
+    # WHEN the queue is judged
+    judged = moto_fair.assess(queue, NOW_MS)
+    # THEN the first receive counted 2 s, and the new one is under way
+    assert judged.processing_ms == pytest.approx({"a": 2000})
+    assert message._sy_taken == NOW_MS
 
 
 def test_apply_is_idempotent_and_undo_puts_moto_back():
