@@ -218,7 +218,8 @@ def reset(queue: Any) -> None:
 
 
 def received(queue: Any | None, message: Any, now_ms: float) -> None:
-    """``message`` is received again (before moto marks it): the receive before ends."""
+    """``message`` is being received (before moto marks it): its receive before this
+    one, if any, ends here."""
     if queue is not None:
         settled(queue, message, now_ms)
     message.__dict__[_TAKEN] = now_ms
