@@ -45,6 +45,26 @@ def test_what_is_written_is_what_is_read(monkeypatch):
     assert settings.jobs_table is None  # not set: its default
 
 
+def test_queue_urls_given_without_their_common_part_are_read_whole(monkeypatch):
+    # GIVEN a function that reaches many models' queues, written with only what
+    # differs between their URLs, and one URL given whole
+    values = {
+        **ROUTER,
+        "queues": {
+            "m": {"realtime": "m-realtime", "batch": "m-batch"},
+            "n": {"realtime": "n-realtime", "batch": "https://elsewhere/n-batch"},
+        },
+        "queue_url_prefix": "https://sqs.us-east-1.amazonaws.com/123456789012/yard-dev-",
+    }
+    # WHEN it reads its environment
+    settings = read_settings(RouterSettings, to_environment(RouterSettings, values), monkeypatch)
+    # THEN each URL is whole: the common part before each short one
+    assert settings.queues["m"].realtime == (
+        "https://sqs.us-east-1.amazonaws.com/123456789012/yard-dev-m-realtime"
+    )
+    assert settings.queues["n"].batch == "https://elsewhere/n-batch"
+
+
 def test_mappings_go_through_the_given_json_renderer():
     rendered = []
 

@@ -59,6 +59,30 @@ class Settings(BaseModel):
         description="Model name -> its queue URLs (`realtime`, `batch`). A router function "
         "in the cloud serves one model; the local router serves every model in the manifest"
     )
+    queue_url_prefix: str = Field(
+        default="",
+        description="Put before each URL of `queues` given without its scheme: a function "
+        "that reaches every model's queues carries only what differs (`<model>-realtime`), "
+        "so that many models fit in Lambda's 4 KB of environment",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _whole_queue_urls(cls, data: Any) -> Any:
+        prefix = data.get("queue_url_prefix") if isinstance(data, dict) else None
+        queues = data.get("queues") if isinstance(data, dict) else None
+        if not prefix or not isinstance(queues, dict):
+            return data
+        whole = {
+            model: {
+                lane: url if not isinstance(url, str) or "://" in url else prefix + url
+                for lane, url in pair.items()
+            }
+            if isinstance(pair, dict)
+            else pair
+            for model, pair in queues.items()
+        }
+        return {**data, "queues": whole}
 
     result_ttl_seconds: int = Field(
         default=86_400, gt=0, description="How long results and async status are kept"
