@@ -1,6 +1,6 @@
-"""The Switchyard CDK app: a data stack and a serving stack per stage, built from
-the manifest. ``app.py`` calls :func:`add_platform`; tests call it with other
-manifests and stages."""
+"""The Switchyard CDK app: a data stack, a models stack (each model's queues and
+alarms) and a serving stack per stage, built from the manifest. ``app.py`` calls
+:func:`add_platform`; tests call it with other manifests and stages."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from aws_cdk import App, Aspects, Environment
 from stacks.assets import REPO_ROOT
 from stacks.cloud import Deployment, deployment_from_context
 from stacks.data import DataStack
+from stacks.models import ModelsStack
 from stacks.nag import LinterAcknowledgments
 from stacks.serving import ServingStack
 from switchyard.manifest import Manifest
@@ -37,11 +38,12 @@ def create_app() -> App:
 class Platform:
     deployment: Deployment
     data: DataStack
+    models: ModelsStack
     serving: ServingStack
 
 
 def add_platform(app: App, manifest: Manifest) -> Platform:
-    """Both stacks of the stage named by the app's ``stage`` context."""
+    """The stacks of the stage named by the app's ``stage`` context."""
     deployment = deployment_from_context(app, manifest)
     names = deployment.names
     # Region from the manifest; the account stays a deploy-time token, so synth
@@ -54,14 +56,22 @@ def add_platform(app: App, manifest: Manifest) -> Platform:
         env=env,
         description=f"Switchyard {deployment.stage}: tables, buckets, prediction logs",
     )
+    models = ModelsStack(
+        app,
+        f"{names.base}-models",
+        deployment=deployment,
+        env=env,
+        description=f"Switchyard {deployment.stage}: each model's queues and alarms",
+    )
     serving = ServingStack(
         app,
         f"{names.base}-serving",
         deployment=deployment,
         data=data,
+        models=models,
         env=env,
-        description=f"Switchyard {deployment.stage}: API, routers, queues, workers, AppConfig",
+        description=f"Switchyard {deployment.stage}: API, routers, workers, AppConfig",
     )
-    for stack in (data, serving):
+    for stack in (data, models, serving):
         Aspects.of(stack).add(LinterAcknowledgments())
-    return Platform(deployment=deployment, data=data, serving=serving)
+    return Platform(deployment=deployment, data=data, models=models, serving=serving)

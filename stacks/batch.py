@@ -18,7 +18,7 @@ from stacks.configuration import EveryModelRouting
 from stacks.data import Storage, grant_items, grant_objects, grant_registry_read
 from stacks.functions import FunctionCode, PlatformFunction, settings_environment
 from stacks.nag import acknowledge
-from stacks.queues import ModelQueues, queue_with_dlq
+from stacks.queues import ModelQueues, every_models_queues, queue_with_dlq
 from switchyard.manifest import DROP_BATCH_SIZE, DROP_SUFFIX
 from switchyard.settings import RouterSettings, SplitterSettings, WorkerSettings, variable
 
@@ -66,7 +66,7 @@ class BatchIngest(Construct):
                 SplitterSettings,
                 deployment=deployment,
                 storage=storage,
-                queues={model: q.urls() for model, q in queues.items()},
+                **every_models_queues(self, deployment, queues),
                 service="batch-splitter",
                 jobs_table=storage.jobs_table.table_name,
                 drop_queue_url=self.drop_queue.queue_url,

@@ -212,7 +212,7 @@ def synthesize(manifest: Manifest, stage: str, outdir: Path) -> dict[str, dict[s
     assembly = app.synth()
     return {
         stack.stack_name: assembly.get_stack_by_name(stack.stack_name).template
-        for stack in (platform.data, platform.serving)
+        for stack in (platform.data, platform.models, platform.serving)
     }
 
 

@@ -29,8 +29,9 @@ from stacks.data import (
     grant_registry_read,
 )
 from stacks.functions import FunctionCode, PlatformFunction, settings_environment
-from stacks.observability import ModelAlarms, ModelDashboard, PoolView
-from stacks.queues import ModelQueues
+from stacks.models import ModelsStack
+from stacks.observability import ModelDashboard, NamedAlarms, PoolView
+from stacks.queues import ModelQueues, NamedQueues
 from switchyard.manifest import MODEL_TAG, ModelSpec
 from switchyard.settings import RouterSettings, WorkerSettings
 
@@ -149,7 +150,8 @@ def grant_worker(
 
 class ModelEndpoint(Construct):
     """Queues, router function, routing profile, worker service, alarms and
-    dashboard of one model. Adding a model to the manifest adds all of them. A
+    dashboard of one model (its queues and alarms made in the models stack,
+    ``stacks.models``). Adding a model to the manifest adds all of them. A
     model that names a pool has no worker service of its own: the pool's serves
     it (``stacks.pools.PoolWorkers``), and its dashboard comes with the pool's
     (:meth:`add_dashboard`)."""
@@ -163,15 +165,15 @@ class ModelEndpoint(Construct):
         model: str,
         spec: ModelSpec,
         shared: SharedServing,
+        models: ModelsStack,
     ) -> None:
         super().__init__(scope, construct_id)
         storage = shared.storage
         names = deployment.names
         budget = deployment.settings.concurrency
-        self.queues = ModelQueues(self, "Queues", deployment=deployment, model=model, spec=spec)
-        self.alarms = ModelAlarms(
-            self, "Alarms", deployment=deployment, model=model, spec=spec, queues=self.queues
-        )
+        # Its queues and alarms are the models stack's, found here by their names.
+        self.queues: ModelQueues = NamedQueues(self, "Queues", deployment=deployment, model=model)
+        self.alarms = NamedAlarms(self, "Alarms", alarms=models.alarms[model])
         self.routing = ModelRouting(
             self,
             "Routing",

@@ -7,8 +7,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
-from aws_cdk import Duration
+from aws_cdk import ArnFormat, Duration, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ecs as ecs
 from constructs import Construct
@@ -315,6 +316,33 @@ class ModelAlarms(Construct):
         ]
 
 
+class NamedAlarms(Construct):
+    """A model's alarms made in another stack (``stacks.models``), referred to by
+    their names, which are fixed: the canary alarms that AppConfig watches, and all
+    of them for the dashboard. No CloudFormation export ties the two stacks."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, alarms: ModelAlarms) -> None:
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        named: dict[str, cloudwatch.IAlarm] = {}
+
+        def by_name(alarm: cloudwatch.IAlarm) -> cloudwatch.IAlarm:
+            name = cast(cloudwatch.CfnAlarm, alarm.node.default_child).alarm_name
+            assert name is not None, f"{alarm.node.path} has no name to be found by"
+            if name not in named:
+                arn = stack.format_arn(
+                    service="cloudwatch",
+                    resource="alarm",
+                    resource_name=name,
+                    arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                )
+                named[name] = cloudwatch.Alarm.from_alarm_arn(self, name, arn)
+            return named[name]
+
+        self.canary = [by_name(alarm) for alarm in alarms.canary]
+        self.all = [by_name(alarm) for alarm in alarms.all]
+
+
 class ModelDashboard(Construct):
     """One page per model: traffic, latency, queues, tasks, batching, errors. A
     model served by a pool (``pool``) shows its pool's tasks, and a row for the
@@ -331,7 +359,7 @@ class ModelDashboard(Construct):
         spec: ModelSpec,
         queues: ModelQueues,
         service: ecs.BaseService,
-        alarms: ModelAlarms,
+        alarms: ModelAlarms | NamedAlarms,
         pool: PoolView | None = None,
     ) -> None:
         super().__init__(scope, construct_id)

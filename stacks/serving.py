@@ -19,7 +19,9 @@ from stacks.endpoint import (
     SharedServing,
 )
 from stacks.functions import FunctionCode, PlatformFunction, settings_environment
+from stacks.models import ModelsStack
 from stacks.pools import PoolWorkers
+from stacks.queues import every_models_queues
 from switchyard.settings import RouterSettings
 
 
@@ -33,9 +35,12 @@ class ServingStack(Stack):
         *,
         deployment: Deployment,
         data: DataStack,
+        models: ModelsStack,
         **kwargs: object,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)  # type: ignore[arg-type]
+        # The models' queues and alarms are found by name: deployed first.
+        self.add_stack_dependency(models)
         storage = data.storage
         code = FunctionCode(self, "Code", deployment=deployment)
         self.shared = SharedServing(
@@ -54,6 +59,7 @@ class ServingStack(Stack):
                 model=model,
                 spec=spec,
                 shared=self.shared,
+                models=models,
             )
             for model, spec in deployment.manifest.models.items()
         }
@@ -120,7 +126,7 @@ class ServingStack(Stack):
                 RouterSettings,
                 deployment=deployment,
                 storage=storage,
-                queues={m: e.queues.urls() for m, e in self.endpoints.items()},
+                **every_models_queues(self, deployment, self.endpoints),
                 service="router",
                 tenant_keys=self.shared.api.tenant_keys,
                 jobs_table=storage.jobs_table.table_name,
@@ -179,7 +185,7 @@ class ServingStack(Stack):
                     RouterSettings,
                     deployment=deployment,
                     storage=storage,
-                    queues={m: e.queues.urls() for m, e in self.endpoints.items()},
+                    **every_models_queues(self, deployment, self.endpoints),
                     service="router",
                     tenant_keys=self.shared.api.tenant_keys,
                     **self.routing.settings,

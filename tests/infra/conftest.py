@@ -75,13 +75,15 @@ class Synthesized:
     app: App
     platform: Platform
     data: Template
+    models: Template
     serving: Template
 
 
 # CloudFormation's limits on one stack (500 resources, a 1 MB template), which CDK
-# checks at synth. A model's endpoint is about forty resources, so the serving stack
-# holds about a dozen models (docs/deploying.md, "Pools"); a manifest of thirty
-# pooled models is synthesized past them, for what its templates say of the pool.
+# checks at synth. A model's endpoint is about 35 resources, half of them (its queues
+# and alarms) in the models stack, so a stage holds about 16 models
+# (docs/deploying.md, "Pools"); a manifest of thirty pooled models is synthesized
+# past them, for what its templates say of the pool.
 RESOURCE_LIMIT_CONTEXT = "@aws-cdk/core:stackResourceLimit"
 
 
@@ -97,6 +99,7 @@ def synthesize(
         app=app,
         platform=platform,
         data=Template.from_stack(platform.data),
+        models=Template.from_stack(platform.models),
         serving=Template.from_stack(platform.serving),
     )
 
@@ -168,19 +171,25 @@ def pool_of_30(manifest: Manifest) -> Manifest:
 
 
 @pytest.fixture(scope="session")
-def pool_of_30_templates(
+def pool_of_30_stages(
     pool_of_30: Manifest, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, Template]:
-    """Each stage's serving template of :func:`pool_of_30`, past the stack's limits."""
+) -> dict[str, Synthesized]:
+    """Each stage of :func:`pool_of_30`, synthesized past the stacks' limits."""
     return {
         stage: synthesize(
             pool_of_30,
             stage,
             tmp_path_factory.mktemp(f"cdk.out.pool30.{stage}"),
             stack_limits=False,
-        ).serving
+        )
         for stage in ("dev", "prod")
     }
+
+
+@pytest.fixture(scope="session")
+def pool_of_30_templates(pool_of_30_stages: dict[str, Synthesized]) -> dict[str, Template]:
+    """Each stage's serving template of :func:`pool_of_30`."""
+    return {stage: synthesized.serving for stage, synthesized in pool_of_30_stages.items()}
 
 
 @pytest.fixture(scope="session")
@@ -191,6 +200,17 @@ def data_template(dev: Synthesized) -> Template:
 @pytest.fixture(scope="session")
 def serving_template(dev: Synthesized) -> Template:
     return dev.serving
+
+
+@pytest.fixture(scope="session")
+def models_template(dev: Synthesized) -> Template:
+    """Each model's queues and alarms (``stacks.models``)."""
+    return dev.models
+
+
+@pytest.fixture(scope="session")
+def prod_models_template(prod: Synthesized) -> Template:
+    return prod.models
 
 
 @pytest.fixture(scope="session")

@@ -96,6 +96,29 @@ def integrated_function(resource: dict[str, Any]) -> str:
     return found[0]
 
 
+def named(service: str, name: str, region: str = "us-east-1") -> dict[str, Any]:
+    """The ARN by which the serving stack names a resource of the models stack:
+    ``service``'s resource ``name`` (a queue's name; ``alarm:<name>`` for an alarm)
+    in the stack's account and region (``stacks.queues.NamedQueues``)."""
+    return {
+        "Fn::Join": ["", [f"arn:aws:{service}:{region}:", {"Ref": "AWS::AccountId"}, f":{name}"]]
+    }
+
+
+def queue_name_of(value: Any, template: Template | None = None) -> str:
+    """The name of the queue a template value refers to: a queue resource of
+    ``template`` (``Ref``, ``Fn::GetAtt``), or a queue named by its ARN or its name."""
+    if isinstance(value, str):
+        return value.rsplit(":", 1)[-1].rsplit("/", 1)[-1]
+    if isinstance(value, dict) and "Fn::Join" in value:
+        return queue_name_of(joined(value))
+    assert template is not None, f"a queue reference with no template to look in: {value}"
+    logical = value["Ref"] if "Ref" in value else value["Fn::GetAtt"][0]
+    queue = template.to_json()["Resources"][logical]
+    assert queue["Type"] == "AWS::SQS::Queue", f"{logical} is not a queue"
+    return str(queue["Properties"]["QueueName"])
+
+
 def joined(value: Any, token: str = "<token>") -> str:
     """A template string with each deploy-time reference replaced by ``token``."""
     if isinstance(value, str):

@@ -31,10 +31,11 @@ def test_python_app_synthesizes_without_credentials_or_docker(tmp_path: Path) ->
         check=False,
     )
 
-    # THEN it writes both stacks' templates, nag found nothing, and the image is described
+    # THEN it writes the stacks' templates, nag found nothing, and the image is described
     assert done.returncode == 0, done.stderr[-3000:]
     assert {p.name for p in tmp_path.glob("*.template.json")} == {
         "switchyard-dev-data.template.json",
+        "switchyard-dev-models.template.json",
         "switchyard-dev-serving.template.json",
     }
     report = json.loads((tmp_path / "validation-report.json").read_text())

@@ -12,6 +12,7 @@ from switchyard.manifest import Manifest
 
 from .helpers import actions_of, logical_id, statements
 from .helpers import granted as granted_on
+from .helpers import named as named_arn
 
 
 def _splitter(template: Template) -> str:
@@ -86,13 +87,9 @@ def test_splitter_sends_to_every_batch_queue_and_no_realtime_queue(
     fn = serving_template.find_resources("AWS::Lambda::Function")[_splitter(serving_template)]
     granted = statements(serving_template, fn["Properties"]["Role"]["Fn::GetAtt"][0])
     sent_to = json.dumps([s["Resource"] for s in granted if "sqs:SendMessage" in actions_of([s])])
-    for model in manifest.models:
-        batch = logical_id(
-            serving_template, "AWS::SQS::Queue", {"QueueName": names.queue(model, "batch")}
-        )
-        realtime = logical_id(
-            serving_template, "AWS::SQS::Queue", {"QueueName": names.queue(model, "realtime")}
-        )
+    for model in manifest.models:  # the models stack's queues, named by their ARNs
+        batch = json.dumps(named_arn("sqs", names.queue(model, "batch")))
+        realtime = json.dumps(named_arn("sqs", names.queue(model, "realtime")))
         assert batch in sent_to and realtime not in sent_to
     assert "dynamodb:PutItem" in actions_of(granted)
     assert fn["Properties"]["Environment"]["Variables"]["SWITCHYARD_JOBS_TABLE"]

@@ -14,7 +14,7 @@ from stacks.cloud import TASK_SIZE, WORKER_STOP_TIMEOUT
 from switchyard.manifest import MODEL_TAG, POOL_TAG, Manifest
 
 from .conftest import POOL, Synthesized
-from .helpers import actions_of, granted, logical_id, statements
+from .helpers import actions_of, granted, logical_id, named, statements
 
 GPU_AMI = "/aws/service/ecs/optimized-ami/amazon-linux-2023/gpu/recommended/image_id"
 CPU_AMI = "/aws/service/ecs/optimized-ami/amazon-linux-2023/recommended/image_id"
@@ -222,11 +222,11 @@ def test_worker_role_reaches_its_queues_tables_buckets_and_log_stream(
             [s["Resource"] for s in granted if "sqs:ReceiveMessage" in s["Action"]]
         )
         others = [m for m in manifest.models if m != model]
-        for other in others:
-            other_queue = logical_id(
-                serving_template, "AWS::SQS::Queue", {"QueueName": names.queue(other, "realtime")}
-            )
+        for other in others:  # the models stack's queues, named by their ARNs
+            other_queue = json.dumps(named("sqs", names.queue(other, "realtime")))
             assert other_queue not in consumed, f"{model}'s worker may read {other}'s queue"
+        own_queue = json.dumps(named("sqs", names.queue(model, "realtime")))
+        assert own_queue in consumed
 
 
 def test_each_worker_service_is_tagged_with_its_model(
@@ -280,8 +280,7 @@ def test_a_pool_worker_serves_its_models_within_its_budget(
     for model in pooled.pool_models(POOL):
         assert f'\\"{model}\\":' in queues, model
         for lane in ("realtime", "batch"):
-            queue = logical_id(template, "AWS::SQS::Queue", {"QueueName": names.queue(model, lane)})
-            assert queue in queues
+            assert f"/{names.queue(model, lane)}" in queues
     container = task["Properties"]["ContainerDefinitions"][0]
     assert container["MemoryReservation"] == TASK_SIZE[spec.compute].memory_mib
     assert not [r for r in container.get("ResourceRequirements", []) if r["Type"] == "GPU"]
@@ -317,9 +316,7 @@ def test_a_pool_worker_takes_the_work_of_its_models_and_no_other(
     granted_ = statements(template, task["Properties"]["TaskRoleArn"]["Fn::GetAtt"][0])
     consumed = json.dumps([s["Resource"] for s in granted_ if "sqs:ReceiveMessage" in s["Action"]])
     for model in pooled.models:
-        queue = logical_id(
-            template, "AWS::SQS::Queue", {"QueueName": names.queue(model, "realtime")}
-        )
+        queue = json.dumps(named("sqs", names.queue(model, "realtime")))
         served = pooled.models[model].pool == POOL
         assert (queue in consumed) == served, f"{model}: served {served}"
     actions = actions_of(granted_)

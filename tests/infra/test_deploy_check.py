@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import json
+
 import pytest
 
 from stacks.deploy_check import INSTANCE_VCPUS, prerequisites, stage_report
@@ -12,11 +14,41 @@ from switchyard.manifest import Manifest, load_manifest
 
 from .conftest import Synthesized
 
+# CloudFormation's limits on one stack.
+STACK_RESOURCES = 500
+STACK_OUTPUTS = 200
+TEMPLATE_BYTES = 1_000_000
+
 
 def templates(synthesized: Synthesized) -> dict[str, dict]:
     return {
         synthesized.platform.data.stack_name: synthesized.data.to_json(),
+        synthesized.platform.models.stack_name: synthesized.models.to_json(),
         synthesized.platform.serving.stack_name: synthesized.serving.to_json(),
+    }
+
+
+@pytest.mark.parametrize("stage", ["dev", "prod"])
+def test_every_stack_of_the_project_is_within_cloudformations_limits(
+    request: pytest.FixtureRequest, stage: str
+) -> None:
+    # GIVEN a stage of the project
+    synthesized: Synthesized = request.getfixturevalue(stage)
+    for name, template in templates(synthesized).items():
+        # THEN each of its stacks is within what CloudFormation takes, with room for
+        # more models (each adds about 16 resources to serving, 18 to models)
+        resources = len(template["Resources"])
+        assert resources <= STACK_RESOURCES - 80, f"{name}: {resources} resources"
+        assert len(template.get("Outputs", {})) <= STACK_OUTPUTS, name
+        assert len(json.dumps(template)) < TEMPLATE_BYTES * 0.8, name
+    # and the models stack has each model's queues, the serving stack none of them
+    assert len(synthesized.models.find_resources("AWS::SQS::Queue")) == 4 * len(
+        synthesized.platform.deployment.manifest.models
+    )
+    serving_queues = synthesized.serving.find_resources("AWS::SQS::Queue").values()
+    assert {q["Properties"]["QueueName"] for q in serving_queues} <= {
+        synthesized.platform.deployment.names.batch_drop_queue,
+        synthesized.platform.deployment.names.batch_drop_dlq,
     }
 
 

@@ -17,7 +17,7 @@ from .conftest import Synthesized
 
 
 @pytest.mark.parametrize("stage", ["dev", "prod", "pooled_dev", "pooled_prod"])
-@pytest.mark.parametrize("stack", ["data", "serving"])
+@pytest.mark.parametrize("stack", ["data", "models", "serving"])
 def test_cfn_lint_finds_nothing(
     request: pytest.FixtureRequest, manifest: Manifest, stage: str, stack: str
 ) -> None:

@@ -38,16 +38,21 @@ def test_adding_a_model_to_the_manifest_adds_its_endpoint(
     names = manifest.names("dev")
 
     # WHEN the app is synthesized from it
-    serving = synth(manifest, "dev").serving
+    stage = synth(manifest, "dev")
+    models, serving = stage.models, stage.serving
 
-    # THEN the model has queues, a router behind the API, routing, workers and a dashboard
+    # THEN the model has queues and alarms (in the models stack), a router behind the
+    # API, routing, workers and a dashboard
     for lane in ("realtime", "batch"):
-        serving.has_resource_properties(
+        models.has_resource_properties(
             "AWS::SQS::Queue", {"QueueName": names.queue("tiny-scorer", lane)}
         )
-        serving.has_resource_properties(
+        models.has_resource_properties(
             "AWS::SQS::Queue", {"QueueName": names.dlq("tiny-scorer", lane)}
         )
+    models.has_resource_properties(
+        "AWS::CloudWatch::Alarm", {"AlarmName": f"{names.base}-tiny-scorer-error-rate"}
+    )
     serving.has_resource_properties(
         "AWS::Lambda::Function",
         {

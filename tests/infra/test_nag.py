@@ -23,7 +23,7 @@ def _findings(synthesized: Synthesized, stack: Stack) -> list[str]:
 
 
 @pytest.mark.parametrize("stage", ["dev", "prod", "pooled_dev", "pooled_prod"])
-@pytest.mark.parametrize("stack", ["data", "serving"])
+@pytest.mark.parametrize("stack", ["data", "models", "serving"])
 def test_no_unacknowledged_findings(request: pytest.FixtureRequest, stage: str, stack: str) -> None:
     synthesized: Synthesized = request.getfixturevalue(stage)
     assert _findings(synthesized, getattr(synthesized.platform, stack)) == []

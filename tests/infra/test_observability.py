@@ -1,5 +1,5 @@
 """CloudWatch: a dashboard per model (with a row for its pool, if it has one) and
-its alarms."""
+its alarms (in the models stack)."""
 
 from __future__ import annotations
 
@@ -58,12 +58,13 @@ def test_a_pooled_models_dashboard_has_a_row_for_its_pool(
             template, "AWS::CloudWatch::Dashboard", {"DashboardName": f"{base}-{model}"}
         )
         body = json.dumps(dashboard["Properties"]["DashboardBody"])
-        pooled_model = pooled.models[model].pool == POOL
-        # THEN only the pooled one has the pool's row: its workers (the pool's
+        pool = pooled.models[model].pool
+        pooled_model = pool is not None
+        # THEN only a pooled one has its pool's row: its workers (the pool's
         # service), its queues summed over its models, its cache's loads, evictions
         # and load times, and the model's own cold loads
         for signal in (
-            f"Pool {POOL}: workers",
+            f"Pool {pool}: workers",
             POOL_QUEUED_METRIC,
             POOL_IN_FLIGHT_METRIC,
             "ModelEvictions",
@@ -73,14 +74,14 @@ def test_a_pooled_models_dashboard_has_a_row_for_its_pool(
         ):
             assert (signal in body) == pooled_model, f"{model}'s dashboard: {signal}"
         # and its tasks are the pool's
-        assert (pool_service in body) == pooled_model
+        assert (pool_service in body) == (pool == POOL)
 
 
-def test_alarm_when_a_dlq_is_not_empty(serving_template: Template, manifest: Manifest) -> None:
+def test_alarm_when_a_dlq_is_not_empty(models_template: Template, manifest: Manifest) -> None:
     names = manifest.names("dev")
     for model in manifest.models:
         for lane in ("realtime", "batch"):
-            serving_template.has_resource_properties(
+            models_template.has_resource_properties(
                 "AWS::CloudWatch::Alarm",
                 {
                     "AlarmName": f"{names.base}-{model}-{lane}-dlq-not-empty",
@@ -93,10 +94,10 @@ def test_alarm_when_a_dlq_is_not_empty(serving_template: Template, manifest: Man
             )
 
 
-def test_alarm_when_p99_is_over_the_slo(serving_template: Template, manifest: Manifest) -> None:
+def test_alarm_when_p99_is_over_the_slo(models_template: Template, manifest: Manifest) -> None:
     base = manifest.names("dev").base
     for model, spec in manifest.models.items():
-        serving_template.has_resource_properties(
+        models_template.has_resource_properties(
             "AWS::CloudWatch::Alarm",
             {
                 "AlarmName": f"{base}-{model}-latency-p99",
@@ -109,22 +110,22 @@ def test_alarm_when_p99_is_over_the_slo(serving_template: Template, manifest: Ma
         )
 
 
-def test_alarm_on_error_rate(serving_template: Template, manifest: Manifest) -> None:
+def test_alarm_on_error_rate(models_template: Template, manifest: Manifest) -> None:
     base = manifest.names("dev").base
     for model in manifest.models:
         alarm = only(
-            serving_template, "AWS::CloudWatch::Alarm", {"AlarmName": f"{base}-{model}-error-rate"}
+            models_template, "AWS::CloudWatch::Alarm", {"AlarmName": f"{base}-{model}-error-rate"}
         )
         metrics = json.dumps(alarm["Properties"]["Metrics"])
         assert "100 * FILL(errors, 0) / requests" in metrics
         assert '"MetricName": "Errors"' in metrics and '"MetricName": "Requests"' in metrics
 
 
-def test_alarm_on_age_of_oldest_message(serving_template: Template, manifest: Manifest) -> None:
+def test_alarm_on_age_of_oldest_message(models_template: Template, manifest: Manifest) -> None:
     base = manifest.names("dev").base
     for model in manifest.models:
         for lane in ("realtime", "batch"):
-            serving_template.has_resource_properties(
+            models_template.has_resource_properties(
                 "AWS::CloudWatch::Alarm",
                 {
                     "AlarmName": f"{base}-{model}-{lane}-oldest-message",
@@ -176,7 +177,7 @@ SCENARIOS = [
 
 @pytest.mark.parametrize(("canary", "stable", "rolled_back"), SCENARIOS)
 def test_canary_alarms_apply_the_local_controllers_rule(
-    serving_template: Template,
+    models_template: Template,
     manifest: Manifest,
     canary: tuple,
     stable: tuple,
@@ -204,7 +205,7 @@ def test_canary_alarms_apply_the_local_controllers_rule(
         stats[version] = VersionStats(requests, errors, latencies)
         assert stats[version].p99_ms == p99 and stats[version].slower_than(slo) == slow
     alarms = [
-        only(serving_template, "AWS::CloudWatch::Alarm", {"AlarmName": f"{base}-{model}-{name}"})
+        only(models_template, "AWS::CloudWatch::Alarm", {"AlarmName": f"{base}-{model}-{name}"})
         for name in CANARY_ALARMS
     ]
 

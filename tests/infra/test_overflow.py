@@ -13,7 +13,7 @@ import pytest
 from switchyard.manifest import Manifest
 
 from .conftest import POOL, Synthesized, pooled_manifest
-from .helpers import actions_of, granted, logical_id, statements
+from .helpers import actions_of, granted, named, statements
 from .test_compute import _service_of, env_of
 
 GPU_POOL = "gpu-tail"
@@ -64,8 +64,7 @@ def test_the_cpu_pool_is_told_what_it_takes_on_overflow_and_the_gpu_pool_to_say_
     names = overflowing.names("dev")
     queues = json.dumps(cpu["SWITCHYARD_QUEUES"])
     for lane in ("realtime", "batch"):
-        queue = logical_id(template, "AWS::SQS::Queue", {"QueueName": names.queue(MODEL, lane)})
-        assert queue in queues
+        assert f"/{names.queue(MODEL, lane)}" in queues
 
 
 def test_the_cpu_pool_may_take_the_overflow_models_work_and_read_what_opens_its_gates(
@@ -73,9 +72,7 @@ def test_the_cpu_pool_may_take_the_overflow_models_work_and_read_what_opens_its_
 ) -> None:
     template = overflowing_dev.serving
     names = overflowing.names("dev")
-    realtime = logical_id(
-        template, "AWS::SQS::Queue", {"QueueName": names.queue(MODEL, "realtime")}
-    )
+    realtime = json.dumps(named("sqs", names.queue(MODEL, "realtime")))
     roles = {}
     for pool in (POOL, GPU_POOL):
         _, task = _service_of(template, pool, "SWITCHYARD_WORKER_POOL")
@@ -83,8 +80,7 @@ def test_the_cpu_pool_may_take_the_overflow_models_work_and_read_what_opens_its_
     cpu, gpu = roles[POOL], roles[GPU_POOL]
     # both take digits-cnn's work
     for role in (cpu, gpu):
-        consumed = json.dumps(granted(role, "sqs:ReceiveMessage"))
-        assert realtime in consumed
+        assert realtime in granted(role, "sqs:ReceiveMessage")
     # the CPU pool reads the GPU pool's word (a Query of the results table) and SQS's
     # age metric (which has no resource ARN)
     results = "StorageResults"

@@ -1,8 +1,10 @@
-"""SQS per model: realtime and batch queues with DLQs, encryption, SSL only,
-visibility above the longest batch, and standard (fair) queues."""
+"""SQS per model (in the models stack): realtime and batch queues with DLQs,
+encryption, SSL only, visibility above the longest batch, and standard (fair)
+queues; the serving stack's own queues (the drop queue's) encrypted and SSL only too."""
 
 from __future__ import annotations
 
+import pytest
 from aws_cdk.assertions import Match, Template
 
 from switchyard.manifest import Manifest
@@ -12,16 +14,16 @@ from .helpers import logical_id
 
 
 def test_each_lane_has_a_dlq_after_max_receive_count(
-    serving_template: Template, manifest: Manifest
+    models_template: Template, manifest: Manifest
 ) -> None:
     names = manifest.names("dev")
     platform = manifest.platform
     for model in manifest.models:
         for lane in LANES:
             dlq = logical_id(
-                serving_template, "AWS::SQS::Queue", {"QueueName": names.dlq(model, lane)}
+                models_template, "AWS::SQS::Queue", {"QueueName": names.dlq(model, lane)}
             )
-            serving_template.has_resource_properties(
+            models_template.has_resource_properties(
                 "AWS::SQS::Queue",
                 {
                     "QueueName": names.queue(model, lane),
@@ -34,14 +36,18 @@ def test_each_lane_has_a_dlq_after_max_receive_count(
             )
 
 
-def test_queues_are_encrypted(serving_template: Template) -> None:
-    queues = serving_template.find_resources("AWS::SQS::Queue")
+@pytest.mark.parametrize("stack", ["models_template", "serving_template"])
+def test_queues_are_encrypted(request: pytest.FixtureRequest, stack: str) -> None:
+    template: Template = request.getfixturevalue(stack)
+    queues = template.find_resources("AWS::SQS::Queue")
     assert queues
     assert all(q["Properties"].get("SqsManagedSseEnabled") is True for q in queues.values())
 
 
-def test_queues_refuse_requests_without_ssl(serving_template: Template) -> None:
-    policies = serving_template.find_resources(
+@pytest.mark.parametrize("stack", ["models_template", "serving_template"])
+def test_queues_refuse_requests_without_ssl(request: pytest.FixtureRequest, stack: str) -> None:
+    template: Template = request.getfixturevalue(stack)
+    policies = template.find_resources(
         "AWS::SQS::QueuePolicy",
         {
             "Properties": {
@@ -60,15 +66,15 @@ def test_queues_refuse_requests_without_ssl(serving_template: Template) -> None:
             }
         },
     )
-    assert len(policies) == len(serving_template.find_resources("AWS::SQS::Queue"))
+    assert len(policies) == len(template.find_resources("AWS::SQS::Queue"))
 
 
 def test_visibility_timeout_outlasts_the_longest_batch(
-    serving_template: Template, manifest: Manifest
+    models_template: Template, manifest: Manifest
 ) -> None:
     names = manifest.names("dev")
     for model, spec in manifest.models.items():
-        queue = serving_template.find_resources(
+        queue = models_template.find_resources(
             "AWS::SQS::Queue", {"Properties": {"QueueName": names.queue(model, "realtime")}}
         )
         (props,) = (q["Properties"] for q in queue.values())
@@ -77,12 +83,12 @@ def test_visibility_timeout_outlasts_the_longest_batch(
 
 
 def test_queues_are_standard_so_message_groups_make_them_fair(
-    serving_template: Template,
+    models_template: Template,
 ) -> None:
     # SQS fair queues are standard queues whose messages carry a MessageGroupId
     # (the tenant); a FIFO queue would serialise each tenant instead.
-    queues = serving_template.find_resources("AWS::SQS::Queue")
+    queues = models_template.find_resources("AWS::SQS::Queue")
     assert not any(q["Properties"].get("FifoQueue") for q in queues.values())
-    serving_template.has_resource_properties(
+    models_template.has_resource_properties(
         "AWS::SQS::Queue", {"ReceiveMessageWaitTimeSeconds": 20}
     )

@@ -18,7 +18,15 @@ from stacks.cloud import (
 from stacks.endpoint import generates
 from switchyard.manifest import Manifest
 
-from .helpers import actions_of, as_list, logical_id, methods_at, router_function, statements
+from .helpers import (
+    actions_of,
+    as_list,
+    logical_id,
+    methods_at,
+    named,
+    router_function,
+    statements,
+)
 
 
 def test_each_model_has_a_router_on_a_current_runtime(
@@ -54,7 +62,7 @@ def test_router_environment_follows_the_settings_contract(
             assert f"SWITCHYARD_{key}" in env
         queues = json.dumps(env["SWITCHYARD_QUEUES"])
         assert f'\\"{model}\\":{{\\"realtime\\"' in queues, "QUEUES names only its own model"
-        assert all(other not in queues for other in manifest.models if other != model)
+        assert all(f'\\"{other}\\":' not in queues for other in manifest.models if other != model)
 
 
 def test_router_carries_the_core_and_appconfig_extension_layers(
@@ -106,11 +114,9 @@ def test_router_role_reaches_only_its_own_queues_tables_and_profile(
         ), "the router role has no managed policy"
         send = [s for s in granted if "sqs:SendMessage" in actions_of([s])]
         queue_refs = {json.dumps(r) for s in send for r in as_list(s["Resource"])}
-        own = {
-            logical_id(serving_template, "AWS::SQS::Queue", {"QueueName": names.queue(model, lane)})
-            for lane in ("realtime", "batch")
-        }
-        assert queue_refs == {json.dumps({"Fn::GetAtt": [q, "Arn"]}) for q in own}
+        # (the models stack's queues, named by their ARNs)
+        own = {json.dumps(named("sqs", names.queue(model, lane))) for lane in ("realtime", "batch")}
+        assert queue_refs == own
         appconfig = [s for s in granted if "appconfig:GetLatestConfiguration" in actions_of([s])]
         assert len(appconfig) == 1 and "/configuration/" in json.dumps(appconfig[0]["Resource"])
         assert "*" not in json.dumps(appconfig[0]["Resource"])

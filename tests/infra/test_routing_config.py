@@ -10,7 +10,7 @@ from aws_cdk.assertions import Match, Template
 from stacks.cloud import ROUTING_SCHEMA_FILE
 from switchyard.manifest import Manifest
 
-from .helpers import logical_id
+from .helpers import named, only
 
 
 def test_one_application_holds_the_routing_documents(
@@ -63,16 +63,13 @@ def test_each_model_starts_with_all_traffic_on_its_first_version(
 
 
 def test_environment_monitors_are_the_models_canary_alarms(
-    serving_template: Template, manifest: Manifest
+    serving_template: Template, models_template: Template, manifest: Manifest
 ) -> None:
     names = manifest.names("dev")
     for model in manifest.models:
+        # the models stack's alarms, named by their ARNs
         canaries = [
-            logical_id(
-                serving_template,
-                "AWS::CloudWatch::Alarm",
-                {"AlarmName": f"{names.base}-{model}-{kind}"},
-            )
+            f"{names.base}-{model}-{kind}"
             for kind in (
                 "canary-error-rate",
                 "canary-error-rate-over-stable",
@@ -81,12 +78,17 @@ def test_environment_monitors_are_the_models_canary_alarms(
                 "error-rate",
             )
         ]
+        for alarm in canaries:
+            only(models_template, "AWS::CloudWatch::Alarm", {"AlarmName": alarm})
         serving_template.has_resource_properties(
             "AWS::AppConfig::Environment",
             {
                 "Name": model,
                 "Monitors": [
-                    {"AlarmArn": {"Fn::GetAtt": [alarm, "Arn"]}, "AlarmRoleArn": Match.any_value()}
+                    {
+                        "AlarmArn": named("cloudwatch", f"alarm:{alarm}"),
+                        "AlarmRoleArn": Match.any_value(),
+                    }
                     for alarm in canaries
                 ],
             },

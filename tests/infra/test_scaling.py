@@ -32,7 +32,15 @@ from switchyard.manifest import Manifest
 from switchyard.scaling import ScalingPolicy, ScalingSignals, decide
 
 from .conftest import POOL, POOL_SIZE
-from .helpers import alarm_value, breaches, logical_id, only, step_adjustment
+from .helpers import (
+    alarm_value,
+    breaches,
+    joined,
+    logical_id,
+    only,
+    queue_name_of,
+    step_adjustment,
+)
 
 PERIOD = 60
 ALARMS = ("scale-from-zero", "scale-out", "scale-out-on-age", "idle")
@@ -52,9 +60,9 @@ class CloudScaling:
 
     A scenario's queues are one model's (``busy``): its lanes' figures are that
     model's queues', every other queue is idle. A pool's meter reads ``meter``
-    (queue logical ids, in its state machine's order) and publishes each queue's
-    counts, so the pool's sums come from the scenario only through the queues the
-    meter reads.
+    (queue names, in its state machine's order) and publishes each queue's counts,
+    so the pool's sums come from the scenario only through the queues the meter
+    reads. Queues are known by their names: they are the models stack's.
     """
 
     service: str
@@ -62,7 +70,7 @@ class CloudScaling:
     alarms: dict[str, dict[str, Any]]
     age_alarms: dict[str, dict[str, Any]]
     policies: dict[str, dict[str, Any]]  # alarm name -> the step policy it drives
-    lanes: dict[str, str]  # the busy model's queue logical ids -> lane
+    lanes: dict[str, str]  # the busy model's queue names -> lane
     ecs_service: str
     meter: tuple[str, ...] = ()
 
@@ -76,7 +84,7 @@ class CloudScaling:
         dims = {d["Name"]: d["Value"] for d in metric.get("Dimensions", [])}
         assert stat["Period"] == PERIOD
         if metric["Namespace"] == "AWS/SQS":
-            lane = self._lane(dims["QueueName"]["Fn::GetAtt"][0], given)
+            lane = self._lane(queue_name_of(dims["QueueName"]), given)
             if lane is None or not (lane.visible or lane.in_flight):
                 return None  # an idle queue publishes nothing: the expressions must FILL
             return {
@@ -186,12 +194,10 @@ def _scaling_parts(
     return target, alarms, age_alarms, policies
 
 
-def _queue_ids(template: Template, manifest: Manifest, stage: str, model: str) -> dict[str, str]:
+def _queue_ids(manifest: Manifest, stage: str, model: str) -> dict[str, str]:
+    """A model's queues (their names) and their lanes."""
     names = manifest.names(stage)
-    return {
-        logical_id(template, "AWS::SQS::Queue", {"QueueName": names.queue(model, lane)}): lane
-        for lane in ("realtime", "batch")
-    }
+    return {names.queue(model, lane): lane for lane in ("realtime", "batch")}
 
 
 def cloud_scaling(template: Template, manifest: Manifest, stage: str, model: str) -> CloudScaling:
@@ -201,7 +207,7 @@ def cloud_scaling(template: Template, manifest: Manifest, stage: str, model: str
     target, alarms, ages, policies = _scaling_parts(
         template, base, ecs_service, {model: "scale-out-on-age"}
     )
-    lanes = _queue_ids(template, manifest, stage, model)
+    lanes = _queue_ids(manifest, stage, model)
     return CloudScaling(model, target, alarms, ages, policies, lanes, ecs_service)
 
 
@@ -215,22 +221,21 @@ def pool_scaling(
     target, alarms, ages, policies = _scaling_parts(
         template, base, ecs_service, {m: f"scale-out-on-age-{m}" for m in models}
     )
-    lanes = _queue_ids(template, manifest, stage, busy)
+    lanes = _queue_ids(manifest, stage, busy)
     return CloudScaling(
         pool, target, alarms, ages, policies, lanes, ecs_service, meter_queues(template, pool)
     )
 
 
 def meter_queues(template: Template, pool: str) -> tuple[str, ...]:
-    """The queues (logical ids) a pool's meter reads, in the order it reads them."""
+    """The queues (names) a pool's meter reads, in the order it reads them."""
     (machine,) = [
         m
         for m in template.find_resources("AWS::StepFunctions::StateMachine").values()
         if f"pool {pool}:" in json.dumps(m["Properties"]["DefinitionString"])
     ]
-    parts = machine["Properties"]["DefinitionString"]["Fn::Join"][1]
-    queues = template.find_resources("AWS::SQS::Queue")
-    return tuple(p["Ref"] for p in parts if isinstance(p, dict) and p.get("Ref") in queues)
+    definition = joined(machine["Properties"]["DefinitionString"])
+    return tuple(re.findall(r'"https://sqs\.[^"]*/([a-z0-9-]+)"', definition))
 
 
 def _service_of(template: Template, variable: str, value: str) -> str:
@@ -302,7 +307,7 @@ def test_the_pool_reads_every_queue_of_its_thirty_models(
     for stage, template in pool_of_30_templates.items():
         models = pool_of_30.pool_models(POOL)
         assert len(models) == POOL_SIZE
-        queues = {q for m in models for q in _queue_ids(template, pool_of_30, stage, m)}
+        queues = {q for m in models for q in _queue_ids(pool_of_30, stage, m)}
         # its meter reads each of the sixty queues once, and nothing else
         read = meter_queues(template, POOL)
         assert sorted(read) == sorted(queues) and len(queues) == 2 * POOL_SIZE
@@ -314,12 +319,12 @@ def test_the_pool_reads_every_queue_of_its_thirty_models(
         assert set(cloud.age_alarms) == set(models)
         for model, alarm in cloud.age_alarms.items():
             read_ages = {
-                m["MetricStat"]["Metric"]["Dimensions"][0]["Value"]["Fn::GetAtt"][0]
+                queue_name_of(m["MetricStat"]["Metric"]["Dimensions"][0]["Value"])
                 for m in alarm["Properties"]["Metrics"]
                 if "MetricStat" in m
                 and m["MetricStat"]["Metric"]["MetricName"] == "ApproximateAgeOfOldestMessage"
             }
-            assert read_ages == set(_queue_ids(template, pool_of_30, stage, model))
+            assert read_ages == set(_queue_ids(pool_of_30, stage, model))
 
 
 def test_the_pools_meter_may_read_its_queues_counts_and_publish_them(
@@ -342,7 +347,7 @@ def test_the_pools_meter_may_read_its_queues_counts_and_publish_them(
     ]
     read = [s for s in statements if s["Action"] == "sqs:GetQueueAttributes"]
     (read_statement,) = read
-    arns = {r["Fn::GetAtt"][0] for r in read_statement["Resource"]}
+    arns = {queue_name_of(r) for r in read_statement["Resource"]}
     assert arns == set(meter_queues(template, POOL))
     (publish,) = [s for s in statements if s["Action"] == "cloudwatch:PutMetricData"]
     assert publish["Condition"] == {"StringEquals": {"cloudwatch:namespace": "Switchyard"}}

@@ -26,6 +26,7 @@ from .helpers import (
     joined,
     logical_id,
     methods_at,
+    named,
     resource_paths,
     router_function,
     statements,
@@ -157,12 +158,9 @@ def test_the_openai_function_reaches_every_realtime_queue_and_what_streaming_rea
     manifest = _manifest(generative)
     names = manifest.names("dev")
     granted_ = statements(template, _role(_function(template, _openai_function(template))))
-    # sends to every model's realtime queue, and to no batch queue
-    queues = [
-        logical_id(template, "AWS::SQS::Queue", {"QueueName": names.queue(m, "realtime")})
-        for m in manifest.models
-    ]
-    realtime = {json.dumps({"Fn::GetAtt": [queue, "Arn"]}) for queue in queues}
+    # sends to every model's realtime queue (the models stack's, named by their ARNs),
+    # and to no batch queue
+    realtime = {json.dumps(named("sqs", names.queue(m, "realtime"))) for m in manifest.models}
     assert set(granted(granted_, "sqs:SendMessage")) == realtime
     # records requests, reads results and a generation's chunks (Query), in the results table
     results = logical_id(data, "AWS::DynamoDB::Table", {"TableName": names.results_table})
