@@ -90,6 +90,10 @@ def stage_quotas(
     functions = [f for t in templates.values() for f in _resources(t, "AWS::Lambda::Function")]
     reserved = sum(int(f.get("ReservedConcurrentExecutions", 0)) for f in functions)
     unreserved = sum(1 for f in functions if "ReservedConcurrentExecutions" not in f)
+    # Pooled models' routers reserve nothing unless pooled_predict is set: they share
+    # what the reservations leave of the account's concurrency.
+    sharing = sum(1 for s in manifest.models.values() if budget.router_reservation(s) is None)
+    shared = f", {sharing} of them pooled models' routers" if sharing else ""
     quotas = [
         Quota(
             "Lambda concurrent executions",
@@ -97,8 +101,9 @@ def stage_quotas(
             reserved + UNRESERVED_CONCURRENCY_MINIMUM,
             LAMBDA_CONCURRENCY_DEFAULT,
             f"{reserved} reserved by {len(functions) - unreserved} functions, plus Lambda's "
-            f"unreserved minimum for the other {unreserved} (the manifest assumes "
-            f"account_limit {budget.account_limit})",
+            f"unreserved minimum for the other {unreserved}{shared} (the manifest assumes "
+            f"account_limit {budget.account_limit}, which leaves them "
+            f"{budget.account_limit - reserved})",
         ),
         Quota(
             "API Gateway throttle rate per account and region (requests/s)",

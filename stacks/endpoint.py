@@ -216,7 +216,9 @@ class ModelEndpoint(Construct):
             handler=serving.handler,
             timeout=serving.timeout,
             memory_size=ROUTER_MEMORY_MB,
-            reserved_concurrency=getattr(budget, "generation" if self.generates else "predict"),
+            # None for a pooled model's router while pooled_predict is unset: no
+            # reservation (the account's unreserved share), never 0, which stops it.
+            reserved_concurrency=budget.router_reservation(spec),
         )
         router_role = self.router.role
         for queue in self.queues.queues.values():

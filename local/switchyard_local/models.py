@@ -18,19 +18,26 @@
   again whenever digits-cnn v1 is.
 - ``iris-logreg``, ``wine-forest``, ``cancer-boost`` and ``digits-mlp`` v1:
   scikit-learn classifiers (a logistic regression, a random forest, gradient
-  boosting, a small neural network) trained on scikit-learn's bundled data sets and
-  converted to ONNX with skl2onnx; a few seconds in all.
+  boosting, a neural network) trained on scikit-learn's bundled data sets and
+  converted to ONNX with skl2onnx; about ten seconds in all, most of it the network.
+- ``wine-mlp`` and ``cancer-mlp`` v1: torch networks trained here on scikit-learn's
+  wine and breast cancer data sets, exported as TorchScript; a few seconds each.
+  The three networks are wide (64 MiB of weights each, 16 for ``digits-mlp``) and
+  the other three small (KiB): the demo pool ``small-cpu`` serves all six within a
+  budget that holds one network beside the small ones, so it loads and evicts as
+  they are asked for.
 
 Run as ``python -m switchyard_local.models OUT_DIR``; artifacts already built are
 kept, so a second ``make up`` skips this step (an artifact whose recipe has changed
-since is built again).
+since is built again). ``--examples DIR`` writes instead a predict body per
+classifier trained on a data set (``DIR/<model>.json``: one held-out row), for the
+README's tour of the demo pool.
 
 Only the demo models are built here, each whether or not the manifest names it
-(the ONNX classifiers' entries are in ``tests/onnx_demo_models.toml``, not in
-``manifest.toml``: each there would start a worker of its own). The local platform
-serves any model the manifest names: its versions are what ``switchyard models
-register`` put in the registry; a folder here is read only for the versions a
-manifest entry lists in ``demo_versions``
+(``manifest.toml`` names them all: the classifiers in its pools ``small-cpu`` and
+``small-gpu``). The local platform serves any model the manifest names: its versions
+are what ``switchyard models register`` put in the registry; a folder here is read
+only for the versions a manifest entry lists in ``demo_versions``
 (``switchyard_local.provision.register_demo_models``).
 """
 
@@ -40,7 +47,6 @@ import contextlib
 import hashlib
 import io
 import json
-import sys
 import tarfile
 import time
 from collections.abc import Callable
@@ -396,13 +402,16 @@ def export_digits_onnx(target: Path, source: Path) -> dict[str, object]:
 
 
 # The scikit-learn classifiers converted to ONNX: each model's data set (a loader of
-# sklearn.datasets) and estimator.
+# sklearn.datasets) and estimator. The neural network is a wide one (16 MiB of
+# weights; TABULAR_MLPS below say why); the other three are a few KiB.
 SKLEARN_DEMOS = {
     "iris-logreg": ("load_iris", "logistic regression"),
     "wine-forest": ("load_wine", "random forest"),
     "cancer-boost": ("load_breast_cancer", "gradient boosting"),
     "digits-mlp": ("load_digits", "neural network"),
 }
+# Each one's recipe (DemoArtifact.recipe), raised when its estimator changes.
+_SKLEARN_RECIPES = {"digits-mlp": 3}
 
 
 def _estimator(kind: str) -> Any:
@@ -419,8 +428,10 @@ def _estimator(kind: str) -> Any:
     if kind == "gradient boosting":
         return GradientBoostingClassifier(n_estimators=50, random_state=0)
     if kind == "neural network":
+        # Six passes over the data: enough for a network this wide, and seconds.
         return make_pipeline(
-            StandardScaler(), MLPClassifier(hidden_layer_sizes=(64,), max_iter=400, random_state=0)
+            StandardScaler(),
+            MLPClassifier(hidden_layer_sizes=(2048, 2048), max_iter=6, random_state=0),
         )
     raise ValueError(f"no estimator {kind!r}")
 
@@ -513,12 +524,109 @@ class DemoArtifact:
         }
 
 
+# The TorchScript classifiers trained here on scikit-learn's bundled tabular data sets:
+# each model's data set (a loader of sklearn.datasets), and how it is trained. Two
+# hidden layers of 4096 make each a network of about 17 million weights (64 MiB): a
+# pool's budget is counted in MiB, and a pool worker's measure of a load errs high
+# by up to tens of MiB (the allocator keeps what a load freed; a worker's first
+# ONNX session), so the demo pool's networks are large against that, and its loads
+# and evictions are the same from run to run. Each trains in seconds on two cores.
+TABULAR_MLPS = {
+    "wine-mlp": ("load_wine", {"width": 4096, "epochs": 5, "batch": 32, "seed": 3}),
+    "cancer-mlp": ("load_breast_cancer", {"width": 4096, "epochs": 5, "batch": 64, "seed": 4}),
+}
+# Raised when TABULAR_MLPS changes (DemoArtifact.recipe).
+_TABULAR_RECIPE = 2
+
+
+def _tabular_mlp_class():  # noqa: ANN202 - torch is imported only when building
+    import torch
+    from torch import nn
+
+    class _TabularMLP(nn.Module):
+        """Raw features -> standardized with the training set's mean and scale (kept
+        in the module as buffers) -> two ReLU layers of ``width`` -> class logits."""
+
+        def __init__(self, mean: torch.Tensor, scale: torch.Tensor, width: int, classes: int):
+            super().__init__()
+            self.register_buffer("mean", mean)
+            self.register_buffer("scale", scale)
+            self.layers = nn.Sequential(
+                nn.Linear(mean.numel(), width),
+                nn.ReLU(),
+                nn.Linear(width, width),
+                nn.ReLU(),
+                nn.Linear(width, classes),
+            )
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.layers((x - self.mean) / self.scale)
+
+    return _TabularMLP
+
+
+def build_tabular_mlp(target: Path, model: str) -> dict[str, object]:
+    """Train ``model``'s network on its data set (Adam, shuffled mini-batches, fixed
+    seeds) and save it as TorchScript; its test accuracy is the scripted module's."""
+    import sklearn.datasets
+    import torch
+
+    loader, cfg = TABULAR_MLPS[model]
+    torch.manual_seed(cfg["seed"])
+    x_train, x_test, y_train, y_test = data_set_split(loader)
+    xt, yt = torch.from_numpy(x_train), torch.from_numpy(y_train).long()
+    scale = xt.std(dim=0)
+    scale[scale == 0] = 1.0
+    classes = int(y_train.max()) + 1
+    model_ = _tabular_mlp_class()(xt.mean(dim=0), scale, cfg["width"], classes)
+    optimiser = torch.optim.Adam(model_.parameters(), lr=1e-3)
+    generator = torch.Generator().manual_seed(cfg["seed"])
+    for _ in range(cfg["epochs"]):
+        model_.train()
+        order = torch.randperm(len(xt), generator=generator)
+        for start in range(0, len(xt), cfg["batch"]):
+            idx = order[start : start + cfg["batch"]]
+            optimiser.zero_grad()
+            torch.nn.functional.cross_entropy(model_(xt[idx]), yt[idx]).backward()
+            optimiser.step()
+    model_.eval()
+    scripted = torch.jit.script(model_)
+    scripted.save(str(target))
+    with torch.inference_mode():
+        predicted = scripted(torch.from_numpy(x_test)).argmax(dim=1).numpy()
+    names = getattr(sklearn.datasets, loader)().target_names
+    return {
+        "dataset": f"sklearn {loader.removeprefix('load_')}",
+        "features": int(x_train.shape[1]),
+        "labels": [str(name) for name in names],
+        "weights": sum(p.numel() for p in model_.parameters()),
+        "test_accuracy": round(float((predicted == y_test).mean()), 4),
+        **cfg,
+    }
+
+
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _sklearn_demo(model: str) -> DemoArtifact:
-    return DemoArtifact(model, "v1", "model.onnx", lambda target: build_sklearn_onnx(target, model))
+    return DemoArtifact(
+        model,
+        "v1",
+        "model.onnx",
+        lambda target: build_sklearn_onnx(target, model),
+        recipe=_SKLEARN_RECIPES.get(model, 1),
+    )
+
+
+def _tabular_demo(model: str) -> DemoArtifact:
+    return DemoArtifact(
+        model,
+        "v1",
+        "model.pt",
+        lambda target: build_tabular_mlp(target, model),
+        recipe=_TABULAR_RECIPE,
+    )
 
 
 DEMO_ARTIFACTS = (
@@ -531,6 +639,7 @@ DEMO_ARTIFACTS = (
         "digits-cnn-onnx", "v1", "model.onnx", export_digits_onnx, made_from=("digits-cnn", "v1")
     ),
     *(_sklearn_demo(model) for model in SKLEARN_DEMOS),
+    *(_tabular_demo(model) for model in TABULAR_MLPS),
 )
 
 
@@ -559,5 +668,28 @@ def build_all(out_dir: Path) -> list[Path]:
     return built
 
 
+def write_examples(out_dir: Path) -> list[Path]:
+    """A predict body (``{"inputs": [row]}``, the first held-out row of its data set)
+    for each classifier trained on one of scikit-learn's data sets."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    loaders = {m: loader for m, (loader, _) in [*SKLEARN_DEMOS.items(), *TABULAR_MLPS.items()]}
+    written = []
+    for model, loader in loaders.items():
+        row = [round(float(x), 4) for x in data_set_split(loader)[1][0]]
+        path = out_dir / f"{model}.json"
+        path.write_text(json.dumps({"inputs": [row]}) + "\n")
+        written.append(path)
+    return written
+
+
 if __name__ == "__main__":
-    build_all(Path(sys.argv[1] if len(sys.argv) > 1 else "build/models"))
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m switchyard_local.models")
+    parser.add_argument("out_dir", nargs="?", default="build/models", type=Path)
+    parser.add_argument("--examples", type=Path, help="write a predict body per classifier")
+    args = parser.parse_args()
+    if args.examples is not None:
+        write_examples(args.examples)
+    else:
+        build_all(args.out_dir)

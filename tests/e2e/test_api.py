@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from harness.waiting import wait_for
+from switchyard.manifest import load_manifest
 
 DIGIT_ZERO = [
     0,
@@ -220,7 +221,10 @@ def test_async_requests_are_private_to_their_tenant(platform, http):
 def test_models_lists_the_registry_and_health_and_docs_answer(platform, http):
     models = http.get("/v1/models", headers=auth(platform)).json()["models"]
     listed = {m["model"]: [v["version"] for v in m["versions"]] for m in models}
-    assert listed == {"digits-cnn": ["v1", "v2"], "minilm-embed": ["v1"], "pydoc-gpt": ["v1"]}
+    manifest = load_manifest(platform.run_dir / "manifest.toml")
+    # every model of the manifest, pooled ones too, with the versions it registered
+    assert listed == {m: list(spec.demo_versions) for m, spec in manifest.models.items()}
+    assert listed["digits-cnn"] == ["v1", "v2"] and "wine-mlp" in listed
     assert http.get("/healthz").json() == {"status": "ok"}
     assert http.get("/docs").status_code == 200
     paths = http.get("/openapi.json").json()["paths"]

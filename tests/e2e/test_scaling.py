@@ -20,6 +20,7 @@ import pytest
 from harness.local_platform import set_everywhere
 from harness.waiting import wait_for
 from harness.worker_log import logged_at
+from switchyard.manifest import load_manifest
 from tests.e2e.accounting import SENTENCES, stored_per_request, submit_async, wait_all_done
 from tests.e2e.conftest import Platform, e2e_manifest, start_platform
 
@@ -183,12 +184,17 @@ def test_the_scaling_state_and_metrics_are_written(scaling_platform):
         assert set(figures["lanes"]) == {"realtime", "batch"}
         assert set(figures["lanes"]["realtime"]) == {"visible", "in_flight", "oldest_age_seconds"}
         assert figures["last_decision"]["reason"]
-    # AND the worker counts go out as EMF metrics, per model
-    assert {d.get("model") for d in emf} == set(state["models"])
-    metrics = emf[0]["_aws"]["CloudWatchMetrics"][0]
-    assert metrics["Dimensions"] == [["model"]]
-    assert {m["Name"] for m in metrics["Metrics"]} == {
-        "DesiredWorkers",
-        "RunningWorkers",
-        "StartingWorkers",
-    }
+    # AND the worker counts go out as EMF metrics: per model with workers of its own,
+    # per pool for the models that share a pool's
+    manifest = load_manifest(scaling_platform.run_dir / "manifest.toml")
+    own = {m for m, spec in manifest.models.items() if spec.pool is None}
+    assert {d["model"] for d in emf if "model" in d} == own
+    assert {d["pool"] for d in emf if "pool" in d} == set(manifest.pools)
+    for dimension in ("model", "pool"):
+        metrics = next(d for d in emf if dimension in d)["_aws"]["CloudWatchMetrics"][0]
+        assert metrics["Dimensions"] == [[dimension]]
+        assert {m["Name"] for m in metrics["Metrics"]} == {
+            "DesiredWorkers",
+            "RunningWorkers",
+            "StartingWorkers",
+        }

@@ -1,14 +1,18 @@
-"""The concurrency budget in the templates: reserved concurrency per function family,
-the authorizer's cache per key, and the stage's throttle, each from the manifest."""
+"""The concurrency budget in the templates: reserved concurrency per function family
+(none for a pooled model's router unless the manifest reserves it), the authorizer's
+cache per key, and the stage's throttle, each from the manifest."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import pytest
 from aws_cdk.assertions import Match, Template
 
 from switchyard.manifest import Manifest
 
-from .helpers import integrated_function
+from .conftest import Synthesized
+from .helpers import integrated_function, router_function
 
 
 @pytest.mark.parametrize("stage", ["dev", "prod"])
@@ -33,15 +37,32 @@ def test_each_function_family_reserves_its_share(
             },
         )
     for model, spec in manifest.models.items():
-        template.has_resource_properties(
-            "AWS::Lambda::Function",
-            {
-                "Description": Match.string_like_regexp(f"router for {model}:"),
-                "ReservedConcurrentExecutions": budget.generation
-                if spec.generates
-                else budget.predict,
-            },
-        )
+        _, router = router_function(template, model)
+        expected = budget.generation if spec.generates else None if spec.pool else budget.predict
+        # a pooled model's router reserves nothing (pooled_predict unset): the property
+        # is absent, never 0, which would stop the function
+        assert router["Properties"].get("ReservedConcurrentExecutions") == expected, model
+    assert any(spec.pool for spec in manifest.models.values())
+
+
+def test_pooled_routers_reserve_pooled_predict_once_it_is_set(
+    synth: Callable[[Manifest, str], Synthesized], manifest: Manifest
+) -> None:
+    # GIVEN the manifest with a reservation for each pooled model's router
+    data = manifest.model_dump(mode="json", exclude_none=True)
+    for stage in data["stages"].values():
+        stage["concurrency"] |= {"account_limit": 2_000, "pooled_predict": 70}
+    reserving = Manifest.model_validate(data)
+    # WHEN prod is synthesized
+    template = synth(reserving, "prod").serving
+    # THEN each pooled router reserves it, and the reservations add up to the budget's
+    for model, spec in reserving.models.items():
+        if spec.pool is not None:
+            _, router = router_function(template, model)
+            assert router["Properties"]["ReservedConcurrentExecutions"] == 70
+    functions = template.find_resources("AWS::Lambda::Function").values()
+    reserved = sum(f["Properties"].get("ReservedConcurrentExecutions", 0) for f in functions)
+    assert reserved == sum(reserving.reserved_concurrency("prod").values())
 
 
 def test_every_function_reserves_within_the_budget(
@@ -53,6 +74,7 @@ def test_every_function_reserves_within_the_budget(
     )
     assert reserved == sum(manifest.reserved_concurrency("dev").values())
     assert reserved <= manifest.stages["dev"].concurrency.account_limit - 100
+    assert all(f["Properties"].get("ReservedConcurrentExecutions") != 0 for f in functions.values())
 
 
 def test_the_authorizer_caches_its_answer_per_key(

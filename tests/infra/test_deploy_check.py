@@ -3,9 +3,8 @@ each stage creates, the quotas it needs, and nothing that would stop it."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import json
+from pathlib import Path
 
 import pytest
 
@@ -89,14 +88,19 @@ def test_the_report_needs_the_concurrency_the_functions_reserve(
 ) -> None:
     report = stage_report(manifest, "dev", templates(dev))
     lambda_quota = next(q for q in report.quotas if q.code == "L-B99A9384")
-    # every family's reservation, and Lambda's 100 unreserved for the rest
+    # every family's reservation, and Lambda's 100 unreserved for the rest, which
+    # the pooled models' routers share
     assert lambda_quota.needs == sum(manifest.reserved_concurrency("dev").values()) + 100
-    # one GPU host per GPU task at most: the GPU models' maximums, 4 vCPUs each
+    pooled = sum(1 for spec in manifest.models.values() if spec.pool is not None)
+    assert f"{pooled} of them pooled models' routers" in lambda_quota.why
+    # one GPU host per GPU task at most: the GPU services' maximums, 4 vCPUs each
     gpu = next(q for q in report.quotas if q.code == "L-DB2E81BA")
     gpu_tasks = sum(
-        manifest.scaling_policy(model, "dev").max_tasks
-        for model, spec in manifest.models.items()
-        if spec.compute == "gpu"
+        manifest.pool_scaling_policy(service, "dev").max_tasks
+        if service in manifest.pools
+        else manifest.scaling_policy(service, "dev").max_tasks
+        for service, models in manifest.services().items()
+        if manifest.models[models[0]].compute == "gpu"
     )
     assert gpu.needs == gpu_tasks * 4
     assert "AWS::Lambda::Function" in report.resources[dev.platform.serving.stack_name]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from aws_cdk.assertions import Template
 
 from switchyard.manifest import Manifest
+from switchyard.scaling import ScalingPolicy
 
 
 def _min_capacity(template: Template) -> list[int]:
@@ -18,10 +19,20 @@ def test_dev_scales_every_model_to_zero(serving_template: Template) -> None:
     assert set(_min_capacity(serving_template)) == {0}
 
 
+def _policies(manifest: Manifest, stage: str) -> list[ScalingPolicy]:
+    """Each worker service's scaling in ``stage``: a model's own, a pool's."""
+    return [
+        manifest.pool_scaling_policy(s, stage)
+        if s in manifest.pools
+        else manifest.scaling_policy(s, stage)
+        for s in manifest.services()
+    ]
+
+
 def test_prod_keeps_the_minimum_tasks_of_hot_models(
     prod_serving_template: Template, manifest: Manifest
 ) -> None:
-    expected = sorted(manifest.scaling_policy(m, "prod").min_tasks for m in manifest.models)
+    expected = sorted(policy.min_tasks for policy in _policies(manifest, "prod"))
     assert _min_capacity(prod_serving_template) == expected
     assert manifest.scaling_policy("minilm-embed", "prod").min_tasks > 0
 
@@ -37,7 +48,7 @@ def test_prod_waits_longer_before_scaling_in(
     alarms = prod_serving_template.find_resources(
         "AWS::CloudWatch::Alarm", {"Properties": {"EvaluationPeriods": idle["prod"] // 60}}
     )
-    assert len(alarms) == len(manifest.models)
+    assert len(alarms) == len(manifest.services())
 
 
 def test_prod_keeps_its_data_when_a_stack_goes(

@@ -8,43 +8,29 @@ line and nothing is uploaded or registered."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
 
+from harness.local_platform import edit_manifest
 from stacks.assets import MANIFEST_FILE
 from switchyard.manifest import load_manifest
 from switchyard.registry import DynamoDBRegistry
 from switchyard_cli.main import main
 from switchyard_local.provision import Provisioned, provision, register_demo_models
 
-ENTRIES_FILE = Path(__file__).resolve().parents[1] / "onnx_demo_models.toml"
-# Two of the five entries: the repository's manifest holds two more models'
-# reserved concurrency in every stage without a change of its numbers.
-ADDED = ("digits-cnn-onnx", "iris-logreg")
+# Two of the repository's ONNX models, one from each pool: the manifest cut down to
+# them (and their pools), so that start-up registers no other model's artifact.
+ONNX_MODELS = ("digits-cnn-onnx", "iris-logreg")
 MODEL = "iris-logreg"  # 4 measurements in, 3 species out
-
-
-def entries_text(models: tuple[str, ...]) -> str:
-    """The TOML of ``models``' entries in ``tests/onnx_demo_models.toml``."""
-    blocks = re.split(r"^(?=\[models\.)", ENTRIES_FILE.read_text(), flags=re.MULTILINE)
-    named = {}
-    for block in blocks[1:]:
-        header = re.match(r"\[models\.([a-z0-9-]+)", block)
-        assert header is not None
-        named[header.group(1)] = block
-    return "\n".join(named[m] for m in models)
 
 
 @pytest.fixture
 def with_onnx(clients, emulator_url, tmp_path) -> tuple[Provisioned, list[str]]:
-    """A platform provisioned from the manifest and two ONNX demo entries (those it
-    names already are not added again); the CLI's arguments to reach it."""
-    base = MANIFEST_FILE.read_text()
-    missing = tuple(m for m in ADDED if f"[models.{m}]" not in base)
+    """A platform provisioned from the repository's manifest cut down to two ONNX
+    models; the CLI's arguments to reach it."""
     manifest_file = tmp_path / "manifest.toml"
-    manifest_file.write_text(base + "\n" + entries_text(missing))
+    manifest_file.write_text(edit_manifest(MANIFEST_FILE.read_text(), set(ONNX_MODELS)))
     provisioned = provision(load_manifest(manifest_file), "dev", emulator_url, "us-east-1")
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -71,7 +57,7 @@ def test_the_built_onnx_models_are_registered_at_start(clients, with_onnx, model
     # WHEN the platform registers the demo models at start
     registered = {(r.model, r.version): r for r in register_demo_models(provisioned, models_dir)}
     # THEN the ONNX entries' versions are registered from what make models built
-    for model in ADDED:
+    for model in ONNX_MODELS:
         record = registered[(model, "v1")]
         assert record.runtime == "onnx-classifier"
         assert record.artifact_uri.endswith(f"/models/{model}/v1/model.onnx")

@@ -14,11 +14,14 @@ def test_demo_models_are_uploaded_and_registered_with_their_sha256(
     manifest, provisioned, clients, models_dir
 ):
     records = register_demo_models(provisioned, models_dir)
+    # every demo version the manifest lists, pooled models' too
     assert {(r.model, r.version) for r in records} == {
-        ("minilm-embed", "v1"),
-        ("digits-cnn", "v1"),
-        ("digits-cnn", "v2"),
-        ("pydoc-gpt", "v1"),
+        (model, version)
+        for model, spec in manifest.models.items()
+        for version in spec.demo_versions
+    }
+    assert {("digits-cnn", "v2"), ("wine-mlp", "v1"), ("digits-mlp", "v1")} <= {
+        (r.model, r.version) for r in records
     }
     registry = DynamoDBRegistry(clients("dynamodb"), manifest.names("dev").registry_table)
     stored = registry.get("digits-cnn", "v2")

@@ -59,7 +59,9 @@ def refused(call: Any) -> bool:
 
 def test_every_component_has_its_role(roles, manifest):
     expected = {"openai", "requests", "key-authorizer", "splitter"}
-    expected |= {f"{kind}:{model}" for model in manifest.models for kind in ("router", "worker")}
+    expected |= {f"router:{model}" for model in manifest.models}
+    # a worker role per service: a model's own, or its pool's
+    expected |= {f"worker:{service}" for service in manifest.services()}
     expected |= {f"drop:{tenant}" for tenant in manifest.tenants}
     assert expected <= set(roles)
     # resolved to the local names: no intrinsic is left

@@ -240,6 +240,46 @@ def test_per_model_families_reserve_for_each_of_their_functions(manifest):
     budget = manifest.stages["prod"].concurrency
     reserved = manifest.reserved_concurrency("prod")
     generating = [m for m, spec in manifest.models.items() if spec.generates]
+    pooled = [m for m, spec in manifest.models.items() if spec.pool is not None]
+    own = len(manifest.models) - len(generating) - len(pooled)
+    assert pooled and own
     assert reserved["generation"] == budget.generation * len(generating)
-    assert reserved["predict"] == budget.predict * (len(manifest.models) - len(generating))
+    assert reserved["predict"] == budget.predict * own
+    # the shipped manifest leaves pooled_predict unset: pooled routers reserve nothing
+    assert budget.pooled_predict is None and reserved["pooled_predict"] == 0
+    assert all(budget.router_reservation(manifest.models[m]) is None for m in pooled)
     assert sum(reserved.values()) <= budget.account_limit - 100
+
+
+def test_pooled_routers_reserve_pooled_predict_each_once_it_is_set():
+    def reserve(document):
+        for stage in document["stages"].values():
+            stage["concurrency"] |= {"account_limit": 2000, "pooled_predict": 70}
+
+    manifest = Manifest.model_validate(manifest_with(reserve))
+    pooled = [m for m, spec in manifest.models.items() if spec.pool is not None]
+    for stage in ("dev", "prod"):
+        budget = manifest.stages[stage].concurrency
+        assert manifest.reserved_concurrency(stage)["pooled_predict"] == 70 * len(pooled)
+        assert {budget.router_reservation(manifest.models[m]) for m in pooled} == {70}
+
+
+def test_a_tier_cap_must_stay_under_pooled_predict_once_it_is_set():
+    def tight(document):
+        for stage in document["stages"].values():
+            stage["concurrency"] |= {"account_limit": 2000, "pooled_predict": 64}
+
+    # premium's max_sync_requests is 64: one tenant could hold every pooled router
+    with pytest.raises(ValidationError, match=r"tiers\.premium\.max_sync_requests: 64 is not "):
+        Manifest.model_validate(manifest_with(tight))
+
+
+def test_unset_pooled_routers_share_the_unreserved_rest_which_a_tier_cap_must_stay_under():
+    def greedy(document):
+        # every reservation over the cap, but prod leaves only 130 unreserved
+        for stage in document["stages"].values():
+            stage["concurrency"] |= {"account_limit": 1300, "predict": 300, "openai": 300}
+        document["tiers"]["premium"]["max_sync_requests"] = 200
+
+    with pytest.raises(ValidationError, match=r"max_sync_requests: 200 is not under the 130 of"):
+        Manifest.model_validate(manifest_with(greedy))

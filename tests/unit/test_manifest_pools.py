@@ -21,7 +21,12 @@ SMALL_CPU = {
 
 
 def _data() -> dict:
-    return tomllib.loads(MANIFEST_FILE.read_text())
+    """The repository's manifest without its pools and their models: the models with
+    services of their own, for these tests to pool as they say."""
+    data = tomllib.loads(MANIFEST_FILE.read_text())
+    pools = set(data.pop("pools", {}))
+    data["models"] = {m: s for m, s in data["models"].items() if s.get("pool") not in pools}
+    return data
 
 
 def _pooled(data: dict, *models: str, pool: str = "small-cpu") -> dict:
@@ -49,6 +54,17 @@ def test_models_in_a_pool_share_its_service_and_its_scaling():
 def test_without_pools_every_model_keeps_a_service_of_its_own():
     manifest = Manifest.model_validate(_data())
     assert manifest.services() == {name: (name,) for name in manifest.models}
+
+
+def test_the_repositorys_demo_pools_serve_its_classifiers():
+    manifest = Manifest.model_validate(tomllib.loads(MANIFEST_FILE.read_text()))
+    services = manifest.services()
+    assert len(services["small-cpu"]) == 6 and services["small-gpu"] == ("digits-cnn-onnx",)
+    assert {m for m, spec in manifest.models.items() if spec.pool is None} == {
+        "minilm-embed",
+        "digits-cnn",
+        "pydoc-gpt",
+    }
 
 
 @pytest.mark.parametrize(

@@ -1,28 +1,38 @@
-"""The ONNX runtime (``onnx-classifier``): the demo's ONNX models, loaded through the
-worker's ``load_runtime`` as a worker loads them, answer as the models they were
-made from: digits-cnn's ONNX export as the TorchScript digits-cnn, the scikit-learn
-classifiers about as well as they scored when built, and a batch as its inputs one
-by one. A graph that cannot answer in the classifier's shape is refused at load."""
+"""The demo's classifiers trained at setup on scikit-learn's data sets, loaded through
+the worker's ``load_runtime`` as a worker loads them. The ONNX runtime
+(``onnx-classifier``): the ONNX models answer as the models they were made from:
+digits-cnn's ONNX export as the TorchScript digits-cnn, the scikit-learn classifiers
+about as well as they scored when built, and a batch as its inputs one by one; a
+graph that cannot answer in the classifier's shape is refused at load. The
+TorchScript networks (``torchscript-classifier``) read their held-out data as well."""
 
 from __future__ import annotations
 
-import copy
 import json
 import math
-import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness import MODELS_DIR, ROOT
+from harness import MODELS_DIR
 from switchyard.manifest import Manifest, ModelSpec
-from switchyard_local.models import SKLEARN_DEMOS, build_all, built_artifact, data_set_split
+from switchyard_local.models import (
+    SKLEARN_DEMOS,
+    TABULAR_MLPS,
+    build_all,
+    built_artifact,
+    data_set_split,
+)
 from switchyard_worker.runtimes import ModelRuntime, OnnxClassifier, load_runtime
 from tests.devices import DEVICES
 
-ENTRIES_FILE = ROOT / "tests" / "onnx_demo_models.toml"
 ONNX_MODELS = ["digits-cnn-onnx", *SKLEARN_DEMOS]
+# Each data set's loader (a function of sklearn.datasets), by model.
+DATA_SETS = {
+    **{model: loader for model, (loader, _) in SKLEARN_DEMOS.items()},
+    **{model: loader for model, (loader, _) in TABULAR_MLPS.items()},
+}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -30,10 +40,10 @@ def built() -> None:
     build_all(MODELS_DIR)  # the demo artifacts, built where missing (make models)
 
 
-def entry(model: str) -> ModelSpec:
-    """An ONNX demo model's manifest entry (``tests/onnx_demo_models.toml``)."""
-    entries = tomllib.loads(ENTRIES_FILE.read_text())["models"]
-    return ModelSpec.model_validate(entries[model])
+@pytest.fixture(scope="module")
+def entries(manifest: Manifest) -> dict[str, ModelSpec]:
+    """The demo models' entries in the repository's manifest."""
+    return dict(manifest.models)
 
 
 def load(spec: ModelSpec, model: str, tmp_path: Path, device: str = "cpu") -> ModelRuntime:
@@ -59,7 +69,7 @@ def test_the_onnx_export_of_digits_cnn_answers_the_classes_torchscript_does(
     # GIVEN digits-cnn v1 in TorchScript and the same weights exported to ONNX, each
     # loaded by the worker's runtimes (the ONNX one on the device)
     torchscript = load(manifest.models["digits-cnn"], "digits-cnn", tmp_path)
-    onnx = load(entry("digits-cnn-onnx"), "digits-cnn-onnx", tmp_path, device)
+    onnx = load(manifest.models["digits-cnn-onnx"], "digits-cnn-onnx", tmp_path, device)
     # WHEN both read the digits that digits-cnn never saw in training
     _, images, _, truth = data_set_split("load_digits")
     from_torchscript = in_batches(torchscript, images.tolist())
@@ -75,14 +85,18 @@ def test_the_onnx_export_of_digits_cnn_answers_the_classes_torchscript_does(
     assert right / len(images) > 0.95
 
 
-@pytest.mark.parametrize("model", sorted(SKLEARN_DEMOS))
-def test_a_scikit_learn_model_reads_its_held_out_data(model, tmp_path):
-    # GIVEN a scikit-learn classifier converted with skl2onnx, loaded by the worker
-    spec = entry(model)
+@pytest.mark.parametrize("model", sorted(DATA_SETS))
+def test_a_classifier_trained_on_a_scikit_learn_data_set_reads_its_held_out_data(
+    model, entries, tmp_path
+):
+    # GIVEN a classifier trained at setup (a scikit-learn one converted with
+    # skl2onnx, or a torch network scripted), loaded by the worker as its entry says
+    spec = entries[model]
+    runtime_name = "onnx-classifier" if model in SKLEARN_DEMOS else "torchscript-classifier"
+    assert spec.runtime == runtime_name
     runtime = load(spec, model, tmp_path)
     # WHEN it answers the fifth of its data set it was not fitted on
-    loader, _ = SKLEARN_DEMOS[model]
-    _, features, _, truth = data_set_split(loader)
+    _, features, _, truth = data_set_split(DATA_SETS[model])
     answers = in_batches(runtime, features.tolist())
     # THEN most answers are right, each labelled by the entry's labels, each a
     # probability per label that sums to 1
@@ -96,11 +110,10 @@ def test_a_scikit_learn_model_reads_its_held_out_data(model, tmp_path):
 
 
 @pytest.mark.parametrize("model", ONNX_MODELS)
-def test_a_batch_answers_as_its_inputs_one_by_one(model, tmp_path):
+def test_a_batch_answers_as_its_inputs_one_by_one(model, entries, tmp_path):
     # GIVEN an ONNX model and 17 inputs of its data set
-    runtime = load(entry(model), model, tmp_path)
-    loader = SKLEARN_DEMOS.get(model, ("load_digits", ""))[0]
-    inputs = data_set_split(loader)[1][:17].tolist()
+    runtime = load(entries[model], model, tmp_path)
+    inputs = data_set_split(DATA_SETS.get(model, "load_digits"))[1][:17].tolist()
     # WHEN they run as one batch (one session.run), and then each alone
     together = runtime.predict(inputs)
     alone = [runtime.predict([one])[0] for one in inputs]
@@ -140,25 +153,18 @@ def test_cuda_without_onnx_runtimes_cuda_provider_fails_the_load():
         OnnxClassifier(artifact, (), "cuda")
 
 
-def test_the_entries_to_paste_are_ones_the_manifest_takes_with_the_concurrency_they_say():
-    # GIVEN the repository's manifest, the ONNX demo models' entries, and the
-    # concurrency their file's header asks for
-    base = tomllib.loads((ROOT / "manifest.toml").read_text())
-    entries = tomllib.loads(ENTRIES_FILE.read_text())["models"]
-    header = ENTRIES_FILE.read_text().split("\n\n", 1)[0]
-    assert "`predict` to 72 in both stages" in header and "`openai` to 120" in header
-    pasted = copy.deepcopy(base)
-    pasted["models"] = base["models"] | entries
-    for stage in ("dev", "prod"):
-        pasted["stages"][stage]["concurrency"]["predict"] = 72
-    pasted["stages"]["prod"]["concurrency"]["openai"] = 120
-    # WHEN they are pasted in THEN the manifest takes them, each an onnx-classifier
-    # of a model that make models builds, its labels those its build recorded
-    manifest = Manifest.model_validate(pasted)
-    for model in entries:
-        assert manifest.models[model].runtime == "onnx-classifier"
-        assert manifest.models[model].demo_versions == ("v1",)
+def test_the_manifest_serves_every_built_classifier_from_a_pool_with_its_recorded_labels(
+    manifest,
+):
+    # GIVEN the repository's manifest and what make models recorded of each build
+    for model in [*ONNX_MODELS, *TABULAR_MLPS]:
+        spec = manifest.models[model]
+        # THEN each classifier is served from a pool, from the version make models
+        # built, its labels those its build recorded
+        assert spec.pool is not None
+        assert spec.demo_versions == ("v1",)
         assert built_artifact(MODELS_DIR, model, "v1") is not None
-    for model in SKLEARN_DEMOS:
-        record = json.loads((MODELS_DIR / model / "v1" / "build.json").read_text())
-        assert list(manifest.models[model].labels) == record["labels"]
+        if model in DATA_SETS:
+            record = json.loads((MODELS_DIR / model / "v1" / "build.json").read_text())
+            assert list(spec.labels) == record["labels"]
+            assert tuple(spec.signature.shape) == (record["features"],)

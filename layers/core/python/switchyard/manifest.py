@@ -232,6 +232,12 @@ class ConcurrencyBudget(_Strict):
     leave Lambda's unreserved minimum (100) of ``account_limit``, which the
     manifest checks (:meth:`Manifest.reserved_concurrency`). docs/deploying.md
     has the quotas this asks for.
+
+    A pooled model's router is the exception while ``pooled_predict`` is unset: it
+    reserves nothing and draws on the account's unreserved concurrency, so that a
+    catalogue of many small models fits in an account (a reservation of 0 would
+    stop the function, so none is rendered). Each tenant is still held to its
+    tier's ``max_sync_requests``, counted across every router.
     """
 
     account_limit: int = Field(
@@ -243,7 +249,15 @@ class ConcurrencyBudget(_Strict):
     predict: int = Field(
         default=100,
         ge=1,
-        description="Reserved for each sync predict router (one per model that does not generate)",
+        description="Reserved for each sync predict router (one per model that does not "
+        "generate and has a worker service of its own)",
+    )
+    pooled_predict: int | None = Field(
+        default=None,
+        ge=1,
+        description="Reserved for each pooled model's predict router; unset, they reserve "
+        "nothing and share the account's unreserved concurrency (each tenant still held "
+        "to its tier's `max_sync_requests`)",
     )
     generation: int = Field(
         default=50,
@@ -278,6 +292,21 @@ class ConcurrencyBudget(_Strict):
     throttle_burst: int = Field(
         default=2_000, gt=0, le=API_ACCOUNT_BURST, description="The stage's throttle's burst"
     )
+
+    @staticmethod
+    def router_family(spec: ModelSpec) -> str:
+        """The family of a model's router: ``generation``, ``pooled_predict`` or
+        ``predict``."""
+        if spec.generates:
+            return "generation"
+        return "pooled_predict" if spec.pool is not None else "predict"
+
+    def router_reservation(self, spec: ModelSpec) -> int | None:
+        """What a model's router reserves: its family's number, or None (no
+        reservation: the account's unreserved share) for a pooled model's while
+        ``pooled_predict`` is unset. Never 0, which would stop the function."""
+        reserved: int | None = getattr(self, self.router_family(spec))
+        return reserved
 
 
 class DropRetention(_Strict):
@@ -764,13 +793,15 @@ class Manifest(_Strict):
 
     def reserved_concurrency(self, stage: Stage) -> dict[str, int]:
         """Function family -> what its functions reserve together in ``stage`` (a
-        per-model family: its number times the models that have such a router)."""
+        per-model family: its number times the models that have such a router;
+        pooled routers while ``pooled_predict`` is unset: 0, they reserve nothing)."""
         budget = self.stages[stage].concurrency
-        generating = sum(1 for spec in self.models.values() if spec.generates)
+        routers = dict.fromkeys(("predict", "pooled_predict", "generation"), 0)
+        for spec in self.models.values():
+            routers[budget.router_family(spec)] += budget.router_reservation(spec) or 0
         return {
             "authorizer": budget.authorizer,
-            "predict": budget.predict * (len(self.models) - generating),
-            "generation": budget.generation * generating,
+            **routers,
             "openai": budget.openai,
             "jobs": budget.jobs,
             "splitter": budget.splitter,
@@ -788,19 +819,33 @@ class Manifest(_Strict):
                 f"account_limit {budget.account_limit} leaves {room} after Lambda's "
                 f"unreserved minimum of {UNRESERVED_CONCURRENCY_MINIMUM}"
             )
-        # A tenant at its cap must leave room in each function for another tenant.
+        # A tenant at its cap must leave room in each function for another tenant:
+        # in each reservation, and in the unreserved share that pooled routers
+        # without one draw on.
+        shared = budget.pooled_predict is None and any(
+            spec.pool is not None for spec in self.models.values()
+        )
+        unreserved = budget.account_limit - sum(reserved.values())
         for name, tier in self.tiers.items():
             for cap, families in (
-                ("max_sync_requests", ("predict", "openai")),
+                ("max_sync_requests", ("predict", "pooled_predict", "openai")),
                 ("max_streams", ("generation", "openai")),
             ):
                 for family in families:
-                    if getattr(tier, cap) >= getattr(budget, family):
+                    limit = getattr(budget, family)
+                    if limit is not None and getattr(tier, cap) >= limit:
                         raise ValueError(
                             f"tiers.{name}.{cap}: {getattr(tier, cap)} is not under "
-                            f"{where}.{family} ({getattr(budget, family)}): one tenant "
-                            "could hold every instance of that function"
+                            f"{where}.{family} ({limit}): one tenant could hold every "
+                            "instance of that function"
                         )
+            if shared and tier.max_sync_requests >= unreserved:
+                raise ValueError(
+                    f"tiers.{name}.max_sync_requests: {tier.max_sync_requests} is not under "
+                    f"the {unreserved} of {where}.account_limit left unreserved, which the "
+                    "pooled models' routers share (pooled_predict unset): one tenant could "
+                    "hold all of it"
+                )
 
     def scaling_policy(self, model: str, stage: str) -> ScalingPolicy:
         """``model``'s scaling in ``stage``: the stage's values, overridden by the
