@@ -7,9 +7,14 @@ to itself: model limit, worker efficiency, AWS calls and router cold start (on a
 private emulator), the emulator's SQS under a backlog, async bursts draining on the
 local platform, end to end on the local platform (micro-batching on, then off),
 the two peers (LitServe, then Ray Serve with ``@serve.batch``), scaling from zero,
-and generation (time to first token and tokens/s of streamed ``pydoc-gpt``: bare
-transformers, the platform, LitServe). A section that fails is recorded and the
-others still run; the exit status is non-zero if any failed.
+generation (time to first token and tokens/s of streamed ``pydoc-gpt``: bare
+transformers, the platform, LitServe), the streaming transport, and pools (a long
+tail of models on one pool against a service per model). A section that fails is
+recorded and the others still run; the exit status is non-zero if any failed.
+
+``python -m bench run --only pools --merge`` runs one section and puts its figures
+in place of its own in the report already in ``--out``; ``python -m bench.report``
+writes the page again from the stored figures, without a run.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ SECTIONS = (
     "scaling",
     "generation",
     "stream_transport",
+    "pools",
 )
 # Each peer's comparison with the platform (micro-batching on): where it is stored
 # in the results, and the peer section it is made from.
@@ -180,6 +186,10 @@ def run(
         results["sections"]["stream_transport"] = section(
             "stream_transport", lambda: stream_transport.run(quick, log)
         )
+    if "pools" in only:
+        from bench import pools
+
+        results["sections"]["pools"] = section("pools", lambda: pools.run(quick, log))
     from bench import report
 
     platform = (results["sections"].get("end_to_end") or {}).get("batching_on")

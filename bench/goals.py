@@ -330,7 +330,86 @@ def _closed_loop(results: Results) -> str | None:
     )
 
 
+def _pools(results: Results) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | None:
+    """The pools section: the whole, the pool's arm and the services' arm."""
+    section = _path("sections", "pools")(results)
+    if not section or not section.get("pool") or not section.get("dedicated"):
+        return None
+    return section, section["pool"], section["dedicated"]
+
+
+def _pool_cost(results: Results) -> str | None:
+    found = _pools(results)
+    if not found:
+        return None
+    section, pool, ded = found
+    return _sentences(
+        f"the pool spent {fmt(pool['worker_seconds_per_1000_answers'])} worker-seconds per "
+        f"1,000 answers, the services {fmt(ded['worker_seconds_per_1000_answers'])}: at most "
+        f"{pool['most_workers_at_once']} worker against {ded['most_workers_at_once']} over "
+        f"{fmt(pool['window_seconds'], 0)} s of {section['rate']:g} req/s spread over "
+        f"{len(section['models'])} models",
+        f"{fmt(pool['answers_per_s'])} answers/s against {fmt(ded['answers_per_s'])}",
+    )
+
+
+def _pool_p99(results: Results) -> str | None:
+    found = _pools(results)
+    if not found:
+        return None
+    _, pool, ded = found
+    misses, loads = pool["misses"], pool["load_seconds"]
+    share = misses["count"] / pool["ok"] if pool.get("ok") else None
+    waited = (
+        f"{fmt(misses['count'], 0)} of the pool's {fmt(pool['ok'], 0)} answers "
+        f"({fmt(100 * share, 0)} %) waited "
+        f"for a load (p50 {fmt(misses['p50_ms'], 0)} ms, p99 {fmt(misses['p99_ms'], 0)}); "
+        f"its {fmt(loads['count'], 0)} loads took p50 {fmt(loads['p50_seconds'], 3)} s, p99 "
+        f"{fmt(loads['p99_seconds'], 3)}"
+        if share is not None
+        else None
+    )
+    others = [a.get("others_busy_share") for a in (pool, ded)]
+    neighbours = (
+        f"other work took {fmt(100 * others[0], 0)} % and {fmt(100 * others[1], 0)} % of the "
+        "machine during the two windows"
+        if None not in others
+        else None
+    )
+    return _sentences(
+        f"the pool's p99 {fmt(pool['p99_ms'], 0)} ms against the services' "
+        f"{fmt(ded['p99_ms'], 0)}, p50 {fmt(pool['p50_ms'], 0)} against {fmt(ded['p50_ms'], 0)}",
+        waited,
+        neighbours,
+    )
+
+
+def _pool_hit(results: Results) -> str | None:
+    found = _pools(results)
+    if not found:
+        return None
+    _, pool, ded = found
+    hits = pool["hits"]
+    cpu = None
+    if pool.get("worker_cpu_ms_per_answer") is not None:
+        cpu = (
+            f"an answer cost the workers {fmt(pool['worker_cpu_ms_per_answer'], 2)} ms of CPU "
+            f"in the pool, {fmt(ded.get('worker_cpu_ms_per_answer'), 2)} in the services "
+            f"({fmt(pool.get('platform_cpu_ms_per_answer'))} and "
+            f"{fmt(ded.get('platform_cpu_ms_per_answer'))} across the platform)"
+        )
+    return _sentences(
+        f"a hit's p50 {fmt(hits['p50_ms'], 0)} ms (p99 {fmt(hits['p99_ms'], 0)}) over "
+        f"{fmt(hits['count'], 0)} hits, against a dedicated worker's answer's "
+        f"{fmt(ded['p50_ms'], 0)} ms (p99 {fmt(ded['p99_ms'], 0)})",
+        cpu,
+    )
+
+
 # -- the goals -------------------------------------------------------------------------
+
+# The worker-seconds a pool may spend on a long tail, against a service per model.
+POOL_COST_SHARE = 0.333
 
 
 @dataclass(frozen=True)
@@ -465,6 +544,31 @@ GOALS = (
         False,
         "×",
         _peer("Ray Serve", "peer_rayserve", "comparison_rayserve"),
+    ),
+    Goal(
+        "pools, a long tail (Zipf): worker-seconds per 1,000 answers, one pool vs a service "
+        "per model",
+        _path("sections", "pools", "comparison", "worker_seconds_ratio"),
+        POOL_COST_SHARE,
+        True,
+        "×",
+        _pool_cost,
+    ),
+    Goal(
+        "pools, the same load: p99, one pool vs a service per model",
+        _path("sections", "pools", "comparison", "p99_ratio"),
+        2.0,
+        True,
+        "×",
+        _pool_p99,
+    ),
+    Goal(
+        "pools: a hit's p50 vs a dedicated worker's answer's",
+        _path("sections", "pools", "comparison", "hit_p50_ratio"),
+        1.0,
+        True,
+        "×",
+        _pool_hit,
     ),
 )
 

@@ -1003,3 +1003,260 @@ def test_the_sections_that_run_the_platform_in_process_run_in_quick_mode():
     digits = efficiency[tensor.name]
     assert digits["completed"] == digits["messages"]
     assert digits["loop_alone_vs_model"] > 0
+
+
+# -- pools: one pool against a service per model ---------------------------------------
+
+
+def test_the_long_tail_is_zipf_over_the_models_and_the_same_every_run():
+    from bench import pools
+
+    # GIVEN the section's workload of 2,000 requests, drawn twice
+    first, again = pools.plan(2000), pools.plan(2000)
+    weights = pools.zipf_weights(len(pools.MODELS))
+    # THEN it is the same plan, every model is in it, and each rank is asked less than
+    # the one before, near its Zipf share
+    assert first == again
+    assert sum(weights) == pytest.approx(1.0)
+    assert weights == sorted(weights, reverse=True)
+    assert weights[0] / weights[1] == pytest.approx(2.0)  # s = 1: rank 1 twice rank 2
+    counts = Counter(first)
+    assert set(counts) == set(pools.MODELS)
+    for model, weight in zip(pools.MODELS, weights, strict=True):
+        assert counts[model] / 2000 == pytest.approx(weight, abs=0.03)
+
+
+def test_both_arms_run_the_same_models_in_one_pool_or_a_service_each():
+    from bench import pools
+    from switchyard.manifest import Manifest
+
+    # GIVEN the manifest of each arm
+    pooled_arm = Manifest.model_validate(tomllib.loads(pools.arm_manifest(pools.BUDGET_MIB)))
+    dedicated = Manifest.model_validate(tomllib.loads(pools.arm_manifest(None)))
+    # THEN both have exactly the section's models, the result cache off
+    for manifest in (pooled_arm, dedicated):
+        assert tuple(manifest.models) == pools.MODELS
+        assert all(spec.result_cache_seconds == 0 for spec in manifest.models.values())
+    # AND one pool of the section's budget serves them all, or each has a service
+    assert list(pooled_arm.pools) == [pools.POOL]
+    assert pooled_arm.pools[pools.POOL].memory_budget_mib == pools.BUDGET_MIB
+    assert pooled_arm.services() == {pools.POOL: pools.MODELS}
+    assert dedicated.pools == {}
+    assert dedicated.services() == {m: (m,) for m in pools.MODELS}
+
+
+def test_unpooled_gives_each_model_a_service_and_drops_the_pools_left_empty():
+    from bench.pools import unpooled
+
+    # GIVEN a manifest whose models a and b share pool p, and c is in pool q
+    text = "\n".join(
+        [
+            "[pools.p]",
+            'compute = "cpu"',
+            "memory_budget_mib = 64",
+            "",
+            "[pools.q]",
+            'compute = "cpu"',
+            "",
+            "[models.a]",
+            'pool = "p"',
+            'compute = "cpu"',
+            "",
+            "[models.b]",
+            'pool = "p"',
+            'instance_types = ["m7i.large"]',
+            "",
+            "[models.c]",
+            'pool = "q"',
+        ]
+    )
+    # WHEN a and b leave their pool
+    out = tomllib.loads(unpooled(text, ["a", "b"]))
+    # THEN each has a service of its own on its instance types, or the default
+    assert out["models"]["a"] == {"compute": "cpu", "instance_types": ["c7i.xlarge"]}
+    assert out["models"]["b"] == {"instance_types": ["m7i.large"]}
+    # AND pool p, which serves no model now, is gone; q still serves c
+    assert out["pools"] == {"q": {"compute": "cpu"}} and out["models"]["c"] == {"pool": "q"}
+
+
+def test_worker_seconds_are_each_process_within_the_window():
+    from bench.pools import most_at_once, worker_intervals, worker_seconds
+
+    # GIVEN the autoscaler's records: a started at 0 (its log says it stopped at 50), b
+    # started at 20 and still running, c started at 30, died and was replaced at 40,
+    # the new process stopped by the autoscaler at 70; and d, started after the window
+    def decision(at, started):
+        return {"message": "scaling decision", "at": at, "started": started}
+
+    autoscaler = [
+        decision(0.0, ["worker-s-a"]),
+        decision(20.0, ["worker-s-b"]),
+        decision(30.0, ["worker-s-c"]),
+        {"message": "worker replaced", "worker": "worker-s-c", "timestamp": _iso(40.0)},
+        {"message": "worker stopped", "worker": "worker-s-c", "timestamp": _iso(70.0)},
+        decision(200.0, ["worker-s-d"]),
+    ]
+    logs = {
+        "worker-s-a": [
+            {"message": "worker starting", "at": 1.0},
+            {"message": "stopped", "at": 50.0},
+        ],
+        "worker-s-b": [{"message": "worker starting", "at": 21.0}],
+        "worker-s-c": [{"message": "worker starting", "at": 31.0}],
+    }
+    intervals = worker_intervals(logs, autoscaler)
+    # WHEN they are counted within the window from 10 to 100
+    seconds = worker_seconds(intervals, 10.0, 100.0)
+    # THEN each process counts the seconds it ran within it, and d none
+    assert seconds == pytest.approx({"worker-s-a": 40.0, "worker-s-b": 80.0, "worker-s-c": 40.0})
+    assert most_at_once(intervals, 10.0, 100.0) == 3
+
+
+def _iso(at: float) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(at, dt.UTC).isoformat(timespec="milliseconds")
+
+
+def test_a_miss_is_an_answer_whose_version_loaded_while_it_waited():
+    from bench.pools import Answer, split_hits
+
+    # GIVEN answers of two models, and loads of m1's v1 at 10 s and m2's v1 at 30 s
+    def answer(model, sent, answered):
+        return Answer(model, "v1", sent, answered, (answered - sent) * 1000)
+
+    answers = [
+        answer("m1", 9.0, 10.5),  # waited for m1's load
+        answer("m1", 11.0, 11.1),  # after it
+        answer("m2", 9.5, 10.2),  # another model's load
+        answer("m2", 29.0, 30.4),  # waited for m2's
+    ]
+    loads = [
+        {"message": "model cached", "model": "m1", "version": "v1", "at": 10.0},
+        {"message": "model cached", "model": "m2", "version": "v1", "at": 30.0},
+    ]
+    # WHEN they are split
+    hits, misses = split_hits(answers, loads)
+    # THEN the misses are those that waited for their own version's load
+    assert [a.sent for a in misses] == [9.0, 29.0]
+    assert [a.sent for a in hits] == [11.0, 9.5]
+
+
+def _arm(name: str, latencies: list[float], worker_logs: dict, waited: tuple[int, ...] = ()):
+    """An arm summarised as the section summarises one, from a made-up run: a request
+    a second, those of ``waited`` each waiting for a load of its model."""
+    from bench.pools import MODELS, summarize
+
+    outcomes = []
+    for i, ms in enumerate(latencies):
+        sent = 100.0 + i
+        body = {
+            "model": MODELS[i % len(MODELS)],
+            "version": "v1",
+            "sent": sent,
+            "answered": sent + ms / 1000,
+            "timings": {"queue_wait_ms": 5.0, "batch_wait_ms": 5.0 + ms / 10, "pickup_ms": 20.0},
+        }
+        outcomes.append(Outcome("ok", ms, 200, body))
+    result = StepResult(10.0, len(outcomes), float(len(outcomes)), outcomes)
+    for n, i in enumerate(waited):  # a load of request i's model, finished while it waited
+        event = {"message": "model cached", "model": MODELS[i % len(MODELS)], "version": "v1"}
+        worker_logs[next(iter(worker_logs))].append(
+            event | {"at": 100.0 + i + 0.01, "load_seconds": 0.05 * (n + 1), "footprint_mib": 30.0}
+        )
+    autoscaler = [
+        {"message": "scaling decision", "at": 0.0, "started": list(worker_logs)},
+    ]
+    counts = {"loads": len(waited), "evictions": 1, "cold_loads": dict.fromkeys(MODELS, 1)}
+    return summarize(
+        name,
+        result,
+        list(MODELS) * 10,
+        worker_logs,
+        autoscaler,
+        counts,
+        policies={"longtail": {"idle_seconds": 900}},
+        cpu={"worker": 2.0, "router": 1.0, "load generator": 0.5},
+        others_cpu=4.0,
+    )
+
+
+def _pools_section():
+    from bench.pools import section
+
+    n = 20
+    pool = _arm("pool", [40.0] * (n - 2) + [300.0, 320.0], {"worker-longtail-0": []}, (18, 19))
+    services = {f"worker-m{i}-0": [] for i in range(8)}
+    dedicated = _arm("dedicated", [50.0] * (n - 1) + [200.0], services)
+    return section(pool, dedicated, 30.0)
+
+
+def test_an_arm_counts_its_answers_workers_loads_and_cost():
+    # GIVEN made-up arms: one pool worker whose two loads two requests waited for,
+    # and eight workers of their own, over the same 20 requests a second apart
+    s = _pools_section()
+    pool, dedicated = s["pool"], s["dedicated"]
+    # THEN each counts its workers' seconds within its window, per 1,000 answers
+    assert pool["window_seconds"] == pytest.approx(19.3)
+    assert pool["worker_seconds"] == pytest.approx(19.3)
+    assert dedicated["worker_seconds"] == pytest.approx(8 * 19.2)
+    assert pool["worker_seconds_per_1000_answers"] == pytest.approx(966.0)
+    assert dedicated["worker_seconds_per_1000_answers"] == pytest.approx(7680.0)
+    assert (pool["most_workers_at_once"], dedicated["most_workers_at_once"]) == (1, 8)
+    # AND the pool's misses are the requests that waited for a load
+    assert pool["misses"] == {
+        "count": 2,
+        "p50_ms": 310.0,
+        "p99_ms": 319.8,
+        "stages_ms": {
+            "enqueue_ms": None,
+            "queue_wait_ms": 5.0,
+            "batch_wait_ms": 36.0,
+            "compute_ms": None,
+            "pickup_ms": 20.0,
+        },
+    }
+    assert pool["hits"]["count"] == 18 and pool["hits"]["p99_ms"] == 40.0
+    assert pool["load_seconds"] == {"count": 2, "p50_seconds": 0.075, "p99_seconds": 0.1}
+    assert pool["per_model"]["iris-logreg"]["footprints_mib"] == [30.0, 30.0]
+    assert dedicated["misses"]["count"] == 0 and dedicated["hits"]["count"] == 20
+    # AND the workers' CPU an answer leaves the load generator out
+    assert pool["worker_cpu_ms_per_answer"] == 100.0
+    assert pool["platform_cpu_ms_per_answer"] == 150.0
+    # AND the comparison is the pool over the services
+    cmp = s["comparison"]
+    assert cmp["worker_seconds_ratio"] == pytest.approx(0.126)
+    assert cmp["hit_p50_ratio"] == pytest.approx(0.8)
+    assert cmp["p99_ratio"] == pytest.approx(316.2 / 171.5, abs=0.001)
+
+
+def test_the_pools_section_renders_its_figures_and_goals():
+    from bench.goals import evaluate
+
+    # GIVEN a run with the pools section alone
+    results = {"sections": {"pools": _pools_section()}}
+    # WHEN the page is written and the goals judged
+    text = _page(results["sections"])
+    judged = {g["goal"]: g for g in evaluate(results) if g["goal"].startswith("pools")}
+    # THEN the section is on the page with both arms and their ratios
+    assert "## Pools: a long tail on one pool, against a service per model" in text
+    assert "| worker-seconds per 1,000 answers | **966.0** | **7,680.0** | **0.13×** |" in text
+    assert "| misses: p50 / p99 | 310.0 / 319.8 ms (2) | – | |" in text
+    assert "| pool, misses | 5.0 ms | 36.0 ms | – | 20.0 ms |\n" in text
+    assert (
+        "| iris-logreg | 12 % | 10 | 40.0 / 294.8 ms | 50.0 / 50.0 ms | 1 | 30.0 / 30.0 |" in text
+    )
+    assert "| wine-mlp | 5 % | 10 | 40.0 / 40.0 ms | 50.0 / 50.0 ms | 1 | – |" in text
+    assert "None" not in text
+    # AND its three goals are judged from those figures, each with its reason
+    cost, p99, hit = judged.values()
+    assert (cost["met"], p99["met"], hit["met"]) == (True, True, True)
+    assert cost["reason"].startswith("The pool spent 966.0 worker-seconds per 1,000 answers")
+    assert "2 of the pool's 20 answers (10 %) waited for a load (p50 310 ms" in p99["reason"]
+    assert hit["reason"].startswith("A hit's p50 40 ms (p99 40) over 18 hits")
+    # AND a pool that cost the services' worker-seconds does not meet the first
+    slow = _pools_section()
+    slow["comparison"]["worker_seconds_ratio"] = 0.5
+    assert not next(
+        g for g in evaluate({"sections": {"pools": slow}}) if g["goal"] == cost["goal"]
+    )["met"]

@@ -133,6 +133,13 @@ def test_the_reasons_are_worked_out_from_the_runs_figures():
     assert judged["router CPU per warm request"].startswith(
         "1.086 ms of the router's CPU a request over 2,000 warm requests"
     )
+    pools = [reason for goal, reason in judged.items() if goal.startswith("pools")]
+    assert pools[0].startswith(
+        "The pool spent 100.8 worker-seconds per 1,000 answers, the services 803.8: at most 1 "
+        "worker against 8 over 121 s of 10 req/s spread over 8 models."
+    )
+    assert "252 of the pool's 1,200 answers (21 %) waited for a load" in pools[1]
+    assert pools[2].startswith("A hit's p50 176 ms (p99 924) over 948 hits")
 
 
 def test_the_peer_and_batching_reasons_read_the_ladders():
