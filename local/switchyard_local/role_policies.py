@@ -69,15 +69,25 @@ class Synthesized:
 def synthesized(manifest: Manifest, stage: str = "dev") -> Synthesized:
     """The stage synthesized from ``manifest``, from the cache when its inputs are
     unchanged. What the policies depend on (the names, the region, the models and the
-    tenants) is ``manifest``'s; the numbers (timeouts, windows, scaling) are the
-    project manifest's, since a local run may shorten them below what AWS takes."""
+    tenants, and the concurrency budget their checks depend on) is ``manifest``'s; the
+    other numbers (timeouts, windows, scaling) are the project manifest's, since a
+    local run may shorten them below what AWS takes."""
     from switchyard.manifest import load_manifest
 
     project = load_manifest(MANIFEST_FILE)
     naming = {"prefix": manifest.platform.prefix, "region": manifest.platform.region}
+    # The run's concurrency budget: the checks on it depend on the run's models (a
+    # run of eight models with a service each reserves more than the project's).
+    stages = {
+        name: settings.model_copy(update={"concurrency": manifest.stages[name].concurrency})
+        if name in manifest.stages
+        else settings
+        for name, settings in project.stages.items()
+    }
     shaped = project.model_copy(
         update={
             "platform": project.platform.model_copy(update=naming),
+            "stages": stages,
             "models": manifest.models,
             "pools": manifest.pools,
             "tenants": manifest.tenants,

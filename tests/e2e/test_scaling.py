@@ -198,3 +198,70 @@ def test_the_scaling_state_and_metrics_are_written(scaling_platform):
             "RunningWorkers",
             "StartingWorkers",
         }
+
+
+# CPU overflow (docs/scaling.md): the demo's GPU pool serves digits-cnn-onnx, which
+# is cpu_capable, and overflows into the CPU pool that serves the small classifiers.
+OVERFLOW_MODEL, CPU_MODEL = "digits-cnn-onnx", "iris-logreg"
+
+
+def test_a_cpu_capable_model_at_zero_is_answered_by_the_cpu_pool_first(scaling_platform):
+    platform = scaling_platform
+    gpu_pool, cpu_pool = platform.service_of(OVERFLOW_MODEL), platform.service_of(CPU_MODEL)
+    assert platform.info["pools"][cpu_pool]["overflow"] == [OVERFLOW_MODEL]
+    headers = {"x-api-key": platform.api_key, "x-deadline-ms": "20000"}
+    with httpx.Client(base_url=platform.url, timeout=60) as client:
+        # GIVEN the CPU pool awake (a request to one of its own models) and the GPU
+        # pool at zero
+        woken = client.post(
+            f"/v1/models/{CPU_MODEL}/predict", json={"inputs": [[5.1, 3.5, 1.4, 0.2]]},
+            headers=headers,
+        )  # fmt: skip
+        assert woken.status_code == 200, woken.text
+        assert woken.json()["served_by"] == cpu_pool
+        assert platform.at_zero(OVERFLOW_MODEL), workers(platform, OVERFLOW_MODEL)
+        # WHEN a request to the GPU pool's cpu_capable model arrives
+        response = client.post(
+            f"/v1/models/{OVERFLOW_MODEL}/predict", json={"inputs": [[8.0] * 64]},
+            headers=headers,
+        )  # fmt: skip
+    # THEN the CPU pool answers it, and says so
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert (body["status"], body["served_by"]) == ("done", cpu_pool)
+    assert len(body["outputs"]) == 1
+    # AND the GPU pool's first worker, if the request woke it before the CPU pool took
+    # it, was ready only after the answer
+    ready = [
+        logged_at(e)
+        for e in platform.log_events(f"worker-{gpu_pool}-*.log")
+        if e.get("message") == "worker ready"
+    ]
+    stored = wait_for(
+        lambda: next(
+            (
+                e
+                for e in platform.worker_log_events()
+                if e.get("message") == "result stored" and e["request_id"] == body["request_id"]
+            ),
+            None,
+        ),
+        30,
+        what="the answer's log line",
+    )
+    assert stored["worker"] in {
+        e.get("worker") for e in platform.log_events(f"worker-{cpu_pool}-*.log")
+    }
+    stored_at = logged_at(stored)
+    assert all(at > stored_at for at in ready), (stored_at, ready)
+    overflow = [
+        e
+        for e in platform.log_events(f"worker-{cpu_pool}-*.log")
+        if e.get("message") == "overflow open" and e.get("model") == OVERFLOW_MODEL
+    ]
+    assert overflow and overflow[0]["running_workers"] == 0, overflow
+    gpu_ready = f"ready {min(ready) - stored_at:+.1f} s after it" if ready else "never started"
+    print(
+        f"\n{OVERFLOW_MODEL} at zero: answered by {cpu_pool} in "
+        f"{body['timings'].get('total_ms', 0):.0f} ms; {gpu_pool}'s first worker {gpu_ready}"
+    )
