@@ -51,6 +51,12 @@ def clients(emulator_url):
     return make
 
 
+@pytest.fixture
+def sqs(clients):
+    """The emulator's SQS, as the tests of queues themselves call it."""
+    return clients("sqs")
+
+
 @pytest.fixture(scope="session")
 def manifest():
     base = load_manifest(MANIFEST_FILE)

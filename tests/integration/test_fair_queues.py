@@ -8,29 +8,10 @@ SQS's as before; FIFO queues keep their order."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 
-import pytest
-
-COUNTS = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
-
-
-@pytest.fixture
-def sqs(clients):
-    return clients("sqs")
-
-
-def make_queue(sqs, name: str, visibility: int = 30, max_receives: int | None = None) -> str:
-    attributes = {"VisibilityTimeout": str(visibility)}
-    if max_receives is not None:
-        dlq = sqs.create_queue(QueueName=f"{name}-dlq")["QueueUrl"]
-        arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]
-        attributes["RedrivePolicy"] = json.dumps(
-            {"deadLetterTargetArn": arn["QueueArn"], "maxReceiveCount": max_receives}
-        )
-    return sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
+from tests.integration.test_local_sqs import COUNTS, make_queue
 
 
 def send(sqs, url: str, group: str, n: int, first: int = 0) -> list[str]:

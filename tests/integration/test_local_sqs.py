@@ -24,11 +24,6 @@ from moto.sqs.exceptions import ReceiptHandleIsInvalid
 COUNTS = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
 
 
-@pytest.fixture
-def sqs(clients):
-    return clients("sqs")
-
-
 def make_queue(sqs, name: str, visibility: int = 30, max_receives: int | None = None) -> str:
     attributes = {"VisibilityTimeout": str(visibility)}
     if max_receives is not None:
