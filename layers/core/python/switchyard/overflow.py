@@ -64,7 +64,7 @@ class PoolBeats:
 
     def beat(self, pool: str, worker_id: str, at: float | None = None) -> None:
         now = time.time() if at is None else at
-        kept = int(time.time() if at is None else max(at, time.time()))
+        kept = int(max(now, time.time()))  # a word taken back (at 0) expires from now too
         self._dynamodb.put_item(
             TableName=self._table,
             Item={
