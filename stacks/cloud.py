@@ -16,6 +16,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from stacks.assets import CORE_LAYER_DIR
+from switchyard.costs import ROUTER_MEMORY_MB as ROUTER_MEMORY_MB  # the routers' memory
 from switchyard.manifest import Manifest, ResourceNames, Stage, StageSettings
 from switchyard.scaling import ScalingPolicy
 
@@ -33,7 +34,6 @@ LAMBDA_ARCHITECTURE = lambda_.Architecture.X86_64
 # API Gateway's REST integration limit; the router must answer (200 or 202) first.
 API_INTEGRATION_TIMEOUT = Duration.seconds(29)
 ROUTER_TIMEOUT = Duration.seconds(28)
-ROUTER_MEMORY_MB = 1024  # CPU scales with memory: a faster cold start for every tenant
 SPLITTER_MEMORY_MB = 1024
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 # The AppConfig agent extension (x86_64), per region; pinned so deploys are repeatable.

@@ -88,6 +88,9 @@ def worker_environment(
             prediction_log_stream=shared.prediction_log.stream_name,
             ready_file=WORKER_READY_FILE,
             jobs_table=storage.jobs_table.table_name,
+            cost_rates=deployment.manifest.cost_rates(
+                service.get("worker_pool") or service["worker_model"]
+            ).model_dump(),
             **service,
         ),
         "HF_HUB_OFFLINE": "1",

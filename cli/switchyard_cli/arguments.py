@@ -43,3 +43,17 @@ def seconds(variable: str | None = None, positive: bool = False) -> Any:
         return value
 
     return parse
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
+
+
+def duration(text: str) -> float:
+    """An argparse type for a span of time: a whole number and a unit (``90s``,
+    ``30m``, ``1h``, ``7d``), in seconds."""
+    number, unit = text[:-1], text[-1:]
+    if unit not in _UNITS or not number.isdigit() or int(number) == 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a span of time: a whole number > 0 and s, m, h or d (e.g. 1h)"
+        )
+    return float(int(number) * _UNITS[unit])

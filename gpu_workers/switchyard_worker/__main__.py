@@ -23,6 +23,7 @@ from typing import Any
 
 from switchyard.artifacts import fetch_artifact
 from switchyard.callbacks import JobEvents
+from switchyard.costs import CostLedger
 from switchyard.generation import DynamoDBTokenStream
 from switchyard.init_phase import init_phase
 from switchyard.jobs import JobStore
@@ -31,6 +32,7 @@ from switchyard.registry import ModelVersion
 from switchyard.settings import SettingsError, WorkerSettings, get_settings
 from switchyard.wiring import Adapters, build_adapters
 from switchyard_worker.allocator import tune_for_inference
+from switchyard_worker.costing import CostKeeper
 from switchyard_worker.overflow import Heartbeat, OverflowGates
 from switchyard_worker.pool import PoolWorker
 from switchyard_worker.runtimes import (
@@ -118,8 +120,9 @@ def _started(standby_seconds: float | None) -> tuple[WorkerProcess, WorkerSettin
         return runtime
 
     wiring = Wiring(
-        worker_id=f"{socket.gethostname()}-{os.getpid()}",
+        worker_id=worker_id(),
         service=settings.service,
+        costs=_costs(settings, adapters),
         registry=adapters.registry,
         results=adapters.results,
         payloads=adapters.payloads,
@@ -174,6 +177,7 @@ def _started(standby_seconds: float | None) -> tuple[WorkerProcess, WorkerSettin
             stream=DynamoDBTokenStream(adapters.client("dynamodb"), settings.results_table),
             stream_flush_seconds=settings.stream_flush_seconds,
             generation_visibility_seconds=settings.generation_visibility_seconds,
+            costs=wiring.costs,
         )
     worker.install_signal_handlers()
     # `kill -USR1` prints every thread's stack to the log: how to see what a worker
@@ -181,6 +185,25 @@ def _started(standby_seconds: float | None) -> tuple[WorkerProcess, WorkerSettin
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     worker.preload()
     return worker, settings
+
+
+def worker_id() -> str:
+    """This worker's id: its host and process."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def _costs(settings: WorkerSettings, adapters: Adapters) -> CostKeeper | None:
+    """What prices the worker's answers and meters its time (none without rates)."""
+    if settings.cost_rates is None:
+        return None
+    return CostKeeper(
+        rates=settings.cost_rates,
+        ledger=CostLedger(adapters.client("dynamodb"), settings.results_table),
+        service=settings.service,
+        worker_id=worker_id(),
+        inline_bytes=settings.result_inline_bytes,
+        meter_seconds=settings.meter_seconds,
+    )
 
 
 def _overflow(settings: WorkerSettings, adapters: Adapters, worker_id: str) -> dict[str, Any]:

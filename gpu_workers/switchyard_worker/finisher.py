@@ -25,6 +25,7 @@ from switchyard.results import ResultStore
 from switchyard.schemas import RETRIES_EXHAUSTED, ErrorInfo, ResultRecord
 from switchyard.telemetry import PredictionLog, prediction_record
 from switchyard_worker.batching import Pending
+from switchyard_worker.costing import CostKeeper
 from switchyard_worker.in_hand import MessagesInHand
 from switchyard_worker.stages import InOrder, log
 from switchyard_worker.versions import ServedVersions
@@ -53,6 +54,7 @@ class Finisher:
         job_output_s3: Any = None,
         job_ended: Callable[[Job], None] | None = None,
         served_by: str | None = None,
+        costs: CostKeeper | None = None,
     ) -> None:
         self._worker_id = worker_id
         self._served_by = served_by  # the worker service, named in each answer
@@ -72,6 +74,13 @@ class Finisher:
         self._job_outputs = ThreadPoolExecutor(max_workers=1, thread_name_prefix="job-output")
         self._writers = ThreadPoolExecutor(max_workers=_WRITERS, thread_name_prefix="result-writer")
         self._in_order = InOrder(self._finish, name="result-finisher")
+        self._costs = costs  # prices each answer, adds up what the stored ones cost
+
+    def worked(self, seconds: float) -> None:
+        """The model ran a batch of this model's for ``seconds`` (the worker's busy
+        time, against which its requests' worker shares are billed)."""
+        if self._costs is not None:
+            self._costs.ran(seconds)
 
     # -- hand-off from the model's thread ----------------------------------------
 
@@ -185,6 +194,8 @@ class Finisher:
     def _store_and_delete(self, answered: Answered) -> None:
         if not answered:
             return
+        if self._costs is not None:
+            self._costs.price([(p.message, r) for p, r in answered if p.message is not None])
         # Sync requests' results (no record yet, unless handed off at the deadline)
         # are inserted 25 to a call, and the other requests' results (over their
         # queued records) updated 25 to a call; a job's chunk is a conditional put
@@ -238,6 +249,8 @@ class Finisher:
         self._log_predictions([r for _, r in fresh])
         self._fill_cache(fresh)
         self._in_hand.delete([p.received for p, _ in answered])
+        if self._costs is not None:
+            self._costs.spent([r for _, r in fresh])
 
     def _fill_cache(self, stored: Answered) -> None:
         """Cache the outputs of the requests that asked for it (the router set their

@@ -171,13 +171,29 @@ class GenerationLoop:
             if record is not None and record.faults.get("step_delay_seconds"):
                 # A drill's slow model: each decode step takes this much longer.
                 time.sleep(float(record.faults["step_delay_seconds"]))
+            stepping = list(running.running)
+            began = time.perf_counter()
             try:
                 ended = running.step()
             except Exception as exc:  # noqa: BLE001 - its requests go back for retry
+                self._finisher.worked(time.perf_counter() - began)  # billed to no request
                 self._failed(version, running.abandon(), exc)
                 continue
+            self._share_step(stepping, time.perf_counter() - began)
             for sequence in ended:
                 self._sequence_ended(sequence)
+
+    def _share_step(self, stepping: list[Sequence], seconds: float) -> None:
+        """A decode step's time: the worker's busy time, and each sequence's equal
+        share of it, its request's worker time (switchyard.costs)."""
+        self._finisher.worked(seconds)
+        if not stepping:
+            return
+        share = seconds / len(stepping)
+        for sequence in stepping:
+            work = self._generating.get(sequence.key.split("/")[0])
+            if work is not None:
+                work.worker_seconds += share
 
     def release_arrivals(self) -> int:
         """Arrivals that did not join a batch, released at once (stopping); how many."""
@@ -318,6 +334,7 @@ class GenerationLoop:
             "queue_wait_ms": (p.received_at - m.enqueued_at) * 1000,
             "compute_ms": (now - work.started) * 1000,
             "batch_size": float(batch_size),
+            "worker_ms": work.worker_seconds * 1000,  # its shares of the steps it was in
         }
         if first is not None:
             timing["first_token_ms"] = (first - m.enqueued_at) * 1000
@@ -386,6 +403,7 @@ class _Generating:
         self.pending = pending
         self.sequences = sequences
         self.started = started
+        self.worker_seconds = 0.0  # its shares of the decode steps it was in
         self.streamer = streamer
 
 

@@ -156,8 +156,10 @@ class MicroBatchLoop:
         try:
             outputs, computing = self._outputs(record, flat, runnable[0].received.lane == "batch")
         except Exception as exc:  # noqa: BLE001 - the whole batch goes back for retry
+            self._finisher.worked(time.time() - started)  # busy, billed to no request
             raise self._batch_failed(version, runnable, len(flat), exc) from None
         self._intake.model_ended(version, len(flat), computing)
+        self._finisher.worked(computing)
         per_message = _per_message(runnable, outputs, started, computing * 1000, len(flat))
         self._emit(version, per_message, len(flat), computing * 1000)
         return per_message
@@ -283,6 +285,9 @@ def _per_message(
             "batch_wait_ms": (started - p.received_at) * 1000,
             "compute_ms": compute_ms,
             "batch_size": float(batch_size),
+            # Its share of the batch's time in the model, by its inputs: what the
+            # worker's time is billed to it by (switchyard.costs).
+            "worker_ms": compute_ms * p.size / batch_size if batch_size else 0.0,
         }
         if p.message is not None:
             timing["queue_wait_ms"] = (p.received_at - p.message.enqueued_at) * 1000

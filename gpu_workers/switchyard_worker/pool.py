@@ -319,6 +319,7 @@ class PoolWorker(WorkerProcess):
     ) -> None:
         super().__init__(wiring.worker_id)
         self.pool = pool
+        self.costs = wiring.costs
         self.models = list(lanes)
         # A CPU pool's models taken on overflow (a gate each), and a pool that
         # overflows: its word that this worker runs (``switchyard_worker.overflow``).

@@ -53,6 +53,7 @@ from switchyard.registry import ModelVersion, Registry
 from switchyard.result_cache import ResultCache
 from switchyard.results import ResultStore
 from switchyard.telemetry import PredictionLog
+from switchyard_worker.costing import CostKeeper
 from switchyard_worker.finisher import Finisher
 from switchyard_worker.generation_loop import GenerationLoop
 from switchyard_worker.in_hand import MessagesInHand
@@ -111,6 +112,8 @@ class Wiring:
     job_ended: Callable[[Job], None] | None = None
     # The worker service (a model's own, or a pool's): each answer says it ran there.
     service: str | None = None
+    # Prices each answer and meters the worker's time (None: nothing is costed).
+    costs: CostKeeper | None = None
 
 
 @dataclass
@@ -164,6 +167,7 @@ class ModelStages:
             jobs=wiring.jobs,
             job_output_s3=wiring.job_output_s3,
             job_ended=wiring.job_ended,
+            costs=wiring.costs,
         )
         triage = Triage(
             worker_id=wiring.worker_id,
@@ -196,6 +200,7 @@ class WorkerProcess:
         self.worker_id = worker_id
         self._stopping = threading.Event()
         self.stages: list[ModelStages] = []
+        self.costs: CostKeeper | None = None  # the worker's time, metered while it runs
 
     @property
     def loop(self) -> WorkLoop:
@@ -226,6 +231,8 @@ class WorkerProcess:
         the running work finishes and what was not started is released."""
         loop = self.loop
         self._start_heartbeat()
+        if self.costs is not None:
+            self.costs.start()
         loop.start_taking_in()
         if ready:
             ready()
@@ -266,6 +273,8 @@ class WorkerProcess:
         for stages in self.stages:
             stages.finisher.close()
             stages.metrics.close()
+        if self.costs is not None:
+            self.costs.stop()
         log.info(
             "stopped",
             extra={"worker": self.worker_id, "released": released, "batches": loop.batches_run},
@@ -299,9 +308,11 @@ class Worker(WorkerProcess):
         stream: TokenStream | None = None,
         stream_flush_seconds: float = 0.05,
         generation_visibility_seconds: int = 10,
+        costs: CostKeeper | None = None,
     ) -> None:
         super().__init__(worker_id)
         self.model = model
+        self.costs = costs
         wiring = Wiring(
             worker_id=worker_id,
             registry=registry,
@@ -317,6 +328,7 @@ class Worker(WorkerProcess):
             jobs=jobs,
             job_output_s3=job_output_s3,
             job_ended=job_ended,
+            costs=costs,
         )
         stages = ModelStages.wire(
             model, (realtime, batch), wiring, stopping=self._stopping, load_runtime=load_runtime

@@ -129,6 +129,7 @@ class Provisioned:
             "prediction_log_stream": self.names.prediction_log_stream,
             "jobs_table": self.names.jobs_table,
             "drop_queue_url": self.drop_queue,
+            "cost_rates": self.manifest.cost_rates(service).model_dump(),
         }
 
 

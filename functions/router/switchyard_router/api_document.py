@@ -45,6 +45,7 @@ from switchyard.schemas import (
     UNAUTHORIZED,
     ErrorInfo,
     GatewayAnswer,
+    RequestCost,
     Status,
 )
 
@@ -79,6 +80,9 @@ class RequestStatus(TypedDict):
     # The worker service that ran it: the model's own, its pool, or the CPU pool
     # that took it on overflow (absent until a worker has run it).
     served_by: NotRequired[str]
+    # What it cost (USD, list prices): its share of the worker's time and the AWS
+    # requests its path made (absent until a worker has answered it; docs/costs.md).
+    cost: NotRequired[RequestCost]
 
 
 class Prediction(RequestStatus):

@@ -396,6 +396,8 @@ def _status_body(
     body["timings"] = _durations(record, router_timings)
     if record.served_by is not None:
         body["served_by"] = record.served_by
+    if record.cost is not None:
+        body["cost"] = record.cost.model_dump()
     return body
 
 

@@ -21,7 +21,9 @@ from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from switchyard.costs import CostRates
 from switchyard.overflow import OverflowSource
+from switchyard.prices import PriceTable
 from switchyard.registry import ModelVersion
 from switchyard.scaling import ScalingPolicy
 from switchyard.schemas import LANES, Lane, Signature
@@ -664,6 +666,13 @@ class Manifest(_Strict):
         default_factory=dict,
         description="Worker pools, by name (as a model's): each serves the models that name it",
     )
+    prices: PriceTable = Field(
+        default_factory=PriceTable,
+        description="What each request's cost is priced at (USD, list prices, us-east-1): "
+        "the instance types per hour and each AWS request (docs/costs.md); any left out "
+        "keeps its default, and `instances_per_hour` adds to the types known",
+    )
+
 
     @model_validator(mode="after")
     def _check_references(self) -> Manifest:
@@ -702,6 +711,11 @@ class Manifest(_Strict):
                     self.pool_scaling_policy(name, stage)
                 except ValueError as error:
                     raise ValueError(f"pools.{name}.scaling, in {stage}: {error}") from None
+        for service in self.services():
+            try:
+                self.cost_rates(service)
+            except ValueError as error:
+                raise ValueError(f"{service}: {error}") from None
         for stage in self.stages:
             self._check_concurrency(stage)
         return self
@@ -756,6 +770,13 @@ class Manifest(_Strict):
             "overflow": {m: s.model_dump() for m, s in self.overflow_models(pool).items()},
             "pool_heartbeat": spec.overflow_pool is not None,
         }
+
+    def cost_rates(self, service: str) -> CostRates:
+        """What a worker service's workers price each request with: its first
+        instance type's price (a model's own, or its pool's) and each AWS request's,
+        from ``[prices]``."""
+        spec = self.pools[service] if service in self.pools else self.models[service]
+        return CostRates.of(self.prices, spec.instance_types[0])
 
     def service_models(self, service: str) -> tuple[str, ...]:
         """Every model whose queues ``service``'s workers take work from: its own, and

@@ -26,7 +26,9 @@ PRICE_SOURCES = (
     "requests up to 100 billion a month, $0.30 for the next 100 billion, $0.24 beyond; each "
     "64 KB of a payload a request); DynamoDB on-demand ($0.625 per million write request "
     "units, $0.125 per million read request units, the prices since the November 2024 "
-    "reduction); Data Firehose Direct PUT ($0.029 per GB for the first 500 TB a month, $0.025 "
+    "reduction); S3 Standard ($0.005 per thousand PUT, COPY, POST or LIST requests, $0.0004 "
+    "per thousand GET and other requests); Data Firehose Direct PUT ($0.029 per GB for the "
+    "first 500 TB a month, $0.025 "
     "for the next 1.5 PB, $0.020 for the next 3 PB; each record rounded up to 5 KB); EC2 "
     "on-demand Linux per instance-hour. The tiers were read from AWS's pricing pages and "
     "whitepapers; bench/aws_calls.py prices the measured calls with the same first tiers. "
@@ -72,6 +74,12 @@ class PriceTable(BaseModel):
     )
     dynamodb_per_million_wru: Price = Field(default=0.625, description="On-demand writes")
     dynamodb_per_million_rru: Price = Field(default=0.125, description="On-demand reads")
+    s3_put_per_thousand: Price = Field(
+        default=0.005, description="S3 Standard PUT, COPY, POST and LIST requests, per thousand"
+    )
+    s3_get_per_thousand: Price = Field(
+        default=0.0004, description="S3 Standard GET and other requests, per thousand"
+    )
     firehose_per_gb: Price = Field(
         default=[(500_000.0, 0.029), (1_500_000.0, 0.025), (3_000_000.0, 0.020)],
         description="Direct PUT ingestion, records rounded up to 5 KB (tiers in GB a month; "
@@ -94,6 +102,8 @@ class PriceTable(BaseModel):
         "sqs_per_million_requests",
         "dynamodb_per_million_wru",
         "dynamodb_per_million_rru",
+        "s3_put_per_thousand",
+        "s3_get_per_thousand",
         "firehose_per_gb",
         mode="after",
     )
@@ -125,3 +135,10 @@ def cost(units: float, price: Price) -> float:
         if left <= 0:
             break
     return total
+
+
+def first_price(price: Price) -> float:
+    """What one more unit costs at the start of a month: the price, or the first
+    tier's (what one request is charged: its share of a month's volume is too small
+    to move it past a tier)."""
+    return float(price) if isinstance(price, int | float) else price[0][1]

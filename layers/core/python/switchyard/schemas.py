@@ -131,6 +131,29 @@ class ErrorInfo(BaseModel):
     field: str | None = None
 
 
+AwsService = Literal["apigateway", "lambda", "sqs", "dynamodb", "s3", "firehose"]
+AWS_SERVICES: tuple[AwsService, ...] = ("apigateway", "lambda", "sqs", "dynamodb", "s3", "firehose")
+
+
+class RequestCost(BaseModel):
+    """What an answered request cost (USD, list prices): its share of the worker's
+    time (``worker_seconds`` of an instance, priced per second) and the AWS requests
+    its path made, by service (``switchyard.costs`` counts and prices them)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    usd: float = Field(ge=0, description="worker_usd + aws_usd")
+    worker_usd: float = Field(ge=0)
+    aws_usd: float = Field(ge=0)
+    worker_seconds: float = Field(
+        ge=0,
+        description="Its share of its batch's time in the model: the batch's time x "
+        "its inputs / the batch's inputs",
+    )
+    instance_type: str | None = Field(default=None, description="What the worker time is priced as")
+    aws: dict[AwsService, float] = Field(default_factory=dict, description="USD by service")
+
+
 class ResultRecord(BaseModel):
     """A request's status and, once done, its outputs. Stored in the results table."""
 
@@ -160,6 +183,8 @@ class ResultRecord(BaseModel):
     last_failure: str | None = None
     # A batch job's chunk: its place in the job, kept for the job's output.
     job: JobChunk | None = None
+    # What it cost, set by the worker that answered it (switchyard.costs).
+    cost: RequestCost | None = None
 
     @classmethod
     def queued_for(cls, message: QueueMessage, expires_at: int) -> ResultRecord:

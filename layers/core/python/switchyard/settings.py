@@ -23,6 +23,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import ErrorDetails
 
+from switchyard.costs import CostRates
 from switchyard.overflow import OverflowSource
 from switchyard.schemas import Lane
 
@@ -322,6 +323,20 @@ class WorkerSettings(Settings):
     prediction_log_stream: str | None = Field(
         default=None,
         description="The Firehose stream every prediction is logged to (redacted)",
+    )
+    cost_rates: CostRates | None = Field(
+        default=None,
+        description="What each answered request's cost is priced with (JSON: the service's "
+        "instance type and its price per hour, and a unit of each AWS request; the "
+        "manifest's `[prices]`, switchyard.costs): the worker records each request's cost "
+        "and its own running and busy time. Unset: requests are not costed",
+    )
+    meter_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        le=300,
+        description="How often a worker adds its running and busy seconds to its item of "
+        "the results table (switchyard costs reads them; one write each time)",
     )
     jobs_table: str | None = Field(
         default=None,

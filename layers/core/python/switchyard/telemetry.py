@@ -160,4 +160,5 @@ def prediction_record(result: ResultRecord) -> dict[str, Any]:
         "error": result.error.code if result.error else None,
         "shadow_of": result.shadow_of,
         "timings": {k: round(v, 3) for k, v in result.timings.items() if k.endswith("_ms")},
+        "cost": result.cost.model_dump() if result.cost is not None else None,
     }

@@ -1,0 +1,275 @@
+"""A request's cost and the platform's spend (``switchyard.costs``, the worker's
+``CostKeeper``): the rates from the manifest's prices, the AWS requests of each
+path counted by hand, a batch's worker time shared by inputs, and the identity
+that the requests' worker shares plus the idle time are the workers' running time.
+The ledger here is an in-memory fake; tests/e2e/test_costs.py runs the real one."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import pytest
+
+from switchyard.costs import (
+    CostRates,
+    PathFacts,
+    Spend,
+    WorkerTime,
+    cost_report,
+    path_usage,
+    price_answers,
+    request_cost,
+    spend_by_group,
+)
+from switchyard.manifest import Manifest
+from switchyard.prices import PriceTable
+from switchyard.schemas import JobChunk, QueueMessage, ResultRecord
+from switchyard_worker.costing import CostKeeper
+
+RATES = CostRates.of(PriceTable(), "c7i.xlarge")
+
+
+def message(request_id: str, tenant: str = "acme", n: int = 1, **more: Any) -> QueueMessage:
+    now = time.time()
+    return QueueMessage(
+        request_id=request_id,
+        tenant=tenant,
+        model="m",
+        version="v1",
+        inputs=["x"] * n,
+        n_inputs=n,
+        enqueued_at=now - 0.2,
+        expires_at=now + 60,
+        **more,
+    )
+
+
+def answer(m: QueueMessage, worker_ms: float, outputs: list[Any] | None = None) -> ResultRecord:
+    return ResultRecord(
+        request_id=m.request_id,
+        tenant=m.tenant,
+        model=m.model,
+        version=m.version,
+        status="done",
+        outputs=outputs if outputs is not None else [[0.5] * 4] * m.n_inputs,
+        timings={"worker_ms": worker_ms},
+        created_at=m.enqueued_at,
+        completed_at=m.enqueued_at + 0.2,
+        expires_at=int(time.time()) + 60,
+    )
+
+
+def test_rates_are_the_price_tables_first_tiers() -> None:
+    # GIVEN the default price table WHEN a service's rates are read
+    # THEN each is one unit at the first tier's price
+    assert RATES.instance_per_hour == 0.1785
+    assert RATES.apigateway_per_call == pytest.approx(3.50 / 1e6)
+    assert RATES.sqs_per_call == pytest.approx(0.40 / 1e6)
+    assert RATES.lambda_per_gb_second == pytest.approx(0.0000166667)
+    assert RATES.s3_put_per_call == pytest.approx(0.005 / 1000)
+    assert RATES.worker_usd(3600) == pytest.approx(0.1785)
+
+
+def test_an_instance_type_without_a_price_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match=r"no price for 'x9.huge'"):
+        CostRates.of(PriceTable(), "x9.huge")
+
+
+def test_the_manifest_prices_override_and_add(manifest: Manifest) -> None:
+    # GIVEN the shipped manifest with a [prices] table that sets one instance type's
+    # price and adds an AWS price
+    data = manifest.model_dump()
+    data["prices"] = {"instances_per_hour": {"c7i.xlarge": 0.5}, "sqs_per_million_requests": 1.0}
+    changed = Manifest.model_validate(data)
+    # THEN a model's own service and a pool are priced at the first instance type
+    # of the model or the pool, from the manifest's table
+    own = next(m for m, spec in changed.models.items() if spec.pool is None)
+    rates = changed.cost_rates(own)
+    assert rates.instance_type == changed.models[own].instance_types[0]
+    pool = next(iter(changed.pools))
+    assert changed.cost_rates(pool).instance_type == changed.pools[pool].instance_types[0]
+    cpu = [s for s in changed.services() if changed.cost_rates(s).instance_type == "c7i.xlarge"]
+    assert cpu and all(changed.cost_rates(s).instance_per_hour == 0.5 for s in cpu)
+    assert rates.sqs_per_call == pytest.approx(1.0 / 1e6)
+
+
+def test_a_manifest_whose_service_has_no_price_fails_naming_it(manifest: Manifest) -> None:
+    data = manifest.model_dump()
+    pool = next(iter(data["pools"]))
+    data["pools"][pool]["instance_types"] = ["x9.huge"]
+    with pytest.raises(ValueError, match=rf"{pool}: prices.instances_per_hour: no price"):
+        Manifest.model_validate(data)
+
+
+def test_a_sync_paths_aws_requests_counted() -> None:
+    # GIVEN a sync request answered in a batch of 16 messages, its result 1.5 KB
+    facts = PathFacts(
+        path="sync", batch_messages=16, result_item_bytes=1500, router_wait_seconds=0.5
+    )
+    u = path_usage(facts, router_memory_mb=1024, router_seconds=0.03)
+    # THEN one API call and invocation, billed for the wait; a send, and its share
+    # of two receives and two delete batches; two result looks and a status read;
+    # one result write of 2 KB; one Firehose record
+    assert u.apigateway_calls == u.lambda_calls == 1
+    assert u.lambda_gb_seconds == pytest.approx(0.53)
+    assert u.sqs_calls == pytest.approx(1 + 2 * 2 / 16)
+    assert u.dynamodb_rru == 1 + 2
+    assert u.dynamodb_wru == 2
+    assert u.s3_puts == u.s3_gets == 0
+    assert u.firehose_bytes == 5 * 1024
+
+
+def test_an_async_path_adds_its_queued_record_and_one_poll() -> None:
+    u = path_usage(PathFacts(path="async"), router_memory_mb=2048, router_seconds=0.03)
+    assert u.apigateway_calls == u.lambda_calls == 2
+    assert u.lambda_gb_seconds == pytest.approx(2 * 2 * 0.03)
+    assert u.dynamodb_wru == 1 + 1
+    assert u.dynamodb_rru == 1 + 1
+
+
+def test_a_job_chunk_has_no_api_call_and_a_transaction_write() -> None:
+    u = path_usage(PathFacts(path="job", claim_checked=True), 1024, 0.03)
+    assert u.apigateway_calls == u.lambda_calls == u.lambda_gb_seconds == 0
+    assert u.dynamodb_wru == 2 * 1 + 2
+    assert u.s3_puts == u.s3_gets == 1  # the claim check: written, read
+
+
+def test_a_request_cost_is_its_worker_share_and_its_aws_requests() -> None:
+    cost = request_cost(2.0, PathFacts(path="sync"), RATES)
+    assert cost.worker_usd == pytest.approx(2.0 * 0.1785 / 3600)
+    assert cost.aws_usd == pytest.approx(sum(cost.aws.values()))
+    assert cost.usd == pytest.approx(cost.worker_usd + cost.aws_usd)
+    assert set(cost.aws) == {"apigateway", "lambda", "sqs", "dynamodb", "s3", "firehose"}
+    assert cost.aws["apigateway"] == pytest.approx(3.5e-6)
+
+
+def test_a_batchs_answers_are_priced_by_their_shares() -> None:
+    # GIVEN a batch of three messages (1, 2 and 1 inputs) that ran 40 ms in the
+    # model, each with its share by inputs, one of them sync
+    ms = [message("a"), message("b", n=2, respond_by=time.time() + 5), message("c", "globex")]
+    answers = [(m, answer(m, 40 * m.n_inputs / 4)) for m in ms]
+    # WHEN they are priced
+    price_answers(answers, RATES, inline_bytes=400_000)
+    costs = [r.cost for _, r in answers]
+    assert all(c is not None for c in costs)
+    # THEN their worker seconds add up to the batch's, and only the sync one waited
+    assert sum(c.worker_seconds for c in costs if c) == pytest.approx(0.040)
+    assert costs[1] and costs[0] and costs[1].aws["lambda"] > costs[0].aws["lambda"] / 2
+    assert costs[0] and costs[0].aws["s3"] == 0
+
+
+def test_outputs_too_large_to_hold_inline_share_one_put_per_tenant() -> None:
+    big = [["y" * 300]]
+    ms = [message("a"), message("b"), message("c", "globex")]
+    answers = [(m, answer(m, 1.0, big)) for m in ms]
+    price_answers(answers, RATES, inline_bytes=100)
+    s3 = [r.cost.aws["s3"] for _, r in answers if r.cost]
+    put, get = RATES.s3_put_per_call, RATES.s3_get_per_call
+    assert s3 == pytest.approx([put / 2 + get, put / 2 + get, put + get])
+
+
+def test_a_job_chunk_is_priced_as_a_job() -> None:
+    chunk = JobChunk(job_id="j", index=0, first_line=1, last_line=1)
+    m = message("j#0", lane="batch", job=chunk)
+    answers = [(m, answer(m, 1.0))]
+    price_answers(answers, RATES, inline_bytes=400_000)
+    cost = answers[0][1].cost
+    assert cost is not None and cost.aws["apigateway"] == 0
+
+
+def test_spend_adds_up_per_group_and_the_report_groups_it() -> None:
+    ms = [message("a"), message("b"), message("c", "globex")]
+    records = [answer(m, 10.0) for m in ms]
+    for r in records:
+        r.cost = request_cost(0.01, PathFacts(path="async"), RATES)
+    groups = spend_by_group(records)
+    assert groups[("acme", "m", "v1")].requests == 2
+    report = cost_report(groups, [], "tenant")
+    assert set(report["groups"]) == {"acme", "globex"}
+    assert report["groups"]["acme"]["usd"] == pytest.approx(2 * records[0].cost.usd)  # type: ignore[union-attr]
+    by_version = cost_report(groups, [], "version")
+    assert set(by_version["groups"]) == {"m/v1"}
+
+
+class FakeLedger:
+    """The ledger's two sums, in memory."""
+
+    def __init__(self) -> None:
+        self.spend: dict[tuple[str, str, str], Spend] = {}
+        self.times: list[WorkerTime] = []
+
+    def add_spend(self, groups: dict[tuple[str, str, str], Spend], at: float) -> None:
+        for group, s in groups.items():
+            self.spend.setdefault(group, Spend()).merge(s)
+
+    def add_time(self, service: str, worker: str, **t: float) -> None:
+        self.times.append(
+            WorkerTime(service, worker, "h", t["running_seconds"], t["busy_seconds"], 0.1785)
+        )
+
+
+def test_worker_shares_plus_idle_time_are_the_running_time() -> None:
+    # GIVEN a worker's keeper that meters batches as the loops and finisher do
+    ledger = FakeLedger()
+    keeper = CostKeeper(
+        rates=RATES,
+        ledger=ledger,  # type: ignore[arg-type]
+        service="m",
+        worker_id="w1",
+        inline_bytes=400_000,
+        meter_seconds=60,
+        emit=False,
+    )
+    # WHEN it runs three batches (sleeping as a model would) with idle time between
+    for n, seconds in ((1, 0.02), (3, 0.05), (2, 0.03)):
+        time.sleep(0.02)
+        began = time.perf_counter()
+        time.sleep(seconds)
+        ran = time.perf_counter() - began
+        keeper.ran(ran)
+        ms = [message(f"r{n}-{i}", "acme" if i % 2 else "globex") for i in range(n)]
+        answers = [(m, answer(m, ran * 1000 / n)) for m in ms]
+        keeper.price(answers)
+        keeper.spent([r for _, r in answers])
+    keeper.write()
+    # THEN the requests' worker shares plus the idle time are the running time
+    report = cost_report(ledger.spend, ledger.times, "tenant")
+    w = report["workers"]
+    assert w["billed_seconds"] + w["idle_seconds"] == pytest.approx(w["running_seconds"], rel=0.05)
+    assert w["billed_seconds"] == pytest.approx(w["busy_seconds"], rel=1e-9)
+    assert 0 < w["idle_seconds"] < w["running_seconds"]
+    assert report["total"]["requests"] == 6
+    assert math.isclose(
+        report["total"]["worker_usd"], RATES.worker_usd(w["billed_seconds"]), rel_tol=1e-9
+    )
+
+
+def test_a_ledger_outage_keeps_the_spend_for_the_next_write() -> None:
+    class Down(FakeLedger):
+        fail = True
+
+        def add_spend(self, groups: Any, at: float) -> None:
+            if self.fail:
+                raise OSError("unreachable")
+            super().add_spend(groups, at)
+
+    ledger = Down()
+    keeper = CostKeeper(
+        rates=RATES,
+        ledger=ledger,  # type: ignore[arg-type]
+        service="m",
+        worker_id="w1",
+        inline_bytes=400_000,
+        emit=False,
+    )
+    m = message("a")
+    r = answer(m, 5.0)
+    keeper.price([(m, r)])
+    keeper.spent([r])
+    keeper.write()
+    assert ledger.spend == {}
+    ledger.fail = False
+    keeper.write()
+    assert ledger.spend[("acme", "m", "v1")].requests == 1
