@@ -91,6 +91,7 @@ def worker_environment(
             cost_rates=deployment.manifest.cost_rates(
                 service.get("worker_pool") or service["worker_model"]
             ).model_dump(),
+            **deployment.manifest.worker_settings_values(),
             **service,
         ),
         "HF_HUB_OFFLINE": "1",

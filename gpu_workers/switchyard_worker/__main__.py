@@ -21,7 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from switchyard.admission import DynamoDBQueuedCounts, QueuedWork
 from switchyard.artifacts import fetch_artifact
+from switchyard.budgets import DynamoDBBudgetStore
 from switchyard.callbacks import JobEvents
 from switchyard.costs import CostLedger
 from switchyard.generation import DynamoDBTokenStream
@@ -140,6 +142,10 @@ def _started(standby_seconds: float | None) -> tuple[WorkerProcess, WorkerSettin
         job_ended=JobEvents.on_queue(adapters.client("sqs"), settings.drop_queue_url).ended
         if settings.drop_queue_url
         else None,
+        tenant_weights=settings.tenant_weights,
+        queued=QueuedWork(
+            DynamoDBQueuedCounts(adapters.client("dynamodb"), settings.results_table)
+        ),
     )
     worker: WorkerProcess
     if settings.worker_pool is not None:
@@ -177,6 +183,8 @@ def _started(standby_seconds: float | None) -> tuple[WorkerProcess, WorkerSettin
             stream=DynamoDBTokenStream(adapters.client("dynamodb"), settings.results_table),
             stream_flush_seconds=settings.stream_flush_seconds,
             generation_visibility_seconds=settings.generation_visibility_seconds,
+            tenant_weights=wiring.tenant_weights,
+            queued=wiring.queued,
             costs=wiring.costs,
         )
     worker.install_signal_handlers()
@@ -203,6 +211,7 @@ def _costs(settings: WorkerSettings, adapters: Adapters) -> CostKeeper | None:
         worker_id=worker_id(),
         inline_bytes=settings.result_inline_bytes,
         meter_seconds=settings.meter_seconds,
+        budgets=DynamoDBBudgetStore(adapters.client("dynamodb"), settings.results_table),
     )
 
 

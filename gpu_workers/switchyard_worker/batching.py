@@ -3,8 +3,14 @@
 Pure logic with an injectable clock, so every rule is unit-tested without queues:
 - a batch holds one model version and at most ``max_batch_size`` inputs;
 - it is flushed when full or when its oldest message has waited ``max_wait_ms``;
-- messages are taken round-robin across tenants, oldest first within a tenant, so
-  one tenant's burst cannot fill every batch while another waits;
+- messages are taken in turns across tenants, oldest first within a tenant, so one
+  tenant's burst cannot fill every batch while another waits: a turn takes up to
+  the tenant's weight (its tier's ``weight``, 1 unless told) of its messages, the
+  tenant of the oldest message first, and turns go round until the batch is full
+  or a tenant's next message does not fit (then that tenant sits out the rest of
+  this batch); a tenant alone fills the batch. Weights count messages, not inputs:
+  the oldest message always rides in its batch, whatever its size, and a tenant's
+  multi-input requests are bounded by ``max_inputs_per_request``;
 - a message that was delivered before (a retry) runs alone, so a poison message
   cannot drag its neighbours to the DLQ with it;
 - realtime work held beside batch-lane work runs first: a batch job's chunks in
@@ -23,7 +29,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,6 +161,9 @@ Limits = Callable[[str], tuple[int, float]]
 class BatchAssembler:
     limits: Limits
     clock: Callable[[], float] = time.monotonic
+    # Tenant -> messages a turn takes of it (``WorkerSettings.tenant_weights``; 1
+    # for a tenant not named).
+    weights: Mapping[str, int] = field(default_factory=dict)
     _pool: list[Pending] = field(default_factory=list)
     # The last receive found fewer messages than it asked for (set by the worker).
     drained: bool = False
@@ -274,17 +283,20 @@ class BatchAssembler:
         max_size, _ = self.limits(oldest.version)
         batch: list[Pending] = []
         inputs = 0
-        queues = list(by_tenant.values())
-        while queues:
-            for q in list(queues):
-                p = q[0]
-                if batch and inputs + p.size > max_size:
-                    queues.remove(q)
-                    continue
-                batch.append(q.pop(0))
-                inputs += p.size
+        turns = list(by_tenant.items())  # the oldest message's tenant first
+        while turns:
+            for tenant, q in list(turns):
+                for _ in range(max(1, self.weights.get(tenant, 1))):
+                    if batch and inputs + q[0].size > max_size:
+                        q.clear()  # its next does not fit: it sits out this batch
+                        break
+                    p = q.pop(0)
+                    batch.append(p)
+                    inputs += p.size
+                    if not q:
+                        break
                 if not q:
-                    queues.remove(q)
+                    turns.remove((tenant, q))
         for p in batch:
             self._pool.remove(p)
         return batch

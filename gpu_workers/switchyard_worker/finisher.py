@@ -19,6 +19,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from switchyard.admission import QueuedLease, QueuedWork, queued_lease
 from switchyard.jobs import Job, JobStore, finish_if_answered
 from switchyard.result_cache import CacheEntry, ResultCache
 from switchyard.results import ResultStore
@@ -54,9 +55,11 @@ class Finisher:
         job_output_s3: Any = None,
         job_ended: Callable[[Job], None] | None = None,
         served_by: str | None = None,
+        queued: QueuedWork | None = None,
         costs: CostKeeper | None = None,
     ) -> None:
         self._worker_id = worker_id
+        self._queued = queued  # where the stored requests' places are given back
         self._served_by = served_by  # the worker service, named in each answer
         self._results = results
         self._in_hand = in_hand
@@ -148,7 +151,8 @@ class Finisher:
                     code=RETRIES_EXHAUSTED,
                     message=f"failed after {p.received.receive_count} attempts: {reason}",
                 )
-                self.complete(self.record(p, "error", error=error))
+                if self.complete(self.record(p, "error", error=error)):
+                    self._give_back_queued([p])
                 log.warning(
                     "retries exhausted; the message goes to the DLQ",
                     extra={"request_id": m.request_id, "attempts": p.received.receive_count},
@@ -246,6 +250,7 @@ class Finisher:
             },
         )
         fresh = [(p, r) for (p, r), new in zip(answered, stored, strict=True) if new]
+        self._give_back_queued([p for p, _ in fresh])
         self._log_predictions([r for _, r in fresh])
         self._fill_cache(fresh)
         self._in_hand.delete([p.received for p, _ in answered])
@@ -277,6 +282,12 @@ class Finisher:
             self._cache.put(entries)
         except Exception:  # noqa: BLE001 - the next repeat is run by the model instead
             log.exception("result cache write failed", extra={"entries": len(entries)})
+
+    def _give_back_queued(self, ended: list[Pending]) -> None:
+        """The places of requests whose final result this worker stored, given back
+        to their tenants' queued work: one write per tenant, model and lease end."""
+        if self._queued is not None:
+            self._queued.give_back(_lease(p) for p in ended)
 
     def _log_predictions(self, records: list[ResultRecord]) -> None:
         if self._prediction_log is None or not records:
@@ -314,6 +325,14 @@ def _unrecorded(p: Pending, record: ResultRecord) -> bool:
     well find one: it is stored on its own)."""
     m = p.message
     return m is not None and m.respond_by is not None and not m.fallback and record.job is None
+
+
+def _lease(p: Pending) -> QueuedLease | None:
+    """The place ``p``'s request holds in its tenant's queued work (None: none)."""
+    m = p.message
+    if m is None or not m.queued_counted:
+        return None
+    return queued_lease(m.tenant, m.model, m.expires_at)
 
 
 def _stamp(records: list[ResultRecord]) -> None:

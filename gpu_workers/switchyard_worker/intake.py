@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
@@ -107,6 +107,7 @@ class Intake:
         poll_wait_seconds: int,
         on_hold: Callable[[], None] | None = None,
         gate: Callable[[], bool] | None = None,
+        weights: Mapping[str, int] | None = None,
     ) -> None:
         self._model = model
         # A model a CPU pool takes on overflow: received from only while this says so
@@ -122,7 +123,8 @@ class Intake:
         self._stopping = stopping
         self.poll_wait = poll_wait_seconds
         self._batch_waiting = False  # the batch lane's last look found work
-        self.assembler = BatchAssembler(versions.limits)
+        # Each tenant's weight in a batch (WorkerSettings.tenant_weights).
+        self.assembler = BatchAssembler(versions.limits, weights=weights or {})
         # Guards the assembler between the intake's threads and the model's; each
         # tells the other through it (a batch added, a batch taken).
         self._held = threading.Condition()

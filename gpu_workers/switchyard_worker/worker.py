@@ -41,10 +41,11 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from switchyard.admission import QueuedWork
 from switchyard.generation import TokenStream
 from switchyard.jobs import Job, JobStore
 from switchyard.payloads import PayloadStore
@@ -112,6 +113,11 @@ class Wiring:
     job_ended: Callable[[Job], None] | None = None
     # The worker service (a model's own, or a pool's): each answer says it ran there.
     service: str | None = None
+    # Each tenant's weight in the batches (WorkerSettings.tenant_weights).
+    tenant_weights: Mapping[str, int] = field(default_factory=dict)
+    # Where a request's place in its tenant's queued work is given back once its
+    # result is stored (switchyard.admission.QueuedWork).
+    queued: QueuedWork | None = None
     # Prices each answer and meters the worker's time (None: nothing is costed).
     costs: CostKeeper | None = None
 
@@ -153,6 +159,7 @@ class ModelStages:
             poll_wait_seconds=wiring.poll_wait_seconds,
             on_hold=on_hold,
             gate=gate,
+            weights=wiring.tenant_weights,
         )
         finisher = Finisher(
             worker_id=wiring.worker_id,
@@ -167,6 +174,7 @@ class ModelStages:
             jobs=wiring.jobs,
             job_output_s3=wiring.job_output_s3,
             job_ended=wiring.job_ended,
+            queued=wiring.queued,
             costs=wiring.costs,
         )
         triage = Triage(
@@ -308,6 +316,8 @@ class Worker(WorkerProcess):
         stream: TokenStream | None = None,
         stream_flush_seconds: float = 0.05,
         generation_visibility_seconds: int = 10,
+        tenant_weights: Mapping[str, int] | None = None,
+        queued: QueuedWork | None = None,
         costs: CostKeeper | None = None,
     ) -> None:
         super().__init__(worker_id)
@@ -328,6 +338,8 @@ class Worker(WorkerProcess):
             jobs=jobs,
             job_output_s3=job_output_s3,
             job_ended=job_ended,
+            tenant_weights=tenant_weights or {},
+            queued=queued,
             costs=costs,
         )
         stages = ModelStages.wire(

@@ -124,6 +124,7 @@ class Provisioned:
         )
         return {
             **self.settings_values(),
+            **self.manifest.worker_settings_values(),
             **serves,
             "artifacts_bucket": self.names.artifacts_bucket,
             "prediction_log_stream": self.names.prediction_log_stream,

@@ -71,6 +71,11 @@ def test_every_function_reads_a_complete_valid_environment(
         assert settings.result_ttl_seconds == manifest.platform.result_ttl_seconds
         assert settings.visibility_timeout_seconds == manifest.platform.visibility_timeout_seconds
         assert settings.aws_endpoint_url is None
+        # AND a router knows each tenant's caps, its queued work per model included
+        if isinstance(settings, RouterSettings):
+            assert {tenant: limits.queued for tenant, limits in settings.tenant_limits.items()} == {
+                name: manifest.tiers[t.tier].max_queued for name, t in manifest.tenants.items()
+            }
 
 
 @pytest.mark.parametrize(
@@ -96,6 +101,10 @@ def test_every_worker_reads_a_complete_valid_environment(
         # THEN it knows the queues of exactly the models it serves
         assert set(settings.queues) == set(settings.served_models)
         assert settings.ready_file and settings.prediction_log_stream
+        # AND each tenant's weight in its batches
+        assert settings.tenant_weights == {
+            name: manifest.tiers[tenant.tier].weight for name, tenant in manifest.tenants.items()
+        }
         services[settings.service] = tuple(settings.served_models)
         if settings.worker_pool:
             pool = manifest.pools[settings.worker_pool]

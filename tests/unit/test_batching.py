@@ -72,6 +72,49 @@ def test_batches_are_fair_across_tenants():
     assert tenants.count("noisy") == 2
 
 
+def test_a_tenant_of_weight_three_gets_three_messages_a_turn_to_one_of_weight_one():
+    # GIVEN a premium tenant (weight 3) and a standard one (weight 1), each with a
+    # backlog in hand, the standard tenant's message the oldest
+    clock = Clock()
+    a = BatchAssembler(lambda version: (8, 0.010), clock=clock, weights={"premium": 3})
+    a.add(pending("standard"))
+    premium = [pending("premium") for _ in range(20)]
+    for p in premium:
+        a.add(p)
+    for _ in range(19):
+        a.add(pending("standard"))
+    # WHEN the batches are taken
+    first, second = a.take(), a.take()
+    # THEN each turn is the oldest's tenant's one message, then three of the other's
+    assert [p.tenant for p in first] == ["standard", *["premium"] * 3] * 2
+    assert [p.tenant for p in second].count("premium") == 6
+    # AND within a tenant the oldest go first
+    assert [p for p in first + second if p.tenant == "premium"] == premium[:12]
+
+
+def test_a_lone_tenant_fills_its_batch_whatever_its_weight():
+    clock = Clock()
+    a = BatchAssembler(lambda version: (8, 0.010), clock=clock, weights={"premium": 3})
+    for _ in range(10):
+        a.add(pending("standard"))
+    assert len(a.take()) == 8
+
+
+def test_weights_count_messages_and_the_oldest_message_always_rides():
+    # GIVEN a standard tenant's oldest request of 6 inputs, and a premium tenant
+    # (weight 3) with many one-input requests
+    clock = Clock()
+    a = BatchAssembler(lambda version: (8, 0.010), clock=clock, weights={"premium": 3})
+    a.add(pending("standard", n=6))
+    for _ in range(8):
+        a.add(pending("premium"))
+    # WHEN a batch of 8 inputs is taken
+    batch = a.take()
+    # THEN the oldest request is in it, and the premium tenant's turn stops when its
+    # next message no longer fits
+    assert [(p.tenant, p.size) for p in batch] == [("standard", 6), ("premium", 1), ("premium", 1)]
+
+
 def test_a_batch_never_mixes_versions():
     clock = Clock()
     a = assembler(clock, size=8)

@@ -48,7 +48,7 @@ def build(digits_v1, runtime, visibility_timeout=60, preload=True):
 
 def send(
     queue, rid, tenant="acme", inputs=None, version="v1", expires_at=None, respond_by=None,
-    fallback=False,
+    fallback=False, counted=False,
 ):  # fmt: skip
     inputs = inputs if inputs is not None else [[1] * 64]
     message = QueueMessage(
@@ -63,6 +63,7 @@ def send(
         expires_at=expires_at or time.time() + 3600,
         respond_by=respond_by,
         fallback=fallback,
+        queued_counted=counted,
     )
     queue.send(message.model_dump_json(), tenant)
 

@@ -177,6 +177,25 @@ COMMON: dict[int | str, dict[str, Any]] = {
     500: {"model": ErrorBody, "description": "The platform failed to handle the request"},
 }
 
+
+def _over_a_cap(body: Any) -> dict[str, Any]:
+    """The 429 of a route that queues work: the gateway's, or the router's at one of
+    the tenant's caps (``switchyard.admission``), in ``body`` (the route's errors')."""
+    return {
+        "model": body | ErrorBody,
+        "description": "Over the key's usage plan (the gateway's throttled, "
+        "quota_exceeded), or over one of the tenant's caps, with Retry-After: its sync "
+        "requests at once (too_many_requests), its streams (too_many_streams), or its "
+        "requests queued on this model (queue_full)",
+        "headers": {
+            "Retry-After": {
+                "description": "Seconds to wait before trying again (on a tenant's cap)",
+                "schema": {"type": "integer"},
+            }
+        },
+    }
+
+
 HEALTH = {200: {"model": Health, "description": "The router is up"}, **COMMON}
 
 MODELS = {200: {"model": Catalog, "description": "The models and their versions"}, **COMMON}
@@ -201,6 +220,7 @@ PREDICT: dict[int | str, dict[str, Any]] = {
     },
     409: {"model": FailedPrediction, "description": "The request was cancelled while it waited"},
     413: _gateway("A body over API Gateway's payload limit", PAYLOAD_TOO_LARGE),
+    429: _over_a_cap(ErrorBody),
     422: {
         "model": ErrorBody | FailedPrediction,
         "description": "Inputs or headers that do not match the model's signature or the "
@@ -356,6 +376,7 @@ OPENAI_GENERATE: dict[int | str, dict[str, Any]] = {
     400: _OPENAI_BAD,
     404: _OPENAI_UNKNOWN,
     409: {"model": OpenAIError, "description": "The request was cancelled while it waited"},
+    429: _over_a_cap(OpenAIError),
     504: {"model": OpenAIError, "description": "The work expired before it could run"},
 }
 OPENAI_EMBEDDINGS: dict[int | str, dict[str, Any]] = {
@@ -365,6 +386,7 @@ OPENAI_EMBEDDINGS: dict[int | str, dict[str, Any]] = {
     404: _OPENAI_UNKNOWN,
     202: {"model": Accepted, "description": "The deadline passed first; poll the Location"},
     409: {"model": OpenAIError, "description": "The request was cancelled while it waited"},
+    429: _over_a_cap(OpenAIError),
     504: {"model": OpenAIError, "description": "The work expired before it could run"},
 }
 

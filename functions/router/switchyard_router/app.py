@@ -102,11 +102,10 @@ def create_app(deps: RouterDeps) -> FastAPI:
 
     @app.exception_handler(AtCapacity)
     async def _busy(request: Request, exc: AtCapacity) -> JSONResponse:
-        code = "too_many_streams" if exc.kind == "streams" else "too_many_requests"
         if is_openai_path(request.url.path):
-            response = openai_error(429, code, str(exc))
+            response = openai_error(429, exc.code, str(exc))
         else:
-            response = _error(429, code, str(exc))
+            response = _error(429, exc.code, str(exc))
         response.headers["Retry-After"] = str(exc.retry_after_seconds)
         return response
 

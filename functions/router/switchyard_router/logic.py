@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from switchyard.admission import Admission, Kind, Slot
+from switchyard.admission import Admission, Kind, QueuedLease, QueuedWork, Slot, queued_lease
 from switchyard.fields import FieldError
 from switchyard.generation import PromptTokens, as_request, over_context
 from switchyard.payloads import PayloadStore
@@ -233,10 +233,13 @@ class PredictService:
         prompt_tokens: PromptTokens | None = None,
         cache: ResultCache | None = None,
         admission: Admission | None = None,
+        queued_work: QueuedWork | None = None,
     ) -> None:
         self._endpoints = endpoints
         # Each tenant's cap on streams and sync requests at once (None: uncapped).
         self.admission = admission
+        # Each tenant's cap on its requests queued per model (None: uncapped).
+        self._queued_work = queued_work
         self._cache = cache
         self._sightings = Sightings()  # inputs are cached from their second sight
         self._prompt_tokens = prompt_tokens
@@ -350,8 +353,14 @@ class PredictService:
             hit = self._from_cache(model, assignment.version, tenant, key, is_async, started)
             if hit is not None:
                 return hit
-        queued = self._queued_record(tenant, assignment.version, work)
-        message = self._enqueue(queued, inputs, work, key)
+        queued_work = self._queued_work
+        lease = queued_work.take(tenant, model, work.expires_at) if queued_work else None
+        try:
+            queued = self._queued_record(tenant, assignment.version, work)
+            message = self._enqueue(queued, inputs, work, key, counted=lease is not None)
+        except Exception:
+            self._give_back_queued(lease)
+            raise
         admitted = self._admitted(queued, assignment, inputs, work, started, message)
         self._shadow(admitted, assignment.document)
         _log_assignment(admitted, assignment)
@@ -435,7 +444,7 @@ class PredictService:
         return record
 
     def _enqueue(
-        self, queued: ResultRecord, inputs: Any, work: Work, key: str | None
+        self, queued: ResultRecord, inputs: Any, work: Work, key: str | None, counted: bool = False
     ) -> QueueMessage:
         """Send the request's message to its lane. A send that fails leaves an error
         result behind, never a request "queued" forever."""
@@ -451,6 +460,7 @@ class PredictService:
             expires_at=work.expires_at,
             respond_by=work.now + work.budget_s if work.waits else None,
             cache_key=key,
+            queued_counted=counted,
         )
         lanes = self._endpoints[queued.model]
         queue = lanes.batch if work.lane == "batch" else lanes.realtime
@@ -486,6 +496,7 @@ class PredictService:
             role="pinned" if assignment.pinned else role_of(assignment.document, queued.version),
             queued=queued,
             recorded=not work.waits,
+            queued_counted=message.queued_counted,
             timings={
                 "received_at": started,
                 "enqueued_at": message.enqueued_at,
@@ -604,6 +615,8 @@ class PredictService:
             expires_at=admitted.expires_at,
             shadow_of=admitted.request_id if shadow else None,
             fallback=not shadow,
+            # the fallback is the same request: whichever copy is stored gives back
+            queued_counted=admitted.queued_counted and not shadow,
         )
         endpoint = self._endpoints[admitted.model]
         queue = endpoint.batch if shadow else endpoint.realtime
@@ -670,7 +683,11 @@ class PredictService:
             and record.work_expires_at is not None
             and self._clock() > record.work_expires_at
         ):
-            return self._results.expire(record, self._clock())
+            at = self._clock()
+            expired = self._results.expire(record, at)
+            if _ended_here(expired, at):
+                self._give_back_queued(self._lease_of(expired))
+            return expired
         return record
 
     def cancel(self, tenant: str, request_id: str) -> ResultRecord | None:
@@ -680,7 +697,28 @@ class PredictService:
         record = self.status(tenant, request_id)
         if record is None or record.status != "queued":
             return record
-        return self._results.cancel(tenant, request_id, self._clock())
+        at = self._clock()
+        cancelled = self._results.cancel(tenant, request_id, at)
+        if _ended_here(cancelled, at):
+            self._give_back_queued(self._lease_of(cancelled))
+        return cancelled
+
+    def _lease_of(self, record: ResultRecord) -> QueuedLease | None:
+        """The place a request ended here held in its tenant's queued work: one the
+        router counted (its tenant capped; no job's chunk, no shadow copy)."""
+        if (
+            self._queued_work is None
+            or not self._queued_work.capped(record.tenant)
+            or record.job is not None
+            or record.shadow_of is not None
+            or record.work_expires_at is None
+        ):
+            return None
+        return queued_lease(record.tenant, record.model, record.work_expires_at)
+
+    def _give_back_queued(self, lease: QueuedLease | None) -> None:
+        if self._queued_work is not None:
+            self._queued_work.give_back([lease])
 
     def catalog(self) -> list[dict[str, Any]]:
         return [
@@ -703,6 +741,12 @@ class PredictService:
             }
             for model in self.models
         ]
+
+
+def _ended_here(record: ResultRecord | None, at: float) -> bool:
+    """Whether this router's write at ``at`` ended the request (cancelled or
+    expired it), not a result stored first by a worker (which gives its place back)."""
+    return record is not None and record.status != "queued" and record.completed_at == at
 
 
 def _not_queued(queued: ResultRecord, at: float) -> ResultRecord:

@@ -54,6 +54,8 @@ class Admitted:
     # at its deadline (see PredictService.hand_off).
     queued: ResultRecord | None = None
     recorded: bool = True
+    # Counted in its tenant's queued work on the model (switchyard.admission).
+    queued_counted: bool = False
 
     @property
     def location(self) -> str:

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from switchyard.admission import Admission, DynamoDBSlotStore, Kind
+from switchyard.admission import (
+    Admission,
+    DynamoDBQueuedCounts,
+    DynamoDBSlotStore,
+    Kind,
+    QueuedWork,
+)
 from switchyard.artifacts import fetch_artifact
 from switchyard.auth import KeyIdDirectory
 from switchyard.callbacks import JobEvents
@@ -53,6 +59,15 @@ def build_deps(settings: RouterSettings) -> RouterDeps:
                 for tenant, limits in settings.tenant_limits.items()
             },
             SLOT_LEASE_SECONDS,
+            settings.busy_retry_after_seconds,
+        ),
+        queued_work=QueuedWork(
+            DynamoDBQueuedCounts(adapters.client("dynamodb"), settings.results_table),
+            {
+                tenant: limits.queued
+                for tenant, limits in settings.tenant_limits.items()
+                if limits.queued is not None
+            },
             settings.busy_retry_after_seconds,
         ),
     )

@@ -12,15 +12,25 @@ The count is shared by every router process and Lambda instance: it lives in a
 slot is a lease that ends by itself: a router that crashes while it holds one
 leaks it only until its expiry, when the next request of that tenant and kind
 reclaims it.
+
+A tenant's queued work per model is capped too (``Tier.max_queued``,
+:class:`QueuedWork`): a request counts from the router's enqueue until it ends
+(done, error, expired, cancelled), so one tenant's backlog cannot grow without end
+on a model that others use. Its count is the same kind of lease, kept compactly: a
+request's lease ends with its work's expiry (plus a margin), which whoever ends it
+can work out from the request alone, so no id is stored per request (see
+:class:`DynamoDBQueuedCounts`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -28,6 +38,8 @@ from typing import Any, Literal, Protocol
 from switchyard.tables import RESULTS
 
 Kind = Literal["streams", "sync_requests"]
+# What a tenant can be at the cap of: a kind of slot, or its queued work on a model.
+Capped = Kind | Literal["queued"]
 log = logging.getLogger("switchyard.admission")
 
 # The results table item that counts one tenant's slots of one kind; it holds no
@@ -54,18 +66,35 @@ class Slot:
 
 
 class AtCapacity(Exception):
-    """The tenant holds its cap of ``kind``: the caller should retry later."""
+    """The tenant holds its cap of ``kind`` (on ``model``, for queued work): the
+    caller should retry later."""
 
-    def __init__(self, tenant: str, kind: Kind, limit: int, retry_after_seconds: int) -> None:
-        noun = "streams" if kind == "streams" else "sync requests"
-        super().__init__(
-            f"tenant {tenant} holds {limit} {noun} at once, its tier's limit; "
-            f"retry after {retry_after_seconds} s"
-        )
+    def __init__(
+        self,
+        tenant: str,
+        kind: Capped,
+        limit: int,
+        retry_after_seconds: int,
+        model: str | None = None,
+    ) -> None:
+        if kind == "queued":
+            held = f"has {limit} requests queued for {model}, its tier's max_queued"
+        else:
+            noun = "streams" if kind == "streams" else "sync requests"
+            held = f"holds {limit} {noun} at once, its tier's limit"
+        super().__init__(f"tenant {tenant} {held}; retry after {retry_after_seconds} s")
         self.tenant = tenant
         self.kind = kind
         self.limit = limit
         self.retry_after_seconds = retry_after_seconds
+        self.model = model
+
+    @property
+    def code(self) -> str:
+        """The error code a caller is answered with (with 429 and Retry-After)."""
+        return {"streams": "too_many_streams", "queued": "queue_full"}.get(
+            self.kind, "too_many_requests"
+        )
 
 
 class SlotStore(Protocol):
@@ -227,3 +256,251 @@ class DynamoDBSlotStore:
                 ExpressionAttributeNames={"#slot": _SLOT_PREFIX + slot.slot_id, "#held": _HELD},
                 ExpressionAttributeValues={":minus": {"N": "-1"}},
             )
+
+
+# -- queued work ----------------------------------------------------------------
+
+# A request's queued-work lease ends this long after its work expires (a batch that
+# started just before the expiry may still be running), rounded up to the grid: the
+# leases that end in one grid step are counted together, so a tenant's item holds
+# one count per step with live work, however many requests it has queued.
+QUEUED_LEASE_MARGIN_SECONDS = 120
+QUEUED_LEASE_GRID_SECONDS = 300
+_QUEUED_PREFIX = _ITEM_PREFIX + "queued#"
+_STEP_PREFIX = "q_"
+
+
+@dataclass(frozen=True)
+class QueuedLease:
+    """A request's place in its tenant's queued work on a model: counted until the
+    request ends, or at the latest until ``ends_at``, should whatever ends it crash."""
+
+    tenant: str
+    model: str
+    ends_at: float
+
+    @property
+    def step(self) -> str:
+        """The attribute that counts the leases ending when this one does."""
+        return f"{_STEP_PREFIX}{int(self.ends_at) // QUEUED_LEASE_GRID_SECONDS}"
+
+
+def queued_lease(tenant: str, model: str, work_expires_at: float) -> QueuedLease:
+    """The lease of a request whose work expires at ``work_expires_at``: the same
+    for the router that takes it and the worker or router that gives it back."""
+    grid = QUEUED_LEASE_GRID_SECONDS
+    ends = math.ceil((work_expires_at + QUEUED_LEASE_MARGIN_SECONDS) / grid) * grid
+    return QueuedLease(tenant, model, float(ends))
+
+
+class QueuedCounts(Protocol):
+    """Where tenants' queued work is counted, shared by every router and worker."""
+
+    def take(self, lease: QueuedLease, limit: int, now: float) -> bool:
+        """Count ``lease`` if its tenant has fewer than ``limit`` unexpired leases on
+        its model at ``now`` (expired ones are reclaimed); False at the cap."""
+        ...
+
+    def give_back(self, lease: QueuedLease, count: int) -> None:
+        """Count ``count`` leases like ``lease`` (its tenant, model and end) fewer;
+        never below none: leases reclaimed meanwhile are not given back twice."""
+        ...
+
+
+class QueuedWork:
+    """Takes and gives back requests' places in their tenant's queued work on a
+    model (the domain rule; no AWS here). ``limits``: tenant -> its cap on queued
+    requests per model; a tenant not named is not capped. A worker, which only gives
+    back, needs no limits."""
+
+    def __init__(
+        self,
+        store: QueuedCounts,
+        limits: Mapping[str, int] | None = None,
+        retry_after_seconds: int = 5,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._limits = limits or {}
+        self._retry_after = retry_after_seconds
+        self._clock = clock
+
+    def capped(self, tenant: str) -> bool:
+        return tenant in self._limits
+
+    def take(self, tenant: str, model: str, work_expires_at: float) -> QueuedLease | None:
+        """A place for a request of ``tenant`` on ``model`` (None: not capped);
+        :class:`AtCapacity` (``queued``) when the tenant has its cap queued there."""
+        limit = self._limits.get(tenant)
+        if limit is None:
+            return None
+        lease = queued_lease(tenant, model, work_expires_at)
+        if not self._store.take(lease, limit, self._clock()):
+            raise AtCapacity(tenant, "queued", limit, self._retry_after, model)
+        return lease
+
+    def give_back(self, leases: Iterable[QueuedLease | None]) -> None:
+        """Free these places: one write per tenant, model and lease end, however
+        many requests share them (a worker's batch). A failure is logged, not
+        raised: the requests have their results, and the leases end by themselves."""
+        for lease, count in Counter(lease for lease in leases if lease is not None).items():
+            try:
+                self._store.give_back(lease, count)
+            except Exception:  # noqa: BLE001 - the lease expires in any case
+                log.exception(
+                    "giving back queued work failed",
+                    extra={"tenant": lease.tenant, "model": lease.model},
+                )
+
+
+class InMemoryQueuedCounts:
+    """:class:`QueuedCounts` in one process: for unit tests and a router alone."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, str], Counter[float]] = {}
+
+    def take(self, lease: QueuedLease, limit: int, now: float) -> bool:
+        counts = self.counts.setdefault((lease.tenant, lease.model), Counter())
+        for ends in [e for e in counts if e <= now]:
+            del counts[ends]
+        if sum(counts.values()) >= limit:
+            return False
+        counts[lease.ends_at] += 1
+        return True
+
+    def give_back(self, lease: QueuedLease, count: int) -> None:
+        counts = self.counts.get((lease.tenant, lease.model), Counter())
+        if counts[lease.ends_at] > 0:
+            counts[lease.ends_at] -= min(count, counts[lease.ends_at])
+
+
+class DynamoDBQueuedCounts:
+    """:class:`QueuedCounts` on the results table: one item per tenant and model
+    (key ``admission#queued#<model>`` in the tenant's partition), a ``held`` count
+    and one count per grid step of lease ends (``q_<step>``), which is what lets a
+    lease expire: no attribute per request, so the item stays a few hundred bytes
+    (one write unit) whatever the cap, where one attribute per request (as
+    :class:`DynamoDBSlotStore` keeps) would cost a write unit per ~20 requests
+    queued on every write, and could not hold more than ~9,000 (400 KB an item).
+
+    Taking is one conditional update (``held`` under the cap; one more to ``held``
+    and to the lease's step). At the cap DynamoDB returns the item as it was; steps
+    that have ended are then reclaimed in the retried write, on condition that
+    their counts are as read, so no two routers reclaim one twice. A write that
+    finds ended steps on its way in (the item as written comes back with it) clears
+    them with one more write: an item's ended steps are cleared about once per grid
+    step, and an item holds only steps with live work.
+
+    Giving back counts ``n`` fewer on the step and on ``held``, on condition that
+    the step holds ``n``; if it holds fewer (some were reclaimed, or given back
+    twice by a request that ended twice), it gives back what the step holds.
+    """
+
+    def __init__(self, dynamodb: Any, table: str, keep_seconds: int = 2 * 86_400) -> None:
+        self._ddb = dynamodb
+        self._table = table
+        # An idle tenant's item is removed by the table's TTL this long after its
+        # last take: longer than any lease (the batch lane's maximum age, a day).
+        self._keep = keep_seconds
+
+    def _key(self, lease: QueuedLease) -> dict[str, Any]:
+        return {
+            RESULTS.partition: {"S": lease.tenant},
+            RESULTS.sort: {"S": _QUEUED_PREFIX + lease.model},
+        }
+
+    def take(self, lease: QueuedLease, limit: int, now: float) -> bool:
+        ended: dict[str, int] = {}
+        for _ in range(_ATTEMPTS):
+            try:
+                new = self._update(lease, 1, limit, ended, int(now) + self._keep)
+            except self._ddb.exceptions.ConditionalCheckFailedException as exc:
+                ended = _ended_steps(exc.response.get("Item") or {}, now)
+                if not ended:
+                    return False  # every count is of a live lease: at the cap
+                continue
+            later = _ended_steps(new, now)
+            if later:
+                with contextlib.suppress(self._ddb.exceptions.ConditionalCheckFailedException):
+                    self._update(lease, 0, None, later, None)
+            return True
+        return False
+
+    def _update(
+        self,
+        lease: QueuedLease,
+        add: int,
+        limit: int | None,
+        ended: Mapping[str, int],
+        ttl: int | None,
+    ) -> dict[str, Any]:
+        """Add ``add`` to the lease's step and ``held`` (under ``limit`` after the
+        ``ended`` steps are removed), removing those on condition that they hold
+        what was read. Returns the item as written."""
+        names = {"#held": _HELD}
+        reclaimed = sum(ended.values())
+        values: dict[str, Any] = {":change": {"N": str(add - reclaimed)}}
+        adds = ["#held :change"]
+        conditions = []
+        if add:
+            names["#step"] = lease.step
+            values[":add"] = {"N": str(add)}
+            adds.append("#step :add")
+        if limit is not None:
+            values[":under"] = {"N": str(limit + reclaimed)}
+            conditions.append("(attribute_not_exists(#held) OR #held < :under)")
+        for i, (name, count) in enumerate(ended.items()):
+            names[f"#gone{i}"] = name
+            values[f":was{i}"] = {"N": str(count)}
+            conditions.append(f"#gone{i} = :was{i}")
+        update = "ADD " + ", ".join(adds)
+        if ttl is not None:
+            names["#ttl"] = _TTL
+            values[":ttl"] = {"N": str(ttl)}
+            update = f"SET #ttl = :ttl {update}"
+        if ended:
+            update += " REMOVE " + ", ".join(f"#gone{i}" for i in range(len(ended)))
+        condition = {"ConditionExpression": " AND ".join(conditions)} if conditions else {}
+        return self._ddb.update_item(
+            TableName=self._table,
+            Key=self._key(lease),
+            UpdateExpression=update,
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
+            ReturnValues="ALL_NEW",
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            **condition,
+        ).get("Attributes", {})
+
+    def give_back(self, lease: QueuedLease, count: int) -> None:
+        for _ in range(_ATTEMPTS):
+            try:
+                self._ddb.update_item(
+                    TableName=self._table,
+                    Key=self._key(lease),
+                    UpdateExpression="ADD #held :minus, #step :minus",
+                    ConditionExpression="#step >= :count",
+                    ExpressionAttributeNames={"#held": _HELD, "#step": lease.step},
+                    ExpressionAttributeValues={
+                        ":minus": {"N": str(-count)},
+                        ":count": {"N": str(count)},
+                    },
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )
+                return
+            except self._ddb.exceptions.ConditionalCheckFailedException as exc:
+                item = exc.response.get("Item") or {}
+            count = min(count, int(item.get(lease.step, {}).get("N", "0")))
+            if count <= 0:
+                return  # reclaimed after its end, or given back already
+
+
+def _ended_steps(item: Mapping[str, Any], now: float) -> dict[str, int]:
+    """The steps of a queued-work item whose leases have all ended at ``now``, with
+    their counts (as read, for the condition that removes them)."""
+    grid = QUEUED_LEASE_GRID_SECONDS
+    return {
+        name: int(value["N"])
+        for name, value in item.items()
+        if name.startswith(_STEP_PREFIX) and int(name[len(_STEP_PREFIX) :]) * grid <= now
+    }

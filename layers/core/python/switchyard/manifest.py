@@ -425,9 +425,9 @@ class RolloutLimits(_Strict):
 
 
 class Tier(_Strict):
-    """A usage-plan tier: API Gateway holds each key of it to these limits, and the
+    """A usage-plan tier: API Gateway holds each key of it to these limits, the
     routers cap what one tenant holds at once (over a cap: 429 with Retry-After,
-    ``switchyard.admission``)."""
+    ``switchyard.admission``), and the workers weigh its tenants' share of a batch."""
 
     rate: float = Field(gt=0, description="Requests a second, per key (API Gateway's)")
     burst: int = Field(gt=0, description="Requests at once over the rate, per key")
@@ -438,6 +438,21 @@ class Tier(_Strict):
         ge=1,
         description="A tenant's sync requests waiting for their answer at once (predict, a "
         "generation not streamed, the OpenAI API's)",
+    )
+    max_queued: int = Field(
+        default=1_000,
+        ge=1,
+        le=1_000_000,
+        description="A tenant's requests queued or running on one model at once, async and "
+        "sync (predict, generate, the OpenAI API's; batch jobs' lines are not counted): one "
+        "more is refused, 429 queue_full with Retry-After",
+    )
+    weight: int = Field(
+        default=1,
+        ge=1,
+        le=100,
+        description="A tenant's share of a worker's batches against other tenants' with "
+        "work in hand: a turn of the batcher takes up to this many of its messages",
     )
 
 
@@ -673,7 +688,6 @@ class Manifest(_Strict):
         "keeps its default, and `instances_per_hour` adds to the types known",
     )
 
-
     @model_validator(mode="after")
     def _check_references(self) -> Manifest:
         for name, tenant in self.tenants.items():
@@ -769,6 +783,15 @@ class Manifest(_Strict):
             "device_memory_budget_mib": spec.device_memory_budget_mib,
             "overflow": {m: s.model_dump() for m, s in self.overflow_models(pool).items()},
             "pool_heartbeat": spec.overflow_pool is not None,
+        }
+
+    def worker_settings_values(self) -> dict[str, Any]:
+        """What every worker is told (``WorkerSettings``) besides its service, the
+        same in the CDK app and locally: each tenant's weight in its batches."""
+        return {
+            "tenant_weights": {
+                name: self.tiers[tenant.tier].weight for name, tenant in self.tenants.items()
+            }
         }
 
     def cost_rates(self, service: str) -> CostRates:
@@ -919,6 +942,7 @@ class Manifest(_Strict):
                 name: {
                     "streams": self.tiers[tenant.tier].max_streams,
                     "sync_requests": self.tiers[tenant.tier].max_sync_requests,
+                    "queued": self.tiers[tenant.tier].max_queued,
                 }
                 for name, tenant in self.tenants.items()
             },

@@ -115,6 +115,10 @@ class QueueMessage(BaseModel):
     # Set when the answer may be cached: the inputs' hash (switchyard.result_cache),
     # under which the worker stores the outputs for the version's cache time.
     cache_key: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    # Set when the router counted the request in its tenant's queued work on the
+    # model (switchyard.admission.QueuedWork): whoever stores its final result gives
+    # the place back (the lease is worked out from the tenant, model and expiry).
+    queued_counted: bool = False
 
     @model_validator(mode="after")
     def _one_payload(self) -> QueueMessage:

@@ -158,6 +158,7 @@ class TenantLimits(BaseModel):
 
     streams: int = Field(ge=1)
     sync_requests: int = Field(ge=1)
+    queued: int | None = Field(default=None, ge=1)  # per model; None: not capped
 
 
 class RouterSettings(RoutingSettings):
@@ -173,8 +174,8 @@ class RouterSettings(RoutingSettings):
     tenant_limits: dict[str, TenantLimits] = Field(
         default_factory=dict,
         description="Tenant -> its caps on streams and sync requests at once (`streams`, "
-        "`sync_requests`), counted across every router (switchyard.admission); a tenant not "
-        "named here is not capped",
+        "`sync_requests`) and on its requests queued per model (`queued`), counted across "
+        "every router (switchyard.admission); a tenant not named here is not capped",
     )
     busy_retry_after_seconds: int = Field(
         default=5,
@@ -285,6 +286,11 @@ class WorkerSettings(Settings):
         description="How often a CPU pool's worker reads the age of its overflow models' "
         "oldest messages from CloudWatch (each read is one GetMetricData call; in AWS "
         "the metric moves once a minute)",
+    )
+    tenant_weights: dict[str, int] = Field(
+        default_factory=dict,
+        description="Tenant -> its tier's weight: a turn of the batcher takes up to this "
+        "many of the tenant's messages in hand (a tenant not named here weighs 1)",
     )
     artifacts_bucket: str = Field(description="The S3 bucket of the models' artifacts")
     artifacts_cache: str = Field(

@@ -1,0 +1,127 @@
+"""Tenants' queued work counted in the results table (DynamoDBQueuedCounts), on the
+emulator: shared by every router and worker, given back in one write per batch,
+reclaimed after its lease, and an item that stays small however much is queued."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from switchyard.admission import (
+    QUEUED_LEASE_GRID_SECONDS,
+    AtCapacity,
+    DynamoDBQueuedCounts,
+    QueuedWork,
+)
+from switchyard.results import DynamoDBResultStore
+
+KEY = {"tenant": {"S": "acme"}, "request_id": {"S": "admission#queued#digits-cnn"}}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def counted(manifest, provisioned, clients):
+    """Two routers' and a worker's view of one table, as separate processes have."""
+    table = manifest.names("dev").results_table
+    clock = Clock()
+
+    def router(cap: int = 3) -> QueuedWork:
+        store = DynamoDBQueuedCounts(clients("dynamodb"), table)
+        return QueuedWork(store, {"acme": cap, "globex": cap}, 5, clock)
+
+    def item() -> dict:
+        return clients("dynamodb").get_item(TableName=table, Key=KEY).get("Item", {})
+
+    clients("dynamodb").delete_item(TableName=table, Key=KEY)
+    return router, clock, item, table
+
+
+def test_the_cap_is_counted_across_routers_and_given_back_by_a_worker(counted):
+    router, clock, item, _ = counted
+    first, second, worker = router(), router(), router()
+    expiry = clock.now + 60
+    # GIVEN acme's three requests queued through two routers
+    leases = [first.take("acme", "digits-cnn", expiry), second.take("acme", "digits-cnn", expiry)]
+    leases.append(first.take("acme", "digits-cnn", expiry))
+    # WHEN it asks either for one more
+    for r in (first, second):
+        with pytest.raises(AtCapacity) as refused:
+            r.take("acme", "digits-cnn", expiry)
+        assert refused.value.code == "queue_full"
+    # THEN globex's request to the model is its own
+    assert first.take("globex", "digits-cnn", expiry) is not None
+    # AND a worker that answers two of acme's gives their places back in one write
+    worker.give_back(leases[:2])
+    assert item()["held"]["N"] == "1"
+    assert second.take("acme", "digits-cnn", expiry) is not None
+    # AND giving back more than is held counts down to none, never below
+    worker.give_back(leases * 3)
+    assert item()["held"]["N"] == "0"
+
+
+def test_a_dead_holders_places_are_reclaimed_once_their_lease_ends(counted):
+    router, clock, item, _ = counted
+    first = router()
+    lease = None
+    for _ in range(3):  # and the routers and workers of these requests died
+        lease = first.take("acme", "digits-cnn", clock.now + 60)
+    with pytest.raises(AtCapacity):
+        first.take("acme", "digits-cnn", clock.now + 60)
+    assert lease is not None
+    clock.now = lease.ends_at
+    second = router()
+    for _ in range(3):
+        second.take("acme", "digits-cnn", clock.now + 60)
+    with pytest.raises(AtCapacity):
+        second.take("acme", "digits-cnn", clock.now + 60)
+    assert item()["held"]["N"] == "3"
+    # a late give-back of a reclaimed place changes nothing
+    second.give_back([lease])
+    assert item()["held"]["N"] == "3"
+
+
+def test_the_item_holds_one_count_per_grid_step_of_live_work(counted):
+    # GIVEN a large cap, and many requests whose work expires over a few minutes
+    router, clock, item, _ = counted
+    work = router(cap=10_000)
+    for i in range(200):
+        work.take("acme", "digits-cnn", clock.now + 60 + i)
+    # THEN the item holds a handful of counts, not one attribute per request
+    steps = [name for name in item() if name.startswith("q_")]
+    assert 1 <= len(steps) <= 2 and item()["held"]["N"] == "200"
+    # AND once those steps have ended, the next take clears them on its way
+    clock.now += 60 + 200 + 120 + 2 * QUEUED_LEASE_GRID_SECONDS
+    work.take("acme", "digits-cnn", clock.now + 60)
+    assert item()["held"]["N"] == "1"
+    assert len([name for name in item() if name.startswith("q_")]) == 1
+
+
+def test_racing_requests_never_queue_more_than_the_cap(counted):
+    router, clock, _, _ = counted
+    first, second = router(), router()
+
+    def attempt(i: int):
+        try:
+            return (first if i % 2 else second).take("acme", "digits-cnn", clock.now + 60)
+        except AtCapacity:
+            return None
+
+    with ThreadPoolExecutor(8) as pool:
+        taken = [lease for lease in pool.map(attempt, range(12)) if lease is not None]
+    assert len(taken) == 3
+
+
+def test_a_counting_item_is_no_request_of_the_tenant(counted, clients):
+    router, clock, item, table = counted
+    router().take("acme", "digits-cnn", clock.now + 60)
+    results = DynamoDBResultStore(clients("dynamodb"), table, None, 8_192)  # type: ignore[arg-type]
+    assert results.get("acme", KEY["request_id"]["S"]) is None
+    assert "expires_at" in item()  # an idle tenant's item ends with the table's TTL
