@@ -27,26 +27,23 @@ from typing import Any
 from bench.asgi import call, predict_body
 from bench.common import ROOT, TEXT_MODEL, median, sentences
 from bench.emulator import REGION, Emulator
+from switchyard.prices import PRICE_SOURCES, PriceTable, first_price
 from switchyard_local.moto_statements import parse_insert, parse_update
 
-# us-east-1 list prices, USD. See PRICE_SOURCES.
+# us-east-1 list prices, USD: the first tiers of the core's price table (what the
+# platform prices each request with, switchyard.costs), under the names used here.
+_TABLE = PriceTable()
 PRICES = {
-    "sqs_per_million_requests": 0.40,  # standard queue, per 64 KB chunk of payload
-    "dynamodb_per_million_wru": 0.625,  # on-demand write request units (1 KB each)
-    "dynamodb_per_million_rru": 0.125,  # on-demand read request units (4 KB strongly consistent)
-    "s3_put_per_thousand": 0.005,  # PUT, COPY, POST, LIST (S3 Standard)
-    "s3_get_per_thousand": 0.0004,  # GET and all other requests
-    "lambda_per_million_requests": 0.20,
-    "lambda_per_gb_second_x86": 0.0000166667,
-    "apigateway_rest_per_million": 3.50,  # first 333 million a month
-    "firehose_per_gb_ingested": 0.029,  # Direct PUT, each record rounded up to 5 KB
+    "sqs_per_million_requests": first_price(_TABLE.sqs_per_million_requests),
+    "dynamodb_per_million_wru": first_price(_TABLE.dynamodb_per_million_wru),
+    "dynamodb_per_million_rru": first_price(_TABLE.dynamodb_per_million_rru),
+    "s3_put_per_thousand": first_price(_TABLE.s3_put_per_thousand),
+    "s3_get_per_thousand": first_price(_TABLE.s3_get_per_thousand),
+    "lambda_per_million_requests": first_price(_TABLE.lambda_per_million_requests),
+    "lambda_per_gb_second_x86": first_price(_TABLE.lambda_per_gb_second),
+    "apigateway_rest_per_million": first_price(_TABLE.apigateway_rest_per_million),
+    "firehose_per_gb_ingested": first_price(_TABLE.firehose_per_gb),
 }
-PRICE_SOURCES = (
-    "AWS list prices for us-east-1 (US East, N. Virginia) as published on the AWS pricing "
-    "pages for SQS, DynamoDB (on-demand, after the November 2024 reduction), S3 Standard, "
-    "Lambda (x86), API Gateway (REST APIs) and Data Firehose (Direct PUT); cross-checked on "
-    "2026-11-22 against secondary summaries dated March and June 2026. Free tiers are ignored."
-)
 REFRESH_OPS = {"Query", "Scan"}
 REFRESH_SERVICES = {"appconfig"}
 WORKER_THREADS = (

@@ -11,8 +11,9 @@ here); see :data:`PRICE_SOURCES` for where each came from.
 from __future__ import annotations
 
 import math
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
 Price = float | list[tuple[float, float]]
 
@@ -89,6 +90,20 @@ class PriceTable(BaseModel):
         default_factory=lambda: dict(INSTANCE_PRICES),
         description="EC2 on-demand Linux, per instance-hour (added to the defaults)",
     )
+
+    @field_serializer(
+        "apigateway_rest_per_million",
+        "lambda_per_gb_second",
+        "sqs_per_million_requests",
+        "firehose_per_gb",
+        when_used="json",
+    )
+    def _inf_as_text(self, price: Price) -> Any:
+        """A last tier's width of ``inf`` as ``"inf"`` in JSON (which has no infinity:
+        it would be written null), read back as ``inf`` (a manifest passed as JSON)."""
+        if isinstance(price, float):
+            return price
+        return [[width if math.isfinite(width) else "inf", usd] for width, usd in price]
 
     @field_validator("instances_per_hour", mode="after")
     @classmethod
