@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import threading
 import time
 from collections import Counter, defaultdict
@@ -25,8 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.asgi import call, predict_body
-from bench.common import ROOT, TEXT_MODEL, median, sentences
+from bench.common import TEXT_MODEL, median, sentences
 from bench.emulator import REGION, Emulator
+from switchyard.costs import ROUTER_MEMORY_MB
 from switchyard.prices import PRICE_SOURCES, PriceTable, first_price
 from switchyard_local.moto_statements import parse_insert, parse_update
 
@@ -258,12 +258,8 @@ def summarise(calls: list[Call], inferences: int, requests: int) -> dict[str, An
 
 
 def router_memory_mb() -> int:
-    """The router function's memory, read from the CDK app when it states it."""
-    for path in (ROOT / "stacks").glob("*.py"):
-        match = re.search(r"ROUTER_MEMORY_MB\s*=\s*(\d+)", path.read_text())
-        if match:
-            return int(match.group(1))
-    return 1024
+    """The router function's memory, as the CDK app deploys it."""
+    return ROUTER_MEMORY_MB
 
 
 class Harness:

@@ -23,6 +23,7 @@ from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from switchyard.costs import ROUTER_MEMORY_MB
 from switchyard.fields import field_path
 from switchyard.manifest import Manifest, ScalingSettings, Stage
 from switchyard.prices import PriceTable
@@ -198,7 +199,7 @@ class RequestPath(_Strict):
         "enqueue, the looks for the result",
     )
     router_memory_mb: int = Field(
-        default=1024, ge=128, description="The routers' memory (stacks.cloud.ROUTER_MEMORY_MB)"
+        default=ROUTER_MEMORY_MB, ge=128, description="The routers' memory (the deployed one's)"
     )
     result_looks: float = Field(
         default=1.9, ge=0, description="Reads of the results table a sync request makes"
