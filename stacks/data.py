@@ -20,6 +20,7 @@ from constructs import Construct
 from stacks.cloud import LOG_RETENTION, Deployment
 from stacks.nag import acknowledge, logical_id, objects_of, skip_checkov
 from switchyard import tables
+from switchyard.manifest import Manifest
 
 
 class Storage(Construct):
@@ -263,6 +264,13 @@ REGISTRY_READ_ACTIONS = ("dynamodb:GetItem", "dynamodb:Query")
 def grant_items(table: dynamodb.ITable, grantee: iam.IGrantable) -> None:
     """Read and write single items of ``table``, nothing wider."""
     table.grant(grantee, *ITEM_ACTIONS)
+
+
+def grant_budget_reads(table: dynamodb.ITable, grantee: iam.IGrantable, manifest: Manifest) -> None:
+    """Where a tenant has a budget, a router reads its month's spend and any raised
+    budget in one BatchGetItem before it queues the tenant's work (switchyard.budgets)."""
+    if manifest.budgeted_tenants():
+        table.grant(grantee, "dynamodb:BatchGetItem")
 
 
 def grant_registry_read(table: dynamodb.ITable, grantee: iam.IGrantable) -> None:

@@ -25,6 +25,7 @@ from stacks.cloud import (
     Deployment,
 )
 from stacks.queues import ModelQueues
+from switchyard.budgets import WARN_FRACTION
 from switchyard.manifest import ModelSpec, RolloutLimits
 
 
@@ -314,6 +315,38 @@ class ModelAlarms(Construct):
             *self.dlq_not_empty.values(),
             *self.oldest_message.values(),
         ]
+
+
+class BudgetAlarms(Construct):
+    """One alarm per tenant with a monthly budget: its month's spend has reached 80 %
+    of it (``TenantBudgetUsed``, in percent, which the routers file as they read a
+    tenant's budget: switchyard.budgets). At 100 % the routers refuse the tenant's new
+    work, or move it to the batch lane, by themselves."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, deployment: Deployment) -> None:
+        super().__init__(scope, construct_id)
+        names = deployment.names
+        self.alarms: dict[str, cloudwatch.Alarm] = {}
+        for tenant in deployment.manifest.budgeted_tenants():
+            budget = deployment.manifest.tenants[tenant].monthly_budget_usd
+            self.alarms[tenant] = cloudwatch.Metric(
+                namespace=METRICS_NAMESPACE,
+                metric_name="TenantBudgetUsed",
+                dimensions_map={"tenant": tenant},
+                period=Duration.minutes(5),
+                statistic="Maximum",
+            ).create_alarm(
+                self,
+                f"Budget-{tenant}",
+                alarm_name=f"{names.base}-{tenant}-budget-80pct",
+                alarm_description=f"Tenant {tenant} has spent {WARN_FRACTION:.0%} or more of its "
+                f"monthly budget (${budget:,.2f} in the manifest, unless raised since with "
+                "`switchyard budget set`); at 100 % its new work is refused or batched",
+                threshold=100 * WARN_FRACTION,
+                evaluation_periods=1,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            )
 
 
 class NamedAlarms(Construct):

@@ -11,7 +11,13 @@ from stacks.batch import BatchIngest
 from stacks.cloud import ROUTER_MEMORY_MB, ROUTER_TIMEOUT, Deployment
 from stacks.compute import Compute
 from stacks.configuration import EveryModelRouting, RoutingConfiguration
-from stacks.data import DataStack, grant_items, grant_objects, grant_registry_read
+from stacks.data import (
+    DataStack,
+    grant_budget_reads,
+    grant_items,
+    grant_objects,
+    grant_registry_read,
+)
 from stacks.endpoint import (
     ARTIFACTS_READ_REASON,
     PAYLOADS_REASON,
@@ -20,6 +26,7 @@ from stacks.endpoint import (
 )
 from stacks.functions import FunctionCode, PlatformFunction, settings_environment
 from stacks.models import ModelsStack
+from stacks.observability import BudgetAlarms
 from stacks.pools import PoolWorkers
 from stacks.queues import every_models_queues
 from switchyard.settings import RouterSettings
@@ -90,6 +97,7 @@ class ServingStack(Stack):
             deployment, [endpoint.routing for endpoint in self.endpoints.values()]
         )
         self.requests = self._requests_function(deployment)
+        self.budget_alarms = BudgetAlarms(self, "Budgets", deployment=deployment)
         self.openai = self._openai_function(deployment)
         self.batch = BatchIngest(
             self,
@@ -143,6 +151,7 @@ class ServingStack(Stack):
         grant_registry_read(storage.registry_table, function.role)
         self.routing.grant_read(function.role)
         storage.results_table.grant(function.role, "dynamodb:GetItem")
+        grant_budget_reads(storage.results_table, function.role, deployment.manifest)
         grant_objects(
             names.payloads_bucket,
             function.role,

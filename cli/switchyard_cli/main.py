@@ -37,7 +37,7 @@ from switchyard.registry import VersionExists
 from switchyard.routing import canaries, rolled_back
 from switchyard.schemas import LANES, Lane
 from switchyard.tables import RESULTS
-from switchyard_cli import costs, jobs, keys, plan
+from switchyard_cli import budgets, costs, jobs, keys, plan
 from switchyard_cli.arguments import count, seconds
 from switchyard_cli.dead_letters import (
     DeadLetterError,
@@ -608,6 +608,7 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_commands(commands)
     keys.add_command(commands)
     plan.add_command(commands)
+    budgets.add_command(commands)
     costs.add_command(commands)
     dlq = commands.add_parser(
         "dlq", help="messages whose every attempt failed (the models' dead-letter queues)"

@@ -19,6 +19,7 @@ import time
 
 from aws_lambda_powertools.metrics import MetricUnit
 
+from switchyard.budgets import BudgetStore, month_of
 from switchyard.costs import CostLedger, CostRates, Group, Spend, price_answers, spend_by_group
 from switchyard.schemas import QueueMessage, ResultRecord
 from switchyard.telemetry import COUNT, emit_metrics
@@ -38,6 +39,7 @@ class CostKeeper:
         inline_bytes: int,
         meter_seconds: float = 5.0,
         emit: bool = True,
+        budgets: BudgetStore | None = None,
     ) -> None:
         self.rates = rates
         self._ledger = ledger
@@ -49,6 +51,9 @@ class CostKeeper:
         self._lock = threading.Lock()
         self._busy = 0.0  # seconds in the model, not yet written
         self._spend: dict[Group, Spend] = {}  # stored answers' spend, not yet written
+        # Each tenant's month's spend (switchyard.budgets), added up per write.
+        self._budgets = budgets
+        self._month_spend: dict[str, float] = {}  # tenant -> USD, not yet counted
         self._since = time.monotonic()  # the running time written so far ends here
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -127,6 +132,24 @@ class CostKeeper:
             with self._lock:
                 for group, s in left.items():
                     self._spend.setdefault(group, Spend()).merge(s)
+        self._count_months(spend, at)
+
+    def _count_months(self, spend: dict[Group, Spend], at: float) -> None:
+        """Add the tenants' spend to their month's, which their budgets are held to;
+        what cannot be added now is added at the next write."""
+        if self._budgets is None:
+            return
+        totals = self._month_spend
+        for (tenant, _, _), s in spend.items():
+            totals[tenant] = totals.get(tenant, 0.0) + s.usd
+        if not totals:
+            return
+        try:
+            self._budgets.add_spend(totals, month_of(at))
+        except Exception:  # noqa: BLE001 - the next write adds it
+            log.exception("month's spend not counted", extra={"worker": self._worker_id})
+            return
+        self._month_spend = {}
 
     def _print(self, spend: dict[Group, Spend]) -> None:
         """One EMF document per tenant and model, also filed under the tenant alone."""

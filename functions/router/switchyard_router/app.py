@@ -22,6 +22,7 @@ from starlette.types import Scope
 from switchyard.admission import AtCapacity
 from switchyard.auth import verified_key_id
 from switchyard.bodies import GenerateBody, JobSubmission, PredictBody
+from switchyard.budgets import OverBudget
 from switchyard.fields import FieldError, field_path
 from switchyard.jobs import JOB_ID_PATTERN, job_view
 from switchyard.schemas import FORBIDDEN, ResultRecord
@@ -101,7 +102,8 @@ def create_app(deps: RouterDeps) -> FastAPI:
         return _error(exc.status, exc.code, exc.message, exc.errors)
 
     @app.exception_handler(AtCapacity)
-    async def _busy(request: Request, exc: AtCapacity) -> JSONResponse:
+    @app.exception_handler(OverBudget)
+    async def _busy(request: Request, exc: AtCapacity | OverBudget) -> JSONResponse:
         if is_openai_path(request.url.path):
             response = openai_error(429, exc.code, str(exc))
         else:

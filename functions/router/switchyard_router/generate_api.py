@@ -118,6 +118,8 @@ def generate(
             # Nothing reads an async request's stream: its answer is its record.
             call = replace(call, request={**call.request, "stream": False})
         return _generate(service, stream, results, call, fmt, hub, None)
+    if call.request.get("stream") and service.budgets is not None:
+        service.budgets.admit_stream(call.tenant)  # a stream has no batch lane to go to
     # Held until the caller has its answer: a stream's slot until its last event.
     kind: Kind = "streams" if call.request.get("stream") else "sync_requests"
     slot = service.take_slot(call.tenant, kind)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from switchyard.bodies import JobSubmission
+from switchyard.budgets import Budgets
 from switchyard.callbacks import JobEvents, cancel
 from switchyard.jobs import TERMINAL, Job, JobRejected, JobStore, job_for_file
 from switchyard.missing_objects import object_missing
@@ -37,12 +38,15 @@ class JobsApi:
     ttl_seconds: int
     routing: RoutingSource | None = None  # a job runs on its model's stable version
     events: JobEvents | None = None  # asks for an ended job's callback
+    budgets: Budgets | None = None  # a tenant over its budget submits no job
 
     def submit(self, tenant: str, submission: JobSubmission) -> tuple[Job, bool]:
         """The job (recorded) and whether it is new: the same file again is the
         same job."""
         if submission.model not in self.models:
             raise RequestRejected(404, "unknown_model", f"no model {submission.model!r}")
+        if self.budgets is not None:
+            self.budgets.admit_job(tenant)
         if submission.inputs is not None:
             key = f"{tenant}/{submission.model}/api-{uuid.uuid4().hex}.jsonl"
             body = "\n".join(json.dumps(item, separators=(",", ":")) for item in submission.inputs)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from switchyard.admission import Admission, Kind, QueuedLease, QueuedWork, Slot, queued_lease
+from switchyard.budgets import Budgets
 from switchyard.fields import FieldError
 from switchyard.generation import PromptTokens, as_request, over_context
 from switchyard.payloads import PayloadStore
@@ -233,9 +234,12 @@ class PredictService:
         prompt_tokens: PromptTokens | None = None,
         cache: ResultCache | None = None,
         admission: Admission | None = None,
+        budgets: Budgets | None = None,
         queued_work: QueuedWork | None = None,
     ) -> None:
         self._endpoints = endpoints
+        # Tenants' monthly budgets (None: none is held to one).
+        self.budgets = budgets
         # Each tenant's cap on streams and sync requests at once (None: uncapped).
         self.admission = admission
         # Each tenant's cap on its requests queued per model (None: uncapped).
@@ -345,6 +349,8 @@ class PredictService:
         its cache key to the worker, which fills the entry. Inputs seen for the
         first time cost the cache nothing: no read, no entry."""
         started = self._clock()
+        if self.budgets is not None:  # over its budget: refused, or moved to the batch lane
+            lane = self.budgets.lane_for(tenant, lane)
         assignment = self._assign(model, tenant, sticky_headers, pinned)
         self._check(assignment.version, inputs)
         work = self._work(assignment.version, lane, is_async, deadline_ms)
@@ -368,9 +374,9 @@ class PredictService:
 
     def answer(self, admitted: Admitted, *, wait: bool = True) -> Outcome:
         """How the request ends for its caller: its result within its deadline, or
-        queued (async, or past its deadline: :meth:`wait`)."""
-        if not wait:
-            return Outcome(admitted)
+        queued (async, in the batch lane, or past its deadline: :meth:`wait`)."""
+        if not wait or (admitted.queued is not None and admitted.queued.lane == "batch"):
+            return Outcome(admitted)  # batch-lane work is not waited for
         return Outcome(admitted, self.wait(admitted, admitted.tenant))
 
     def _assign(

@@ -14,11 +14,13 @@ from switchyard.admission import (
 )
 from switchyard.artifacts import fetch_artifact
 from switchyard.auth import KeyIdDirectory
+from switchyard.budgets import Budgets, BudgetState, DynamoDBBudgetStore
 from switchyard.callbacks import JobEvents
 from switchyard.generation import DynamoDBTokenStream, PromptTokens
 from switchyard.jobs import JobStore
 from switchyard.routing import routing_for
 from switchyard.settings import RouterSettings
+from switchyard.telemetry import PERCENT, emit_metrics
 from switchyard.wiring import build_adapters
 from switchyard_router.app import RouterDeps
 from switchyard_router.generate_api import MAX_STREAM_SECONDS
@@ -40,6 +42,13 @@ def build_deps(settings: RouterSettings) -> RouterDeps:
     routing = routing_for(settings)
     s3 = adapters.client("s3")
     tokenizers = Path(settings.tokenizer_cache)
+    budgets = None
+    if settings.tenant_budgets:
+        budgets = Budgets(
+            DynamoDBBudgetStore(adapters.client("dynamodb"), settings.results_table),
+            settings.tenant_budgets,
+            on_state=file_budget_used,
+        )
     service = PredictService(
         endpoints=adapters.queues,
         registry=adapters.registry,
@@ -70,6 +79,7 @@ def build_deps(settings: RouterSettings) -> RouterDeps:
             },
             settings.busy_retry_after_seconds,
         ),
+        budgets=budgets,
     )
     jobs = None
     if settings.jobs_table and settings.batch_drop_bucket:
@@ -81,6 +91,7 @@ def build_deps(settings: RouterSettings) -> RouterDeps:
             drop_bucket=settings.batch_drop_bucket,
             ttl_seconds=settings.result_ttl_seconds,
             routing=routing,
+            budgets=budgets,
             events=JobEvents.on_queue(adapters.client("sqs"), settings.drop_queue_url)
             if settings.drop_queue_url
             else None,
@@ -95,3 +106,11 @@ def build_deps(settings: RouterSettings) -> RouterDeps:
         results=adapters.results,
         hub=StreamHub(stream),
     )
+
+
+def file_budget_used(state: BudgetState) -> None:
+    """The share of its month's budget a tenant has spent, in percent, as the metric
+    its 80 % alarm watches (``TenantBudgetUsed``, dimension ``tenant``)."""
+    if state.used is not None:  # a budget of 0 is used up from the start
+        used = 100.0 * state.used if state.used != float("inf") else 100.0
+        emit_metrics({"TenantBudgetUsed": (PERCENT, used)}, tenant=state.tenant)

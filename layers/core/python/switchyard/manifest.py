@@ -474,6 +474,26 @@ class Tenant(_Strict):
         description="The AWS account of the tenant's data team: its drop role trusts that "
         "account (default: the account the platform is deployed in)",
     )
+    monthly_budget_usd: float | None = Field(
+        default=None,
+        ge=0,
+        description="What the tenant may spend a calendar month (UTC), in USD, by its "
+        "requests' costs: at 80 % an alarm, at 100 % its new work is refused (429 "
+        "budget_exceeded) or moved to the batch lane (`over_budget`); "
+        "`switchyard budget set` raises it without a deploy (default: no budget)",
+    )
+    over_budget: Literal["refuse", "batch"] = Field(
+        default="refuse",
+        description="Over its budget, the tenant's new realtime work is refused (429 "
+        'budget_exceeded), or moved to the batch lane ("batch": it waits for spare '
+        "capacity, and its batch jobs still run); streams are refused either way",
+    )
+
+    @model_validator(mode="after")
+    def _over_budget_needs_a_budget(self) -> Tenant:
+        if self.over_budget != "refuse" and self.monthly_budget_usd is None:
+            raise ValueError("over_budget needs monthly_budget_usd: the tenant has no budget")
+        return self
 
 
 class ModelSpec(_Strict):
@@ -934,6 +954,10 @@ class Manifest(_Strict):
             "sync_grace_seconds": p.sync_grace_seconds,
         }
 
+    def budgeted_tenants(self) -> list[str]:
+        """The tenants held to a monthly budget."""
+        return [name for name, t in self.tenants.items() if t.monthly_budget_usd is not None]
+
     def router_settings_values(self) -> dict[str, Any]:
         """What the router's settings take from the manifest besides the common ones."""
         return {
@@ -945,6 +969,11 @@ class Manifest(_Strict):
                     "queued": self.tiers[tenant.tier].max_queued,
                 }
                 for name, tenant in self.tenants.items()
+            },
+            "tenant_budgets": {
+                name: {"monthly_usd": tenant.monthly_budget_usd, "over_budget": tenant.over_budget}
+                for name, tenant in self.tenants.items()
+                if tenant.monthly_budget_usd is not None
             },
         }
 

@@ -23,6 +23,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import ErrorDetails
 
+from switchyard.budgets import TenantBudget
 from switchyard.costs import CostRates
 from switchyard.overflow import OverflowSource
 from switchyard.schemas import Lane
@@ -176,6 +177,12 @@ class RouterSettings(RoutingSettings):
         description="Tenant -> its caps on streams and sync requests at once (`streams`, "
         "`sync_requests`) and on its requests queued per model (`queued`), counted across "
         "every router (switchyard.admission); a tenant not named here is not capped",
+    )
+    tenant_budgets: dict[str, TenantBudget] = Field(
+        default_factory=dict,
+        description="Tenant -> its monthly budget in USD and what its new work does once "
+        "the month's spend reaches it (`monthly_usd`, `over_budget`: refuse or batch; "
+        "switchyard.budgets); a tenant not named here has no budget",
     )
     busy_retry_after_seconds: int = Field(
         default=5,

@@ -22,6 +22,7 @@ from switchyard.schemas import ResultRecord
 NAMESPACE = "Switchyard"
 COUNT = MetricUnit.Count
 MILLISECONDS = MetricUnit.Milliseconds
+PERCENT = MetricUnit.Percent
 
 
 MetricValues = dict[str, tuple[MetricUnit, float | Sequence[float]]]
