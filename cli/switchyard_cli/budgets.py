@@ -20,8 +20,8 @@ from switchyard_cli.targets import CommandError, Target, target_of
 
 ABOUT = (
     "tenants' monthly budgets (the manifest's monthly_budget_usd): what each has spent this "
-    "month (UTC) against its budget; at 80 percent an alarm, at 100 percent its new work is refused "
-    '(429 budget_exceeded) or moved to the batch lane (over_budget = "batch")'
+    "month (UTC) against its budget; at 80 percent an alarm, at 100 percent its new work "
+    'is refused (429 budget_exceeded) or moved to the batch lane (over_budget = "batch")'
 )
 
 

@@ -389,9 +389,11 @@ def _status(args: argparse.Namespace) -> int:
     from switchyard_cli.status import format_status
 
     read = _status_reader(args)
+    budgets = _budget_reader(args)
     try:
         while True:
             status = read()
+            status.budgets = budgets()
             if args.json:
                 print(json.dumps(status.as_dict(), indent=None if args.watch else 2), flush=True)
             else:
@@ -403,6 +405,23 @@ def _status(args: argparse.Namespace) -> int:
             time.sleep(args.interval)
     except KeyboardInterrupt:
         return 0
+
+
+def _budget_reader(args: argparse.Namespace) -> Callable[[], list[dict[str, Any]]]:
+    """The budgeted tenants' months, for the status's flags; none where they cannot
+    be read (the status is worth having without them)."""
+    try:
+        target = target_of(args)
+    except (CommandError, ClientError, BotoCoreError):
+        return list
+
+    def read() -> list[dict[str, Any]]:
+        try:
+            return [state.as_dict() for state in budgets.budget_states(target)]
+        except (ClientError, BotoCoreError):
+            return []
+
+    return read
 
 
 def _status_reader(args: argparse.Namespace) -> Callable[[], Any]:

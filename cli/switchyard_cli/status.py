@@ -372,6 +372,8 @@ def format_status(status: Status) -> str:
             lines.append(f"  {'':<{name_width}}  {format_decision(s.last_change)}")
     for line in format_pools(status):
         lines.append(line)
+    for line in format_budget_flags(status.budgets):
+        lines.append(line)
     observed = [m for m, s in status.models.items() if s.source == "observed"]
     if observed:
         lines.append("")
@@ -380,6 +382,21 @@ def format_status(status: Status) -> str:
             f"{', '.join(observed)} as observed now (no desired count)"
         )
     return "\n".join(lines)
+
+
+def format_budget_flags(budgets: list[dict[str, Any]]) -> list[str]:
+    """The budgeted tenants' months, each flagged from 80 % of its budget."""
+    if not budgets:
+        return []
+    lines = ["", f"budgets, {budgets[0]['month']} (switchyard budget show):"]
+    for b in budgets:
+        used = "all" if b["used"] is None else f"{100 * b['used']:.1f} %"
+        flag = "  OVER: new work refused or batched" if b["over"] else ""
+        flag = flag or ("  WARN: over 80 %" if b["warn"] else "")
+        lines.append(
+            f"  {b['tenant']:<12} ${b['spent_usd']:.4f} of ${b['budget_usd']:.2f}  {used}{flag}"
+        )
+    return lines
 
 
 def _ms(seconds: float | None) -> str:

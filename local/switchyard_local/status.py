@@ -184,6 +184,8 @@ class Status:
     substrate: str  # "local" or "aws"
     models: dict[str, ModelStatus]
     pools: dict[str, PoolStatus] = field(default_factory=dict)
+    # Budgeted tenants' months (switchyard.budgets.BudgetState.as_dict), where read.
+    budgets: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)

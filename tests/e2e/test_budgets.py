@@ -64,9 +64,13 @@ def test_over_its_budget_a_tenant_is_refused_until_the_budget_is_raised(
     assert job.status_code == 429 and job.json()["code"] == "budget_exceeded", job.text
     # AND another tenant's request to the same model is answered
     assert predict(http, platform, "acme").status_code == 200
-    # AND `switchyard budget show` flags it
+    # AND `switchyard budget show` and `switchyard status` flag it
     shown = json.loads(platform.cli("budget", "show", "--json").stdout)["budgets"]
     assert {b["tenant"]: b["over"] for b in shown}["globex"] is True
+    status = platform.cli("status").stdout
+    flags = status[status.index("budgets, ") :].splitlines()
+    assert any("globex" in line and "OVER" in line for line in flags), status
+    assert any("acme" in line and "OVER" not in line for line in flags), status
 
     # WHEN the operator raises it again
     set_budget(platform, "globex", "500")

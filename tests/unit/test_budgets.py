@@ -20,6 +20,7 @@ from switchyard.budgets import (
     next_month_starts,
 )
 from switchyard.manifest import Tenant, load_manifest
+from switchyard_cli.status import format_budget_flags
 from switchyard_worker.costing import CostKeeper
 from tests.unit.test_costs import RATES, FakeLedger, answer, message
 
@@ -222,3 +223,18 @@ def test_a_workers_stored_answers_count_towards_their_tenants_months():
     counted = store.spend[("acme", month)] + store.spend[("globex", month)]
     assert spent > 0 and counted == pytest.approx(spent)
     assert store.spend[("acme", month)] == pytest.approx(spent / 2)
+
+
+def test_the_status_flags_a_tenant_from_four_fifths_of_its_budget():
+    states = [
+        BudgetState("acme", "2026-11", 1.0, 10.0).as_dict(),
+        BudgetState("globex", "2026-11", 8.5, 10.0).as_dict(),
+        BudgetState("initech", "2026-11", 0.0, 0.0).as_dict(),
+    ]
+    lines = format_budget_flags(states)
+    assert lines[1].startswith("budgets, 2026-11")
+    acme, globex, initech = lines[2:]
+    assert "10.0 %" in acme and "WARN" not in acme and "OVER" not in acme
+    assert "85.0 %" in globex and "WARN" in globex
+    assert "all" in initech and "OVER" in initech
+    assert format_budget_flags([]) == []
