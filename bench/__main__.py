@@ -8,8 +8,9 @@ private emulator), the emulator's SQS under a backlog, async bursts draining on 
 local platform, end to end on the local platform (micro-batching on, then off),
 the two peers (LitServe, then Ray Serve with ``@serve.batch``), scaling from zero,
 generation (time to first token and tokens/s of streamed ``pydoc-gpt``: bare
-transformers, the platform, LitServe), the streaming transport, and pools (a long
-tail of models on one pool against a service per model). A section that fails is
+transformers, the platform, LitServe), the streaming transport, pools (a long
+tail of models on one pool against a service per model), and a noisy neighbour (one
+tenant's sync calls while another floods the same model). A section that fails is
 recorded and the others still run; the exit status is non-zero if any failed.
 
 ``python -m bench run --only pools --merge`` runs one section and puts its figures
@@ -45,6 +46,7 @@ SECTIONS = (
     "generation",
     "stream_transport",
     "pools",
+    "noisy_neighbour",
 )
 # Each peer's comparison with the platform (micro-batching on): where it is stored
 # in the results, and the peer section it is made from.
@@ -190,6 +192,12 @@ def run(
         from bench import pools
 
         results["sections"]["pools"] = section("pools", lambda: pools.run(quick, log))
+    if "noisy_neighbour" in only:
+        from bench import noisy_neighbour
+
+        results["sections"]["noisy_neighbour"] = section(
+            "noisy_neighbour", lambda: noisy_neighbour.run(quick, log)
+        )
     from bench import report
 
     platform = (results["sections"].get("end_to_end") or {}).get("batching_on")

@@ -58,15 +58,16 @@ def model_limit(model: LoadedModel, quick: bool) -> float:
 
 
 async def submit(
-    platform: RunningPlatform, bodies: list[list[str]]
+    platform: RunningPlatform, bodies: list[list[str]], api_key: str | None = None
 ) -> tuple[list[str], list[str], float]:
-    """Every request sent async at once (``IN_FLIGHT`` at a time): the ids of those
-    accepted, what went wrong with the others (a submission is never retried: without
-    an answer, it may or may not have been queued), and when the first left."""
+    """Every request sent async at once (``IN_FLIGHT`` at a time), with ``api_key``
+    (the default tenant's if None): the ids of those accepted, what went wrong with
+    the others (a submission is never retried: without an answer, it may or may not
+    have been queued), and when the first left."""
     check_loopback(platform.url)
     import aiohttp
 
-    headers = {"x-api-key": platform.api_key}
+    headers = {"x-api-key": api_key or platform.api_key}
     ids: list[str] = [""] * len(bodies)
     failures: list[str] = []
     gate = asyncio.Semaphore(IN_FLIGHT)

@@ -8,6 +8,7 @@ What earlier runs measured, and what was tried against a goal not met, is kept o
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -406,6 +407,40 @@ def _pool_hit(results: Results) -> str | None:
     )
 
 
+def _noisy(results: Results) -> dict[str, Any] | None:
+    """The noisy-neighbour section, where it has both of B's steps."""
+    section = _path("sections", "noisy_neighbour")(results)
+    if not section or not section.get("b_alone") or not section.get("b_under_flood"):
+        return None
+    return dict(section)
+
+
+def _noisy_figure(results: Results) -> Any:
+    """B's p99 under the flood over its bound; infinite where B got a 202 or an error."""
+    s = _noisy(results)
+    if s is None:
+        return None
+    return math.inf if s["b_refused"] else s["p99_over_bound"]
+
+
+def _noisy_reason(results: Results) -> str | None:
+    s = _noisy(results)
+    if s is None:
+        return None
+    alone, under, a = s["b_alone"], s["b_under_flood"], s["a_async"]
+    stages = under.get("stages_p50") or {}
+    return _sentences(
+        f"{s['tenant_b']}: {fmt(under['ok'], 0)} of {fmt(under['sent'], 0)} answered "
+        f"({under['miss_202']} 202s, {under['errors'] + under['timeouts']} errors), p99 "
+        f"{fmt(under['p99_ms'], 0)} ms against {fmt(alone['p99_ms'], 0)} alone; bound "
+        f"{s['p99_factor']:g} × {fmt(alone['p99_ms'], 0)} + a batch of {fmt(a['batch_ms'], 0)} "
+        f"ms = {fmt(s['p99_bound_ms'], 0)} ms",
+        f"median queue wait {fmt(stages.get('queue_wait_ms'), 0)} ms, batch wait "
+        f"{fmt(stages.get('batch_wait_ms'), 0)}, compute {fmt(stages.get('compute_ms'), 0)} in a "
+        f"batch of {fmt(stages.get('batch_size'), 0)}",
+    )
+
+
 # -- the goals -------------------------------------------------------------------------
 
 # The worker-seconds a pool may spend on a long tail, against a service per model.
@@ -569,6 +604,15 @@ GOALS = (
         True,
         "×",
         _pool_hit,
+    ),
+    Goal(
+        "noisy neighbour: a tenant's sync p99 while another floods the model, over 1.5× "
+        "its p99 alone plus one batch (any 202 or error: ∞)",
+        _noisy_figure,
+        1.0,
+        True,
+        "×",
+        _noisy_reason,
     ),
 )
 
