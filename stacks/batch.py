@@ -15,7 +15,13 @@ from constructs import Construct
 
 from stacks.cloud import SPLITTER_MEMORY_MB, Deployment
 from stacks.configuration import EveryModelRouting
-from stacks.data import Storage, grant_items, grant_objects, grant_registry_read
+from stacks.data import (
+    Storage,
+    grant_budget_reads,
+    grant_items,
+    grant_objects,
+    grant_registry_read,
+)
 from stacks.functions import FunctionCode, PlatformFunction, settings_environment
 from stacks.nag import acknowledge
 from stacks.queues import ModelQueues, every_models_queues, queue_with_dlq
@@ -72,6 +78,7 @@ class BatchIngest(Construct):
                 drop_queue_url=self.drop_queue.queue_url,
                 webhook_secret_prefix=names.webhook_secret_prefix,
                 **routing.settings,
+                **deployment.manifest.budget_values(),
             )
             | routing.environment,
             layers=[code.core_layer, code.appconfig_extension],
@@ -86,6 +93,8 @@ class BatchIngest(Construct):
         # It delivers jobs' callbacks, signed with the tenants' webhook secrets.
         storage.grant_webhook_secrets(role)
         grant_registry_read(storage.registry_table, role)
+        # A dropped file's job is refused for a tenant over its budget.
+        grant_budget_reads(storage.results_table, role, deployment.manifest)
         # A job runs on its model's stable version, read from its routing document.
         routing.grant_read(role)
         for model_queues in queues.values():

@@ -112,6 +112,7 @@ class Provisioned:
             "drop_queue_url": self.drop_queue,
             "webhook_secret_prefix": self.names.webhook_secret_prefix,
             "callbacks_to_private_addresses": True,  # the receivers are on loopback
+            **self.manifest.budget_values(),
         }
 
     def worker_values(self, service: str) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+from switchyard.budgets import DynamoDBBudgetStore
 from switchyard.jobs import JobStore, chunk_request_id
 from switchyard.registry import DynamoDBRegistry
 from switchyard.schemas import QueueMessage
@@ -239,3 +240,25 @@ def test_a_file_saved_with_a_byte_order_mark_reads_its_first_line(rig):
 def test_a_file_for_an_unknown_model_is_rejected_without_enqueuing(rig):
     assert handle_message(rig.drop("acme/nope/x.jsonl", ["[1]"]), rig.splitter, forever) == []
     assert rig.enqueued() == []
+
+
+def test_a_file_dropped_by_a_tenant_over_its_budget_fails_its_job_unsplit(rig, clients, manifest):
+    # GIVEN globex over its budget (lowered to nothing), acme under its own
+    store = DynamoDBBudgetStore(clients("dynamodb"), manifest.names("dev").results_table)
+    store.set_budget("globex", 0.0)
+    try:
+        # WHEN each drops a file
+        (refused,) = handle_message(
+            rig.drop("globex/digits-cnn/over.jsonl", [VECTOR] * 5), rig.splitter, forever
+        )
+        # THEN globex's job fails, saying why, and nothing of it is queued
+        assert refused.status == "failed"
+        assert "budget_exceeded" in (refused.failure or "")
+        assert rig.enqueued() == []
+        # AND acme's runs
+        (job,) = handle_message(
+            rig.drop("acme/digits-cnn/under.jsonl", [VECTOR] * 5), rig.splitter, forever
+        )
+        assert job.status == "queued" and len(rig.enqueued()) == 1
+    finally:
+        store.set_budget("globex", None)

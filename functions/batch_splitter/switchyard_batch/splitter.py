@@ -47,6 +47,7 @@ from aws_lambda_powertools.utilities.batch import (
 )
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
+from switchyard.budgets import Budgets, DynamoDBBudgetStore, OverBudget
 from switchyard.callbacks import (
     JOB_ENDED,
     RETRY_DELAYS_S,
@@ -186,6 +187,7 @@ class Splitter:
     callback_delays: tuple[int, ...] = RETRY_DELAYS_S  # between a callback's tries
     callbacks_to_private_addresses: bool = False  # True on the local platform only
     routing: RoutingSource | None = None  # a job runs on its model's stable version
+    budgets: Budgets | None = None  # a tenant over its budget gets no new job
 
     def job_for_drop(self, bucket: str, key: str) -> tuple[Job, bool]:
         """The job of a dropped file (made if new) and whether it is new; a file
@@ -218,6 +220,11 @@ class Splitter:
                 self.jobs, job.tenant, job.job_id, self.results.get, self.s3, self._ended
             )
             return finished or job
+        if self.budgets is not None and job.split_line == 0:
+            try:  # a job not begun, of a tenant over its budget, does not begin
+                self.budgets.admit_job(job.tenant)
+            except OverBudget as exc:
+                return self._fail(job, f"{exc.code}: {exc}")
         version = self.registry.get(job.model, job.version)
         if version is None:
             return self._fail(job, f"{job.model} {job.version} is no longer registered")
@@ -406,6 +413,12 @@ def splitter_of(adapters: Adapters) -> Splitter:
         else None,
         callbacks_to_private_addresses=settings.callbacks_to_private_addresses,
         routing=routing_for(settings),
+        budgets=Budgets(
+            DynamoDBBudgetStore(adapters.client("dynamodb"), settings.results_table),
+            settings.tenant_budgets,
+        )
+        if settings.tenant_budgets
+        else None,
     )
 
 

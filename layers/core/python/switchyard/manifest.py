@@ -954,6 +954,17 @@ class Manifest(_Strict):
             "sync_grace_seconds": p.sync_grace_seconds,
         }
 
+    def budget_values(self) -> dict[str, Any]:
+        """What holds tenants to their budgets (the routers, the batch splitter) takes
+        from the manifest."""
+        return {
+            "tenant_budgets": {
+                name: {"monthly_usd": tenant.monthly_budget_usd, "over_budget": tenant.over_budget}
+                for name, tenant in self.tenants.items()
+                if tenant.monthly_budget_usd is not None
+            }
+        }
+
     def budgeted_tenants(self) -> list[str]:
         """The tenants held to a monthly budget."""
         return [name for name, t in self.tenants.items() if t.monthly_budget_usd is not None]
@@ -970,11 +981,7 @@ class Manifest(_Strict):
                 }
                 for name, tenant in self.tenants.items()
             },
-            "tenant_budgets": {
-                name: {"monthly_usd": tenant.monthly_budget_usd, "over_budget": tenant.over_budget}
-                for name, tenant in self.tenants.items()
-                if tenant.monthly_budget_usd is not None
-            },
+            **self.budget_values(),
         }
 
 

@@ -150,6 +150,12 @@ class RoutingSettings(Settings):
         ge=0,
         description="How long a routing document read is used before it is read again",
     )
+    tenant_budgets: dict[str, TenantBudget] = Field(
+        default_factory=dict,
+        description="Tenant -> its monthly budget in USD and what its new work (requests, "
+        "jobs) does once the month's spend reaches it (`monthly_usd`, `over_budget`: refuse "
+        "or batch; switchyard.budgets); a tenant not named here has no budget",
+    )
 
 
 class TenantLimits(BaseModel):
@@ -177,12 +183,6 @@ class RouterSettings(RoutingSettings):
         description="Tenant -> its caps on streams and sync requests at once (`streams`, "
         "`sync_requests`) and on its requests queued per model (`queued`), counted across "
         "every router (switchyard.admission); a tenant not named here is not capped",
-    )
-    tenant_budgets: dict[str, TenantBudget] = Field(
-        default_factory=dict,
-        description="Tenant -> its monthly budget in USD and what its new work does once "
-        "the month's spend reaches it (`monthly_usd`, `over_budget`: refuse or batch; "
-        "switchyard.budgets); a tenant not named here has no budget",
     )
     busy_retry_after_seconds: int = Field(
         default=5,
