@@ -14,7 +14,10 @@ Pure logic with an injectable clock, so every rule is unit-tested without queues
 - a message that was delivered before (a retry) runs alone, so a poison message
   cannot drag its neighbours to the DLQ with it;
 - realtime work held beside batch-lane work runs first: a batch job's chunks in
-  hand wait for the realtime requests that arrived after them.
+  hand wait for the realtime requests that arrived after them;
+- sync callers (a ``respond_by``) held beside async work run first, in batches of
+  their own: a tenant's sync call waits for the batch running, not behind another
+  tenant's async backlog in hand, nor in a batch padded with it.
 
 It adapts to the load (``time_left``): it learns each version's batch cost (time
 against size, :class:`BatchCost`) from the batches run, and the rate at which work
@@ -265,13 +268,16 @@ class BatchAssembler:
         if not self._pool or (not force and self.wants_more()):
             return []
         realtime = [p for p in self._pool if p.received.lane != "batch"]
-        oldest = realtime[0] if realtime else self._pool[0]
+        # A caller waiting on its answer goes before queued work, whoever queued more.
+        waiting = [p for p in realtime if p.respond_by is not None]
+        first = waiting or realtime or self._pool
+        oldest = first[0]
         if oldest.is_retry or oldest.message is None:
             self._pool.remove(oldest)
             return [oldest]
         candidates = [
             p
-            for p in self._pool
+            for p in first
             if p.version == oldest.version
             and p.received.lane == oldest.received.lane
             and not p.is_retry

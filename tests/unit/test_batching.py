@@ -289,3 +289,38 @@ def test_once_the_most_urgent_caller_is_taken_the_next_one_sets_the_time_left():
     assert len(a.take()) == 4
     # THEN the two left wait up to max_wait (200 ms), no longer the urgent 100 - 80 ms
     assert abs(a.time_left() - 0.200) < 1e-6
+
+
+def test_a_sync_caller_goes_before_another_tenants_async_backlog_in_a_batch_of_its_own():
+    # GIVEN acme's async backlog in hand, two batches' worth, and then globex's sync call
+    clock = Clock()
+    a = assembler(clock, size=4)
+    backlog = [pending("acme", at=100.0 + i / 100) for i in range(8)]
+    for p in backlog:
+        a.add(p)
+    call = sync_pending(respond_in=5.0, at=100.5)
+    call.message = call.message.model_copy(update={"tenant": "globex"})
+    call.received = Received("{}", "g", "g", 1, "globex", "realtime")
+    a.add(call)
+    # WHEN the worker takes its next batch
+    first = a.take()
+    # THEN it is the sync call alone: not behind acme's older work, nor padded with it
+    assert first == [call]
+    # AND acme's backlog follows, oldest first, as before
+    assert a.take() == backlog[:4]
+    assert a.take() == backlog[4:]
+
+
+def test_sync_callers_of_several_tenants_share_a_batch_in_turns():
+    clock = Clock()
+    a = assembler(clock, size=4)
+    for _ in range(3):
+        a.add(pending("acme"))
+    calls = [sync_pending(respond_in=5.0) for _ in range(3)]
+    for i, call in enumerate(calls):
+        tenant = "globex" if i else "acme"
+        call.message = call.message.model_copy(update={"tenant": tenant})
+        call.received = Received("{}", f"s{i}", f"s{i}", 1, tenant, "realtime")
+        a.add(call)
+    batch = a.take()
+    assert sorted(map(id, batch)) == sorted(map(id, calls))  # the sync calls alone
