@@ -220,7 +220,7 @@ def run(
 def merged(previous_path: Path, fresh: dict[str, Any]) -> dict[str, Any]:
     """The report at ``previous_path`` with the sections just run put in place of
     its own (``--merge``): one section rerun without rerunning the rest. The report
-    lists which sections were rerun, and when."""
+    lists which sections were rerun, and when (each once: at its last rerun)."""
     import json
 
     if not previous_path.exists():
@@ -231,7 +231,14 @@ def merged(previous_path: Path, fresh: dict[str, Any]) -> dict[str, Any]:
     for key in PEER_COMPARISONS:
         if key in fresh:  # made from the sections just run
             report[key] = fresh[key]
-    report.setdefault("reruns", []).append(
+    # a section rerun again supersedes its earlier rerun: each is listed once, last
+    rerun = set(fresh["timing"])
+    earlier = [
+        {**r, "sections": [x for x in r["sections"] if x not in rerun]}
+        for r in report.get("reruns", [])
+    ]
+    report["reruns"] = [r for r in earlier if r["sections"]]
+    report["reruns"].append(
         {
             "sections": sorted(fresh["timing"]),
             "at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

@@ -433,8 +433,8 @@ def _noisy_reason(results: Results) -> str | None:
         f"{s['tenant_b']}: {fmt(under['ok'], 0)} of {fmt(under['sent'], 0)} answered "
         f"({under['miss_202']} 202s, {under['errors'] + under['timeouts']} errors), p99 "
         f"{fmt(under['p99_ms'], 0)} ms against {fmt(alone['p99_ms'], 0)} alone; bound "
-        f"{s['p99_factor']:g} × {fmt(alone['p99_ms'], 0)} + a batch of {fmt(a['batch_ms'], 0)} "
-        f"ms = {fmt(s['p99_bound_ms'], 0)} ms",
+        f"{s['p99_factor']:g} × {fmt(alone['p99_ms'], 0)} + a whole batch of "
+        f"{fmt(a['batch_ms'], 0)} ms = {fmt(s['p99_bound_ms'], 0)} ms",
         f"median queue wait {fmt(stages.get('queue_wait_ms'), 0)} ms, batch wait "
         f"{fmt(stages.get('batch_wait_ms'), 0)}, compute {fmt(stages.get('compute_ms'), 0)} in a "
         f"batch of {fmt(stages.get('batch_size'), 0)}",

@@ -1293,8 +1293,12 @@ def _noisy_record(completed_at: float, compute_ms: float, size: float = 64.0):
 def _noisy_section(under_p99: float = 400.0, miss_202: int = 0) -> dict:
     from bench.noisy_neighbour import a_figures, section
 
-    # A's ten requests: submitted at 100, answered 101 to 110; B's window 103.5 to 106.5
-    records = [_noisy_record(101.0 + i, 200.0 if i < 5 else 300.0) for i in range(10)]
+    # A's ten requests: submitted at 100, answered 101 to 110; B's window 103.5 to 106.5,
+    # within which A's batches are an eighth of its whole ones
+    records = [
+        _noisy_record(101.0 + i, 50.0, 8.0) if 3 <= i <= 5 else _noisy_record(101.0 + i, 200.0)
+        for i in range(10)
+    ]
     a_async = a_figures(records, 100.0, (103.5, 106.5))
     return section(
         _noisy_step(50.0, 100.0),
@@ -1312,9 +1316,11 @@ def test_a_floods_drain_and_one_batchs_time_are_read_from_its_results():
     a = s["a_async"]
     # THEN A's drain runs from its first submission to its last result
     assert a["done"] == 10 and a["drain_seconds"] == 10.0 and a["inputs_per_s"] == 1.0
-    # AND one batch's time is the median model time of the batches A rode in within it
+    # AND one batch's time is the median model time of A's whole batches (a sync call
+    # may find one running), and those within B's window are reported apart
     assert a["answered_in_b_window"] == 3 and a["answered_after_b_window"] == 4
     assert a["batch_ms"] == 200.0 and a["batch_size"] == 64.0
+    assert a["in_window_batch_ms"] == 50.0 and a["in_window_batch_size"] == 8.0
     # AND the bound is 1.5x B's p99 alone plus that batch
     assert s["p99_bound_ms"] == 350.0
     assert s["p99_over_bound"] == pytest.approx(400 / 350, abs=0.001)
@@ -1337,7 +1343,7 @@ def test_the_noisy_neighbour_section_renders_and_its_goal_judges_202s_and_the_p9
     [goal] = judged
     assert goal["met"] and goal["measured"] == pytest.approx(300 / 350, abs=0.001)
     assert goal["reason"].startswith("Globex: 20 of 20 answered (0 202s, 0 errors), p99 300 ms")
-    assert "bound 1.5 × 100 + a batch of 200 ms = 350 ms" in goal["reason"]
+    assert "bound 1.5 × 100 + a whole batch of 200 ms = 350 ms" in goal["reason"]
 
     # AND a p99 over the bound is not met, nor is one 202 within it
     def judge(section: dict) -> dict:
@@ -1347,3 +1353,37 @@ def test_the_noisy_neighbour_section_renders_and_its_goal_judges_202s_and_the_p9
     assert not judge(_noisy_section(under_p99=500.0))["met"]
     refused = judge(_noisy_section(under_p99=300.0, miss_202=1))
     assert not refused["met"] and refused["measured"] == math.inf
+
+
+def test_a_merged_rerun_replaces_its_sections_and_lists_each_once(tmp_path):
+    import json
+
+    from bench.__main__ import merged
+
+    def run(sections: dict, machine: str) -> dict:
+        return {
+            "sections": sections,
+            "timing": dict.fromkeys(sections, 1.0),
+            "machine": machine,
+            "failed_sections": [],
+        }
+
+    # GIVEN a full run of two sections
+    path = tmp_path / "benchmarks.json"
+    path.write_text(json.dumps(run({"pools": {"x": 1}, "noisy_neighbour": {"x": 1}}, "m0")))
+    # WHEN one section is rerun, then it and the other
+    path.write_text(json.dumps(merged(path, run({"noisy_neighbour": {"x": 2}}, "m1"))))
+    both = run({"noisy_neighbour": {"x": 3}, "pools": {"x": 3}}, "m2")
+    report = merged(path, both)
+    # THEN each section holds its last figures, and is listed once, at its last rerun
+    assert report["sections"] == {"pools": {"x": 3}, "noisy_neighbour": {"x": 3}}
+    assert [(r["sections"], r["machine"]) for r in report["reruns"]] == [
+        (["noisy_neighbour", "pools"], "m2")
+    ]
+    # AND an earlier rerun of other sections stays listed
+    path.write_text(json.dumps(report))
+    again = merged(path, run({"pools": {"x": 4}}, "m3"))
+    assert [(r["sections"], r["machine"]) for r in again["reruns"]] == [
+        (["noisy_neighbour"], "m2"),
+        (["pools"], "m3"),
+    ]

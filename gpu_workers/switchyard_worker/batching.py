@@ -17,7 +17,9 @@ Pure logic with an injectable clock, so every rule is unit-tested without queues
   hand wait for the realtime requests that arrived after them;
 - sync callers (a ``respond_by``) held beside async work run first, in batches of
   their own: a tenant's sync call waits for the batch running, not behind another
-  tenant's async backlog in hand, nor in a batch padded with it.
+  tenant's async backlog in hand, nor in a batch padded with it; and while sync
+  calls come in, async batches are an eighth of ``max_batch_size``, so the batch a
+  sync call waits for is a small one.
 
 It adapts to the load (``time_left``): it learns each version's batch cost (time
 against size, :class:`BatchCost`) from the batches run, and the rate at which work
@@ -155,6 +157,10 @@ def _sent_at(p: Pending) -> float:
 # none, against 0.93-0.97x with realtime run beside whole parts; docs/batch-jobs.md).
 REALTIME_RECENT_S = 10.0
 PART_SHARE_WITH_REALTIME = 8
+# Likewise, while a sync caller has been seen within REALTIME_RECENT_S, async work
+# runs in batches of an eighth of max_batch_size: a sync call that arrives while one
+# runs waits behind a small batch, not a whole one (the noisy-neighbour bench). The
+# async work pays for it while sync calls come in, as a job's parts do.
 
 Limits = Callable[[str], tuple[int, float]]
 """A version's (max_batch_size, max_wait seconds), from its registry record."""
@@ -173,6 +179,7 @@ class BatchAssembler:
     costs: dict[str, BatchCost] = field(default_factory=dict)
     arrivals: ArrivalRate = field(init=False)
     realtime_seen_at: float | None = None
+    sync_seen_at: float | None = None  # the last sync caller's (a respond_by)
 
     def __post_init__(self) -> None:
         self.arrivals = ArrivalRate(self.clock)
@@ -182,6 +189,8 @@ class BatchAssembler:
         self.arrivals.add()
         if pending.received.lane != "batch":
             self.realtime_seen_at = self.clock()
+            if pending.respond_by is not None:
+                self.sync_seen_at = self.realtime_seen_at
 
     def inputs_of(self, version: str) -> int:
         """Inputs of ``version`` held."""
@@ -287,6 +296,8 @@ class BatchAssembler:
         for p in candidates:
             by_tenant.setdefault(p.tenant, []).append(p)
         max_size, _ = self.limits(oldest.version)
+        if not waiting and oldest.received.lane != "batch" and self._sync_recent():
+            max_size = max(1, max_size // PART_SHARE_WITH_REALTIME)  # async beside sync
         batch: list[Pending] = []
         inputs = 0
         turns = list(by_tenant.items())  # the oldest message's tenant first
@@ -306,6 +317,10 @@ class BatchAssembler:
         for p in batch:
             self._pool.remove(p)
         return batch
+
+    def _sync_recent(self) -> bool:
+        seen = self.sync_seen_at
+        return seen is not None and self.clock() - seen < REALTIME_RECENT_S
 
     def take_realtime(self) -> list[Pending]:
         """The next batch of realtime work held, due or not (empty if none is held)."""

@@ -292,10 +292,10 @@ def test_once_the_most_urgent_caller_is_taken_the_next_one_sets_the_time_left():
 
 
 def test_a_sync_caller_goes_before_another_tenants_async_backlog_in_a_batch_of_its_own():
-    # GIVEN acme's async backlog in hand, two batches' worth, and then globex's sync call
+    # GIVEN acme's async backlog in hand, and then globex's sync call
     clock = Clock()
-    a = assembler(clock, size=4)
-    backlog = [pending("acme", at=100.0 + i / 100) for i in range(8)]
+    a = assembler(clock, size=16)
+    backlog = [pending("acme", at=100.0 + i / 100) for i in range(40)]
     for p in backlog:
         a.add(p)
     call = sync_pending(respond_in=5.0, at=100.5)
@@ -306,9 +306,13 @@ def test_a_sync_caller_goes_before_another_tenants_async_backlog_in_a_batch_of_i
     first = a.take()
     # THEN it is the sync call alone: not behind acme's older work, nor padded with it
     assert first == [call]
-    # AND acme's backlog follows, oldest first, as before
-    assert a.take() == backlog[:4]
-    assert a.take() == backlog[4:]
+    # AND acme's backlog follows, oldest first, in batches of an eighth of the most
+    # while sync calls come in: the next sync call waits behind a small batch
+    assert a.take() == backlog[:2]
+    assert a.take() == backlog[2:4]
+    # AND whole batches again once no sync call has come for REALTIME_RECENT_S
+    clock.now += REALTIME_RECENT_S
+    assert a.take() == backlog[4:20]
 
 
 def test_sync_callers_of_several_tenants_share_a_batch_in_turns():
