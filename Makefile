@@ -38,8 +38,20 @@ browser:
 up: build/models/.built
 	PORT=$(PORT) $(VENV)/bin/switchyard up
 
+# The suite in two streams at once, so that both of the machine's cores work: the e2e
+# tier (its platforms mostly wait on queues, workers and timers) beside every other
+# tier (mostly CPU: synths, unit tests). The e2e stream's report follows the other's;
+# either failing fails the run.
+E2E_REPORT := build/test-e2e.log
 test: build/models/.built browser
-	$(PY) -m pytest --durations=30
+	@mkdir -p build; \
+	$(PY) -m pytest tests/e2e --durations=15 -p no:cacheprovider > $(E2E_REPORT) 2>&1 & e2e=$$!; \
+	trap 'kill $$e2e 2>/dev/null; wait $$e2e' INT TERM; \
+	$(PY) -m pytest --ignore=tests/e2e --durations=20; others=$$?; \
+	wait $$e2e; e2e_status=$$?; \
+	echo; echo "==== tests/e2e, run beside the other tiers ($(E2E_REPORT)) ===="; \
+	cat $(E2E_REPORT); \
+	exit $$(( others != 0 ? others : e2e_status ))
 
 test-unit: $(VENV)/.installed
 	$(PY) -m pytest tests/unit
