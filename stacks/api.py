@@ -337,6 +337,20 @@ class Api(Construct):
             # Keyed on the Bearer token (KeyAuthorizer), the openai client's way.
             proxy.add_method(method, integration, authorizer=self.key_authorizer.openai_authorizer)
 
+    def add_protocol_routes(self, function: lambda_.IFunction) -> None:
+        """GET /v2 and GET and POST /v2/{proxy+} → the function that serves every
+        model (the OpenAI-compatible API's): the Open Inference Protocol v2's health,
+        metadata and infer paths. A path of its own per model would take about 20
+        of the stack's 500 resources each (resources, methods, permissions); the
+        router answers the paths it does not serve. Keyed on x-api-key, as
+        tritonclient and KServe's SDK send it (``headers=``)."""
+        root = self.rest_api.root.add_resource("v2")
+        integration = self._integration(function, stream=True)
+        root.add_method("GET", integration)
+        proxy = root.add_resource("{proxy+}")
+        for method in ("GET", "POST"):
+            proxy.add_method(method, integration)
+
     def add_platform_routes(self, function: lambda_.IFunction) -> None:
         """GET /v1/models, GET and DELETE (cancel) /v1/requests/{request_id}, and the
         batch jobs (POST and GET /v1/jobs, GET and DELETE /v1/jobs/{job_id}): not tied

@@ -174,8 +174,9 @@ class ServingStack(Stack):
         return function
 
     def _openai_function(self, deployment: Deployment) -> PlatformFunction:
-        """The router app for the OpenAI-compatible API (``/openai/v1``): the model is
-        named in each body, so one function serves every model, with each model's
+        """The router app for the OpenAI-compatible API (``/openai/v1``) and the Open
+        Inference Protocol v2 (``/v2``): the model is named in each body (or path),
+        so one function serves every model, with each model's
         realtime queue, routing document and results (streamed chunks included).
         Streamed through the Lambda Web Adapter, like a generation model's router."""
         storage = self.shared.storage
@@ -225,4 +226,6 @@ class ServingStack(Stack):
         )
         grant_objects(names.artifacts_bucket, role, ["s3:GetObject"], ARTIFACTS_READ_REASON)
         self.shared.api.add_openai_routes(function.function)
+        # The Open Inference Protocol v2 names its model in the path, any model.
+        self.shared.api.add_protocol_routes(function.function)
         return function

@@ -1,6 +1,7 @@
 """What API Gateway does in front of the router, for the local platform.
 
-Like API Gateway on the platform's REST API, for every ``/v1/`` and ``/openai/`` call it:
+Like API Gateway on the platform's REST API, for every ``/v1/``, ``/openai/`` and ``/v2``
+call it:
 
 - refuses a call without an API key (401: the key authorizer finds none in
   ``x-api-key`` or ``Authorization: Bearer``) or with a key that is not enabled
@@ -38,7 +39,7 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 # The API's resources; anything else (health, docs) is the local server's own.
-API_PREFIXES = ("/v1/", "/openai/")
+API_PREFIXES = ("/v1/", "/openai/", "/v2")
 KEYS_CACHE_SECONDS = 30.0
 # The stand-in plays API Gateway inside the router's process, which runs with the
 # router's own key: it reads keys and usage plans with the operator's, which the

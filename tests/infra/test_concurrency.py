@@ -12,7 +12,7 @@ from aws_cdk.assertions import Match, Template
 from switchyard.manifest import Manifest
 
 from .conftest import Synthesized
-from .helpers import integrated_function, router_function
+from .helpers import integrated_function, resource_paths, router_function
 
 
 @pytest.mark.parametrize("stage", ["dev", "prod"])
@@ -100,10 +100,8 @@ def test_openai_methods_are_keyed_on_the_bearer_token_and_the_rest_on_x_api_key(
 ) -> None:
     authorizers = serving_template.find_resources("AWS::ApiGateway::Authorizer")
     by_header = {a["Properties"]["IdentitySource"]: name for name, a in authorizers.items()}
-    resources = serving_template.find_resources("AWS::ApiGateway::Resource")
-    openai_proxy = {
-        name for name, r in resources.items() if r["Properties"]["PathPart"] == "{proxy+}"
-    }
+    paths = resource_paths(serving_template)
+    openai_proxy = {name for name, path in paths.items() if path == "/openai/v1/{proxy+}"}
     for name, method in serving_template.find_resources("AWS::ApiGateway::Method").items():
         props = method["Properties"]
         header = "Authorization" if props["ResourceId"].get("Ref") in openai_proxy else "x-api-key"

@@ -365,6 +365,24 @@ EXPECTED_STATUSES = {
     ("post", "/openai/v1/completions"): {"200", "202", "400", "404", "409", "504"},
     ("post", "/openai/v1/chat/completions"): {"200", "202", "400", "404", "409", "504"},
     ("post", "/openai/v1/embeddings"): {"200", "202", "400", "404", "409", "504"},
+    **{("get", path): {"200"} for path in ("/v2", "/v2/health/live", "/v2/health/ready")},
+    **{
+        ("get", f"/v2/models/{{model}}{version}{ready}"): {"200", "400", "404"}
+        for version in ("", "/versions/{version}")
+        for ready in ("", "/ready")
+    },
+    **{
+        ("post", f"/v2/models/{{model}}{version}/infer"): {
+            "200",
+            "202",
+            "400",
+            "404",
+            "409",
+            "413",
+            "504",
+        }
+        for version in ("", "/versions/{version}")
+    },  # fmt: skip
 }
 
 
@@ -379,7 +397,7 @@ def test_the_document_lists_every_status_of_every_route(every_model):
         assert set(operation["responses"]) == EXPECTED_STATUSES[key] | common, key
         allow = operation["responses"]["405"]["headers"]["Allow"]
         assert allow["required"] is True
-        if key[1].startswith("/v1/"):
+        if key[1].startswith(("/v1/", "/v2")):
             assert operation["security"] == [{"apiKey": []}]
         # AND no header or query parameter is documented as JSON null
         for parameter in operation.get("parameters", []):

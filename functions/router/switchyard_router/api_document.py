@@ -471,10 +471,10 @@ def finish(app: FastAPI, served: ServedModels) -> None:
             for path, operations in document["paths"].items():
                 for operation in operations.values():
                     _render_body(operation)
-                    if path.startswith(("/v1/", "/openai/")):
+                    if path.startswith(("/v1/", "/openai/", "/v2")):
                         operation["security"] = [{API_KEY_SCHEME: []}]
-                    if path.startswith("/openai/"):
-                        # A malformed parameter there is OpenAI's 400, not FastAPI's 422.
+                    if path.startswith(("/openai/", "/v2")):
+                        # A malformed parameter there is the API's 400, not FastAPI's 422.
                         operation["responses"].pop("422", None)
                     for parameter in operation.get("parameters", []):
                         _drop_null(parameter["schema"])
@@ -664,4 +664,127 @@ JOB_CANCEL = {
     409: {"model": JobAlreadyFinished, "description": "The job had already ended"},
     422: {"model": ErrorBody, "description": "A job id over 64 characters"},
     **COMMON,
+}
+
+
+# -- the Open Inference Protocol v2 (switchyard_router.oip) -----------------------------
+
+
+class ProtocolError(TypedDict):
+    """The protocol's error body: what went wrong, naming the field at fault."""
+
+    error: str
+
+
+class ProtocolTensor(TypedDict):
+    name: str
+    datatype: str
+    shape: list[int]
+
+
+class ProtocolOutput(ProtocolTensor):
+    """An output: its elements in ``data``, or ``parameters.binary_data_size`` raw
+    bytes after the JSON header (``Inference-Header-Content-Length``)."""
+
+    data: NotRequired[list[Any]]
+    parameters: NotRequired[dict[str, Any]]
+
+
+class ProtocolModel(TypedDict):
+    """A model's metadata: its active versions, the engine that runs it, and its
+    tensors (-1: any length)."""
+
+    name: str
+    versions: list[str]
+    platform: str
+    inputs: list[ProtocolTensor]
+    outputs: list[ProtocolTensor]
+
+
+class ProtocolModelReady(TypedDict):
+    name: str
+    version: NotRequired[str]
+    ready: bool
+
+
+class ProtocolLive(TypedDict):
+    live: bool
+
+
+class ProtocolReady(TypedDict):
+    ready: bool
+
+
+class ProtocolServer(TypedDict):
+    name: str
+    version: str
+    extensions: list[str]
+
+
+class ProtocolInference(TypedDict):
+    """An inference's outputs (``id``: the request's, else the platform's request id)."""
+
+    model_name: str
+    model_version: str
+    id: str
+    outputs: list[ProtocolOutput]
+
+
+_PROTOCOL_COMMON: dict[int | str, dict[str, Any]] = {
+    **COMMON,
+    405: {**COMMON[405], "model": ProtocolError},
+    500: {"model": ProtocolError, "description": "The platform failed to handle the request"},
+}
+_PROTOCOL_NAME = {"model": ProtocolError, "description": "A name over 64 characters"}
+_PROTOCOL_UNKNOWN = {
+    "model": ProtocolError,
+    "description": "Unknown model, a model with no active version, or a version that is "
+    "not active",
+}
+OIP_LIVE = {200: {"model": ProtocolLive, "description": "The server is live"}, **_PROTOCOL_COMMON}
+OIP_READY = {
+    200: {"model": ProtocolReady, "description": "The server is ready"},
+    **_PROTOCOL_COMMON,
+}
+OIP_SERVER = {
+    200: {"model": ProtocolServer, "description": "The server's metadata"},
+    **_PROTOCOL_COMMON,
+}
+OIP_MODEL = {
+    400: _PROTOCOL_NAME,
+    200: {"model": ProtocolModel, "description": "The model's metadata"},
+    404: _PROTOCOL_UNKNOWN,
+    **_PROTOCOL_COMMON,
+}
+OIP_MODEL_READY = {
+    400: _PROTOCOL_NAME,
+    200: {"model": ProtocolModelReady, "description": "Ready: it has an active version"},
+    404: _PROTOCOL_UNKNOWN,
+    **_PROTOCOL_COMMON,
+}
+OIP_INFER: dict[int | str, dict[str, Any]] = {
+    **_PROTOCOL_COMMON,
+    200: {
+        "model": ProtocolInference,
+        "description": "The outputs (with binary outputs: application/octet-stream, the "
+        "JSON header then the raw tensors, its length in Inference-Header-Content-Length)",
+        "headers": _ROUTED,
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+    },
+    202: {
+        "model": ProtocolError,
+        "description": "Queued: the deadline passed first; the result will be at the Location",
+        "headers": {"Location": _header("Where the result will be"), **_ROUTED},
+    },
+    400: {
+        "model": ProtocolError,
+        "description": "A malformed request, or inputs the model's signature refuses (the "
+        "field is named)",
+    },
+    404: _PROTOCOL_UNKNOWN,
+    409: {"model": ProtocolError, "description": "The request was cancelled while it waited"},
+    413: _gateway("A body over API Gateway's payload limit", PAYLOAD_TOO_LARGE),
+    429: _over_a_cap(ProtocolError),
+    500: {"model": ProtocolError, "description": "The model failed, or the platform did"},
+    504: {"model": ProtocolError, "description": "The work expired before it could run"},
 }

@@ -41,6 +41,8 @@ from switchyard_router.deps import RouterDeps
 from switchyard_router.generate_api import GenerationCall, NativeFormat, generate
 from switchyard_router.jobs_api import JobsApi
 from switchyard_router.logic import PredictService, RequestRejected
+from switchyard_router.oip import add_protocol_routes, is_protocol_path
+from switchyard_router.oip import error_response as protocol_error
 from switchyard_router.openai_api import add_openai_routes, is_openai_path
 from switchyard_router.openai_api import error_body as openai_error
 from switchyard_router.outcome import Admitted, Outcome
@@ -128,6 +130,8 @@ def create_app(deps: RouterDeps) -> FastAPI:
             response = openai_error(404, "unknown_url", f"Invalid URL ({where})")
         elif is_openai_path(request.url.path):
             response = openai_error(exc.status_code, "http_error", str(exc.detail))
+        elif is_protocol_path(request.url.path):
+            response = protocol_error(exc.status_code, f"{request.url.path}: {exc.detail}")
         else:
             response = _error(exc.status_code, "http_error", str(exc.detail))
         response.headers.update(exc.headers or {})
@@ -263,6 +267,7 @@ def create_app(deps: RouterDeps) -> FastAPI:
         )
 
     add_openai_routes(app, deps, tenant_of)
+    add_protocol_routes(app, deps, tenant_of)
     if deps.jobs is not None:
         _job_routes(app, deps.jobs, tenant_of, deps.max_body_bytes)
     api_document.finish(
