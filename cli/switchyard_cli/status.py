@@ -370,6 +370,12 @@ def format_status(status: Status) -> str:
         lines.append(f"  {model:<{name_width}}  {format_decision(s.last_decision)}")
         if s.last_change is not None and s.last_change != s.last_decision:
             lines.append(f"  {'':<{name_width}}  {format_decision(s.last_change)}")
+    engines = {m: s.engine for m, s in status.models.items() if s.engine}
+    if engines:
+        lines.append("")
+        lines.append("generation engine (what the live workers decode with):")
+        for model, engine in engines.items():
+            lines.append(f"  {model:<{name_width}}  {engine}")
     for line in format_pools(status):
         lines.append(line)
     for line in format_budget_flags(status.budgets):

@@ -45,6 +45,10 @@ from switchyard_worker.runtimes import (
 )
 from switchyard_worker.worker import Wiring, Worker, WorkerProcess, log
 
+# Beside a worker's ready file (``worker-<service>-<n>.ready``): the engine each of
+# its generative versions decodes with, ``{"<model>/<version>": "vllm"}``.
+ENGINES_SUFFIX = ".engines.json"
+
 
 def main(standby_seconds: float | None = None) -> None:
     # Before the model allocates anything: its freed activations kept for its next
@@ -102,18 +106,27 @@ def _started(standby_seconds: float | None) -> tuple[WorkerProcess, WorkerSettin
     except RuntimeError as exc:
         raise SystemExit(f"SWITCHYARD_DEVICE: {exc}") from None
 
+    engines: dict[str, str] = {}
+
     def runtime_for(record: ModelVersion) -> ModelRuntime:
         began = time.perf_counter()
         artifact = fetch_artifact(s3, record.artifact_uri, record.sha256, cache)
         fetched = time.perf_counter()
         imported = import_libraries([record.runtime])
         runtime = load_runtime(record, artifact, cache / "unpacked", device)
+        engine = getattr(runtime, "engine", None)
+        if engine is not None and settings.ready_file:
+            # Beside the ready file, for the status: which engine runs each version.
+            engines[f"{record.model}/{record.version}"] = engine
+            Path(settings.ready_file).with_suffix(ENGINES_SUFFIX).write_text(json.dumps(engines))
         log.info(
             "model loaded",
             extra={
                 "model": record.model,
                 "version": record.version,
                 "device": device,
+                "engine": engine,
+                "engine_fallback": getattr(runtime, "engine_fallback", None),
                 "artifact_seconds": round(fetched - began, 3),
                 "import_seconds": round(imported, 3),
                 "load_seconds": round(time.perf_counter() - fetched - imported, 3),

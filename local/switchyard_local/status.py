@@ -48,6 +48,9 @@ from switchyard_local.emulator import process_alive
 SCALING_FILE = "scaling.json"
 # Beside a pool worker's ready file: its model cache's state (WorkerSettings.pool_state_file).
 POOL_STATE_SUFFIX = ".pool.json"
+# Beside a worker's ready file: the engine of each generative version it loaded
+# (switchyard_worker.__main__.ENGINES_SUFFIX).
+ENGINES_SUFFIX = ".engines.json"
 # The supervisor rewrites the scaling file every second or two; older than this, it
 # has stopped and the figures in the file are history, not status.
 STALE_AFTER_SECONDS = 15.0
@@ -135,6 +138,9 @@ class ModelStatus:
     # pool's workers have loaded one of its versions.
     pool: str | None = None
     cold_loads: int | None = None
+    # The engine its live workers decode with (``vllm``, ``transformers``; a
+    # generative model only), from what each wrote beside its ready file.
+    engine: str | None = None
 
 
 @dataclass
@@ -356,6 +362,21 @@ def observe_workers(
         } - running
         out[service] = WorkerFigures(running=len(running), starting=len(starting))
     return out
+
+
+def read_engine(run_dir: Path, service: str, model: str) -> str | None:
+    """The engines ``model``'s versions decode with on ``service``'s ready workers
+    (``worker-<service>-<n>.engines.json``), joined by ", "; None where none said."""
+    engines: set[str] = set()
+    for path in run_dir.glob(f"worker-{service}-*{ENGINES_SUFFIX}"):
+        ready = path.with_name(path.name.removesuffix(ENGINES_SUFFIX) + ".ready")
+        if not ready.exists():
+            continue  # a worker gone, or not ready yet
+        with contextlib.suppress(OSError, ValueError):
+            for key, engine in json.loads(path.read_text()).items():
+                if key.split("/")[0] == model:
+                    engines.add(str(engine))
+    return ", ".join(sorted(engines)) or None
 
 
 def read_pool_states(run_dir: Path, pool: str) -> list[dict[str, Any]]:
@@ -676,6 +697,8 @@ class LocalStatusReader:
             status.requests = RequestFigures.from_stats(
                 self._requests.overall(model, since), self._window_seconds
             )
+        for model, status in models.items():
+            status.engine = read_engine(self._run_dir, self._service_of.get(model, model), model)
         pools = self._read_pools(models, services if fresh else {}, now)
         return Status(at=now, substrate="local", models=models, pools=pools)
 

