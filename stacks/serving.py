@@ -150,7 +150,10 @@ class ServingStack(Stack):
         )
         grant_registry_read(storage.registry_table, function.role)
         self.routing.grant_read(function.role)
-        storage.results_table.grant(function.role, "dynamodb:GetItem")
+        # Async status reads results; a job submitted with an Idempotency-Key claims
+        # the key's item in the results table (a conditional put) and gives it back
+        # (an update) if the job is not recorded (switchyard.idempotency).
+        grant_items(storage.results_table, function.role)
         grant_budget_reads(storage.results_table, function.role, deployment.manifest)
         grant_objects(
             names.payloads_bucket,

@@ -48,6 +48,8 @@ def routed_headers(admitted: Admitted) -> dict[str, str]:
     headers = {"x-model-version": admitted.version, "x-request-id": admitted.request_id}
     if admitted.cached is not None:
         headers["x-cache"] = "hit"  # answered from the result cache, not by a worker
+    if admitted.replayed:
+        headers["Idempotent-Replayed"] = "true"  # an earlier request's answer, again
     return headers
 
 
@@ -75,8 +77,11 @@ def emit_answered(outcome: Outcome) -> None:
     Errors (a failure of the platform's, not a refused input) and Fallbacks of the
     version it was routed to: a failure answered by the fallback still counts
     against that version, which is what canary alarms and rollback watch. One
-    document, filed per version, per model and per role (``request_dimension_sets``)."""
+    document, filed per version, per model and per role (``request_dimension_sets``).
+    A replay (Idempotency-Key) is no request of the version's: not counted again."""
     admitted = outcome.admitted
+    if admitted.replayed:
+        return
     error = admitted.fell_back == "failure" or outcome.status >= 500
     values = {
         "Requests": (COUNT, 1.0),

@@ -24,6 +24,7 @@ from switchyard.auth import verified_key_id
 from switchyard.bodies import GenerateBody, JobSubmission, PredictBody
 from switchyard.budgets import OverBudget
 from switchyard.fields import FieldError, field_path
+from switchyard.idempotency import KeyReused
 from switchyard.jobs import JOB_ID_PATTERN, job_view
 from switchyard.schemas import FORBIDDEN, ResultRecord
 from switchyard_router import api_document
@@ -39,8 +40,9 @@ from switchyard_router.answers import (
 from switchyard_router.bodies import Refusal, json_object, read_body, read_model
 from switchyard_router.deps import RouterDeps
 from switchyard_router.generate_api import GenerationCall, NativeFormat, generate
+from switchyard_router.idempotent import IdempotencyHeader, idempotent
 from switchyard_router.jobs_api import JobsApi
-from switchyard_router.logic import PredictService, RequestRejected
+from switchyard_router.logic import Idempotent, PredictService, RequestRejected
 from switchyard_router.oip import add_protocol_routes, is_protocol_path
 from switchyard_router.oip import error_response as protocol_error
 from switchyard_router.openai_api import add_openai_routes, is_openai_path
@@ -100,7 +102,9 @@ def create_app(deps: RouterDeps) -> FastAPI:
             message = exc.message
             if exc.code in ("invalid_input", "invalid_parameter") and exc.errors:
                 message = f"{param}: {exc.errors[0].message}"
-            return openai_error(exc.status, exc.code, message, param)
+            # OpenAI answers a request its caller must change with 400, never 422.
+            status = 400 if exc.code == KeyReused.code else exc.status
+            return openai_error(status, exc.code, message, param)
         return _error(exc.status, exc.code, exc.message, exc.errors)
 
     @app.exception_handler(AtCapacity)
@@ -169,6 +173,7 @@ def create_app(deps: RouterDeps) -> FastAPI:
         deadline_ms: DeadlineHeader = None,
         user_id: StickyHeader = None,
         pinned: PinHeader = None,
+        idempotency_key: IdempotencyHeader = None,
     ) -> JSONResponse:
         tenant = tenant_of(request)
         body = await read_model(request, deps.max_body_bytes, PredictBody, PREDICT_REFUSAL)
@@ -191,6 +196,7 @@ def create_app(deps: RouterDeps) -> FastAPI:
             is_async,
             base_path(request),
             pinned or version,
+            idempotent(idempotency_key, f"predict {model} {pinned or ''}", body),
         )
 
     @app.get(
@@ -244,6 +250,7 @@ def create_app(deps: RouterDeps) -> FastAPI:
         deadline_ms: DeadlineHeader = None,
         user_id: StickyHeader = None,
         pinned: PinHeader = None,
+        idempotency_key: IdempotencyHeader = None,
     ) -> Any:
         """Generate text: ``{"prompt", "max_tokens", "temperature", "top_p", "seed",
         "stop", "stream"}``. Streamed, the answer is server-sent events, one
@@ -261,6 +268,7 @@ def create_app(deps: RouterDeps) -> FastAPI:
             is_async=is_async,
             pinned=pinned,
             base_path=base_path(request),
+            idempotent=idempotent(idempotency_key, f"generate {model} {pinned or ''}", body),
         )
         return await run_in_threadpool(
             generate, deps.service, deps.stream, deps.results, call, NativeFormat(), deps.hub
@@ -285,17 +293,19 @@ def _job_routes(app: FastAPI, jobs: JobsApi, tenant_of: Any, max_body_bytes: int
         responses=api_document.JOB_SUBMIT,
         openapi_extra=api_document.request_body(JobSubmission),
     )
-    async def submit_job(request: Request) -> Any:
+    async def submit_job(request: Request, idempotency_key: IdempotencyHeader = None) -> Any:
         """A batch job: ``inputs`` (one output line each) or ``input_uri``, a JSON
         Lines file in the drop bucket under the caller's prefix. The same file again
         is the same job (200)."""
         tenant = tenant_of(request)
         submission = await read_model(request, max_body_bytes, JobSubmission, JOB_REFUSAL)
-        job, new = await run_in_threadpool(jobs.submit, tenant, submission)
+        keyed = idempotent(idempotency_key, "jobs", submission)
+        job, new, replayed = await run_in_threadpool(jobs.submit, tenant, submission, keyed)
         body = job_view(job, base_path(request))
-        return JSONResponse(
-            body, status_code=202 if new else 200, headers={"Location": body["location"]}
-        )
+        headers = {"Location": body["location"]}
+        if replayed:
+            headers["Idempotent-Replayed"] = "true"
+        return JSONResponse(body, status_code=202 if new else 200, headers=headers)
 
     @app.get("/v1/jobs", tags=["jobs"], response_model=None, responses=api_document.JOB_LIST)
     def list_jobs(
@@ -351,6 +361,7 @@ def _predict_sync(
     is_async: bool,
     base: str = "",
     pinned: str | None = None,
+    keyed: Idempotent | None = None,
 ) -> JSONResponse:
     def submit() -> Admitted:
         return service.submit(
@@ -362,6 +373,7 @@ def _predict_sync(
             is_async=is_async,
             pinned=pinned,
             cache_lookup=cache_allowed(headers),
+            idempotent=keyed,
         )
 
     if is_async:

@@ -34,7 +34,7 @@ from switchyard.bodies import generates
 from switchyard.generation import TokenStream
 from switchyard.results import ResultStore
 from switchyard_router.answers import JSONResponse, emit_answered, queued, routed_headers
-from switchyard_router.logic import PredictService, RequestRejected
+from switchyard_router.logic import Idempotent, PredictService, RequestRejected
 from switchyard_router.outcome import Admitted, Outcome
 from switchyard_router.streaming import (
     SSE_HEADERS,
@@ -86,6 +86,8 @@ class GenerationCall:
     is_async: bool = False
     pinned: str | None = None
     base_path: str = ""
+    # Its Idempotency-Key: honoured unless it streams (a stream is not replayed).
+    idempotent: Idempotent | None = None
 
 
 def request_field(field: str) -> str:
@@ -150,6 +152,7 @@ def _generate(
             deadline_ms=call.deadline_ms,
             is_async=call.is_async,
             pinned=call.pinned,
+            idempotent=None if call.request.get("stream") else call.idempotent,
         )
     except RequestRejected as exc:
         if exc.code == "invalid_input":

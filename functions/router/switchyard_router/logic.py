@@ -21,6 +21,7 @@ from switchyard.admission import Admission, Kind, QueuedLease, QueuedWork, Slot,
 from switchyard.budgets import Budgets
 from switchyard.fields import FieldError
 from switchyard.generation import PromptTokens, as_request, over_context
+from switchyard.idempotency import IdempotencyKeys, KeyReused, KeyUse
 from switchyard.payloads import PayloadStore
 from switchyard.queues import ModelLanes, encode_message
 from switchyard.registry import ModelVersion, Registry
@@ -89,6 +90,27 @@ class Work:
     budget_s: float  # the caller's deadline, from now
     now: float
     expires_at: float  # epoch seconds: not started by then, it is answered expired
+
+
+@dataclass(frozen=True)
+class Idempotent:
+    """A request's Idempotency-Key and the fingerprint of what it asks for
+    (``switchyard.idempotency.fingerprint``)."""
+
+    key: str
+    fingerprint: str
+
+    def use(self, tenant: str, queued: ResultRecord) -> KeyUse:
+        """The key as this request claims it: for as long as its result is kept,
+        pointing at its queued record (what a replay answers from)."""
+        return KeyUse(
+            tenant=tenant,
+            key=self.key,
+            fingerprint=self.fingerprint,
+            request_id=queued.request_id,
+            expires_at=queued.expires_at,
+            answer=queued.model_dump_json(),
+        )
 
 
 class LookSchedule:
@@ -236,8 +258,11 @@ class PredictService:
         admission: Admission | None = None,
         budgets: Budgets | None = None,
         queued_work: QueuedWork | None = None,
+        idempotency: IdempotencyKeys | None = None,
     ) -> None:
         self._endpoints = endpoints
+        # Callers' Idempotency-Keys (None: the header is not taken).
+        self._keys = idempotency
         # Tenants' monthly budgets (None: none is held to one).
         self.budgets = budgets
         # Each tenant's cap on streams and sync requests at once (None: uncapped).
@@ -333,6 +358,7 @@ class PredictService:
         is_async: bool = False,
         pinned: str | None = None,
         cache_lookup: bool = True,
+        idempotent: Idempotent | None = None,
     ) -> Admitted:
         """Validate, record as queued, enqueue. Raises RequestRejected on bad input.
         The sticky key is the header the routing document names, else the tenant.
@@ -347,25 +373,50 @@ class PredictService:
         the caller's ``Cache-Control: no-cache``) and, if this tenant had them
         answered by this version, answered from it instead of queued; a miss carries
         its cache key to the worker, which fills the entry. Inputs seen for the
-        first time cost the cache nothing: no read, no entry."""
+        first time cost the cache nothing: no read, no entry.
+
+        With an ``idempotent`` key (``switchyard.idempotency``), a key used before
+        by the same body answers with the first request (:meth:`_replay`), before
+        any check, budget or cap; a new key is claimed just before the work is
+        enqueued, and given back if it is not."""
         started = self._clock()
+        if idempotent is not None and self._keys is not None:
+            earlier = key_use(
+                self._keys.earlier, tenant, idempotent.key, idempotent.fingerprint, started
+            )
+            if earlier is not None:
+                return self._replay(earlier, is_async, deadline_ms, started)
         if self.budgets is not None:  # over its budget: refused, or moved to the batch lane
             lane = self.budgets.lane_for(tenant, lane)
         assignment = self._assign(model, tenant, sticky_headers, pinned)
         self._check(assignment.version, inputs)
         work = self._work(assignment.version, lane, is_async, deadline_ms)
         key = self._cache_key(tenant, assignment.version, inputs, work)
+        queued = self._queued_record(tenant, assignment.version, work)
+        use = None
+        if idempotent is not None and self._keys is not None:
+            use = idempotent.use(tenant, queued)
+            first = key_use(self._keys.claim, use, started)
+            if first is not None:  # another request with this key won it meanwhile
+                return self._replay(first, is_async, deadline_ms, started)
         if key is not None and cache_lookup:
-            hit = self._from_cache(model, assignment.version, tenant, key, is_async, started)
+            keyed_id = queued.request_id if use is not None else None
+            hit = self._from_cache(
+                model, assignment.version, tenant, key, is_async, started, keyed_id
+            )
             if hit is not None:
                 return hit
         queued_work = self._queued_work
-        lease = queued_work.take(tenant, model, work.expires_at) if queued_work else None
+        lease = None
         try:
-            queued = self._queued_record(tenant, assignment.version, work)
+            lease = queued_work.take(tenant, model, work.expires_at) if queued_work else None
+            if not work.waits:
+                self._results.put_queued(queued)
             message = self._enqueue(queued, inputs, work, key, counted=lease is not None)
         except Exception:
             self._give_back_queued(lease)
+            if use is not None and self._keys is not None:
+                self._keys.release(use)  # not enqueued: the caller's retry is a first
             raise
         admitted = self._admitted(queued, assignment, inputs, work, started, message)
         self._shadow(admitted, assignment.document)
@@ -431,10 +482,10 @@ class PredictService:
 
     def _queued_record(self, tenant: str, version: ModelVersion, work: Work) -> ResultRecord:
         """The request's record as queued. An async or batch request's is written
-        now; a sync request answered within its deadline needs none (the worker's
-        result is its first write), so it is written only if the request is handed
-        off (202) at its deadline."""
-        record = ResultRecord(
+        before it is enqueued; a sync request answered within its deadline needs
+        none (the worker's result is its first write), so it is written only if the
+        request is handed off (202) at its deadline."""
+        return ResultRecord(
             request_id=uuid.uuid4().hex,
             tenant=tenant,
             model=version.model,
@@ -445,9 +496,37 @@ class PredictService:
             expires_at=int(work.now + self._ttl),
             work_expires_at=work.expires_at,
         )
-        if not work.waits:
-            self._results.put_queued(record)
-        return record
+
+    def _replay(
+        self, first: KeyUse, is_async: bool, deadline_ms: int | None, started: float
+    ) -> Admitted:
+        """A request whose Idempotency-Key was used before with the same body:
+        answered as the first request would be answered now, and nothing sent. Its
+        result is waited for up to this caller's deadline (sync; the first request's
+        worker stores it), or it is answered 202 and its location (async, or batch
+        lane): its queued record is written if the first request had none yet (a
+        sync request still running). No fallback or shadow copy is sent: those are
+        the first request's."""
+        queued = ResultRecord.model_validate_json(first.answer)
+        waits = not is_async and queued.lane == "realtime"
+        version = self._versions.versions(queued.model).get(queued.version)
+        default_ms = version.default_deadline_ms if version is not None else MAX_DEADLINE_MS
+        budget_s = (deadline_ms if deadline_ms is not None else default_ms) / 1000
+        if not waits:
+            self._results.put_queued(queued)  # no change where it has a record
+        return Admitted(
+            request_id=queued.request_id,
+            model=queued.model,
+            version=queued.version,
+            tenant=queued.tenant,
+            deadline=time.monotonic() + budget_s,
+            budget_s=budget_s,
+            expires_at=queued.work_expires_at or 0.0,
+            queued=queued,
+            recorded=not waits,
+            replayed=True,
+            timings={"received_at": started, "router_ms": (self._clock() - started) * 1000},
+        )
 
     def _enqueue(
         self, queued: ResultRecord, inputs: Any, work: Work, key: str | None, counted: bool = False
@@ -540,11 +619,13 @@ class PredictService:
         key: str,
         is_async: bool,
         started: float,
+        keyed_id: str | None = None,
     ) -> Admitted | None:
         """The request answered from the cache, or None on a miss (or if the cache
         cannot be read: then the request is queued as usual). An async answer is
         stored as the request's result, so that reading it back works as always; a
-        sync one is answered at once and not stored."""
+        sync one is answered at once and not stored, unless its Idempotency-Key
+        may replay it (``keyed_id``: the id the key holds, the request's id)."""
         try:
             outputs = self._cache.get(tenant, model, version.version, key)  # type: ignore[union-attr]
         except Exception:  # noqa: BLE001 - a cache outage costs a model run, never an answer
@@ -554,7 +635,7 @@ class PredictService:
             return None
         now = self._clock()
         record = ResultRecord(
-            request_id=uuid.uuid4().hex,
+            request_id=keyed_id or uuid.uuid4().hex,
             tenant=tenant,
             model=model,
             version=version.version,
@@ -567,7 +648,7 @@ class PredictService:
             expires_at=int(now + self._ttl),
             worker="result-cache",
         )
-        if is_async:
+        if is_async or keyed_id:
             self._results.complete(record)
         return Admitted(
             request_id=record.request_id,
@@ -652,7 +733,7 @@ class PredictService:
                 self._sleep(min(gap, max(remaining, 0)))
             record = self._results.get(tenant, admitted.request_id)
             if record is not None and record.status != "queued":
-                if record.completed_at is not None:
+                if record.completed_at is not None and not admitted.replayed:
                     self._looks.saw(admitted.model, record.completed_at - wall_started)
                 return record
             remaining = admitted.deadline - time.monotonic()
@@ -747,6 +828,15 @@ class PredictService:
             }
             for model in self.models
         ]
+
+
+def key_use(call: Callable[..., KeyUse | None], *args: Any) -> KeyUse | None:
+    """``call`` (an :class:`IdempotencyKeys` look-up or claim), its key used with
+    another body refused as the caller's mistake (422, naming the header)."""
+    try:
+        return call(*args)
+    except KeyReused as exc:
+        raise RequestRejected(exc.status, exc.code, str(exc), exc.errors) from None
 
 
 def _ended_here(record: ResultRecord | None, at: float) -> bool:

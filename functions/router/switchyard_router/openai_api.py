@@ -44,7 +44,8 @@ from switchyard_router.answers import (
 from switchyard_router.bodies import Refusal, read_model, validated
 from switchyard_router.deps import RouterDeps
 from switchyard_router.generate_api import GenerationCall, generate
-from switchyard_router.logic import PredictService, RequestRejected
+from switchyard_router.idempotent import IdempotencyHeader, idempotent
+from switchyard_router.logic import Idempotent, PredictService, RequestRejected
 from switchyard_router.outcome import Admitted, Outcome
 from switchyard_router.streaming import Ending, Piece, sse
 
@@ -218,7 +219,9 @@ def add_openai_routes(app: FastAPI, deps: RouterDeps, tenant_of: Callable[[Reque
                 return _model_object(entry)
         raise RequestRejected(404, "model_not_found", f"The model {model!r} does not exist")
 
-    async def _generation(request: Request, chat: bool, deadline_ms: int | None) -> Response:
+    async def _generation(
+        request: Request, chat: bool, deadline_ms: int | None, key: str | None
+    ) -> Response:
         tenant = tenant_of(request)
         limit = deps.max_body_bytes
         body: CompletionBody | ChatBody
@@ -240,6 +243,7 @@ def add_openai_routes(app: FastAPI, deps: RouterDeps, tenant_of: Callable[[Reque
             headers=dict(request.headers),
             deadline_ms=deadline_ms,
             base_path=base_path(request),
+            idempotent=idempotent(key, "openai chat" if chat else "openai completions", body),
         )
         try:
             return await run_in_threadpool(
@@ -260,8 +264,10 @@ def add_openai_routes(app: FastAPI, deps: RouterDeps, tenant_of: Callable[[Reque
         responses=api_document.OPENAI_GENERATE,
         openapi_extra=api_document.request_body(CompletionBody),
     )
-    async def completions(request: Request, deadline_ms: DeadlineHeader = None) -> Response:
-        return await _generation(request, chat=False, deadline_ms=deadline_ms)
+    async def completions(
+        request: Request, deadline_ms: DeadlineHeader = None, key: IdempotencyHeader = None
+    ) -> Response:
+        return await _generation(request, chat=False, deadline_ms=deadline_ms, key=key)
 
     @app.post(
         f"{PREFIX}/chat/completions",
@@ -269,8 +275,10 @@ def add_openai_routes(app: FastAPI, deps: RouterDeps, tenant_of: Callable[[Reque
         responses=api_document.OPENAI_GENERATE,
         openapi_extra=api_document.request_body(ChatBody),
     )
-    async def chat_completions(request: Request, deadline_ms: DeadlineHeader = None) -> Response:
-        return await _generation(request, chat=True, deadline_ms=deadline_ms)
+    async def chat_completions(
+        request: Request, deadline_ms: DeadlineHeader = None, key: IdempotencyHeader = None
+    ) -> Response:
+        return await _generation(request, chat=True, deadline_ms=deadline_ms, key=key)
 
     @app.post(
         f"{PREFIX}/embeddings",
@@ -278,13 +286,22 @@ def add_openai_routes(app: FastAPI, deps: RouterDeps, tenant_of: Callable[[Reque
         responses=api_document.OPENAI_EMBEDDINGS,
         openapi_extra=api_document.request_body(EmbeddingsBody),
     )
-    async def embeddings(request: Request, deadline_ms: DeadlineHeader = None) -> Response:
+    async def embeddings(
+        request: Request, deadline_ms: DeadlineHeader = None, key: IdempotencyHeader = None
+    ) -> Response:
         tenant = tenant_of(request)
         body = await read_model(request, deps.max_body_bytes, EmbeddingsBody, OPENAI_REFUSAL)
         _known_model(service, body.model)
         if not embeds(service.active_versions(body.model)):
             raise RequestRejected(400, "wrong_task", f"model {body.model!r} does not embed text")
-        call = EmbeddingCall(tenant, body, dict(request.headers), deadline_ms, base_path(request))
+        call = EmbeddingCall(
+            tenant,
+            body,
+            dict(request.headers),
+            deadline_ms,
+            base_path(request),
+            idempotent(key, "openai embeddings", body),
+        )
         return await run_in_threadpool(_embed, service, call)
 
 
@@ -325,6 +342,7 @@ class EmbeddingCall:
     headers: dict[str, str]
     deadline_ms: int | None
     base_path: str
+    idempotent: Idempotent | None = None
 
 
 def _embed(service: PredictService, call: EmbeddingCall) -> Response:
@@ -338,6 +356,7 @@ def _embed(service: PredictService, call: EmbeddingCall) -> Response:
                 sticky_headers=call.headers,
                 deadline_ms=call.deadline_ms,
                 cache_lookup=cache_allowed(call.headers),
+                idempotent=call.idempotent,
             )
         except RequestRejected as exc:
             # Named as the caller sent them: input, input[2] (the platform's inputs[2]).

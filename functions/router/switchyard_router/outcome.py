@@ -56,6 +56,9 @@ class Admitted:
     recorded: bool = True
     # Counted in its tenant's queued work on the model (switchyard.admission).
     queued_counted: bool = False
+    # An earlier request with the same Idempotency-Key and body: this is that one,
+    # answered again (nothing was sent for it).
+    replayed: bool = False
 
     @property
     def location(self) -> str:

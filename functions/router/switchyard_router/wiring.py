@@ -17,6 +17,7 @@ from switchyard.auth import KeyIdDirectory
 from switchyard.budgets import Budgets, BudgetState, DynamoDBBudgetStore
 from switchyard.callbacks import JobEvents
 from switchyard.generation import DynamoDBTokenStream, PromptTokens
+from switchyard.idempotency import DynamoDBKeyStore, IdempotencyKeys
 from switchyard.jobs import JobStore
 from switchyard.routing import routing_for
 from switchyard.settings import RouterSettings
@@ -42,6 +43,7 @@ def build_deps(settings: RouterSettings) -> RouterDeps:
     routing = routing_for(settings)
     s3 = adapters.client("s3")
     tokenizers = Path(settings.tokenizer_cache)
+    keys = IdempotencyKeys(DynamoDBKeyStore(adapters.client("dynamodb"), settings.results_table))
     budgets = None
     if settings.tenant_budgets:
         budgets = Budgets(
@@ -80,6 +82,7 @@ def build_deps(settings: RouterSettings) -> RouterDeps:
             settings.busy_retry_after_seconds,
         ),
         budgets=budgets,
+        idempotency=keys,
     )
     jobs = None
     if settings.jobs_table and settings.batch_drop_bucket:
@@ -92,6 +95,7 @@ def build_deps(settings: RouterSettings) -> RouterDeps:
             ttl_seconds=settings.result_ttl_seconds,
             routing=routing,
             budgets=budgets,
+            keys=keys,
             events=JobEvents.on_queue(adapters.client("sqs"), settings.drop_queue_url)
             if settings.drop_queue_url
             else None,

@@ -1,0 +1,62 @@
+"""Idempotency-Key on the running platform: a retry is the first request again."""
+
+from __future__ import annotations
+
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+
+from harness.waiting import wait_for
+from tests.e2e.test_api import DIGIT_ZERO, auth
+
+MODELS = ("digits-cnn", "minilm-embed")
+
+
+def stored(platform) -> list[str]:
+    """The request ids of every result the workers have stored, in order."""
+    return [
+        e["request_id"] for e in platform.worker_log_events() if e.get("message") == "result stored"
+    ]
+
+
+def test_two_posts_with_one_key_give_one_request_id_and_one_run(platform, http):
+    # GIVEN idle queues and the workers' stored results so far
+    for model in MODELS:
+        platform.wait_until_idle(model)
+    before = len(stored(platform))
+    headers = {**auth(platform), "Idempotency-Key": f"order-{uuid.uuid4()}"}
+    body = {"inputs": [DIGIT_ZERO]}
+
+    def post(_: int) -> httpx.Response:
+        with httpx.Client(base_url=platform.url, timeout=60) as client:
+            return client.post("/v1/models/digits-cnn/predict", json=body, headers=headers)
+
+    # WHEN two POSTs with one key race, and the caller retries once more after
+    with ThreadPoolExecutor(2) as pool:
+        raced = list(pool.map(post, range(2)))
+    retried = post(2)
+    # THEN all three are one request: one id, one answer
+    answers = [r.json() for r in (*raced, retried)]
+    assert [r.status_code for r in (*raced, retried)] == [200, 200, 200], answers
+    request_id = answers[0]["request_id"]
+    assert {a["request_id"] for a in answers} == {request_id}
+    assert all(a["outputs"] == answers[0]["outputs"] for a in answers)
+    assert sum(r.headers.get("Idempotent-Replayed") == "true" for r in raced) == 1
+    assert retried.headers["Idempotent-Replayed"] == "true"
+    # AND the same key with another body is refused, naming the key
+    other = http.post(
+        "/v1/models/digits-cnn/predict", json={"inputs": [DIGIT_ZERO] * 2}, headers=headers
+    )
+    assert other.status_code == 422, other.text
+    assert other.json()["code"] == "idempotency_key_reused"
+    assert [e["field"] for e in other.json()["errors"]] == ["Idempotency-Key"]
+    # AND the workers ran and stored it once: no other result since
+    wait_for(lambda: request_id in stored(platform), 30, 0.1, what="its stored result's log line")
+    for model in MODELS:
+        platform.wait_until_idle(model)
+    assert stored(platform)[before:] == [request_id]
+    # AND its record is that one answer, charged once
+    record = http.get(f"/v1/requests/{request_id}", headers=auth(platform)).json()
+    assert record["status"] == "done" and record["outputs"] == answers[0]["outputs"]
+    assert record["cost"] == answers[0]["cost"]
