@@ -46,6 +46,7 @@ from bench.loadgen import DISTURBED_SHARE, check_loopback
 from bench.platform_proc import local_platform
 from bench.proc_cpu import CpuMeter
 from harness.local_platform import RunningPlatform
+from harness.prompts import PROMPTS
 
 MODEL = "pydoc-gpt"
 VERSION = "v1"
@@ -55,16 +56,6 @@ TEMPERATURE = 0.8
 SEED_BASE = 1000
 TTFT_OVERHEAD_GOAL_MS = 100.0  # platform over bare, p50, at one stream
 BATCHING_GAIN_GOAL = 2.0  # platform tokens/s at 8 streams over at 1
-PROMPTS = (
-    "Return the",
-    "Create a new",
-    "Raise an exception if",
-    "Open the file and",
-    "Convert a string to",
-    "This module provides",
-    "If the argument is",
-    "Read data from the",
-)
 TIMEOUT_S = 60.0
 
 

@@ -26,6 +26,7 @@ from switchyard.artifacts import fetch_artifact
 from switchyard.budgets import DynamoDBBudgetStore
 from switchyard.callbacks import JobEvents
 from switchyard.costs import CostLedger
+from switchyard.engines import EngineBoard
 from switchyard.generation import DynamoDBTokenStream
 from switchyard.init_phase import init_phase
 from switchyard.jobs import JobStore
@@ -107,6 +108,7 @@ def _started(standby_seconds: float | None) -> tuple[WorkerProcess, WorkerSettin
         raise SystemExit(f"SWITCHYARD_DEVICE: {exc}") from None
 
     engines: dict[str, str] = {}
+    board = EngineBoard(adapters.client("dynamodb"), settings.results_table)
 
     def runtime_for(record: ModelVersion) -> ModelRuntime:
         began = time.perf_counter()
@@ -119,6 +121,8 @@ def _started(standby_seconds: float | None) -> tuple[WorkerProcess, WorkerSettin
             # Beside the ready file, for the status: which engine runs each version.
             engines[f"{record.model}/{record.version}"] = engine
             Path(settings.ready_file).with_suffix(ENGINES_SUFFIX).write_text(json.dumps(engines))
+        if engine is not None:
+            _say_engine(board, record, engine)
         log.info(
             "model loaded",
             extra={
@@ -211,6 +215,15 @@ def _started(standby_seconds: float | None) -> tuple[WorkerProcess, WorkerSettin
 def worker_id() -> str:
     """This worker's id: its host and process."""
     return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def _say_engine(board: EngineBoard, record: ModelVersion, engine: str) -> None:
+    """Which engine runs ``record``, in the results table for whatever names it (the
+    Open Inference Protocol's ``platform``); a failed write is logged, not raised."""
+    try:
+        board.say(record.model, record.version, engine, worker_id())
+    except Exception:  # noqa: BLE001 - the version runs all the same
+        log.exception("engine not recorded", extra={"model": record.model})
 
 
 def _costs(settings: WorkerSettings, adapters: Adapters) -> CostKeeper | None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import tarfile
 
-from bench.generation import PROMPTS
 from harness.local_platform import ROOT
+from harness.prompts import PROMPTS
 from switchyard.generation import GenerationRequest
 from switchyard_local.status import LocalStatusReader
 from switchyard_worker.generation import Continuous, Sequence, TransformersDecoder

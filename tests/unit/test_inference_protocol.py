@@ -338,3 +338,22 @@ def test_an_embedders_metadata_names_text_in_and_a_vector_out():
         "datatype": "FP32",
         "shape": [-1, -1],
     }
+
+
+def test_a_models_platform_is_the_engine_its_workers_said_else_its_runtimes():
+    from switchyard_router.oip import platform_of
+
+    record = version_record("pydoc-gpt")
+    said = {("pydoc-gpt", "v1"): "vllm"}
+
+    def engine_of(model: str, version: str) -> str | None:
+        return said.get((model, version))
+
+    def unreachable(model: str, version: str) -> str | None:
+        raise ConnectionError("the table cannot be read")
+
+    assert platform_of(record, engine_of) == "vllm"
+    said.clear()  # no worker has loaded it yet: its runtime's engine
+    assert platform_of(record, engine_of) == "transformers"
+    assert platform_of(record, unreachable) == "transformers"
+    assert platform_of(record) == "transformers"

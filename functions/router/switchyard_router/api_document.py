@@ -738,8 +738,7 @@ _PROTOCOL_COMMON: dict[int | str, dict[str, Any]] = {
 _PROTOCOL_NAME = {"model": ProtocolError, "description": "A name over 64 characters"}
 _PROTOCOL_UNKNOWN = {
     "model": ProtocolError,
-    "description": "Unknown model, a model with no active version, or a version that is "
-    "not active",
+    "description": "Unknown model, a model with no active version, or a version that is not active",
 }
 OIP_LIVE = {200: {"model": ProtocolLive, "description": "The server is live"}, **_PROTOCOL_COMMON}
 OIP_READY = {

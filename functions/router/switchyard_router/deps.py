@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from switchyard.auth import TenantDirectory
+from switchyard.engines import EngineBoard
 from switchyard.generation import TokenStream
 from switchyard.results import ResultStore
 from switchyard_router.jobs_api import JobsApi
@@ -23,3 +24,5 @@ class RouterDeps:
     stream: TokenStream | None = None
     results: ResultStore | None = None
     hub: StreamHub | None = None  # reads every stream of this process together
+    # Which engine runs each version, as its workers say (the protocol's ``platform``).
+    engines: EngineBoard | None = None

@@ -264,22 +264,36 @@ def _refuse(where: str, why: str) -> None:
 # -- models --------------------------------------------------------------------------
 
 
-def platform_of(version: ModelVersion) -> str:
-    """The engine that runs ``version``: its record's ``engine`` where it names one,
-    else its runtime's (``PLATFORMS``)."""
-    engine = getattr(version, "engine", None)
-    if isinstance(engine, str) and engine:
-        return engine
+EngineOf = Callable[[str, str], str | None]
+"""(model, version) -> the engine its workers said they run it on (None: unsaid)."""
+
+
+def platform_of(version: ModelVersion, engine_of: EngineOf | None = None) -> str:
+    """The engine that runs ``version``: what its workers said (``switchyard.engines``:
+    a generation model's decoder, vLLM or transformers, is the host's), else its
+    runtime's (``PLATFORMS``)."""
+    if engine_of is not None:
+        try:
+            said = engine_of(version.model, version.version)
+        except Exception:  # noqa: BLE001 - the metadata stands without the workers' word
+            said = None
+        if said:
+            return said
     return PLATFORMS.get(version.runtime, version.runtime)
 
 
-def model_metadata(model: str, versions: list[ModelVersion], shown: ModelVersion) -> dict[str, Any]:
+def model_metadata(
+    model: str,
+    versions: list[ModelVersion],
+    shown: ModelVersion,
+    engine_of: EngineOf | None = None,
+) -> dict[str, Any]:
     """The protocol's model metadata: ``versions`` (active), and ``shown``'s platform
     and tensors."""
     return {
         "name": model,
         "versions": [v.version for v in sorted(versions, key=lambda v: v.created_at)],
-        "platform": platform_of(shown),
+        "platform": platform_of(shown, engine_of),
         "inputs": [input_spec(shown.signature).metadata()],
         "outputs": [spec.metadata() for spec in output_specs(shown.signature, shown.labels)],
     }
@@ -441,6 +455,7 @@ def add_protocol_routes(
 ) -> None:
     """Register the ``/v2`` routes on the router app."""
     service = deps.service
+    engine_of = deps.engines.engine_of if deps.engines is not None else None
     router = APIRouter(route_class=ProtocolRoute, tags=["inference protocol v2"])
 
     @router.get(f"{PREFIX}/health/live", responses=api_document.OIP_LIVE)
@@ -460,13 +475,13 @@ def add_protocol_routes(
     def metadata(request: Request, model: ModelName) -> Any:
         tenant_of(request)
         versions, shown = newest(service, model)
-        return model_metadata(model, versions, shown)
+        return model_metadata(model, versions, shown, engine_of)
 
     @router.get(f"{PREFIX}/models/{{model}}/versions/{{version}}", responses=api_document.OIP_MODEL)
     def version_metadata(request: Request, model: ModelName, version: VersionName) -> Any:
         tenant_of(request)
         shown = version_of(service, model, version)
-        return model_metadata(model, newest(service, model)[0], shown)
+        return model_metadata(model, newest(service, model)[0], shown, engine_of)
 
     @router.get(f"{PREFIX}/models/{{model}}/ready", responses=api_document.OIP_MODEL_READY)
     def model_ready(request: Request, model: ModelName) -> Any:

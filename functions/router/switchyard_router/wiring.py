@@ -16,6 +16,7 @@ from switchyard.artifacts import fetch_artifact
 from switchyard.auth import KeyIdDirectory
 from switchyard.budgets import Budgets, BudgetState, DynamoDBBudgetStore
 from switchyard.callbacks import JobEvents
+from switchyard.engines import EngineBoard
 from switchyard.generation import DynamoDBTokenStream, PromptTokens
 from switchyard.idempotency import DynamoDBKeyStore, IdempotencyKeys
 from switchyard.jobs import JobStore
@@ -109,6 +110,7 @@ def build_deps(settings: RouterSettings) -> RouterDeps:
         stream=stream,
         results=adapters.results,
         hub=StreamHub(stream),
+        engines=EngineBoard(adapters.client("dynamodb"), settings.results_table),
     )
 
 
