@@ -63,6 +63,13 @@ def start_platform(run_dir: Path, manifest_text: str, env: dict[str, str]) -> Pl
     return start(run_dir, manifest_text, env, MAKE_UP)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """test_stop presses Ctrl-C on the shared platform: it runs after every other
+    test of the tier, whatever their modules' names."""
+    last = [item for item in items if item.path.name == "test_stop.py"]
+    items[:] = [item for item in items if item.path.name != "test_stop.py"] + last
+
+
 @pytest.fixture(scope="session")
 def platform(tmp_path_factory):
     """The platform most e2e tests share, with one warm worker per model (the

@@ -49,8 +49,9 @@ def test_a_request_pinned_to_a_version_that_always_fails_ends_as_error(platform,
 
 def test_a_request_that_has_not_run_is_cancelled_and_never_runs(platform):
     headers = {"x-api-key": platform.api_key}
-    # A backlog of several seconds' work, then one more request, cancelled at once.
-    backlog = submit_async(platform, 60)
+    # A backlog of several seconds' work (more than the worker drains while it is
+    # sent: 1,440 sentences), then one more request, cancelled at once.
+    backlog = submit_async(platform, 60, sentences=24)
     with httpx.Client(base_url=platform.url, timeout=30) as client:
         last = client.post(
             "/v1/models/minilm-embed/predict?async=true",
