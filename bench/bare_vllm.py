@@ -65,8 +65,9 @@ def serve(
             if item is None:
                 ended = True
                 break
-            key = str(item["id"])
-            request_id = engine.add_request(key, item["prompt"], params(item))
+            # vLLM's outputs carry the id it was given (the id it returns is its own)
+            request_id = str(item["id"])
+            engine.add_request(request_id, item["prompt"], params(item))
             ours[request_id], produced[request_id] = item["id"], 0
             served, busy = served + 1, True
         if not busy:

@@ -872,8 +872,8 @@ def test_bare_vllms_loop_joins_requests_as_they_come_and_streams_each_step():
             self.most = 0
 
         def add_request(self, request_id, prompt, params):
-            self.left[f"engine-{request_id}"] = params
-            return f"engine-{request_id}"
+            self.left[request_id] = params
+            return f"{request_id}-internal"  # its outputs carry the id it was given
 
         def has_unfinished_requests(self) -> bool:
             return bool(self.left)
