@@ -20,10 +20,27 @@ from typing import Any
 from switchyard.auth import KeyIdDirectory
 from switchyard.queues import Received
 from switchyard.registry import ModelVersion, VersionExists
-from switchyard.schemas import ErrorInfo, Lane, ResultRecord
+from switchyard.schemas import ErrorInfo, Lane, QueueMessage, ResultRecord
 from switchyard_local.gateway import ApiGatewayStandIn, ApiKey
 
 _ids = itertools.count(1)
+
+
+def answered(message: QueueMessage, output: Any, **timings: float) -> ResultRecord:
+    """``message``'s request answered now, ``output`` for each of its inputs, as a
+    worker stores it (``timings`` stamped on the record)."""
+    return ResultRecord(
+        request_id=message.request_id,
+        tenant=message.tenant,
+        model=message.model,
+        version=message.version,
+        status="done",
+        outputs=[output] * message.n_inputs,
+        created_at=message.enqueued_at,
+        completed_at=time.time(),
+        expires_at=int(message.expires_at),
+        timings=timings,
+    )
 
 
 def version_record(model: str, version: str = "v1", manifest: Path | None = None, **update: Any):

@@ -15,6 +15,7 @@ from harness.fakes import (
     FakeQueue,
     FakeRegistry,
     FakeResults,
+    answered,
     behind_api_gateway,
     tenant_keys,
 )
@@ -48,19 +49,7 @@ class Worker(FakeQueue):
             return
         self.runs += 1
         m = QueueMessage.model_validate_json(body)
-        self.results.complete(
-            ResultRecord(
-                request_id=m.request_id,
-                tenant=m.tenant,
-                model=m.model,
-                version=m.version,
-                status="done",
-                outputs=[{"class": self.runs}] * m.n_inputs,
-                created_at=m.enqueued_at,
-                completed_at=time.time(),
-                expires_at=int(m.expires_at),
-            )
-        )
+        self.results.complete(answered(m, {"class": self.runs}))
 
 
 @pytest.fixture

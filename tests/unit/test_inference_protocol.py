@@ -17,12 +17,13 @@ from harness.fakes import (
     FakeQueue,
     FakeRegistry,
     FakeResults,
+    answered,
     behind_api_gateway,
     tenant_keys,
     version_record,
 )
 from switchyard.queues import ModelLanes
-from switchyard.schemas import QueueMessage, ResultRecord, TensorSignature, TextSignature
+from switchyard.schemas import QueueMessage, TensorSignature, TextSignature
 from switchyard_router.app import RouterDeps, create_app
 from switchyard_router.logic import PredictService, RequestRejected
 from switchyard_router.oip import read_infer
@@ -198,20 +199,7 @@ class ClassifyingQueue(FakeQueue):
         super().send(body, group)
         m = QueueMessage.model_validate_json(body)
         answer = {"class": 1, "label": "1", "probabilities": [0.25, 0.75]}
-        self.results.complete(
-            ResultRecord(
-                request_id=m.request_id,
-                tenant=m.tenant,
-                model=m.model,
-                version=m.version,
-                status="done",
-                outputs=[answer] * m.n_inputs,
-                created_at=m.enqueued_at,
-                completed_at=time.time(),
-                expires_at=int(m.expires_at),
-                timings={"received_at": time.time(), "compute_ms": 1.0},
-            )
-        )
+        self.results.complete(answered(m, answer, received_at=time.time(), compute_ms=1.0))
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from harness.fakes import (
     FakeQueue,
     FakeRegistry,
     FakeResults,
+    answered,
     behind_api_gateway,
     tenant_keys,
     version_record,
@@ -42,18 +43,7 @@ class InstantQueue(FakeQueue):
         if self.answer:
             m = QueueMessage.model_validate_json(body)
             self.results.complete(
-                ResultRecord(
-                    request_id=m.request_id,
-                    tenant=m.tenant,
-                    model=m.model,
-                    version=m.version,
-                    status="done",
-                    outputs=[{"class": 0}] * m.n_inputs,
-                    created_at=m.enqueued_at,
-                    completed_at=time.time(),
-                    expires_at=int(m.expires_at),
-                    timings={"received_at": time.time(), "compute_ms": 1.0},
-                )
+                answered(m, {"class": 0}, received_at=time.time(), compute_ms=1.0)
             )
 
 

@@ -13,6 +13,7 @@ from harness.fakes import (
     FakeQueue,
     FakeRegistry,
     FakeResults,
+    answered,
     behind_api_gateway,
     tenant_keys,
 )
@@ -42,20 +43,8 @@ class ScriptedWorkers(FakeQueue):
             queued = ResultRecord.queued_for(m, int(m.expires_at))
             self.results.mark_failed(queued, "batch failed")
         elif action == "answer":
-            self.results.complete(
-                ResultRecord(
-                    request_id=m.request_id,
-                    tenant=m.tenant,
-                    model=m.model,
-                    version=m.version,
-                    status="done",
-                    outputs=[{"class": int(m.version[1:])}] * m.n_inputs,
-                    created_at=m.enqueued_at,
-                    completed_at=time.time(),
-                    expires_at=int(m.expires_at),
-                    timings={"received_at": time.time()},
-                )
-            )
+            output = {"class": int(m.version[1:])}
+            self.results.complete(answered(m, output, received_at=time.time()))
 
 
 class StaticRouting:
