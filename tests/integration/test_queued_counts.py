@@ -15,16 +15,9 @@ from switchyard.admission import (
     QueuedWork,
 )
 from switchyard.results import DynamoDBResultStore
+from tests.integration.test_admission_slots import Clock
 
 KEY = {"tenant": {"S": "acme"}, "request_id": {"S": "admission#queued#digits-cnn"}}
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
