@@ -206,6 +206,10 @@ class FakeResults:
         self.log.append(("statuses", len(keys)))
         return {k: self.items[k].status for k in keys if k in self.items}
 
+    def get_many(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], ResultRecord]:
+        self.log.append(("get_many", len(keys)))
+        return {k: self.items[k] for k in keys if k in self.items}
+
     def cancel(self, tenant: str, request_id: str, at: float) -> ResultRecord | None:
         current = self.items.get((tenant, request_id))
         if current is None or current.status != "queued":

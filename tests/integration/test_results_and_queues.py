@@ -49,6 +49,26 @@ def test_statuses_of_a_batch_come_in_one_read(manifest, provisioned, clients):
     assert set(results.statuses(many)) == {("acme", "x0"), ("acme", "x50"), ("acme", "x100")}
 
 
+def test_records_of_many_requests_come_whole_in_one_read(manifest, provisioned, clients):
+    results = store(manifest, clients)
+    results.put_queued(record())
+    results.complete(record("done", tenant="globex", outputs=[[0.5, 1.5]]))
+    keys = [("acme", "r1"), ("globex", "r1"), ("initech", "r1"), ("globex", "r1")]
+    found = results.get_many(keys)
+    assert set(found) == {("acme", "r1"), ("globex", "r1")}
+    assert found[("acme", "r1")].status == "queued"
+    assert found[("globex", "r1")] == results.get("globex", "r1")
+    assert found[("globex", "r1")].outputs == [[0.5, 1.5]]
+    many = [("acme", f"y{i}") for i in range(150)]  # over BatchGetItem's 100 keys
+    for _, rid in many[::50]:
+        results.complete(record("done", outputs=[rid]).model_copy(update={"request_id": rid}))
+    assert {k: r.outputs for k, r in results.get_many(many).items()} == {
+        ("acme", "y0"): ["y0"],
+        ("acme", "y50"): ["y50"],
+        ("acme", "y100"): ["y100"],
+    }
+
+
 def test_only_a_queued_request_is_cancelled(manifest, provisioned, clients):
     results = store(manifest, clients)
     results.put_queued(record())

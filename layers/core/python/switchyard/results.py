@@ -77,6 +77,11 @@ class ResultStore(Protocol):
 
     def get(self, tenant: str, request_id: str) -> ResultRecord | None: ...
 
+    def get_many(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], ResultRecord]:
+        """The record of each (tenant, request id) that has one, read together
+        (BatchGetItem, up to 100 keys a call)."""
+        ...
+
     def mark_failed(self, queued: ResultRecord, reason: str) -> None:
         """Count a failed attempt on a request that has no result yet. ``queued`` is
         its queued record, written with the failure if there is none yet."""
@@ -230,7 +235,30 @@ class DynamoDBResultStore:
             )
 
     def statuses(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
-        out: dict[tuple[str, str], str] = {}
+        projection = {
+            "ProjectionExpression": "#pk, #sk, #st",
+            "ExpressionAttributeNames": {
+                "#pk": RESULTS.partition,
+                "#sk": RESULTS.sort,
+                "#st": "status",
+            },
+        }
+        return {key: item["status"]["S"] for key, item in self._items_of(keys, projection)}
+
+    def get_many(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], ResultRecord]:
+        out: dict[tuple[str, str], ResultRecord] = {}
+        for key, item in self._items_of(keys, {}):
+            record = self._record_of(item, *key)
+            if record is not None:
+                out[key] = record
+        return out
+
+    def _items_of(
+        self, keys: list[tuple[str, str]], projection: dict[str, Any]
+    ) -> list[tuple[tuple[str, str], dict[str, Any]]]:
+        """The items of these (tenant, request id) keys that exist, read consistently,
+        ``_BATCH_GET_LIMIT`` to a BatchGetItem (and again for unprocessed keys)."""
+        out: list[tuple[tuple[str, str], dict[str, Any]]] = []
         unique = list(dict.fromkeys(keys))
         for i in range(0, len(unique), _BATCH_GET_LIMIT):
             request: dict[str, Any] = {
@@ -239,20 +267,14 @@ class DynamoDBResultStore:
                         {RESULTS.partition: {"S": t}, RESULTS.sort: {"S": r}}
                         for t, r in unique[i : i + _BATCH_GET_LIMIT]
                     ],
-                    "ProjectionExpression": "#pk, #sk, #st",
-                    "ExpressionAttributeNames": {
-                        "#pk": RESULTS.partition,
-                        "#sk": RESULTS.sort,
-                        "#st": "status",
-                    },
                     "ConsistentRead": True,
+                    **projection,
                 }
             }
             while request:
                 response = self._ddb.batch_get_item(RequestItems=request)
                 for item in response.get("Responses", {}).get(self._table, []):
-                    key = (item[RESULTS.partition]["S"], item[RESULTS.sort]["S"])
-                    out[key] = item["status"]["S"]
+                    out.append(((item[RESULTS.partition]["S"], item[RESULTS.sort]["S"]), item))
                 request = response.get("UnprocessedKeys") or {}
         return out
 
@@ -312,7 +334,11 @@ class DynamoDBResultStore:
             Key={RESULTS.partition: {"S": tenant}, RESULTS.sort: {"S": request_id}},
             ConsistentRead=True,
         ).get("Item")
-        if not item or "doc" not in item:
+        return self._record_of(item, tenant, request_id) if item else None
+
+    def _record_of(self, item: dict[str, Any], tenant: str, request_id: str) -> ResultRecord | None:
+        """The request record an item holds; None for an item that holds none."""
+        if "doc" not in item:
             # (a key that names a generation's token chunk, ``<id>#t000000``, is no request)
             return None
         doc = json.loads(item["doc"]["S"])
