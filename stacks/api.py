@@ -50,6 +50,9 @@ _ACCESS_LOG = {
 }
 
 # Errors the gateway answers itself, shaped like the router's (message, code).
+# The one media type API Gateway passes as bytes: binary tensors (the Open Inference
+# Protocol's ``Inference-Header-Content-Length`` bodies).
+BINARY_MEDIA_TYPE = "application/octet-stream"
 _ERROR_BODY = '{"message": "%s", "code": "%s"}'
 _VALIDATION_MESSAGE = (
     '$util.escapeJavaScript($context.error.validationErrorString).replaceAll("\\\\\'","\'")'
@@ -142,6 +145,11 @@ class Api(Construct):
             rest_api_name=names.rest_api,
             description="Switchyard: function-per-model inference",
             endpoint_types=[apigw.EndpointType.REGIONAL],
+            # Passed to the functions as bytes (base64 in the event, which Mangum
+            # decodes) rather than as text: the Open Inference Protocol's binary
+            # tensors. A JSON body is text as before; a binary answer is bytes where
+            # the caller accepts this type.
+            binary_media_types=[BINARY_MEDIA_TYPE],
             api_key_source_type=apigw.ApiKeySourceType.AUTHORIZER,
             # The usage plans still apply: the authorizer only names the key.
             default_method_options=apigw.MethodOptions(

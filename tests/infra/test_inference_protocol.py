@@ -34,3 +34,11 @@ def test_the_protocols_paths_reach_the_every_model_function_with_a_key(
             assert props["AuthorizationType"] == "CUSTOM"
             authorizer = authorizers[props["AuthorizerId"]["Ref"]]["Properties"]
             assert "Authorization" not in str(authorizer.get("IdentitySource", "")), path
+
+
+def test_binary_tensors_pass_the_gateway_as_bytes(serving_template: Template) -> None:
+    # GIVEN the REST API
+    (api,) = serving_template.find_resources("AWS::ApiGateway::RestApi").values()
+    # THEN octet-stream bodies (binary tensors) reach the function base64-encoded,
+    # and nothing else is binary: JSON bodies stay text for the request validators
+    assert api["Properties"]["BinaryMediaTypes"] == ["application/octet-stream"]

@@ -5,6 +5,7 @@ the same key with another body, or a malformed key, is refused naming the header
 from __future__ import annotations
 
 import json
+import struct
 import time
 
 import pytest
@@ -184,6 +185,58 @@ def test_a_request_that_was_not_enqueued_gives_its_key_back(world):
     assert retried.status_code == 200, retried.text
     assert retried.json()["request_id"] != failed.json().get("request_id")
     assert "Idempotent-Replayed" not in retried.headers
+    assert worker.runs == 1
+
+
+def infer(client, body, idem, raw: bytes = b""):
+    """A /v2 infer: JSON, or the JSON header followed by ``raw`` input bytes."""
+    header = json.dumps(body).encode()
+    hdrs = {"x-api-key": "k-acme", "Idempotency-Key": idem}
+    if raw:
+        hdrs["Inference-Header-Content-Length"] = str(len(header))
+        hdrs["content-type"] = "application/octet-stream"
+    else:
+        hdrs["content-type"] = "application/json"
+    return client.post("/v2/models/digits-cnn/infer", content=header + raw, headers=hdrs)
+
+
+def test_a_protocol_infer_retried_with_its_key_is_the_first_again(world):
+    client, worker = world
+    tensor = {"name": "input", "datatype": "FP32", "shape": [1, 64]}
+    body = {"inputs": [{**tensor, "data": [1.0] * 64}], "outputs": [{"name": "class"}]}
+    # GIVEN an infer answered with an Idempotency-Key
+    first = infer(client, body, "infer-1")
+    assert first.status_code == 200, first.text
+    # WHEN it is retried: the same answer, marked a replay, nothing run again
+    again = infer(client, body, "infer-1")
+    assert again.status_code == 200, again.text
+    assert again.headers["x-request-id"] == first.headers["x-request-id"]
+    assert again.json()["outputs"] == first.json()["outputs"]
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert worker.runs == 1
+    # AND the same key with other elements is refused, naming the key, in the
+    # protocol's shape; nothing is sent
+    other = {**body, "inputs": [{**tensor, "data": [2.0] * 64}]}
+    refused = infer(client, other, "infer-1")
+    assert refused.status_code == 422
+    assert "infer-1" in refused.json()["error"] and "Idempotency-Key" in refused.json()["error"]
+    assert len(worker.visible) == 1
+
+
+def test_a_binary_infer_is_told_apart_by_its_bytes(world):
+    client, worker = world
+    tensor = {
+        "name": "input",
+        "datatype": "FP32",
+        "shape": [1, 64],
+        "parameters": {"binary_data_size": 256},
+    }
+    body = {"inputs": [tensor], "outputs": [{"name": "class"}]}
+    ones, twos = bytes(struct.pack("<64f", *[1.0] * 64)), bytes(struct.pack("<64f", *[2.0] * 64))
+    assert infer(client, body, "bin-1", ones).status_code == 200
+    assert infer(client, body, "bin-1", ones).headers["Idempotent-Replayed"] == "true"
+    # the same JSON header with other tensor bytes is another request
+    assert infer(client, body, "bin-1", twos).status_code == 422
     assert worker.runs == 1
 
 

@@ -15,6 +15,8 @@ work unchanged against the platform (with the tenant's key in ``x-api-key``).
   ``parameters.timeout`` in microseconds); ``/versions/{v}`` pins the version.
   Outputs go as JSON, or as raw bytes after the JSON header where the request asks
   (``parameters.binary_data_output``, or an output's ``parameters.binary_data``).
+  ``Idempotency-Key`` makes a retry the first request again, as on predict; its
+  fingerprint covers the JSON header and the raw tensors' bytes.
 
 Every refusal has the protocol's body, ``{"error": "<field>: <why>"}``, with the
 platform's status, an input the model refuses being 400 rather than 422; a request
@@ -25,6 +27,7 @@ raise, so the app's handlers, which answer in the platform's shape, see none.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 from collections.abc import Callable, Coroutine
@@ -41,6 +44,7 @@ from switchyard.admission import AtCapacity
 from switchyard.bodies import field_errors
 from switchyard.budgets import OverBudget
 from switchyard.fields import FieldError, field_path
+from switchyard.idempotency import KeyReused
 from switchyard.jsontext import json_bytes
 from switchyard.registry import ModelVersion
 from switchyard_router import api_document
@@ -54,7 +58,8 @@ from switchyard_router.answers import (
 )
 from switchyard_router.bodies import json_body, read_body
 from switchyard_router.deps import RouterDeps
-from switchyard_router.logic import MAX_DEADLINE_MS, PredictService, RequestRejected
+from switchyard_router.idempotent import IdempotencyHeader, idempotent
+from switchyard_router.logic import MAX_DEADLINE_MS, Idempotent, PredictService, RequestRejected
 from switchyard_router.outcome import Outcome
 from switchyard_router.tensors import (
     Datatype,
@@ -124,6 +129,8 @@ class ProtocolRoute(api_document.DocumentedLater):
             try:
                 return await handler(request)
             except RequestRejected as exc:
+                if exc.code == KeyReused.code:  # the key's fault, not the input's: 422
+                    return JSONResponse({"error": exc.message}, status_code=exc.status)
                 errors = exc.errors if exc.status in (400, 422) else []
                 return error_response(exc.status, said(exc.message, errors))
             except TensorFault as exc:
@@ -330,6 +337,14 @@ class InferCall:
     headers: dict[str, str]
     deadline_ms: int | None
     base_path: str
+    idempotency_key: str | None = None
+
+    def idempotent(self) -> Idempotent | None:
+        """The call's Idempotency-Key and what it asks: the JSON header and a hash of
+        each input's raw bytes, sent to this model (and version)."""
+        raw = [hashlib.sha256(r).hexdigest() if r is not None else None for r in self.request.raw]
+        asked = {"header": self.request.body.model_dump(mode="json"), "raw": raw}
+        return idempotent(self.idempotency_key, f"infer {self.model} {self.pinned or ''}", asked)
 
 
 def wanted_outputs(body: InferBody, version: ModelVersion) -> dict[str, bool]:
@@ -395,6 +410,7 @@ def infer(service: PredictService, call: InferCall) -> Response:
                 deadline_ms=deadline_of(call),
                 pinned=call.pinned,
                 cache_lookup=cache_allowed(call.headers),
+                idempotent=call.idempotent(),
             )
         except RequestRejected as exc:
             exc.rename_fields(lambda f: platform_field(f, tensor.name, version.signature))
@@ -499,7 +515,7 @@ def add_protocol_routes(
         return {"name": model, "version": version, "ready": True}
 
     async def _infer(
-        request: Request, model: str, version: str | None, deadline: int | None
+        request: Request, model: str, version: str | None, deadline: int | None, key: str | None
     ) -> Response:
         tenant = tenant_of(request)
         body = await read_body(request, deps.max_body_bytes)
@@ -512,6 +528,7 @@ def add_protocol_routes(
             headers=dict(request.headers),
             deadline_ms=deadline,
             base_path=base_path(request),
+            idempotency_key=key,
         )
         return await run_in_threadpool(infer, service, call)
 
@@ -521,9 +538,12 @@ def add_protocol_routes(
         openapi_extra=api_document.request_body(InferBody),
     )
     async def model_infer(
-        request: Request, model: ModelName, deadline_ms: DeadlineHeader = None
+        request: Request,
+        model: ModelName,
+        deadline_ms: DeadlineHeader = None,
+        idempotency_key: IdempotencyHeader = None,
     ) -> Response:
-        return await _infer(request, model, None, deadline_ms)
+        return await _infer(request, model, None, deadline_ms, idempotency_key)
 
     @router.post(
         f"{PREFIX}/models/{{model}}/versions/{{version}}/infer",
@@ -531,9 +551,13 @@ def add_protocol_routes(
         openapi_extra=api_document.request_body(InferBody),
     )
     async def version_infer(
-        request: Request, model: ModelName, version: VersionName, deadline_ms: DeadlineHeader = None
+        request: Request,
+        model: ModelName,
+        version: VersionName,
+        deadline_ms: DeadlineHeader = None,
+        idempotency_key: IdempotencyHeader = None,
     ) -> Response:
-        return await _infer(request, model, version, deadline_ms)
+        return await _infer(request, model, version, deadline_ms, idempotency_key)
 
     # Added as they are: include_router would make them again from their documented
     # answers, which DocumentedLater has stripped of their bodies' models.
