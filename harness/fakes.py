@@ -341,6 +341,10 @@ class FakeTokenStream:
         self.log.append(("chunk", request_id))
         return True
 
+    def put_many(self, writes: list[Any]) -> list[bool]:
+        self.log.append(("put_many", len(writes)))
+        return [self.put(w.tenant, w.request_id, w.chunk, w.expires_at) for w in writes]
+
     def after(self, tenant: str, request_id: str, index: int) -> list[Any]:
         self.log.append(("after", request_id))
         mine = self.chunks.get((tenant, request_id), {})
