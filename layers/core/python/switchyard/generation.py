@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from switchyard.fields import FieldError, field_path
 from switchyard.json_values import whole
+from switchyard.results import insert_of
 from switchyard.schemas import GenerationSignature
 from switchyard.tables import RESULTS
 
@@ -178,9 +179,25 @@ class Chunk:
         return self.start + len(self.ids)
 
 
+@dataclass(frozen=True)
+class ChunkWrite:
+    """One chunk of one request's stream, to be written with others."""
+
+    tenant: str
+    request_id: str
+    chunk: Chunk
+    expires_at: int
+
+
 class TokenStream(Protocol):
     def put(self, tenant: str, request_id: str, chunk: Chunk, expires_at: int) -> bool:
         """Write a chunk once; False if that chunk (same first token) exists."""
+        ...
+
+    def put_many(self, writes: list[ChunkWrite]) -> list[bool]:
+        """Write many streams' chunks, each once, in as few calls as the store allows
+        (at most one chunk per stream: a stream's chunks are written in order); for
+        each, False if that chunk exists."""
         ...
 
     def after(self, tenant: str, request_id: str, index: int) -> list[Chunk]:
@@ -208,23 +225,9 @@ class DynamoDBTokenStream:
         self._table = table
 
     def put(self, tenant: str, request_id: str, chunk: Chunk, expires_at: int) -> bool:
-        item: dict[str, Any] = {
-            RESULTS.partition: {"S": tenant},
-            RESULTS.sort: {"S": chunk_key(request_id, chunk.start)},
-            "chunk": {
-                "S": json.dumps(
-                    {
-                        "start": chunk.start,
-                        "ids": chunk.ids,
-                        "pieces": chunk.pieces,
-                        "finish_reason": chunk.finish_reason,
-                        "usage": chunk.usage,
-                    },
-                    separators=(",", ":"),
-                )
-            },
-            "expires_at": {"N": str(expires_at)},
-        }
+        return self._put(_item_of(ChunkWrite(tenant, request_id, chunk, expires_at)))
+
+    def _put(self, item: dict[str, Any]) -> bool:
         try:
             self._ddb.put_item(
                 TableName=self._table,
@@ -235,6 +238,23 @@ class DynamoDBTokenStream:
         except self._ddb.exceptions.ConditionalCheckFailedException:
             return False
         return True
+
+    def put_many(self, writes: list[ChunkWrite]) -> list[bool]:
+        # One BatchExecuteStatement of INSERTs per 25 chunks: an INSERT never replaces
+        # an item, so a chunk is still written once; one whose place is taken fails
+        # with DuplicateItem on its own. A statement that fails otherwise (throttled)
+        # leaves its chunk to the conditional put.
+        written: list[bool] = []
+        for i in range(0, len(writes), _BATCH_WRITE_LIMIT):
+            items = [_item_of(w) for w in writes[i : i + _BATCH_WRITE_LIMIT]]
+            statements = [insert_of(self._table, item) for item in items]
+            answers = self._ddb.batch_execute_statement(Statements=statements)["Responses"]
+            for item, answer in zip(items, answers, strict=True):
+                error = answer.get("Error", {}).get("Code")
+                written.append(
+                    error is None or (error != "DuplicateItem" and self._put(item))
+                )  # fmt: skip
+        return written
 
     def after(self, tenant: str, request_id: str, index: int) -> list[Chunk]:
         chunks: list[Chunk] = []
@@ -277,6 +297,24 @@ class DynamoDBTokenStream:
 
 
 _BATCH_GET_LIMIT = 100
+_BATCH_WRITE_LIMIT = 25  # statements per BatchExecuteStatement
+
+
+def _item_of(write: ChunkWrite) -> dict[str, Any]:
+    chunk = write.chunk
+    document = {
+        "start": chunk.start,
+        "ids": chunk.ids,
+        "pieces": chunk.pieces,
+        "finish_reason": chunk.finish_reason,
+        "usage": chunk.usage,
+    }
+    return {
+        RESULTS.partition: {"S": write.tenant},
+        RESULTS.sort: {"S": chunk_key(write.request_id, chunk.start)},
+        "chunk": {"S": json.dumps(document, separators=(",", ":"))},
+        "expires_at": {"N": str(write.expires_at)},
+    }
 
 
 def _chunk_of(item: dict[str, Any]) -> Chunk:
