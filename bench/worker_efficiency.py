@@ -130,9 +130,11 @@ def saturate(
 
     watcher = threading.Thread(target=stop_when_done, name="bench-watcher", daemon=True)
     start = time.perf_counter()
+    cpu_start = time.process_time()
     watcher.start()
     worker.run()
     watcher.join()
+    cpu = time.process_time() - cpu_start
     finished = outcome["finished"]
     end = results.completed_at[-1] if results.completed_at else time.perf_counter()
     wall = end - start
@@ -155,6 +157,8 @@ def saturate(
         if timed.calls
         else None,
         "runtime_share_of_wall": round(sum(in_runtime) / 1000 / wall, 3) if wall > 0 else None,
+        # The process's CPU (every thread's) per input stored, the model's included.
+        "cpu_us_per_input": round(cpu * 1e6 / done, 1) if done else None,
     }
 
 
@@ -184,6 +188,9 @@ def run(models: dict[str, LoadedModel], quick: bool) -> dict[str, Any]:
         out[name] = readings[len(readings) // 2] | {
             "rounds_efficiency_vs_model": [r.get("efficiency_vs_model") for r in readings],
             "rounds_loop_alone_vs_model": [r.get("loop_alone_vs_model") for r in readings],
+            "rounds_loop_alone_cpu_us_per_input": [
+                r.get("loop_alone_cpu_us_per_input") for r in readings
+            ],
         }
     return out
 
@@ -198,6 +205,8 @@ def loop_alone(alone: dict[str, Any], reading: dict[str, Any]) -> dict[str, Any]
         "loop_alone_inputs_per_s": rate,
         "loop_alone_typical_batch_size": alone["typical_batch_size"],
         "loop_alone_vs_model": round(rate / limit, 3) if limit else None,
+        # The worker's CPU per input besides the model (whose outputs are replayed).
+        "loop_alone_cpu_us_per_input": alone["cpu_us_per_input"],
     }
 
 

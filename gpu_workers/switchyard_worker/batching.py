@@ -42,7 +42,7 @@ from switchyard.queues import Received
 from switchyard.schemas import ErrorInfo, QueueMessage
 
 
-@dataclass
+@dataclass(slots=True)
 class Pending:
     """A received message, decoded as far as it could be."""
 
@@ -174,6 +174,11 @@ class BatchAssembler:
     # for a tenant not named).
     weights: Mapping[str, int] = field(default_factory=dict)
     _pool: list[Pending] = field(default_factory=list)
+    # Inputs held per version, and how many held messages have a sync caller: kept
+    # as messages come and go, so that the intake's look at the room left and the
+    # model's at the time left cost the same however much is held.
+    _inputs: dict[str, int] = field(default_factory=dict)
+    _sync_held: int = 0
     # The last receive found fewer messages than it asked for (set by the worker).
     drained: bool = False
     costs: dict[str, BatchCost] = field(default_factory=dict)
@@ -186,15 +191,30 @@ class BatchAssembler:
 
     def add(self, pending: Pending) -> None:
         self._pool.append(pending)
+        self._count(pending, 1)
         self.arrivals.add()
         if pending.received.lane != "batch":
             self.realtime_seen_at = self.clock()
             if pending.respond_by is not None:
                 self.sync_seen_at = self.realtime_seen_at
 
+    def _count(self, pending: Pending, sign: int) -> None:
+        """``pending`` counted in (1) or out (-1) of what is held."""
+        version = pending.version
+        self._inputs[version] = self._inputs.get(version, 0) + sign * pending.size
+        if pending.respond_by is not None:
+            self._sync_held += sign
+
+    def _remove(self, taken: list[Pending]) -> None:
+        """``taken`` no longer held."""
+        gone = {id(p) for p in taken}
+        self._pool = [p for p in self._pool if id(p) not in gone]
+        for p in taken:
+            self._count(p, -1)
+
     def inputs_of(self, version: str) -> int:
         """Inputs of ``version`` held."""
-        return sum(p.size for p in self._pool if p.version == version)
+        return self._inputs.get(version, 0)
 
     @property
     def oldest(self) -> Pending | None:
@@ -262,12 +282,13 @@ class BatchAssembler:
         _, max_wait = self.limits(oldest.version)
         now = self.clock()
         left = oldest.arrived + max_wait - now
-        same = [p for p in self._pool if p.version == oldest.version]
-        expected = self.expected(oldest.version, sum(p.size for p in same))
-        for p in same:
-            respond_by = p.respond_by
-            if respond_by is not None:
-                left = min(left, respond_by - expected - now)
+        if self._sync_held:
+            same = [p for p in self._pool if p.version == oldest.version]
+            expected = self.expected(oldest.version, self.inputs_of(oldest.version))
+            for p in same:
+                respond_by = p.respond_by
+                if respond_by is not None:
+                    left = min(left, respond_by - expected - now)
         if self.drained and left > 0 and self.arrivals.per_second() * left < 1:
             return 0.0
         return left
@@ -282,7 +303,7 @@ class BatchAssembler:
         first = waiting or realtime or self._pool
         oldest = first[0]
         if oldest.is_retry or oldest.message is None:
-            self._pool.remove(oldest)
+            self._remove([oldest])
             return [oldest]
         candidates = [
             p
@@ -314,8 +335,7 @@ class BatchAssembler:
                         break
                 if not q:
                     turns.remove((tenant, q))
-        for p in batch:
-            self._pool.remove(p)
+        self._remove(batch)
         return batch
 
     def _sync_recent(self) -> bool:
@@ -329,4 +349,5 @@ class BatchAssembler:
     def drain(self) -> list[Pending]:
         """Everything held and not started, for release on shutdown."""
         pool, self._pool = self._pool, []
+        self._inputs, self._sync_held = {}, 0
         return pool

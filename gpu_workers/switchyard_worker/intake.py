@@ -25,10 +25,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from switchyard.payloads import PayloadMissing, PayloadStore
-from switchyard.queues import Received, load_inputs
+from switchyard.queues import Received, decode_messages, load_inputs
 from switchyard.results import ResultStore
-from switchyard.schemas import ErrorInfo, QueueMessage
-from switchyard.signatures import check_inputs
+from switchyard.schemas import ErrorInfo
+from switchyard.signatures import check_each
 from switchyard_worker.batching import BatchAssembler, Pending, rank
 from switchyard_worker.in_hand import MessagesInHand
 from switchyard_worker.stages import log, pause
@@ -43,47 +43,57 @@ _WATCH_WAIT_S = 1  # the realtime watcher's long poll: short, as it holds no bat
 _LOOK_BEFORE_END_S = 0.005
 
 
-def read_message(
-    received: Received,
+def read_messages(
+    received: list[Received],
     arrived: float,
     received_at: float,
     *,
     model: str,
     versions: ServedVersions,
     payloads: PayloadStore,
-) -> Pending:
-    """A received message decoded and its inputs checked against its version's
-    signature; what fails is kept as the request's error (or, undecodable, as no
-    message at all: there is no request id to answer)."""
-    pending = Pending(received=received, arrived=arrived, received_at=received_at)
-    try:
-        pending.message = QueueMessage.model_validate_json(received.body)
-    except ValidationError as exc:
-        # Undecodable: no request id to answer. Left for retries, then the DLQ.
-        log.error("undecodable message", extra={"id": received.message_id, "error": str(exc)})
-        return pending
-    message = pending.message
-    record = versions.get(message.version)
-    if message.model != model or record is None:
-        pending.error = ErrorInfo(
-            code="unknown_version",
-            message=f"{message.model} {message.version} is not served by this worker",
-        )
-        return pending
-    try:
-        inputs = load_inputs(message, payloads)
-    except (PayloadMissing, ValueError) as exc:
-        pending.error = ErrorInfo(code="invalid_input", message=str(exc), field="inputs")
-        return pending
-    problems = check_inputs(inputs, record.signature, record.max_inputs_per_request)
-    if problems:
-        first = problems[0]
-        pending.error = ErrorInfo(
-            code="invalid_input", message=f"{first.field} {first.message}", field=first.field
-        )
-        return pending
-    pending.inputs = inputs
-    return pending
+) -> list[Pending]:
+    """A receive's messages decoded (one parse of their bodies together) and their
+    inputs checked against their versions' signatures (one check per version); what
+    fails is kept as its request's error (or, undecodable, as no message at all:
+    there is no request id to answer)."""
+    pendings = [Pending(received=r, arrived=arrived, received_at=received_at) for r in received]
+    to_check: dict[str, list[Pending]] = {}  # by version
+    for pending, message in zip(pendings, decode_messages([r.body for r in received]), strict=True):
+        if isinstance(message, ValidationError):
+            # Undecodable: no request id to answer. Left for retries, then the DLQ.
+            log.error(
+                "undecodable message",
+                extra={"id": pending.received.message_id, "error": str(message)},
+            )
+            continue
+        pending.message = message
+        if message.model != model or versions.get(message.version) is None:
+            pending.error = ErrorInfo(
+                code="unknown_version",
+                message=f"{message.model} {message.version} is not served by this worker",
+            )
+            continue
+        try:
+            pending.inputs = load_inputs(message, payloads)
+        except (PayloadMissing, ValueError) as exc:
+            pending.error = ErrorInfo(code="invalid_input", message=str(exc), field="inputs")
+            continue
+        to_check.setdefault(message.version, []).append(pending)
+    for version, group in to_check.items():
+        record = versions.get(version)
+        assert record is not None
+        inputs = [p.inputs for p in group]
+        each = check_each(inputs, record.signature, record.max_inputs_per_request)
+        for pending, problems in zip(group, each, strict=True):
+            if problems:
+                first = problems[0]
+                pending.inputs = None
+                pending.error = ErrorInfo(
+                    code="invalid_input",
+                    message=f"{first.field} {first.message}",
+                    field=first.field,
+                )
+    return pendings
 
 
 def unread(p: Pending) -> bool:
@@ -262,19 +272,17 @@ class Intake:
 
     def keep(self, received: list[Received]) -> list[Pending]:
         """Received messages, held (their visibility extended) and decoded."""
-        now_mono, now = time.monotonic(), time.time()
         self._in_hand.hold(received)
-        return [
-            read_message(
-                r,
-                now_mono,
-                now,
-                model=self._model,
-                versions=self._versions,
-                payloads=self._payloads,
-            )
-            for r in received
-        ]
+        if not received:
+            return []
+        return read_messages(
+            received,
+            time.monotonic(),
+            time.time(),
+            model=self._model,
+            versions=self._versions,
+            payloads=self._payloads,
+        )
 
     def room(self) -> int:
         """Inputs the oldest held version's batch can still take."""

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from switchyard.schemas import TensorSignature, TextSignature
-from switchyard.signatures import _check_tensor, check_inputs, check_item
+from switchyard.signatures import _check_tensor, check_each, check_inputs, check_item
 
 TEXT = TextSignature(max_chars=10)
 TENSOR = TensorSignature(shape=(4,), minimum=0, maximum=16)
@@ -85,3 +85,18 @@ def test_the_one_call_check_accepts_nothing_the_walk_refuses(value):
         walked = [e for x, at in where for e in _check_tensor(x, TENSOR, at)]
         assert check_inputs(inputs, TENSOR, 5) == walked, inputs
         assert [e for x, at in where for e in check_item(x, TENSOR, at)] == walked, inputs
+
+
+def test_many_requests_checked_together_get_each_its_own_errors():
+    # GIVEN three requests' tensors, the second with one value off the signature
+    sig = TensorSignature(shape=(3,), minimum=0, maximum=16)
+    each = [[[1, 2, 3]], [[1, 2, 3], [1, 99, 3]], [[0, 0, 0]]]
+    # WHEN they are checked together
+    problems = check_each(each, sig, max_inputs=4)
+    # THEN only the second has an error, naming its own row and value
+    assert problems[0] == [] and problems[2] == []
+    assert [p.field for p in problems[1]] == ["inputs[1][1]"]
+    # AND all valid, none has any; a request over the bound is refused alone
+    assert check_each([[[1, 2, 3]], [[4, 5, 6]]], sig, max_inputs=1) == [[], []]
+    over = check_each([[[1, 2, 3]], [[1, 2, 3]] * 2], sig, max_inputs=1)
+    assert over[0] == [] and "at most 1" in over[1][0].message

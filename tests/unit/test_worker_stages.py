@@ -12,7 +12,7 @@ import pytest
 from harness.fakes import EchoRuntime, FakePayloads, FakeRegistry
 from harness.waiting import wait_for
 from switchyard.schemas import ResultRecord
-from switchyard_worker.intake import read_message
+from switchyard_worker.intake import read_messages
 from switchyard_worker.versions import ServedVersions
 from tests.unit.test_worker import build, send
 
@@ -50,7 +50,7 @@ def stages(digits_v1):
 # -- intake ------------------------------------------------------------------------
 
 
-def test_read_message_keeps_what_is_wrong_with_a_message_as_its_error(stages, digits_v1):
+def test_read_messages_keeps_what_is_wrong_with_each_message_as_its_error(stages, digits_v1):
     # GIVEN an undecodable body, a version nobody serves, inputs off the signature,
     # and a good request
     stages.realtime.send("{not json", "acme")
@@ -58,20 +58,15 @@ def test_read_message_keeps_what_is_wrong_with_a_message_as_its_error(stages, di
     send(stages.realtime, "r-bad", inputs=[[1] * 63])
     send(stages.realtime, "r-good")
     received = stages.realtime.receive(10, 0)
-    # WHEN each is read
-    read = [
-        read_message(
-            r,
-            time.monotonic(),
-            time.time(),
-            model="digits-cnn",
-            versions=ServedVersions(
-                "digits-cnn", FakeRegistry(digits_v1), lambda record: EchoRuntime()
-            ),
-            payloads=FakePayloads(),
-        )
-        for r in received
-    ]
+    # WHEN they are read together, as one receive
+    read = read_messages(
+        received,
+        time.monotonic(),
+        time.time(),
+        model="digits-cnn",
+        versions=ServedVersions("digits-cnn", FakeRegistry(digits_v1), lambda _: EchoRuntime()),
+        payloads=FakePayloads(),
+    )
     # THEN the undecodable one has no request to answer, the others their own error
     undecodable, unknown, bad, good = read
     assert undecodable.message is None and undecodable.error is None

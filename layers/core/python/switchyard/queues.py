@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from pydantic import TypeAdapter, ValidationError
+
 from switchyard.payloads import PayloadStore
 from switchyard.schemas import Lane, QueueMessage
 
@@ -117,6 +119,33 @@ def encode_message(message: QueueMessage, payloads: PayloadStore, claim_check_by
     return message.model_copy(update={"inputs": None, "inputs_ref": ref}).model_dump_json(
         exclude_none=True
     )
+
+
+_MESSAGES: TypeAdapter[list[QueueMessage]] = TypeAdapter(list[QueueMessage])
+
+
+def decode_messages(bodies: list[str]) -> list[QueueMessage | ValidationError]:
+    """Each body's message, or why it is none: a receive's bodies parsed and validated
+    in one call into pydantic-core, as one JSON array. The array is taken only if it
+    holds one message per body and each body is one JSON object by its brackets (as
+    ``encode_message`` writes them); otherwise, or if any body fails, each is decoded
+    alone, so that one bad body costs only itself."""
+    if bodies and all(b[:1] == "{" and b[-1:] == "}" for b in bodies):
+        try:
+            messages = _MESSAGES.validate_json(f"[{','.join(bodies)}]")
+        except ValidationError:
+            pass
+        else:
+            if len(messages) == len(bodies):
+                return list(messages)
+    return [_decode_one(b) for b in bodies]
+
+
+def _decode_one(body: str) -> QueueMessage | ValidationError:
+    try:
+        return QueueMessage.model_validate_json(body)
+    except ValidationError as exc:
+        return exc
 
 
 def load_inputs(message: QueueMessage, payloads: PayloadStore) -> list[Any]:
