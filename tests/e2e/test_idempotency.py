@@ -62,3 +62,36 @@ def test_two_posts_with_one_key_give_one_request_id_and_one_run(platform, http):
     record = http.get(f"/v1/requests/{request_id}", headers=auth(platform)).json()
     assert record["status"] == "done" and record["outputs"] == answers[0]["outputs"]
     assert record["cost"] == answers[0]["cost"]
+
+
+def test_a_job_posted_twice_with_one_key_is_one_job(platform, http):
+    headers = {**auth(platform), "Idempotency-Key": f"job-{uuid.uuid4()}"}
+    body = {"model": "minilm-embed", "inputs": [f"replayed job line {i}" for i in range(6)]}
+
+    def jobs() -> list[str]:
+        listed = http.get("/v1/jobs", params={"limit": 100}, headers=auth(platform)).json()
+        return [j["job_id"] for j in listed["jobs"]]
+
+    before = jobs()
+    # WHEN a job is submitted, and the same submission is retried with its key
+    first = http.post("/v1/jobs", json=body, headers=headers)
+    again = http.post("/v1/jobs", json=body, headers=headers)
+    # THEN the retry is the first job, marked a replay
+    assert first.status_code == 202, first.text
+    assert again.status_code == 202, again.text
+    job_id = first.json()["job_id"]
+    assert again.json()["job_id"] == job_id
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert "Idempotent-Replayed" not in first.headers
+    # AND the same key with other inputs is refused, naming the key
+    other = http.post("/v1/jobs", json={**body, "inputs": ["another"]}, headers=headers)
+    assert other.status_code == 422 and other.json()["code"] == "idempotency_key_reused"
+    # AND there is one new job, which runs its six lines once
+    assert [j for j in jobs() if j not in before] == [job_id]
+
+    def succeeded() -> dict | None:
+        view = http.get(f"/v1/jobs/{job_id}", headers=auth(platform)).json()
+        return view if view["status"] == "succeeded" else None
+
+    done = wait_for(succeeded, 120, 0.2, what="the replayed job's end")
+    assert done["counts"]["total"] == done["counts"]["done"] == 6
