@@ -9,9 +9,9 @@ its signature, the context check, the realtime queue). Then:
 - not streamed: the router waits for the result up to the deadline, as for predict;
 - streamed: the router waits, up to the deadline, for the first token; then it
   answers 200 and passes tokens on as server-sent events as the worker writes them
-  (``TokenReader``), until the generation ends or ``MAX_STREAM_SECONDS`` pass. A
-  deadline with no first token is answered 202 and the location, like any request
-  that outlives its deadline.
+  (``TokenReader``), a chunk's events in one write, until the generation ends or
+  ``MAX_STREAM_SECONDS`` pass. A deadline with no first token is answered 202 and
+  the location, like any request that outlives its deadline.
 
 The service answers with an ``Outcome`` (``switchyard_router.outcome``), whose
 status is the same on every route; each API formats it and the stream's events its
@@ -60,7 +60,10 @@ class Format(Protocol):
         """A generation that is done, whole."""
         ...
 
-    def events(self, admitted: Admitted, items: Iterator[Piece | Ending]) -> Iterator[bytes]: ...
+    def events(self, admitted: Admitted, groups: Iterator[list[Piece | Ending]]) -> Iterator[bytes]:
+        """The stream's events, one bytes (one write) per group: what a chunk, or the
+        chunks read together, added."""
+        ...
 
     def failure(self, outcome: Outcome) -> Response:
         """A generation that ended without its text (failed, expired, cancelled)."""
@@ -184,13 +187,14 @@ def _generate(
     service.hand_off(admitted)
     until = time.monotonic() + MAX_STREAM_SECONDS
 
-    def items() -> Iterator[Piece | Ending]:
+    def groups() -> Iterator[list[Piece | Ending]]:
         ended = False
         try:
-            for piece in itertools.chain(first, reader.rest(until)):
-                ended = isinstance(piece, Ending)
-                yield piece
+            for group in itertools.chain([first], reader.rest(until)):
+                ended = isinstance(group[-1], Ending)
+                yield group
         finally:
+            reader.close()
             service.give_slot(slot)
             if not ended:
                 # The caller went away before the end: the generation is cancelled,
@@ -199,7 +203,7 @@ def _generate(
                 _cancel_quietly(service, call.tenant, admitted.request_id)
 
     return StreamingResponse(
-        fmt.events(admitted, items()),
+        fmt.events(admitted, groups()),
         media_type="text/event-stream",
         headers={**SSE_HEADERS, **routed_headers(admitted)},
     )
@@ -213,8 +217,9 @@ def _cancel_quietly(service: Any, tenant: str, request_id: str) -> None:
 
 
 class NativeFormat:
-    """``POST /v1/models/{model}/generate``: ``data: {"token": ...}`` per token, then
-    ``data: {"done": true, "finish_reason", "usage"}``; or one JSON answer."""
+    """``POST /v1/models/{model}/generate``: ``data: {"token": ...}`` per token that
+    adds text, then ``data: {"done": true, "finish_reason", "usage"}``; or one JSON
+    answer."""
 
     def answer(self, outcome: Outcome) -> dict[str, Any]:
         record = outcome.record
@@ -230,23 +235,25 @@ class NativeFormat:
             "usage": output.get("usage", {}),
         }
 
-    def events(self, admitted: Admitted, items: Iterator[Piece | Ending]) -> Iterator[bytes]:
-        for item in items:
-            if isinstance(item, Piece):
-                yield sse({"token": item.text})
-            elif item.failed:
-                assert item.record is not None
-                ended = Outcome(admitted, item.record)
-                yield sse({"error": {"code": ended.code, "message": ended.message}})
-            else:
-                yield sse(
-                    {
-                        "done": True,
-                        "request_id": admitted.request_id,
-                        "finish_reason": item.finish_reason,
-                        "usage": item.usage,
-                    }
-                )
+    def events(self, admitted: Admitted, groups: Iterator[list[Piece | Ending]]) -> Iterator[bytes]:
+        for group in groups:
+            yield b"".join(self._event(admitted, item) for item in group)
+
+    def _event(self, admitted: Admitted, item: Piece | Ending) -> bytes:
+        if isinstance(item, Piece):
+            return sse({"token": item.text})
+        if item.failed:
+            assert item.record is not None
+            ended = Outcome(admitted, item.record)
+            return sse({"error": {"code": ended.code, "message": ended.message}})
+        return sse(
+            {
+                "done": True,
+                "request_id": admitted.request_id,
+                "finish_reason": item.finish_reason,
+                "usage": item.usage,
+            }
+        )
 
     def failure(self, outcome: Outcome) -> Response:
         assert outcome.record is not None

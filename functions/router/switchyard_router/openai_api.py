@@ -139,25 +139,37 @@ class _Completions:
     def _opening(self, admitted: Admitted) -> list[bytes]:
         return []
 
-    def events(self, admitted: Admitted, items: Iterator[Piece | Ending]) -> Iterator[bytes]:
+    def events(self, admitted: Admitted, groups: Iterator[list[Piece | Ending]]) -> Iterator[bytes]:
+        """A chunk object per group's text (the text of all its tokens: a chunk's
+        ``text`` or ``delta.content`` holds any amount), then the ending's."""
         chunk = self._envelope(admitted, self._chunk_kind())
         usage_field = {"usage": None} if self._include_usage else {}
         yield from self._opening(admitted)
-        for item in items:
-            if isinstance(item, Piece):
-                yield sse({**chunk, "choices": [self._streamed(item.text, None)], **usage_field})
+        for group in groups:
+            events = []
+            text = "".join(item.text for item in group if isinstance(item, Piece))
+            if text:
+                events.append(
+                    sse({**chunk, "choices": [self._streamed(text, None)], **usage_field})
+                )
+            ending = group[-1]
+            if not isinstance(ending, Ending):
+                yield b"".join(events)
                 continue
-            if item.failed:
-                assert item.record is not None
-                ended = Outcome(admitted, item.record)
-                yield sse(
+            if ending.failed:
+                assert ending.record is not None
+                ended = Outcome(admitted, ending.record)
+                events.append(sse(
                     {"error": {"message": ended.message, "type": "server_error", "param": None,
                                "code": ended.code}}
-                )  # fmt: skip
+                ))  # fmt: skip
+                yield b"".join(events)
                 return
-            yield sse({**chunk, "choices": [self._streamed("", item.finish_reason)], **usage_field})
+            finish = self._streamed("", ending.finish_reason)
+            events.append(sse({**chunk, "choices": [finish], **usage_field}))
             if self._include_usage:
-                yield sse({**chunk, "choices": [], "usage": item.usage})
+                events.append(sse({**chunk, "choices": [], "usage": ending.usage}))
+            yield b"".join(events)
         yield sse("[DONE]")
 
     def failure(self, outcome: Outcome) -> Response:

@@ -2,9 +2,11 @@
 
 The worker writes a streamed request's tokens as chunks in the results table
 (``switchyard.generation``); :class:`TokenReader` reads what follows the last token
-it passed on, in order, each token once. It waits for the first token by reading
-the chunk at token 0 by its key (from every 10 ms, backing off to 50 ms); after
-that the process's :class:`StreamHub` reads every stream's next chunk together.
+it passed on, in order, each token once, a chunk's tokens together (its caller
+passes them on in one write). The process's :class:`StreamHub` reads every
+stream's next chunk together, the first token's too: one read of a stream's chunk
+at token 0 by its key from 10 ms after it was asked for, backing off to 50 ms, then
+its next chunk every 50 ms, each read shared with every other stream due then.
 When nothing new arrives for a while, it reads the whole stream once (a chunk
 another worker cut elsewhere) and the request's record: an error, expiry or
 cancellation ends the stream, and
@@ -36,36 +38,51 @@ log = logging.getLogger("switchyard.router")
 
 
 class _Watch:
-    """One stream the hub reads: where its next chunk begins, and what it found."""
+    """One stream the hub reads: where its next chunk begins, when it is next read
+    (and how long after the last look, growing while it waits for its first token),
+    and what it found."""
 
-    def __init__(self, tenant: str, request_id: str, cursor: int) -> None:
+    def __init__(self, tenant: str, request_id: str, cursor: int, every: float) -> None:
         self.tenant = tenant
         self.request_id = request_id
         self.cursor = cursor  # the token its next chunk begins at
+        self.every = every
+        self.next_look = time.monotonic() + every
         self.found: queue.Queue[Chunk] = queue.Queue()
 
 
 class StreamHub:
-    """Every stream this router process passes on, read together after their first
-    token: each look is one read of every stream's next chunk by its exact key
-    (``TokenStream.at``, a BatchGetItem), so n streams cost one call per look, not n
-    Queries. In Lambda a function instance holds one stream at a time and the hub
-    reads one key; the local router holds them all."""
+    """Every stream this router process passes on, read together, from its first
+    token: each look is one read of the next chunk of every stream due a look, by its
+    exact key (``TokenStream.at``, a BatchGetItem), so n streams cost one call per
+    look, not n. A stream waiting for its first token is looked at 10 ms after it is
+    asked for, then every 1.5 times longer, up to the 50 ms every stream with tokens
+    flowing is looked at. In Lambda a function instance holds one stream at a time
+    and the hub reads one key; the local router holds them all."""
 
-    def __init__(self, stream: TokenStream, interval_s: float = _STREAM_POLL_S) -> None:
+    def __init__(
+        self,
+        stream: TokenStream,
+        interval_s: float = _STREAM_POLL_S,
+        first_interval_s: float = _FIRST_POLL_S,
+    ) -> None:
         self._stream = stream
         self._interval = interval_s
+        self._first_interval = first_interval_s
         self._watches: dict[int, _Watch] = {}
         self._lock = threading.Lock()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
     def watch(self, tenant: str, request_id: str, cursor: int) -> _Watch:
-        watch = _Watch(tenant, request_id, cursor)
+        every = self._first_interval if cursor == 0 else self._interval
+        watch = _Watch(tenant, request_id, cursor, every)
         with self._lock:
             self._watches[id(watch)] = watch
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="stream-hub", daemon=True)
                 self._thread.start()
+        self._wake.set()  # its first look may come before the hub's next
         return watch
 
     def forget(self, watch: _Watch) -> None:
@@ -74,29 +91,45 @@ class StreamHub:
 
     def _run(self) -> None:
         while True:
-            time.sleep(self._interval)
             with self._lock:
                 watches = list(self._watches.values())
                 if not watches:
                     self._thread = None
                     return
-            # Streams that had a chunk are read again at once: the next may be there
-            # too (a reader that fell behind catches up in one look, not one a look).
-            while watches:
+            # A look takes along the streams due within half a first look's interval.
+            now = time.monotonic()
+            due = [w for w in watches if w.next_look <= now + self._first_interval / 2]
+            if not due:
+                self._wake.wait(min(w.next_look for w in watches) - now)
+                self._wake.clear()
+                continue
+            # Streams that had a chunk after their first are read again at once: the
+            # next may be there too (a reader that fell behind catches up in one look,
+            # not one a look).
+            while due:
                 try:
-                    found = self._stream.at([(w.tenant, w.request_id, w.cursor) for w in watches])
+                    found = self._stream.at([(w.tenant, w.request_id, w.cursor) for w in due])
                 except Exception:  # noqa: BLE001 - each reader falls back to its own Query
                     log.exception("reading the streams' next chunks failed")
-                    break
+                    found = {}
                 moved = []
-                for w in watches:
+                looked = time.monotonic()
+                for w in due:
                     chunk = found.get((w.tenant, w.request_id, w.cursor))
-                    if chunk is not None:
-                        w.cursor = chunk.end
-                        w.found.put(chunk)
-                        if chunk.finish_reason is None:
-                            moved.append(w)
-                watches = moved
+                    if chunk is None:
+                        w.every = min(w.every * 1.5, self._interval)
+                        w.next_look = looked + w.every
+                        continue
+                    again = chunk.start > 0
+                    w.cursor = chunk.end
+                    w.found.put(chunk)
+                    w.every = self._interval
+                    w.next_look = looked + w.every
+                    if chunk.finish_reason is None and again:
+                        moved.append(w)
+                    else:
+                        self.forget(w)  # its reader has all it needs
+                due = moved
 
 
 @dataclass
@@ -141,48 +174,66 @@ class TokenReader:
         self.next_index = 0  # the first token not passed on yet
         self.text = ""
         self.ending: Ending | None = None
+        self._watch: _Watch | None = None  # its stream, as the hub reads it
 
     def first(self, deadline: float) -> list[Piece | Ending] | None:
         """What the stream holds once its first token (or its end) is there, or None
-        if the monotonic ``deadline`` passes first."""
-        return self._until(deadline, _FIRST_POLL_S)
+        if the monotonic ``deadline`` passes first. With a hub, the hub reads it, and
+        goes on reading the stream for :meth:`rest`."""
+        if self._hub is None:
+            return self._until(deadline, _FIRST_POLL_S)
+        self._watch = self._hub.watch(self._tenant, self._request_id, self.next_index)
+        got = self._from_watch(self._watch, deadline)
+        if got is None or self.ending is not None:
+            self._hub.forget(self._watch)
+        return got
 
-    def rest(self, deadline: float) -> Iterator[Piece | Ending]:
-        """Everything after what was passed on, until the stream ends or the deadline
+    def rest(self, deadline: float) -> Iterator[list[Piece | Ending]]:
+        """Everything after what was passed on, a chunk's worth at a time (or all the
+        chunks that came since the last), until the stream ends or the deadline
         passes (then an Ending whose finish_reason is ``timeout``)."""
-        if self._hub is not None:
-            yield from self._from_hub(self._hub, deadline)
-            return
-        while self.ending is None:
-            self._sleep(_STREAM_POLL_S)  # what it has was just passed on
-            got = self._until(deadline, _STREAM_POLL_S)
-            if got is None:
-                self.ending = Ending(finish_reason="timeout")
-                yield self.ending
-                return
-            yield from got
-
-    def _from_hub(self, hub: StreamHub, deadline: float) -> Iterator[Piece | Ending]:
-        """The rest as the hub finds it; quiet for a while, a Query (a chunk that does
-        not begin where the last ended: another worker's) and the record."""
-        watch = hub.watch(self._tenant, self._request_id, self.next_index)
         try:
             while self.ending is None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    self.ending = Ending(finish_reason="timeout")
-                    yield self.ending
-                    return
-                try:
-                    chunk = watch.found.get(timeout=min(_RECORD_EVERY_S, left))
-                except queue.Empty:
-                    got = self._look(whole=True) or self._from_record()
-                    watch.cursor = max(watch.cursor, self.next_index)
+                if self._hub is None:
+                    self._sleep(_STREAM_POLL_S)  # what it has was just passed on
+                    got = self._until(deadline, _STREAM_POLL_S)
                 else:
-                    got = self._take([chunk])
-                yield from got
+                    if self._watch is None:
+                        self._watch = self._hub.watch(
+                            self._tenant, self._request_id, self.next_index
+                        )
+                    got = self._from_watch(self._watch, deadline)
+                if got is None:
+                    self.ending = Ending(finish_reason="timeout")
+                    got = [self.ending]
+                yield got
         finally:
-            hub.forget(watch)
+            self.close()
+
+    def close(self) -> None:
+        """The caller reads no more: the hub stops reading its stream."""
+        if self._hub is not None and self._watch is not None:
+            self._hub.forget(self._watch)
+
+    def _from_watch(self, watch: _Watch, deadline: float) -> list[Piece | Ending] | None:
+        """What the chunks the hub found next add (all it has found), or None if the
+        deadline passes first; quiet for a while, a Query (a chunk that does not begin
+        where the last ended: another worker's) and the record."""
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            try:
+                chunks = [watch.found.get(timeout=min(_RECORD_EVERY_S, left))]
+            except queue.Empty:
+                got = self._look(whole=True) or self._from_record()
+                watch.cursor = max(watch.cursor, self.next_index)
+            else:
+                while not watch.found.empty():
+                    chunks.append(watch.found.get_nowait())
+                got = self._take(chunks)
+            if got:
+                return got
 
     def _until(self, deadline: float, first_interval: float) -> list[Piece | Ending] | None:
         interval = first_interval
@@ -222,17 +273,18 @@ class TokenReader:
         return self._take(self._stream.after(self._tenant, self._request_id, start))
 
     def _take(self, chunks: list[Chunk]) -> list[Piece | Ending]:
-        """What these chunks (in order) add after the last token passed on."""
+        """What these chunks (in order) add after the last token passed on: a Piece
+        per token that adds text."""
         out: list[Piece | Ending] = []
         for chunk in chunks:
             if chunk.start > self.next_index:
                 break  # a gap: its chunk is not written yet
             skip = self.next_index - chunk.start
             for offset, text in enumerate(chunk.pieces[skip:], start=skip):
-                self.next_index = chunk.start + offset + 1
                 if text:
-                    self.text += text
                     out.append(Piece(text, chunk.start + offset))
+            self.text += "".join(chunk.pieces[skip:])
+            self.next_index = max(self.next_index, chunk.end)
             if chunk.finish_reason is not None:
                 self.ending = Ending(chunk.finish_reason, dict(chunk.usage))
                 out.append(self.ending)
