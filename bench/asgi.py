@@ -68,5 +68,14 @@ async def call(
     return status, b"".join(chunks)
 
 
+class NoopApp:
+    """A trivial ASGI app: what the in-process driver costs by itself."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+
 def predict_body(inputs: list[Any]) -> bytes:
     return json.dumps({"inputs": inputs}).encode()

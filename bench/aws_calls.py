@@ -5,7 +5,10 @@ splitter run in this process against a private emulator.
 Every completed call is recorded with the part of the platform that made it
 (router, worker, splitter: told apart by thread), its operation, its latency, and
 for DynamoDB the capacity units it would consume (from the item sizes, by
-DynamoDB's rounding rules). Paths measured: sync predict one at a time; async
+DynamoDB's rounding rules). The sync paths also measure the router's CPU per
+request: the CPU of its threads (the event loop that serves the callers, the
+threads its routes run on, its result readers), less what the in-process ASGI
+driver costs by itself. Paths measured: sync predict one at a time; async
 predict plus one GET poll, one at a time and as a burst; a batch file through the
 splitter and the worker; and an idle worker. Cache refreshes (API keys, registry
 versions, routing documents) are per router instance and per minute, not per
@@ -14,6 +17,7 @@ inference, and are listed apart. Costs use public list prices, stated below.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import threading
@@ -23,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.asgi import call, predict_body
+from bench.asgi import NoopApp, call, predict_body
 from bench.common import TEXT_MODEL, median, sentences
 from bench.emulator import REGION, Emulator
 from switchyard.costs import ROUTER_MEMORY_MB
@@ -121,6 +125,7 @@ class Call:
     rru: float = 0.0
     records: int = 0
     consistent: bool = False  # a strongly consistent DynamoDB read
+    keys: int = 1  # the items a BatchGetItem asked for
 
     @property
     def key(self) -> str:
@@ -177,6 +182,13 @@ class CallLog:
             elif model.name == "GetItem":
                 entry.rru = read_units(item_size(parsed.get("Item", {}) or {}), consistent)
             elif model.name == "BatchGetItem":
+                entry.keys = sum(
+                    len(request.get("Keys", ()))
+                    for request in params.get("RequestItems", {}).values()
+                )
+                entry.consistent = all(
+                    r.get("ConsistentRead") for r in params.get("RequestItems", {}).values()
+                )
                 entry.rru = sum(
                     read_units(item_size(item), True)
                     for items in parsed.get("Responses", {}).values()
@@ -329,17 +341,21 @@ class Harness:
         self, text: str, is_async: bool = False, answer_headers: dict[str, str] | None = None
     ) -> tuple[int, dict[str, Any]]:
         """One predict; the answer's headers go into ``answer_headers`` if given."""
-        status, body = asyncio_run(
-            call(
-                self.app,
-                "POST",
-                f"/v1/models/{TEXT_MODEL}/predict",
-                {"x-api-key": self.api_key, "x-deadline-ms": "10000"},
-                predict_body([text]),
-                "async=true" if is_async else "",
-                self.api_key_id,
-                response_headers=answer_headers,
-            )
+        return asyncio_run(self.send(text, is_async, answer_headers))
+
+    async def send(
+        self, text: str, is_async: bool = False, answer_headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, Any]]:
+        """One predict, on the running event loop (as a server's loop serves many)."""
+        status, body = await call(
+            self.app,
+            "POST",
+            f"/v1/models/{TEXT_MODEL}/predict",
+            {"x-api-key": self.api_key, "x-deadline-ms": "10000"},
+            predict_body([text]),
+            "async=true" if is_async else "",
+            self.api_key_id,
+            response_headers=answer_headers,
         )
         return status, json.loads(body)
 
@@ -377,31 +393,117 @@ class Harness:
 
 
 def asyncio_run(coro: Any) -> Any:
-    import asyncio
-
     return asyncio.run(coro)
 
 
 def result_polls_per_request(calls: list[Call], n: int) -> float:
-    """The router's looks for results per request: its consistent reads (the result
-    cache's lookup is not one)."""
-    gets = [c for c in calls if c.actor == "router" and c.op == "GetItem" and c.consistent]
-    return round(len(gets) / n, 2)
+    """The router's looks for results per request: the keys of its consistent reads
+    of the results table (the result cache's lookup is not one), one per GetItem and
+    as many as a BatchGetItem asked for."""
+    return round(sum(c.keys for c in _result_reads(calls)) / n, 2)
+
+
+def _result_reads(calls: list[Call]) -> list[Call]:
+    return [
+        c
+        for c in calls
+        if c.actor == "router" and c.op in ("GetItem", "BatchGetItem") and c.consistent
+    ]
+
+
+def thread_cpu() -> dict[int, tuple[str, float]]:
+    """The CPU seconds of every live thread of this process, with its name, by its id."""
+    out: dict[int, tuple[str, float]] = {}
+    for thread in threading.enumerate():
+        if thread.ident is None:
+            continue
+        try:
+            clock = time.pthread_getcpuclockid(thread.ident)
+            out[thread.ident] = (thread.name, time.clock_gettime(clock))
+        except (OSError, ProcessLookupError):
+            continue  # ended meanwhile
+    return out
+
+
+def router_cpu(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> float:
+    """The CPU the router's threads spent between two readings; a thread started
+    between them counts from zero. The threads must outlive the second reading: the
+    callers are served by one event loop, whose worker threads live as long as it."""
+    return sum(
+        cpu - before.get(ident, (name, 0.0))[1]
+        for ident, (name, cpu) in after.items()
+        if actor_of(name) == "router"
+    )
+
+
+@dataclass
+class LoadRun:
+    """What a closed-loop run measured, after its warm-up."""
+
+    walls_ms: list[float]
+    calls: list[Call]
+    rising: list[Call]  # the warm-up's calls
+    router_cpu_s: float  # less the driver's
+
+
+def closed_loop(h: Harness, texts: list[str], callers: int, each: int, warm: int) -> LoadRun:
+    """Sync predicts from ``callers`` closed-loop callers on one event loop, as a
+    server's loop serves its connections: each sends ``warm`` requests (all finish
+    them before any goes on), then ``each`` measured ones, one text each. The
+    router's CPU is its threads' less what the same loop and driver cost by
+    themselves with an app that does nothing (``NoopApp``)."""
+
+    async def phase(app_send: Any, first: int, count: int) -> list[float]:
+        async def caller(c: int) -> list[float]:
+            walls = []
+            for i in range(first, first + count):
+                start = time.perf_counter()
+                status, _ = await app_send(texts[c * (warm + each) + i])
+                walls.append((time.perf_counter() - start) * 1000)
+                assert status == 200, status
+            return walls
+
+        done = await asyncio.gather(*(caller(c) for c in range(callers)))
+        return [w for walls in done for w in walls]
+
+    async def run() -> LoadRun:
+        await phase(h.send, 0, warm)
+        rising = h.log.take()
+        before = thread_cpu()
+        walls = await phase(h.send, warm, each)
+        after = thread_cpu()  # the loop's worker threads still alive
+        calls = h.log.take()
+        driver = time.thread_time()
+        await phase(_noop_send, warm, each)
+        driver = time.thread_time() - driver
+        return LoadRun(walls, calls, rising, max(router_cpu(before, after) - driver, 0.0))
+
+    return asyncio_run(run())
+
+
+async def _noop_send(text: str) -> tuple[int, dict[str, Any]]:
+    status, _ = await call(NoopApp(), "POST", "/", {}, predict_body([text]))
+    return status, {}
+
+
+def sync_figures(run: LoadRun, n: int) -> dict[str, Any]:
+    """What every sync path reports: calls and their cost, wall time, the router's
+    looks, reads and calls, and its CPU, per request."""
+    out = summarise(run.calls, n, n)
+    out["router_wall_ms_mean"] = round(sum(run.walls_ms) / len(run.walls_ms), 2)
+    out["result_polls_per_request"] = result_polls_per_request(run.calls, n)
+    out["result_reads_per_request"] = round(len(_result_reads(run.calls)) / n, 2)
+    out["router_calls_per_request"] = round(sum(out["per_inference"].get("router", {}).values()), 2)
+    out["router_cpu_ms_per_request"] = round(1000 * run.router_cpu_s / n, 3)
+    return out
 
 
 def scenario_sync(h: Harness, texts: list[str], n: int) -> dict[str, Any]:
-    h.log.take()
-    walls = []
-    for i in range(n):
-        start = time.perf_counter()
-        status, _ = h.predict(texts[i % len(texts)])
-        walls.append((time.perf_counter() - start) * 1000)
-        assert status == 200, status
-    calls = h.log.take()
-    out = summarise(calls, n, n)
-    out["router_wall_ms_mean"] = round(sum(walls) / len(walls), 2)
-    out["result_polls_per_request"] = result_polls_per_request(calls, n)
-    writes = [c.ms for c in calls if c.actor == "worker" and c.op == "PutItem"]
+    """Sync predicts one at a time (one caller)."""
+    texts = [f"{texts[k % len(texts)]} (one caller, {k})" for k in range(n + 2)]
+    run = closed_loop(h, texts, 1, n, 2)
+    out = sync_figures(run, n)
+    writes = [c.ms for c in run.calls if c.actor == "worker" and c.op == "PutItem"]
     out["result_write_ms_p50"] = round(median(writes), 2) if writes else None
     return out
 
@@ -415,37 +517,15 @@ def scenario_sync_at_load(
     shared, as they are at load. Each caller first sends ``warm`` requests, counted
     apart: while load rises from one request at a time, answers come later than the
     router has seen them come, and it looks for them more often."""
-    from concurrent.futures import ThreadPoolExecutor
-
     n_sent = callers * (warm + each)  # each text once: a repeat would be a cache hit
     texts = [f"{texts[k % len(texts)]} (at load, {k})" for k in range(n_sent)]
-    rising: list[Call] = []
-    warmed = threading.Barrier(callers, action=lambda: rising.extend(h.log.take()))
-
-    def caller(c: int) -> list[float]:
-        walls = []
-        for i in range(warm + each):
-            if i == warm:
-                warmed.wait()
-            start = time.perf_counter()
-            status, _ = h.predict(texts[c * (warm + each) + i])
-            if i >= warm:
-                walls.append((time.perf_counter() - start) * 1000)
-            assert status == 200, status
-        return walls
-
-    h.log.take()
-    with ThreadPoolExecutor(callers) as pool:
-        walls = [w for ws in pool.map(caller, range(callers)) for w in ws]
-    calls = h.log.take()
+    run = closed_loop(h, texts, callers, each, warm)
     n = callers * each
-    out = summarise(calls, n, n)
+    out = sync_figures(run, n)
     out["callers"] = callers
-    out["router_wall_ms_mean"] = round(sum(walls) / len(walls), 2)
-    out["result_polls_per_request"] = result_polls_per_request(calls, n)
-    out["rising_load_polls_per_request"] = result_polls_per_request(rising, callers * warm)
+    out["rising_load_polls_per_request"] = result_polls_per_request(run.rising, callers * warm)
     receives = [
-        c for c in calls if c.actor == "worker" and c.op == "ReceiveMessage" and not c.empty
+        c for c in run.calls if c.actor == "worker" and c.op == "ReceiveMessage" and not c.empty
     ]
     out["messages_per_receive"] = round(n / len(receives), 2) if receives else None
     return out

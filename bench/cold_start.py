@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.asgi import call, predict_body
+from bench.asgi import NoopApp, call, predict_body
 from bench.common import TEXT_MODEL, accepted_kwargs, median, quiet_output, sentences
 from bench.emulator import Emulator
 
@@ -83,15 +83,6 @@ def cold_start(emu: Emulator, runs: int) -> dict[str, Any]:
         "statuses": samples[-1]["statuses"],
         **{k.replace("_s", "_ms"): round(1000 * median([s[k] for s in samples]), 1) for k in keys},
     }
-
-
-class _Noop:
-    """A trivial ASGI app: what the in-process driver costs by itself."""
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        await receive()
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"{}"})
 
 
 def warm_cpu(requests: int) -> dict[str, Any]:
@@ -169,7 +160,7 @@ def warm_cpu(requests: int) -> dict[str, Any]:
     with quiet_output():
         cpu, wall = asyncio.run(drive(app, requests))
         stand_in = stand_in_cpu[0]
-        driver, _ = asyncio.run(drive(_Noop(), requests))
+        driver, _ = asyncio.run(drive(NoopApp(), requests))
     router_cpu = max(cpu - stand_in - driver, 0.0)
     return {
         "requests": requests,
