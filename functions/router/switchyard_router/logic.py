@@ -39,6 +39,7 @@ from switchyard.schemas import ErrorInfo, GenerationSignature, Lane, QueueMessag
 from switchyard.signatures import check_inputs
 from switchyard.stats import percentile
 from switchyard_router.outcome import Admitted, Outcome
+from switchyard_router.waiters import ResultWaiters
 
 MAX_DEADLINE_MS = 28_000  # below API Gateway's 29 s integration timeout
 # With a fallback version, it is asked once the chosen version has failed an
@@ -281,8 +282,9 @@ class PredictService:
         self._max_age = dict(max_age_seconds or {"realtime": 3_600, "batch": 86_400})
         self._sync_grace = sync_grace_seconds
         self._clock = clock
-        self._sleep = sleep
         self._looks = LookSchedule()
+        # Every sync request's looks for its result, read together.
+        self._waiters = ResultWaiters(results, sleep)
 
     @property
     def models(self) -> list[str]:
@@ -718,34 +720,39 @@ class PredictService:
     def wait(self, admitted: Admitted, tenant: str) -> ResultRecord | None:
         """The final result, or None if the deadline passes first. Asks the fallback
         version once if the chosen one fails an attempt or the deadline draws near.
-        Looks for it when :class:`LookSchedule` says."""
+        Looks for it when :class:`LookSchedule` says, its looks read with the other
+        requests' due then (:class:`ResultWaiters`)."""
         if admitted.cached is not None:
             return admitted.cached
         started = time.monotonic()
         wall_started = self._clock()
         first = self._looks.looks(admitted.model)
-        while True:
-            at = first.pop(0) if first else None
-            waited = time.monotonic() - started
-            gap = at - waited if at is not None else self._looks.next_gap(admitted.model, waited)
-            remaining = admitted.deadline - time.monotonic()
-            if gap > 0:
-                self._sleep(min(gap, max(remaining, 0)))
-            record = self._results.get(tenant, admitted.request_id)
-            if record is not None and record.status != "queued":
-                if record.completed_at is not None and not admitted.replayed:
-                    self._looks.saw(admitted.model, record.completed_at - wall_started)
-                return record
-            remaining = admitted.deadline - time.monotonic()
-            if admitted.fallback and not admitted.fell_back:
-                if record is not None and record.failures > 0:
-                    admitted.fell_back = "failure"
-                elif remaining < admitted.budget_s * (1 - FALLBACK_AFTER_SHARE):
-                    admitted.fell_back = "deadline"
-                if admitted.fell_back:
-                    self._send_copy(admitted, admitted.fallback, "fallback")
-            if remaining <= 0:
-                return self.hand_off(admitted)
+        waiter = self._waiters.join(tenant, admitted.request_id)
+        try:
+            while True:
+                at = first.pop(0) if first else None
+                waited = time.monotonic() - started
+                gap = (
+                    at - waited if at is not None else self._looks.next_gap(admitted.model, waited)
+                )
+                remaining = admitted.deadline - time.monotonic()
+                record = self._waiters.look(waiter, max(min(gap, remaining), 0.0))
+                if record is not None and record.status != "queued":
+                    if record.completed_at is not None and not admitted.replayed:
+                        self._looks.saw(admitted.model, record.completed_at - wall_started)
+                    return record
+                remaining = admitted.deadline - time.monotonic()
+                if admitted.fallback and not admitted.fell_back:
+                    if record is not None and record.failures > 0:
+                        admitted.fell_back = "failure"
+                    elif remaining < admitted.budget_s * (1 - FALLBACK_AFTER_SHARE):
+                        admitted.fell_back = "deadline"
+                    if admitted.fell_back:
+                        self._send_copy(admitted, admitted.fallback, "fallback")
+                if remaining <= 0:
+                    return self.hand_off(admitted)
+        finally:
+            self._waiters.leave(waiter)
 
     def hand_off(self, admitted: Admitted) -> ResultRecord | None:
         """A sync request past its deadline, about to be answered 202: its queued
