@@ -44,6 +44,7 @@ from switchyard_worker.runtimes import (
     import_libraries,
     load_runtime,
 )
+from switchyard_worker.stages import collect_less
 from switchyard_worker.worker import Wiring, Worker, WorkerProcess, log
 
 # Beside a worker's ready file (``worker-<service>-<n>.ready``): the engine each of
@@ -58,6 +59,7 @@ def main(standby_seconds: float | None = None) -> None:
     # The collector is held off until the model is loaded (``init_phase``).
     with init_phase():
         worker, settings = _started(standby_seconds)
+    collect_less()
 
     def ready() -> None:
         if settings.ready_file:
@@ -67,7 +69,11 @@ def main(standby_seconds: float | None = None) -> None:
             extra={
                 "at": time.time(),
                 "worker": worker.worker_id,
-                "gc": {"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()},
+                "gc": {
+                    "enabled": gc.isenabled(),
+                    "frozen": gc.get_freeze_count(),
+                    "thresholds": gc.get_threshold(),
+                },
                 "allocator": allocator,
             },
         )

@@ -118,9 +118,10 @@ class ArrivalRate:
         self._window = window
         self._times: deque[float] = deque()
 
-    def add(self) -> None:
+    def add(self, count: int = 1) -> None:
+        """``count`` messages arrived now."""
         now = self._clock()
-        self._times.append(now)
+        self._times.extend([now] * count)
         self._trim(now)
 
     def per_second(self) -> float:
@@ -190,12 +191,20 @@ class BatchAssembler:
         self.arrivals = ArrivalRate(self.clock)
 
     def add(self, pending: Pending) -> None:
-        self._pool.append(pending)
-        self._count(pending, 1)
-        self.arrivals.add()
-        if pending.received.lane != "batch":
+        self.add_all([pending])
+
+    def add_all(self, pendings: list[Pending]) -> None:
+        """A receive's messages, held from now."""
+        if not pendings:
+            return
+        self._pool.extend(pendings)
+        self.arrivals.add(len(pendings))
+        for pending in pendings:
+            self._count(pending, 1)
+        realtime = [p for p in pendings if p.received.lane != "batch"]
+        if realtime:
             self.realtime_seen_at = self.clock()
-            if pending.respond_by is not None:
+            if any(p.respond_by is not None for p in realtime):
                 self.sync_seen_at = self.realtime_seen_at
 
     def _count(self, pending: Pending, sign: int) -> None:

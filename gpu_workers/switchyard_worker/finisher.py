@@ -19,12 +19,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from pydantic import TypeAdapter
+
 from switchyard.admission import QueuedLease, QueuedWork, queued_lease
 from switchyard.jobs import Job, JobStore, finish_if_answered
 from switchyard.result_cache import CacheEntry, ResultCache
 from switchyard.results import ResultStore
 from switchyard.schemas import RETRIES_EXHAUSTED, ErrorInfo, ResultRecord
-from switchyard.telemetry import PredictionLog, prediction_record
+from switchyard.telemetry import PredictionLog, prediction_records
 from switchyard_worker.batching import Pending
 from switchyard_worker.costing import CostKeeper
 from switchyard_worker.in_hand import MessagesInHand
@@ -35,6 +37,7 @@ _WRITERS = 8  # result writes in flight at once
 _INSERTS = 25  # results per write (DynamoDB's BatchExecuteStatement takes 25)
 
 Answered = list[tuple[Pending, ResultRecord]]
+_RECORDS: TypeAdapter[list[ResultRecord]] = TypeAdapter(list[ResultRecord])
 
 
 class Finisher:
@@ -113,30 +116,56 @@ class Finisher:
         timing: dict[str, float] | None = None,
     ) -> ResultRecord:
         """The request's final result."""
-        m = p.message
-        assert m is not None
-        completed = time.time()
-        # Validated as built: pydantic-core's validation (~3 µs here) is about half
-        # of what model_construct's per-field Python costs.
-        return ResultRecord(
-            request_id=m.request_id,
-            tenant=m.tenant,
-            model=m.model,
-            version=m.version,
-            status=status if status in ("done", "expired", "cancelled") else "error",
-            lane=m.lane,
-            outputs=outputs,
+        return self.records(
+            [p],
+            status,
+            outputs=None if outputs is None else [outputs],
             error=error,
-            timings={**(timing or {"received_at": p.received_at}), "completed_at": completed},
-            created_at=m.enqueued_at,
-            completed_at=completed,
-            job=m.job,
-            expires_at=int(completed + self._result_ttl),
-            work_expires_at=m.expires_at,
-            worker=self._worker_id,
-            served_by=self._served_by,
-            shadow_of=m.shadow_of,
-        )
+            timings=None if timing is None else [timing],
+        )[0]
+
+    def records(
+        self,
+        batch: list[Pending],
+        status: str,
+        *,
+        outputs: list[list[Any]] | None = None,
+        error: ErrorInfo | None = None,
+        timings: list[dict[str, float]] | None = None,
+    ) -> list[ResultRecord]:
+        """The final results of ``batch``'s requests, each with its own outputs and
+        timings where given: validated in one call into pydantic-core for the batch,
+        less than half of what building each record alone costs."""
+        completed = time.time()
+        final = status if status in ("done", "expired", "cancelled") else "error"
+        expires_at = int(completed + self._result_ttl)
+        fields = []
+        for i, p in enumerate(batch):
+            m = p.message
+            assert m is not None
+            timing = timings[i] if timings is not None else {"received_at": p.received_at}
+            fields.append(
+                {
+                    "request_id": m.request_id,
+                    "tenant": m.tenant,
+                    "model": m.model,
+                    "version": m.version,
+                    "status": final,
+                    "lane": m.lane,
+                    "outputs": outputs[i] if outputs is not None else None,
+                    "error": error,
+                    "timings": {**timing, "completed_at": completed},
+                    "created_at": m.enqueued_at,
+                    "completed_at": completed,
+                    "job": m.job,
+                    "expires_at": expires_at,
+                    "work_expires_at": m.expires_at,
+                    "worker": self._worker_id,
+                    "served_by": self._served_by,
+                    "shadow_of": m.shadow_of,
+                }
+            )
+        return _RECORDS.validate_python(fields)
 
     def failed(self, runnable: list[Pending], reason: str) -> None:
         """A failed batch: each request's attempt is counted and its message released
@@ -293,7 +322,7 @@ class Finisher:
         if self._prediction_log is None or not records:
             return
         try:
-            self._prediction_log.write([prediction_record(r) for r in records])
+            self._prediction_log.write(prediction_records(records))
         except Exception:  # noqa: BLE001 - a log outage must not hold up results
             log.exception("prediction log write failed", extra={"records": len(records)})
 

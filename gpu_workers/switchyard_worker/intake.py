@@ -264,8 +264,7 @@ class Intake:
         """Received messages decoded and added to the forming batch."""
         kept = self.keep(received)
         with self._held:
-            for pending in kept:
-                self.assembler.add(pending)
+            self.assembler.add_all(kept)
             self._held.notify_all()
         if kept and self._on_hold is not None:
             self._on_hold()

@@ -125,8 +125,8 @@ class MicroBatchLoop:
         ``failure`` saying why."""
         answered, runnable = self._triage(batch)
         if runnable and error is not None:
-            record = self._finisher.record
-            answered.extend((p, record(p, "error", error=error)) for p in runnable)
+            records = self._finisher.records(runnable, "error", error=error)
+            answered.extend(zip(runnable, records, strict=True))
         elif runnable:
             self._finisher.failed(runnable, failure or "not run")
         if answered:
@@ -139,11 +139,13 @@ class MicroBatchLoop:
         except BatchFailed as failed:
             self._finisher.failed(runnable, str(failed))
             return []
-        record = self._finisher.record
-        return [
-            (p, record(p, "done", outputs=out, timing=timing))
-            for p, (out, timing) in zip(runnable, outputs, strict=True)
-        ]
+        records = self._finisher.records(
+            runnable,
+            "done",
+            outputs=[out for out, _ in outputs],
+            timings=[timing for _, timing in outputs],
+        )
+        return list(zip(runnable, records, strict=True))
 
     def _run(self, runnable: list[Pending]) -> list[Outputs]:
         """Outputs per message; raises BatchFailed if the batch failed as a whole."""

@@ -327,3 +327,23 @@ def test_each_metrics_document_is_one_line_written_in_one_call(monkeypatch):
     assert latency in ([5.0], [[5.0]])  # one value, in one document
     dimensions = {tuple(map(tuple, d["_aws"]["CloudWatchMetrics"][0]["Dimensions"])) for d in docs}
     assert dimensions == {(("model", "version"), ("model",))}
+
+
+# -- the process -----------------------------------------------------------------
+
+
+def test_collect_less_makes_young_collections_rarer_and_says_what_it_replaced():
+    import gc
+
+    from switchyard_worker.stages import YOUNG_COLLECTION_AFTER, collect_less
+
+    # GIVEN the collector's thresholds as they are
+    before = gc.get_threshold()
+    try:
+        # WHEN a started worker tunes it
+        replaced = collect_less()
+        # THEN young collections wait for more objects, the older ones as they were
+        assert replaced == before
+        assert gc.get_threshold() == (YOUNG_COLLECTION_AFTER, *before[1:])
+    finally:
+        gc.set_threshold(*before)

@@ -12,6 +12,7 @@ import json
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import Any, Protocol
 
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
@@ -137,29 +138,45 @@ class FirehosePredictionLog:
             )
 
 
-def prediction_record(result: ResultRecord) -> dict[str, Any]:
-    """What is logged of a prediction. Inputs and raw outputs are redacted: a log
-    line says who asked which version, how it went and how long it took, and for a
-    classifier the class it gave (an embedding is summarised by its dimensions)."""
-    outputs = result.outputs or []
+def prediction_records(results: Sequence[ResultRecord]) -> list[dict[str, Any]]:
+    """What is logged of each prediction, for a batch's results at once. Inputs and raw
+    outputs are redacted: a log line says who asked which version, how it went and
+    how long it took, and for a classifier the class it gave (an embedding is
+    summarised by its dimensions)."""
+    now = time.time()
+    return [
+        {
+            "ts": now,
+            "request_id": r.request_id,
+            "tenant": r.tenant,
+            "model": r.model,
+            "version": r.version,
+            "status": r.status,
+            "lane": r.lane,
+            "n_outputs": len(r.outputs or ()),
+            "outputs": _summary(r.outputs or ()),
+            "error": r.error.code if r.error else None,
+            "shadow_of": r.shadow_of,
+            "timings": {k: round(r.timings[k], 3) for k in _durations(tuple(r.timings))},
+            "cost": r.cost.model_dump() if r.cost is not None else None,
+        }
+        for r in results
+    ]
+
+
+def _summary(outputs: Sequence[Any]) -> list[Any]:
+    """A classifier's classes; an embedding's dimensions."""
     summary: list[Any] = []
     for out in outputs:
         if isinstance(out, dict) and "class" in out:
             summary.append(out["class"])
         elif isinstance(out, list):
             summary.append({"dimensions": len(out)})
-    return {
-        "ts": time.time(),
-        "request_id": result.request_id,
-        "tenant": result.tenant,
-        "model": result.model,
-        "version": result.version,
-        "status": result.status,
-        "lane": result.lane,
-        "n_outputs": len(outputs),
-        "outputs": summary,
-        "error": result.error.code if result.error else None,
-        "shadow_of": result.shadow_of,
-        "timings": {k: round(v, 3) for k, v in result.timings.items() if k.endswith("_ms")},
-        "cost": result.cost.model_dump() if result.cost is not None else None,
-    }
+    return summary
+
+
+@lru_cache(maxsize=64)
+def _durations(names: tuple[str, ...]) -> tuple[str, ...]:
+    """Which of a record's timings are durations (``_ms``): its results share their
+    names, so this is worked out once per set of names."""
+    return tuple(n for n in names if n.endswith("_ms"))
