@@ -36,6 +36,7 @@ SECTIONS = (
     "worker_efficiency",
     "aws_calls",
     "emulator_backlog",
+    "emulator_calls",
     "backlog",
     "batch_memory",
     "batch_realtime",
@@ -134,6 +135,12 @@ def run(
 
         results["sections"]["emulator_backlog"] = section(
             "emulator_backlog", lambda: emulator_backlog.run(quick)
+        )
+    if "emulator_calls" in only:
+        from bench import emulator_calls
+
+        results["sections"]["emulator_calls"] = section(
+            "emulator_calls", lambda: emulator_calls.run(quick)
         )
     if "backlog" in only and models:
         from bench import backlog

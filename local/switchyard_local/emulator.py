@@ -24,8 +24,11 @@ Settings of the server itself, measured under a backlog:
   turn, under one lock; the answer depends only on the host it infers, so it is
   remembered per host; likewise the list of a response class's methods;
 - no per-request access log line is written (errors still are);
-- a plain GetItem (the router's look for a result) is answered from moto's table
-  without moto's request machinery (``moto_reads``).
+- the calls the platform makes most, in their plain forms, are answered from moto's
+  backends without moto's request machinery (``moto_reads``, and the modules it
+  dispatches to: GetItem, BatchGetItem, PutItem, BatchExecuteStatement, SendMessage,
+  ReceiveMessage, DeleteMessageBatch, ChangeMessageVisibilityBatch);
+  ``bench/emulator_calls.py`` measures the CPU each costs.
 """
 
 from __future__ import annotations

@@ -25,14 +25,19 @@ compares every answer.
 
 A worker reads the status of each request of a batch before it runs it, in one
 BatchGetItem of up to 100 keys projected to the key and the status: moto took
-0.38 ms a key (9.5 ms for 25), the most costly call on a worker's path. A
-BatchGetItem of that plain form (:func:`batch_get_item`) is answered the same way,
-item by item from the backend; anything else, and any error, is moto's.
+0.38 ms a key (9.5 ms for 25), the most costly call on a worker's path; a router
+reads whole records of many requests (``DynamoDBResultStore.get_many``) and a
+stream's reader the next chunks of many streams (``DynamoDBTokenStream.at``) the
+same way, unprojected. A BatchGetItem of either plain form (:func:`batch_get_item`)
+is answered the same way, item by item from the backend; anything else, and any
+error, is moto's.
 
 The same wrapper answers a worker's batch of result INSERTs or conditional UPDATEs,
-which moto cannot run (``switchyard_local.moto_statements``), and writes plain
+which moto cannot run (``switchyard_local.moto_statements``), writes plain
 PutItems and SendMessages the same direct way (``switchyard_local.moto_puts``,
-``switchyard_local.moto_sends``).
+``switchyard_local.moto_sends``), and answers a worker's ReceiveMessage,
+DeleteMessageBatch and ChangeMessageVisibilityBatch (``switchyard_local.moto_receives``).
+Each direct answer carries the header ``moto_wire.DIRECT_HEADER``.
 
 Like ``moto_sqs`` and ``moto_dynamodb``, this reads moto's internals, so it refuses
 any moto but the pinned one.
@@ -48,9 +53,9 @@ import zlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from switchyard_local import moto_iam, moto_puts, moto_sends, moto_statements
+from switchyard_local import moto_iam, moto_puts, moto_receives, moto_sends, moto_statements
 from switchyard_local.moto_sqs import require_pinned_moto
-from switchyard_local.moto_wire import backend_of, json_request, key_names, table_of
+from switchyard_local.moto_wire import DIRECT_HEADER, backend_of, json_request, key_names, table_of
 
 TARGET = "DynamoDB_20120810.GetItem"
 _FIELDS = {"TableName", "Key", "ConsistentRead"}
@@ -67,7 +72,8 @@ Application = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 def wrap(app: Application) -> Application:
     """``app`` (moto's WSGI application) with plain GetItems and BatchGetItems answered
     directly, plain PutItems (``moto_puts``) and SendMessages (``moto_sends``)
-    written so, and batches of INSERTs and conditional UPDATEs (``moto_statements``)."""
+    written so, batches of INSERTs and conditional UPDATEs (``moto_statements``), and
+    a worker's receives, deletes and visibility changes (``moto_receives``)."""
     require_pinned_moto("switchyard_local.moto_reads reads {moto}'s DynamoDB tables")
     answers = {
         TARGET: get_item,
@@ -75,6 +81,9 @@ def wrap(app: Application) -> Application:
         moto_statements.TARGET: moto_statements.batch_statements,
         moto_puts.TARGET: moto_puts.put_item,
         moto_sends.TARGET: moto_sends.send_message,
+        moto_receives.RECEIVE_TARGET: moto_receives.receive_message,
+        moto_receives.DELETE_TARGET: moto_receives.delete_message_batch,
+        moto_receives.VISIBILITY_TARGET: moto_receives.change_message_visibility_batch,
     }
 
     def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
@@ -95,6 +104,7 @@ def wrap(app: Application) -> Application:
                 ("Content-Length", str(len(answer))),
                 ("x-amzn-RequestId", str(uuid.uuid4())),
                 ("x-amz-crc32", str(zlib.crc32(answer))),
+                (DIRECT_HEADER, "1"),
             ],
         )
         return [answer]
@@ -127,10 +137,10 @@ def get_item(environ: dict[str, Any], body: bytes) -> bytes | None:
 
 def batch_get_item(environ: dict[str, Any], body: bytes) -> bytes | None:
     """The answer to a plain BatchGetItem, or None for moto to answer. Plain: each
-    table's keys plain and naming its key, none twice, at most 100 in all, a
-    ``ProjectionExpression`` of ``#name`` placeholders that ``ExpressionAttributeNames``
-    names (each of them used), optionally ``ConsistentRead``; each item found holding
-    plain attributes where projected."""
+    table's keys plain and naming its key, none twice, at most 100 in all, whole items
+    or a ``ProjectionExpression`` of ``#name`` placeholders that
+    ``ExpressionAttributeNames`` names (each of them used), optionally
+    ``ConsistentRead``; each item found holding plain attributes where projected."""
     request = json_request(body, {"RequestItems"})
     batches = request.get("RequestItems") if request is not None else None
     if not isinstance(batches, dict) or not batches:
@@ -143,9 +153,12 @@ def batch_get_item(environ: dict[str, Any], body: bytes) -> bytes | None:
     for name, asked in batches.items():
         if not isinstance(asked, dict) or not set(asked) <= _BATCH_FIELDS:
             return None
-        keys, wanted = asked.get("Keys"), _projected(asked)
+        projected = "ProjectionExpression" in asked or "ExpressionAttributeNames" in asked
+        keys, wanted = asked.get("Keys"), _projected(asked) if projected else None
         table = backend.tables.get(name)
-        if wanted is None or table is None or not isinstance(keys, list) or not keys:
+        if projected and wanted is None:
+            return None
+        if table is None or not isinstance(keys, list) or not keys:
             return None
         asked_in_all += len(keys)
         if asked_in_all > _MOST_KEYS or not isinstance(asked.get("ConsistentRead", False), bool):
@@ -160,7 +173,10 @@ def batch_get_item(environ: dict[str, Any], body: bytes) -> bytes | None:
             item = backend.get_item(name, key)
             if item is None:
                 continue
-            attributes = _plain_attributes({a: v for a, v in item.attrs.items() if a in wanted})
+            attrs = item.attrs
+            if wanted is not None:
+                attrs = {a: v for a, v in attrs.items() if a in wanted}
+            attributes = _plain_attributes(attrs)
             if attributes is None:
                 return None
             found.append(attributes)

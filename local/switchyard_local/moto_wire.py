@@ -8,6 +8,11 @@ import json
 import os
 from typing import Any
 
+# A header on every direct answer (its value "1"), so that a client can tell which
+# calls the emulator answered itself (``bench/emulator_calls.py`` counts them); boto3
+# reads no header it does not know.
+DIRECT_HEADER = "x-switchyard-direct"
+
 
 def json_request(body: bytes, fields: set[str]) -> dict[str, Any] | None:
     """A direct path's request: the body's JSON object, if each of its fields is one

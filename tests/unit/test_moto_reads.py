@@ -211,6 +211,12 @@ def statuses_of(*request_ids: str, table: str = "results", **more: Any) -> dict[
     }
 
 
+def whole(*request_ids: str, **more: Any) -> dict[str, Any]:
+    """A BatchGetItem of whole items, as a router reads many requests' records
+    (``ResultStore.get_many``) and a reader the next chunks of many streams."""
+    return {"RequestItems": {"results": {"Keys": [key(r) for r in request_ids], **more}}}
+
+
 def projected(projection: str, names: dict[str, str]) -> dict[str, Any]:
     return statuses_of("plain", ProjectionExpression=projection, ExpressionAttributeNames=names)
 
@@ -235,9 +241,15 @@ BATCH_SCRIPT: list[tuple[Any, bool]] = [
         True,
     ),
     (statuses_of(*(f"r{i}" for i in range(100))), True),
+    (whole("plain", "absent", "binary", ConsistentRead=True), True),
+    (whole("plain"), True),
     # Not plain, or an error: moto answers
     (statuses_of(*(f"r{i}" for i in range(101))), False),
     (statuses_of("plain", "plain"), False),
+    (whole("plain", "nested"), False),
+    (whole("binary set"), False),
+    (whole("plain", ExpressionAttributeNames={"#d": "doc"}), False),
+    (whole("plain", ProjectionExpression="doc"), False),
     (
         statuses_of("nested", ProjectionExpression="#j", ExpressionAttributeNames={"#j": "job"}),
         False,

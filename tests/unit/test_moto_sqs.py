@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import json
+import time
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -169,6 +170,26 @@ def script() -> list[Any]:
         for m in got:
             sqs.delete_message(QueueUrl=fifo, ReceiptHandle=m["ReceiptHandle"])
     note("fifo attrs", attrs(fifo))
+
+    # Message attributes: a receive hands out a copy of the message, filtered to
+    # the attributes asked for; the message itself keeps them all.
+    tagged = sqs.create_queue(QueueName="tagged")["QueueUrl"]
+    attributes = {
+        "kind": {"DataType": "String", "StringValue": "claim-check"},
+        "size": {"DataType": "Number", "StringValue": "3"},
+    }
+    sqs.send_message(QueueUrl=tagged, MessageBody="t", MessageAttributes=attributes)
+    for asked in (["kind"], [], ["All"]):
+        got = sqs.receive_message(
+            QueueUrl=tagged, MessageAttributeNames=asked, VisibilityTimeout=0
+        ).get("Messages", [])
+        note("tagged", [(m["Body"], m.get("MessageAttributes")) for m in got])
+
+    # A message past its queue's retention period is not handed out.
+    brief = sqs.create_queue(QueueName="brief", Attributes={"MessageRetentionPeriod": "1"})
+    sqs.send_message(QueueUrl=brief["QueueUrl"], MessageBody="old")
+    time.sleep(1.1)
+    note("past retention", sqs.receive_message(QueueUrl=brief["QueueUrl"]).get("Messages", []))
     return seen
 
 
