@@ -4,35 +4,32 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
+from harness.fakes import FakeQueue
 from switchyard.queues import decode_messages
 from switchyard.schemas import QueueMessage
+from tests.unit.test_worker import send
 
 
-def body(request_id: str) -> str:
-    message = QueueMessage(
-        request_id=request_id,
-        tenant="acme",
-        model="m",
-        version="v1",
-        inputs=[[1.0, 2.0]],
-        n_inputs=1,
-        enqueued_at=0,
-        expires_at=1e12,
-    )
-    return message.model_dump_json(exclude_none=True)
+def bodies(*request_ids: str) -> list[str]:
+    """The bodies of these requests' messages, as the router sends them."""
+    queue = FakeQueue("realtime")
+    for request_id in request_ids:
+        send(queue, request_id)
+    return [m["body"] for m in queue.visible]
 
 
 def test_a_receive_is_decoded_in_order_one_message_per_body():
-    bodies = [body(f"r{i}") for i in range(10)]
-    messages = decode_messages(bodies)
+    messages = decode_messages(bodies(*(f"r{i}" for i in range(10))))
     assert [m.request_id for m in messages] == [f"r{i}" for i in range(10)]
 
 
 def test_a_bad_body_costs_only_itself():
     # GIVEN a receive with an undecodable body and one that fails the schema
-    bodies = [body("r0"), "{not json", body("r2"), '{"request_id": "x"}']
+    good = bodies("r0", "r2")
     # WHEN decoded
-    first, broken, third, invalid = decode_messages(bodies)
+    first, broken, third, invalid = decode_messages(
+        [good[0], "{not json", good[1], '{"request_id": "x"}']
+    )
     # THEN the good ones are messages, the others say why they are none
     assert isinstance(first, QueueMessage) and first.request_id == "r0"
     assert isinstance(third, QueueMessage) and third.request_id == "r2"
@@ -42,9 +39,9 @@ def test_a_bad_body_costs_only_itself():
 def test_bodies_that_join_into_other_messages_are_decoded_alone():
     # GIVEN one body holding two messages, beside a good one: joined, they would
     # read as three good messages
-    two = f"{body('r0')},{body('r1')}"
+    r0, r1, r2 = bodies("r0", "r1", "r2")
     # WHEN decoded
-    joined, good = decode_messages([two, body("r2")])
+    joined, good = decode_messages([f"{r0},{r1}", r2])
     # THEN each is decoded alone: the first is no message, the second its own
     assert isinstance(joined, ValidationError)
     assert isinstance(good, QueueMessage) and good.request_id == "r2"
