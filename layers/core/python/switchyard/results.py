@@ -17,6 +17,7 @@ import sys
 import uuid
 from array import array
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any, Protocol
 
 from switchyard.jsontext import json_bytes
@@ -418,7 +419,7 @@ class DynamoDBResultStore:
 
 def insert_of(table: str, item: dict[str, Any]) -> dict[str, Any]:
     """A BatchExecuteStatement's statement that inserts ``item``."""
-    return {"Statement": insert_statement(table, list(item)), "Parameters": list(item.values())}
+    return {"Statement": _insert_text(table, tuple(item)), "Parameters": list(item.values())}
 
 
 def update_of_queued(table: str, item: dict[str, Any], removed: list[str]) -> dict[str, Any]:
@@ -427,9 +428,21 @@ def update_of_queued(table: str, item: dict[str, Any], removed: list[str]) -> di
     keys = (RESULTS.partition, RESULTS.sort)
     names = [n for n in item if n not in keys]
     return {
-        "Statement": update_statement(table, names, removed, keys),
+        "Statement": _update_text(table, tuple(names), tuple(removed)),
         "Parameters": [item[n] for n in names] + [item[k] for k in keys] + [_QUEUED],
     }
+
+
+# A batch's items mostly share their attributes' names, so each statement's text is
+# worked out once per set of names, not once per item.
+@lru_cache(maxsize=256)
+def _insert_text(table: str, names: tuple[str, ...]) -> str:
+    return insert_statement(table, list(names))
+
+
+@lru_cache(maxsize=256)
+def _update_text(table: str, names: tuple[str, ...], removed: tuple[str, ...]) -> str:
+    return update_statement(table, list(names), list(removed), (RESULTS.partition, RESULTS.sort))
 
 
 def update_statement(
