@@ -12,7 +12,7 @@ Looks are read together when they fall due together: once one is asked for, the
 read waits for the requests whose looks are due within ``together_s`` of it, and no
 longer. No look is read before its time, so a request takes no more looks than its
 schedule gives it. In Lambda a function instance serves one request at a time: no
-other look is due, and each look is read at once, one key.
+other look is due, and each look is read at once, one key by its GetItem, as before.
 """
 
 from __future__ import annotations
@@ -94,13 +94,22 @@ class ResultWaiters:
             asked = self._next_looks()
             failed: Exception | None = None
             try:
-                found = self._results.get_many([w.key for w in asked])
+                found = self._read([w.key for w in asked])
             except Exception as exc:  # noqa: BLE001 - each wait raises it, as its own read would
                 found, failed = {}, exc
             for waiter in asked:
                 waiter.record = found.get(waiter.key)
                 waiter.failed = failed
                 waiter.read.set()
+
+    def _read(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], ResultRecord]:
+        """The records of these looks: several in one BatchGetItem, one alone by its
+        GetItem (as in Lambda, whose router role reads single items)."""
+        if len(keys) > 1:
+            return self._results.get_many(keys)
+        ((tenant, request_id),) = keys
+        record = self._results.get(tenant, request_id)
+        return {keys[0]: record} if record is not None else {}
 
     def _next_looks(self) -> list[Waiter]:
         """The looks of the next read, once they are due: every look asked for, when
