@@ -184,6 +184,11 @@ def reader(stream, results=None) -> TokenReader:
     return TokenReader(stream, results or FakeResults(), "acme", "r1", sleep=lambda s: None)
 
 
+def flat(groups) -> list:
+    """What a reader's groups hold, one after the other."""
+    return [item for group in groups for item in group]
+
+
 def test_the_reader_hands_on_every_token_once_in_order_across_overlapping_chunks():
     stream = FakeTokenStream()
     stream.put("acme", "r1", Chunk(0, [1, 2], ["a", "b"]), 0)
@@ -191,7 +196,7 @@ def test_the_reader_hands_on_every_token_once_in_order_across_overlapping_chunks
     stream.put("acme", "r1", Chunk(1, [2, 3, 4], ["b", "", "cd"]), 0)
     stream.put("acme", "r1", Chunk(4, [5], ["e"], "length", {"completion_tokens": 5}), 0)
     stream.put("acme", "other", Chunk(0, [9], ["z"]), 0)
-    got = list(reader(stream).rest(deadline=float("inf")))
+    got = flat(reader(stream).rest(deadline=float("inf")))
     assert [p.text for p in got if isinstance(p, Piece)] == ["a", "b", "cd", "e"]
     assert got[-1] == Ending("length", {"completion_tokens": 5})
 
@@ -210,7 +215,7 @@ def test_a_result_without_its_last_chunk_ends_the_stream_with_the_rest_of_its_te
     stream.put("acme", "r1", Chunk(0, [1], ["ab"]), 0)
     results.items[("acme", "r1")] = record(text="abcd")
     r = reader(stream, results)
-    got = list(r.rest(deadline=float("inf")))
+    got = flat(r.rest(deadline=float("inf")))
     assert [p.text for p in got if isinstance(p, Piece)] == ["ab", "cd"]
     assert isinstance(got[-1], Ending) and got[-1].finish_reason == "length"
 
@@ -408,7 +413,7 @@ def test_a_hub_reads_every_stream_in_one_call_per_look_and_each_gets_its_own_tok
     texts: dict[str, list] = {}
 
     def follow(rid: str) -> None:
-        texts[rid] = list(readers[rid].rest(deadline=time.monotonic() + 10))
+        texts[rid] = flat(readers[rid].rest(deadline=time.monotonic() + 10))
 
     threads = [threading.Thread(target=follow, args=(rid,)) for rid in readers]
     for t in threads:
@@ -441,6 +446,6 @@ def test_a_hub_reader_falls_back_to_a_query_for_a_chunk_that_does_not_begin_wher
     # another worker's chunk overlapping the first: it begins at token 1, not 2
     stream.put("acme", "r1", Chunk(1, [2, 3], ["b", "c"], "length", {"n": 3}), 0)
     reader = TokenReader(stream, FakeResults(), "acme", "r1", hub=StreamHub(stream, 0.005))
-    got = list(reader.rest(deadline=time.monotonic() + 5))
+    got = flat(reader.rest(deadline=time.monotonic() + 5))
     assert [p.text for p in got if isinstance(p, Piece)] == ["a", "b", "c"]
     assert got[-1] == Ending("length", {"n": 3})

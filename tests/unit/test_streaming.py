@@ -61,7 +61,8 @@ def test_the_hub_reads_the_first_tokens_of_waiting_streams_in_one_read():
 
 def test_a_reader_behind_the_stream_takes_every_chunk_found_in_one_group_each_token_once():
     # GIVEN a stream of three chunks, the last with its end, all written
-    stream = FakeTokenStream()
+    log: list = []
+    stream = FakeTokenStream(log)
     stream.put("acme", "r1", Chunk(0, [1], ["a"]), 0)
     stream.put("acme", "r1", Chunk(1, [2, 3], ["b", ""]), 0)  # a token that adds no text
     stream.put("acme", "r1", Chunk(3, [4], ["c"], "length", {"completion_tokens": 4}), 0)
@@ -75,8 +76,10 @@ def test_a_reader_behind_the_stream_takes_every_chunk_found_in_one_group_each_to
     assert [(p.text, p.index) for p in pieces] == [("a", 0), ("b", 1), ("c", 3)]
     assert isinstance(rest[-1][-1], Ending) and rest[-1][-1].finish_reason == "length"
     assert reader.text == "abc" and reader.next_index == 4
-    # AND the chunks found together made one group, not a group each
+    # AND the chunks found together made one group, not a group each, all of them read
+    # by the hub (no Query of the stream)
     assert len(rest) <= 2
+    assert not [kind for kind, _ in log if kind == "after"]
 
 
 def test_the_native_route_writes_a_chunks_tokens_in_one_write_an_event_per_token():

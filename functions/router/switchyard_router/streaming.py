@@ -125,10 +125,10 @@ class StreamHub:
                     w.found.put(chunk)
                     w.every = self._interval
                     w.next_look = looked + w.every
-                    if chunk.finish_reason is None and again:
-                        moved.append(w)
-                    else:
+                    if chunk.finish_reason is not None:
                         self.forget(w)  # its reader has all it needs
+                    elif again:
+                        moved.append(w)
                 due = moved
 
 
