@@ -42,6 +42,10 @@ class Waiter:
 
 
 class ResultWaiters:
+    """The looks of every request this process waits for, read by one thread: a
+    request's look, asked for with :meth:`look`, is read with those due with it.
+    ``sleep`` is how a request waits for its look's time."""
+
     def __init__(
         self,
         results: ResultStore,
@@ -68,9 +72,9 @@ class ResultWaiters:
         return waiter
 
     def leave(self, waiter: Waiter) -> None:
+        """A request's wait ended (after its last look: no read waits for it)."""
         with self._changed:
             self._waiting.pop(id(waiter), None)
-            self._changed.notify()  # a read may be waiting for its look
 
     def look(self, waiter: Waiter, after_s: float) -> ResultRecord | None:
         """The waiter's record (None if it has none yet), read ``after_s`` seconds
