@@ -38,6 +38,9 @@ _INSERTS = 25  # results per write (DynamoDB's BatchExecuteStatement takes 25)
 
 Answered = list[tuple[Pending, ResultRecord]]
 _RECORDS: TypeAdapter[list[ResultRecord]] = TypeAdapter(list[ResultRecord])
+# How a share of a batch's results is written ("new", "queued" or "one" at a time),
+# and their places in the batch.
+WriteTask = tuple[str, list[int]]
 
 
 class Finisher:
@@ -78,7 +81,10 @@ class Finisher:
         self._job_output_s3 = job_output_s3
         self._job_ended = job_ended  # asks for an ended job's callback
         self._job_outputs = ThreadPoolExecutor(max_workers=1, thread_name_prefix="job-output")
-        self._writers = ThreadPoolExecutor(max_workers=_WRITERS, thread_name_prefix="result-writer")
+        # The finisher's own thread writes too (``_written``).
+        self._writers = ThreadPoolExecutor(
+            max_workers=_WRITERS - 1, thread_name_prefix="result-writer"
+        )
         self._in_order = InOrder(self._finish, name="result-finisher")
         self._costs = costs  # prices each answer, adds up what the stored ones cost
 
@@ -247,7 +253,7 @@ class Finisher:
         writers = min(_WRITERS, len(chunks))
         tasks += [("one", chunks[k::writers]) for k in range(writers)]
 
-        def write(task: tuple[str, list[int]]) -> list[bool]:
+        def write(task: WriteTask) -> list[bool]:
             how, indexes = task
             records = [answered[i][1] for i in indexes]
             if how == "one":
@@ -258,7 +264,7 @@ class Finisher:
             return self._results.complete_queued(records)
 
         stored = [False] * len(answered)
-        for (_, indexes), done in zip(tasks, self._writers.map(write, tasks), strict=True):
+        for (_, indexes), done in zip(tasks, self._written(write, tasks), strict=True):
             for i, fresh in zip(indexes, done, strict=True):
                 stored[i] = fresh
         # One line per batch, not per request: at a light model's rate a log line per
@@ -285,6 +291,23 @@ class Finisher:
         self._in_hand.delete([p.received for p, _ in answered])
         if self._costs is not None:
             self._costs.spent([r for _, r in fresh])
+
+    def _written(
+        self, write: Callable[[WriteTask], list[bool]], tasks: list[WriteTask]
+    ) -> list[list[bool]]:
+        """Each task's answers, the tasks written at once: the first on this thread,
+        the others by the writers, so that a batch of one task (up to 25 results)
+        costs no hand-off to another thread and back. If one fails, those not
+        started are not started."""
+        if not tasks:
+            return []
+        others = [self._writers.submit(write, task) for task in tasks[1:]]
+        try:
+            return [write(tasks[0])] + [f.result() for f in others]
+        except BaseException:
+            for f in others:
+                f.cancel()
+            raise
 
     def _fill_cache(self, stored: Answered) -> None:
         """Cache the outputs of the requests that asked for it (the router set their

@@ -158,6 +158,28 @@ def test_the_finisher_stores_each_batch_before_deleting_its_messages(stages):
     assert stages.realtime.depth == 0 and stages.in_hand.held() == []
 
 
+def test_a_batch_stored_in_parts_goes_back_whole_when_a_part_fails(stages):
+    # GIVEN 30 results to store, two writes of at most 25, and a results table that
+    # fails the write holding r29
+    for i in range(30):
+        send(stages.realtime, f"r{i}")
+    held = [p for _ in range(3) for p in stages.pending()]
+    store = stages.results.complete_queued
+
+    def failing(records):
+        if any(r.request_id == "r29" for r in records):
+            raise ConnectionError("the results table is unreachable")
+        return store(records)
+
+    stages.results.complete_queued = failing
+    # WHEN the batch is submitted
+    stages.finisher.submit([(p, stages.finisher.record(p, "done", outputs=[[0]])) for p in held])
+    stages.finisher.flush()
+    # THEN no message is deleted: all 30 are released at once for another try
+    assert not any(kind == "delete" for kind, _ in stages.log)
+    assert len(stages.realtime.visible) == 30 and stages.in_hand.held() == []
+
+
 def test_a_failed_batch_goes_back_for_retry_and_its_last_try_gets_a_final_error(digits_v1):
     s = Stages(digits_v1)
     try:
