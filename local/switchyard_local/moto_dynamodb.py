@@ -127,15 +127,18 @@ def _partition_items(all_items: Callable[..., Any]) -> Callable[..., Any]:
         if scope is None or scope[0] is not table:
             return list(all_items(table))
         _, hash_key, comparison, values = scope
-        partition = list(table.items.get(hash_key, {}).items())
+        partition = table.items.get(hash_key, {})
+        # Its keys, not its (key, item) pairs: a list of the keys makes no new object
+        # for each item, which in a partition of thousands would set off the
+        # collector's passes over the emulator's whole heap, for most of a Query's time.
+        keys = list(partition)
         if comparison == "BETWEEN" and all(v.type == "S" for v in values):
             low, high = values[0].value, values[1].value  # the platform's ranges: plain
-            chosen = [item for key, item in partition if low <= key.value <= high]
+            chosen = [key for key in keys if low <= key.value <= high]
         else:
-            chosen = [
-                item for key, item in partition if not comparison or key.compare(comparison, values)
-            ]
-        return sorted(chosen, key=lambda item: item.range_key)
+            chosen = [key for key in keys if not comparison or key.compare(comparison, values)]
+        found = (partition.get(key) for key in chosen)  # one deleted meanwhile: None
+        return sorted((item for item in found if item is not None), key=lambda i: i.range_key)
 
     return items
 

@@ -36,7 +36,9 @@ The same wrapper answers a worker's batch of result INSERTs or conditional UPDAT
 which moto cannot run (``switchyard_local.moto_statements``), writes plain
 PutItems and SendMessages the same direct way (``switchyard_local.moto_puts``,
 ``switchyard_local.moto_sends``), and answers a worker's ReceiveMessage,
-DeleteMessageBatch and ChangeMessageVisibilityBatch (``switchyard_local.moto_receives``).
+DeleteMessageBatch and ChangeMessageVisibilityBatch (``switchyard_local.moto_receives``)
+a stream reader's Query (``switchyard_local.moto_queries``), and writes the result
+cache's BatchWriteItems (``switchyard_local.moto_writes``).
 Each direct answer carries the header ``moto_wire.DIRECT_HEADER``.
 
 Like ``moto_sqs`` and ``moto_dynamodb``, this reads moto's internals, so it refuses
@@ -53,14 +55,28 @@ import zlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from switchyard_local import moto_iam, moto_puts, moto_receives, moto_sends, moto_statements
+from switchyard_local import (
+    moto_iam,
+    moto_puts,
+    moto_queries,
+    moto_receives,
+    moto_sends,
+    moto_statements,
+    moto_writes,
+)
 from switchyard_local.moto_sqs import require_pinned_moto
-from switchyard_local.moto_wire import DIRECT_HEADER, backend_of, json_request, key_names, table_of
+from switchyard_local.moto_wire import (
+    DIRECT_HEADER,
+    backend_of,
+    json_request,
+    key_names,
+    plain_attributes,
+    table_of,
+)
 
 TARGET = "DynamoDB_20120810.GetItem"
 _FIELDS = {"TableName", "Key", "ConsistentRead"}
 _KEY_TYPES = {"S", "N"}
-_PLAIN_TYPES = {"S", "N", "BOOL", "NULL", "SS", "NS"}
 BATCH_TARGET = "DynamoDB_20120810.BatchGetItem"
 _BATCH_FIELDS = {"Keys", "ProjectionExpression", "ExpressionAttributeNames", "ConsistentRead"}
 _PLACEHOLDERS = re.compile(r"#\w+(?: ?, ?#\w+)*")
@@ -72,8 +88,9 @@ Application = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 def wrap(app: Application) -> Application:
     """``app`` (moto's WSGI application) with plain GetItems and BatchGetItems answered
     directly, plain PutItems (``moto_puts``) and SendMessages (``moto_sends``)
-    written so, batches of INSERTs and conditional UPDATEs (``moto_statements``), and
-    a worker's receives, deletes and visibility changes (``moto_receives``)."""
+    written so, batches of INSERTs and conditional UPDATEs (``moto_statements``), a
+    worker's receives, deletes and visibility changes (``moto_receives``), a stream
+    reader's Query (``moto_queries``) and BatchWriteItems of puts (``moto_writes``)."""
     require_pinned_moto("switchyard_local.moto_reads reads {moto}'s DynamoDB tables")
     answers = {
         TARGET: get_item,
@@ -84,6 +101,8 @@ def wrap(app: Application) -> Application:
         moto_receives.RECEIVE_TARGET: moto_receives.receive_message,
         moto_receives.DELETE_TARGET: moto_receives.delete_message_batch,
         moto_receives.VISIBILITY_TARGET: moto_receives.change_message_visibility_batch,
+        moto_queries.TARGET: moto_queries.query,
+        moto_writes.TARGET: moto_writes.batch_write_item,
     }
 
     def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
@@ -131,7 +150,7 @@ def get_item(environ: dict[str, Any], body: bytes) -> bytes | None:
     item = backend.get_item(name, key)
     if item is None:
         return b"{}"
-    attributes = _plain_attributes(item.attrs)
+    attributes = plain_attributes(item.attrs)
     return None if attributes is None else json.dumps({"Item": attributes}).encode()
 
 
@@ -176,7 +195,7 @@ def batch_get_item(environ: dict[str, Any], body: bytes) -> bytes | None:
             attrs = item.attrs
             if wanted is not None:
                 attrs = {a: v for a, v in attrs.items() if a in wanted}
-            attributes = _plain_attributes(attrs)
+            attributes = plain_attributes(attrs)
             if attributes is None:
                 return None
             found.append(attributes)
@@ -197,27 +216,6 @@ def _projected(asked: dict[str, Any]) -> set[str] | None:
     if used != set(names) or not all(isinstance(v, str) and v for v in names.values()):
         return None
     return {names[p] for p in used}
-
-
-def _plain_attributes(attrs: dict[str, Any]) -> dict[str, Any] | None:
-    """moto's attributes as DynamoDB's JSON, if each is of a plain type; else None."""
-    attributes = {}
-    for attribute, value in attrs.items():
-        if value.type in _PLAIN_TYPES:
-            attributes[attribute] = {value.type: value.value}
-        elif value.type == "B" and isinstance(value.value, str | bytes):
-            # As moto keeps it: the base64 text it was given, or bytes to encode.
-            text = value.value
-            attributes[attribute] = {"B": text if isinstance(text, str) else _b64(text)}
-        else:
-            return None
-    return attributes
-
-
-def _b64(data: bytes) -> str:
-    import base64
-
-    return base64.b64encode(data).decode()
 
 
 def _plain_key(key: dict[str, Any]) -> bool:

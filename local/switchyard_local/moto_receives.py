@@ -39,7 +39,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from switchyard_local.moto_wire import backend_of, json_request
+from switchyard_local.moto_wire import json_request, standard_queue
 
 RECEIVE_TARGET = "AmazonSQS.ReceiveMessage"
 DELETE_TARGET = "AmazonSQS.DeleteMessageBatch"
@@ -86,7 +86,7 @@ def receive_message(environ: dict[str, Any], body: bytes) -> bytes | None:
     asked = [*request.get("AttributeNames", []), *request.get("MessageSystemAttributeNames", [])]
     if not all(isinstance(name, str) for name in asked):
         return None
-    found = _queue(environ, request)
+    found = standard_queue(environ, request.get("QueueUrl"))
     if found is None:
         return None
     backend, name, queue = found
@@ -115,7 +115,9 @@ def delete_message_batch(environ: dict[str, Any], body: bytes) -> bytes | None:
     moto to answer (nothing deleted)."""
     request = json_request(body, {"QueueUrl", "Entries"})
     entries = _entries(request, {"Id", "ReceiptHandle"})
-    found = _queue(environ, request) if entries is not None else None
+    if request is None or entries is None:
+        return None
+    found = standard_queue(environ, request.get("QueueUrl"))
     if found is None:
         return None
     backend, name, _ = found
@@ -128,11 +130,11 @@ def change_message_visibility_batch(environ: dict[str, Any], body: bytes) -> byt
     for moto to answer."""
     request = json_request(body, {"QueueUrl", "Entries"})
     entries = _entries(request, {"Id", "ReceiptHandle", "VisibilityTimeout"})
-    if entries is None:
+    if request is None or entries is None:
         return None
     if not all(_within(e["VisibilityTimeout"], 0, _MAX_VISIBILITY_S) for e in entries):
         return None
-    found = _queue(environ, request)
+    found = standard_queue(environ, request.get("QueueUrl"))
     if found is None:
         return None
     backend, name, _ = found
@@ -165,22 +167,6 @@ def _entries(request: dict[str, Any] | None, fields: set[str]) -> list[dict[str,
         if len({e[field] for e in entries}) != len(entries):
             return None
     return entries
-
-
-def _queue(environ: dict[str, Any], request: dict[str, Any]) -> tuple[Any, str, Any] | None:
-    """moto's SQS backend, the queue's name (as moto reads it from the URL) and the
-    queue, for a standard queue that exists; None otherwise."""
-    url = request.get("QueueUrl")
-    if not isinstance(url, str):
-        return None
-    backend = backend_of(environ, "sqs")
-    if backend is None:
-        return None
-    name = url.split("/")[-1] if url.startswith(("http://", "https://")) else url
-    queue = backend.queues.get(name)
-    if queue is None or queue.fifo_queue:
-        return None
-    return backend, name, queue
 
 
 def _within(value: Any, low: int, high: int) -> bool:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from switchyard_local.moto_wire import backend_of, json_request
+from switchyard_local.moto_wire import json_request, standard_queue
 
 TARGET = "AmazonSQS.SendMessage"
 _FIELDS = {"QueueUrl", "MessageBody", "MessageGroupId", "DelaySeconds"}
@@ -45,14 +45,10 @@ def send_message(environ: dict[str, Any], body: bytes) -> bytes | None:
         return None
     if delay is not None and (not isinstance(delay, int) or isinstance(delay, bool)):
         return None
-    backend = backend_of(environ, "sqs")
-    if backend is None:
+    found = standard_queue(environ, url)
+    if found is None:
         return None
-    # As moto reads the queue's name: the URL's last part, or the name itself.
-    name = url.split("/")[-1] if url.startswith(("http://", "https://")) else url
-    queue = backend.queues.get(name)
-    if queue is None or queue.fifo_queue:
-        return None
+    backend, name, _ = found
     from moto.sqs.exceptions import SQSException
 
     try:

@@ -1,6 +1,7 @@
 """What every direct answer of the emulator reads from a request (``moto_reads``,
-``moto_puts``, ``moto_sends``, ``moto_statements``): its JSON body, and moto's own
-backend and table for the caller's account and region."""
+``moto_puts``, ``moto_sends``, ``moto_statements``, ``moto_receives``,
+``moto_queries``): its JSON body, and moto's own backend and table for the caller's
+account and region; and how an item read is answered."""
 
 from __future__ import annotations
 
@@ -39,6 +40,22 @@ def key_names(table: Any) -> list[str]:
     return [table.hash_key_attr] + ([table.range_key_attr] if table.has_range_key else [])
 
 
+def standard_queue(environ: dict[str, Any], url: Any) -> tuple[Any, str, Any] | None:
+    """moto's SQS backend for the request, the queue's name as moto reads it from
+    ``url`` (its last part, or the name itself) and the queue, for a standard queue
+    that exists; None otherwise (moto's to answer)."""
+    if not isinstance(url, str):
+        return None
+    backend = backend_of(environ, "sqs")
+    if backend is None:
+        return None
+    name = url.split("/")[-1] if url.startswith(("http://", "https://")) else url
+    queue = backend.queues.get(name)
+    if queue is None or queue.fifo_queue:
+        return None
+    return backend, name, queue
+
+
 def backend_of(environ: dict[str, Any], service: str = "dynamodb") -> Any:
     """moto's backend of ``service`` (``dynamodb`` or ``sqs``) for the request's
     account and region, found as moto finds them for a SigV4-signed call to an
@@ -69,3 +86,28 @@ def backend_of(environ: dict[str, Any], service: str = "dynamodb") -> Any:
         return backends[account][region]
     except KeyError:
         return None
+
+
+_PLAIN_TYPES = {"S", "N", "BOOL", "NULL", "SS", "NS"}
+
+
+def plain_attributes(attrs: dict[str, Any]) -> dict[str, Any] | None:
+    """moto's attributes (an item's ``attrs``) as DynamoDB's JSON, if each is of a
+    plain type; else None (moto's serializer's to form)."""
+    attributes = {}
+    for attribute, value in attrs.items():
+        if value.type in _PLAIN_TYPES:
+            attributes[attribute] = {value.type: value.value}
+        elif value.type == "B" and isinstance(value.value, str | bytes):
+            # As moto keeps it: the base64 text it was given, or bytes to encode.
+            text = value.value
+            attributes[attribute] = {"B": text if isinstance(text, str) else _b64(text)}
+        else:
+            return None
+    return attributes
+
+
+def _b64(data: bytes) -> str:
+    import base64
+
+    return base64.b64encode(data).decode()
