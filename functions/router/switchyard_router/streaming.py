@@ -5,7 +5,7 @@ The worker writes a streamed request's tokens as chunks in the results table
 it passed on, in order, each token once, a chunk's tokens together (its caller
 passes them on in one write). The process's :class:`StreamHub` reads every
 stream's next chunk together, the first token's too: one read of a stream's chunk
-at token 0 by its key from 10 ms after it was asked for, backing off to 50 ms, then
+at token 0 by its key from 10 ms after it was asked for, backing off to 25 ms, then
 its next chunk every 50 ms, each read shared with every other stream due then.
 When nothing new arrives for a while, it reads the whole stream once (a chunk
 another worker cut elsewhere) and the request's record: an error, expiry or
@@ -31,6 +31,9 @@ from switchyard.schemas import ResultRecord
 
 _FIRST_POLL_S = 0.01
 _MAX_POLL_S = 0.05
+# The hub's looks for a first token back off to this: one look serves every stream
+# waiting, and a first token waits for no reader that looks less often.
+_FIRST_MOST_S = 0.025
 _STREAM_POLL_S = 0.05  # after the first token: a look per chunk the worker writes
 _RECORD_EVERY_S = 0.5  # with nothing new for this long, read the request's record
 
@@ -56,8 +59,8 @@ class StreamHub:
     token: each look is one read of the next chunk of every stream due a look, by its
     exact key (``TokenStream.at``, a BatchGetItem), so n streams cost one call per
     look, not n. A stream waiting for its first token is looked at 10 ms after it is
-    asked for, then every 1.5 times longer, up to the 50 ms every stream with tokens
-    flowing is looked at. In Lambda a function instance holds one stream at a time
+    asked for, then every 1.5 times longer, up to 25 ms; a stream whose tokens flow,
+    every 50 ms. In Lambda a function instance holds one stream at a time
     and the hub reads one key; the local router holds them all."""
 
     def __init__(
@@ -117,7 +120,8 @@ class StreamHub:
                 for w in due:
                     chunk = found.get((w.tenant, w.request_id, w.cursor))
                     if chunk is None:
-                        w.every = min(w.every * 1.5, self._interval)
+                        most = _FIRST_MOST_S if w.cursor == 0 else self._interval
+                        w.every = min(w.every * 1.5, max(most, self._first_interval))
                         w.next_look = looked + w.every
                         continue
                     again = chunk.start > 0
