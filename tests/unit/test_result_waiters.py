@@ -8,14 +8,13 @@ import time
 
 import pytest
 
-from harness.fakes import FakePayloads, FakeQueue, FakeRegistry, FakeResults, answered
+from harness.fakes import FakePayloads, FakeQueue, FakeRegistry, FakeResults
 from switchyard.queues import ModelLanes
 from switchyard.routing import RoutingDocument
 from switchyard.schemas import QueueMessage, ResultRecord
 from switchyard_router.logic import LookSchedule, PredictService
 from switchyard_router.waiters import ResultWaiters
-
-IMAGE = [0] * 64
+from tests.unit.test_router_traffic import IMAGE, ScriptedWorkers, StaticRouting
 
 
 def final(tenant: str, request_id: str) -> ResultRecord:
@@ -113,41 +112,15 @@ def test_a_read_that_fails_fails_each_look_in_it():
 # -- the wait in PredictService --------------------------------------------------------
 
 
-class Workers(FakeQueue):
-    """Per version: answer each message, fail an attempt, or stay silent."""
-
-    def __init__(self, results: FakeResults, behaviour: dict[str, str]) -> None:
-        super().__init__("realtime")
-        self.results = results
-        self.behaviour = behaviour
-
-    def send(self, body: str, group: str) -> None:
-        super().send(body, group)
-        m = QueueMessage.model_validate_json(body)
-        action = self.behaviour.get(m.version, "silent")
-        if action == "fail":
-            self.results.mark_failed(ResultRecord.queued_for(m, int(m.expires_at)), "failed")
-        elif action == "answer":
-            self.results.complete(answered(m, {"class": 1}))
-
-
-class Routing:
-    def __init__(self, document: RoutingDocument) -> None:
-        self.doc = document
-
-    def document(self, model: str) -> RoutingDocument:
-        return self.doc
-
-
 def service_over(versions, behaviour, document=None, sleep=time.sleep):
     results = CountedResults()
-    realtime = Workers(results, behaviour)
+    realtime = ScriptedWorkers(results, behaviour)
     service = PredictService(
         endpoints={"digits-cnn": ModelLanes(realtime=realtime, batch=FakeQueue("batch"))},
         registry=FakeRegistry(*versions),
         results=results,
         payloads=FakePayloads(),
-        routing=Routing(document) if document else None,
+        routing=StaticRouting(document) if document else None,
         result_ttl_seconds=3600,
         claim_check_bytes=200_000,
         sleep=sleep,
