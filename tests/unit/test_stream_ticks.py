@@ -4,23 +4,13 @@ the number of streams."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
-from harness.fakes import (
-    FakePayloads,
-    FakeQueue,
-    FakeRegistry,
-    FakeResults,
-    FakeTokenStream,
-    GenerativeRuntime,
-    ScriptDecoder,
-)
 from switchyard.generation import Chunk
-from switchyard.schemas import QueueMessage
 from switchyard_worker.generation_loop import MOST_FLUSH_S, STREAMS_PER_FLUSH, flush_interval
-from switchyard_worker.worker import Worker
+
+# test_worker's generative worker (its fixture), and how it sends and generates
+from tests.unit.test_worker import ask, generate_all, generating  # noqa: F401
 
 
 def test_the_flush_interval_grows_with_the_streams_and_a_slow_write_up_to_a_bound():
@@ -37,61 +27,13 @@ def test_the_flush_interval_grows_with_the_streams_and_a_slow_write_up_to_a_boun
     assert flush_interval(3600, 1, 0.0) == 3600
 
 
-@pytest.fixture
-def generating(manifest):
-    record = manifest.models["pydoc-gpt"].version_record(
-        "pydoc-gpt", "v1", "s3://a/m.tar", "0" * 64, created_at=1.0
-    )
-    log: list = []
-    realtime, batch = FakeQueue("realtime"), FakeQueue("batch")
-    results, stream = FakeResults(log), FakeTokenStream(log)
-    worker = Worker(
-        model="pydoc-gpt",
-        worker_id="w1",
-        realtime=realtime,
-        batch=batch,
-        registry=FakeRegistry(record),
-        results=results,
-        payloads=FakePayloads(),
-        load_runtime=lambda r: GenerativeRuntime(ScriptDecoder("The quick brown fox.")),
-        visibility_timeout=60,
-        poll_wait_seconds=0,
-        max_receive_count=realtime.max_receive_count,
-        stream=stream,
-        stream_flush_seconds=3600,  # one chunk for the first token, one at the end
-    )
-    worker.preload()
-    return worker, realtime, results, stream, log
-
-
-def ask(queue, rid, max_tokens):
-    message = QueueMessage(
-        request_id=rid,
-        tenant="acme",
-        model="pydoc-gpt",
-        version="v1",
-        inputs=[{"prompt": "Say", "max_tokens": max_tokens, "stream": True}],
-        n_inputs=1,
-        enqueued_at=time.time(),
-        expires_at=time.time() + 3600,
-    )
-    queue.send(message.model_dump_json(), "acme")
-
-
-def generate_all(worker, queue, steps=40):
-    for pending in worker.intake.keep(queue.receive(10, 0)):
-        worker.loop.arrivals.put(pending)
-    for _ in range(steps):
-        worker.step()
-    worker.loop.stream_writer.submit(lambda: None).result()  # the writes made so far
-    worker.wait_for_results()
-
-
-def test_the_streams_first_tokens_are_written_in_one_call_and_each_stream_in_order(generating):
-    worker, realtime, results, stream, log = generating
+def test_the_streams_first_tokens_are_written_in_one_call_and_each_stream_in_order(
+    generating,  # noqa: F811
+):
+    worker, realtime, results, stream, _, log = generating
     # GIVEN three streamed requests that join the running batch together
     for rid, n in (("a", 5), ("b", 9), ("c", 12)):
-        ask(realtime, rid, n)
+        ask(realtime, rid, max_tokens=n, stream=True)
     # WHEN the worker generates them
     generate_all(worker, realtime)
     # THEN their first tokens went in one write, one chunk each
@@ -113,12 +55,14 @@ def test_the_streams_first_tokens_are_written_in_one_call_and_each_stream_in_ord
     assert len(writes) < 6
 
 
-def test_a_stream_whose_place_another_worker_wrote_is_written_no_more_but_answered(generating):
-    worker, realtime, results, stream, log = generating
+def test_a_stream_whose_place_another_worker_wrote_is_written_no_more_but_answered(
+    generating,  # noqa: F811
+):
+    worker, realtime, results, stream, _, _ = generating
     # GIVEN another worker has written the first chunk of b (it holds b too)
     stream.put("acme", "b", Chunk(0, [ord("X")], ["X"]), 0)
-    ask(realtime, "a", 6)
-    ask(realtime, "b", 6)
+    ask(realtime, "a", max_tokens=6, stream=True)
+    ask(realtime, "b", max_tokens=6, stream=True)
     # WHEN this worker generates both
     generate_all(worker, realtime)
     # THEN b's stream is left as the other worker wrote it, a's is whole
