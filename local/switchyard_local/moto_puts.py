@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from switchyard_local.moto_wire import json_request, table_of
+from switchyard_local.moto_wire import json_request, plain_values, table_of
 
 TARGET = "DynamoDB_20120810.PutItem"
 _FIELDS = {
@@ -36,7 +36,6 @@ _FIELDS = {
     "ExpressionAttributeNames",
     "ExpressionAttributeValues",
 }
-_PLAIN_TYPES = {"S", "N", "BOOL", "NULL"}
 
 
 def put_item(environ: dict[str, Any], body: bytes) -> bytes | None:
@@ -46,7 +45,7 @@ def put_item(environ: dict[str, Any], body: bytes) -> bytes | None:
     if request is None:
         return None
     name, item = request.get("TableName"), request.get("Item")
-    if not isinstance(name, str) or not isinstance(item, dict) or not _plain(item):
+    if not isinstance(name, str) or not isinstance(item, dict) or not plain_values(item):
         return None
     condition = request.get("ConditionExpression")
     names = request.get("ExpressionAttributeNames", {})
@@ -55,7 +54,9 @@ def put_item(environ: dict[str, Any], body: bytes) -> bytes | None:
         return None
     if not isinstance(names, dict) or not all(isinstance(v, str) for v in names.values()):
         return None
-    if values is not None and (not isinstance(values, dict) or not values or not _plain(values)):
+    if values is not None and (
+        not isinstance(values, dict) or not values or not plain_values(values)
+    ):
         return None
     found = table_of(environ, name)
     if found is None:
@@ -91,19 +92,3 @@ def put_item(environ: dict[str, Any], body: bytes) -> bytes | None:
     except (DynamodbException, JsonRESTError):
         return None  # refused before writing: moto answers it, with its own error
     return b"{}"
-
-
-def _plain(attributes: dict[str, Any]) -> bool:
-    """Each value one attribute value of a plain type: a string, a number (as DynamoDB
-    sends it, a string), a boolean or a null."""
-    for value in attributes.values():
-        if not isinstance(value, dict) or len(value) != 1:
-            return False
-        ((kind, data),) = value.items()
-        if kind not in _PLAIN_TYPES:
-            return False
-        if kind in ("S", "N") and not isinstance(data, str):
-            return False
-        if kind in ("BOOL", "NULL") and not isinstance(data, bool):
-            return False
-    return True

@@ -37,8 +37,9 @@ which moto cannot run (``switchyard_local.moto_statements``), writes plain
 PutItems and SendMessages the same direct way (``switchyard_local.moto_puts``,
 ``switchyard_local.moto_sends``), and answers a worker's ReceiveMessage,
 DeleteMessageBatch and ChangeMessageVisibilityBatch (``switchyard_local.moto_receives``)
-a stream reader's Query (``switchyard_local.moto_queries``), and writes the result
-cache's BatchWriteItems (``switchyard_local.moto_writes``).
+a stream reader's Query (``switchyard_local.moto_queries``), writes the result
+cache's BatchWriteItems (``switchyard_local.moto_writes``) and applies plain
+UpdateItems, the platform's counters (``switchyard_local.moto_updates``).
 Each direct answer carries the header ``moto_wire.DIRECT_HEADER``.
 
 Like ``moto_sqs`` and ``moto_dynamodb``, this reads moto's internals, so it refuses
@@ -62,6 +63,7 @@ from switchyard_local import (
     moto_receives,
     moto_sends,
     moto_statements,
+    moto_updates,
     moto_writes,
 )
 from switchyard_local.moto_sqs import require_pinned_moto
@@ -71,12 +73,12 @@ from switchyard_local.moto_wire import (
     json_request,
     key_names,
     plain_attributes,
+    plain_key,
     table_of,
 )
 
 TARGET = "DynamoDB_20120810.GetItem"
 _FIELDS = {"TableName", "Key", "ConsistentRead"}
-_KEY_TYPES = {"S", "N"}
 BATCH_TARGET = "DynamoDB_20120810.BatchGetItem"
 _BATCH_FIELDS = {"Keys", "ProjectionExpression", "ExpressionAttributeNames", "ConsistentRead"}
 _PLACEHOLDERS = re.compile(r"#\w+(?: ?, ?#\w+)*")
@@ -90,7 +92,8 @@ def wrap(app: Application) -> Application:
     directly, plain PutItems (``moto_puts``) and SendMessages (``moto_sends``)
     written so, batches of INSERTs and conditional UPDATEs (``moto_statements``), a
     worker's receives, deletes and visibility changes (``moto_receives``), a stream
-    reader's Query (``moto_queries``) and BatchWriteItems of puts (``moto_writes``)."""
+    reader's Query (``moto_queries``), BatchWriteItems of puts (``moto_writes``) and
+    plain UpdateItems (``moto_updates``)."""
     require_pinned_moto("switchyard_local.moto_reads reads {moto}'s DynamoDB tables")
     answers = {
         TARGET: get_item,
@@ -103,6 +106,7 @@ def wrap(app: Application) -> Application:
         moto_receives.VISIBILITY_TARGET: moto_receives.change_message_visibility_batch,
         moto_queries.TARGET: moto_queries.query,
         moto_writes.TARGET: moto_writes.batch_write_item,
+        moto_updates.TARGET: moto_updates.update_item,
     }
 
     def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
@@ -137,7 +141,7 @@ def get_item(environ: dict[str, Any], body: bytes) -> bytes | None:
     if request is None:
         return None
     name, key = request.get("TableName"), request.get("Key")
-    if not isinstance(name, str) or not isinstance(key, dict) or not _plain_key(key):
+    if not isinstance(name, str) or not isinstance(key, dict) or not plain_key(key):
         return None
     if not isinstance(request.get("ConsistentRead", False), bool):
         return None
@@ -183,7 +187,7 @@ def batch_get_item(environ: dict[str, Any], body: bytes) -> bytes | None:
         if asked_in_all > _MOST_KEYS or not isinstance(asked.get("ConsistentRead", False), bool):
             return None
         names = set(key_names(table))
-        if not all(isinstance(k, dict) and _plain_key(k) and set(k) == names for k in keys):
+        if not all(isinstance(k, dict) and plain_key(k) and set(k) == names for k in keys):
             return None
         if len({json.dumps(k, sort_keys=True) for k in keys}) != len(keys):
             return None  # a key asked twice: moto's error
@@ -216,14 +220,3 @@ def _projected(asked: dict[str, Any]) -> set[str] | None:
     if used != set(names) or not all(isinstance(v, str) and v for v in names.values()):
         return None
     return {names[p] for p in used}
-
-
-def _plain_key(key: dict[str, Any]) -> bool:
-    """Each key attribute one non-empty string or number value."""
-    for value in key.values():
-        if not isinstance(value, dict) or len(value) != 1:
-            return False
-        ((kind, text),) = value.items()
-        if kind not in _KEY_TYPES or not isinstance(text, str) or not text:
-            return False
-    return True

@@ -89,6 +89,34 @@ def backend_of(environ: dict[str, Any], service: str = "dynamodb") -> Any:
 
 
 _PLAIN_TYPES = {"S", "N", "BOOL", "NULL", "SS", "NS"}
+_KEY_TYPES = {"S", "N"}
+_VALUE_TYPES = frozenset({"S", "N", "BOOL", "NULL"})
+
+
+def plain_values(attributes: dict[str, Any], types: frozenset[str] = _VALUE_TYPES) -> bool:
+    """Each of a request's attribute values one value of a plain type: by default a
+    string, a number (as DynamoDB sends it, a string), a boolean or a null (and a
+    binary, as base64 text, where ``types`` holds ``B``)."""
+    for value in attributes.values():
+        if not isinstance(value, dict) or len(value) != 1:
+            return False
+        ((kind, data),) = value.items()
+        if kind not in types:
+            return False
+        if not isinstance(data, bool if kind in ("BOOL", "NULL") else str):
+            return False
+    return True
+
+
+def plain_key(key: dict[str, Any]) -> bool:
+    """Each key attribute one non-empty string or number value."""
+    for value in key.values():
+        if not isinstance(value, dict) or len(value) != 1:
+            return False
+        ((kind, text),) = value.items()
+        if kind not in _KEY_TYPES or not isinstance(text, str) or not text:
+            return False
+    return True
 
 
 def plain_attributes(attrs: dict[str, Any]) -> dict[str, Any] | None:

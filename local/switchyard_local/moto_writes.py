@@ -28,11 +28,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from switchyard_local.moto_wire import backend_of, json_request, key_names
+from switchyard_local.moto_wire import backend_of, json_request, key_names, plain_values
 
 TARGET = "DynamoDB_20120810.BatchWriteItem"
 _MOST_WRITES = 25  # DynamoDB's limit per BatchWriteItem
-_PLAIN_TYPES = {"S", "N", "B", "BOOL", "NULL"}
+_PLAIN_TYPES = frozenset({"S", "N", "B", "BOOL", "NULL"})  # binaries as base64 text
 
 
 def batch_write_item(environ: dict[str, Any], body: bytes) -> bytes | None:
@@ -81,14 +81,8 @@ def _put_item(entry: Any) -> dict[str, Any] | None:
     put = entry["PutRequest"]
     if not isinstance(put, dict) or set(put) != {"Item"} or not isinstance(put["Item"], dict):
         return None
-    for value in put["Item"].values():
-        if not isinstance(value, dict) or len(value) != 1:
-            return None
-        ((kind, data),) = value.items()
-        if kind not in _PLAIN_TYPES:
-            return None
-        if not isinstance(data, bool if kind in ("BOOL", "NULL") else str):
-            return None
+    if not plain_values(put["Item"], _PLAIN_TYPES):
+        return None
     return put["Item"]
 
 
