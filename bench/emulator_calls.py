@@ -3,15 +3,19 @@ makes most costs the emulator's process, and whether the emulator answered it
 directly (``switchyard_local.moto_reads`` and the paths it dispatches to) or
 through moto's request machinery.
 
-One client on loopback calls each operation ``n`` times in a row, through the
-platform's own stores (``SqsWorkQueue``, ``DynamoDBResultStore``,
-``DynamoDBTokenStream``, ``DynamoDBQueuedCounts``, ``DynamoDBResultCache``), so the
-requests and items are the platform's shapes, against a private emulator
-provisioned from the manifest (``bench.emulator``). The emulator's CPU (user +
-system, from /proc) over the ``n`` calls, divided by the calls made, is its cost
-per call; the client's wall time per call is beside it. What a run sets up (items
-to read, messages to receive) is not counted. A ReceiveMessage of 10 is counted on
-a full queue; one that finds the queue empty (no wait) is counted apart.
+One client on loopback calls each operation ``n`` times, through the platform's
+own stores (``SqsWorkQueue``, ``DynamoDBResultStore``, ``DynamoDBTokenStream``,
+``DynamoDBQueuedCounts``, ``DynamoDBResultCache``), so the requests and items are
+the platform's shapes, against a private emulator provisioned from the manifest
+(``bench.emulator``; IAM not enforced, where the local platform enforces it). The
+emulator's CPU (user + system, from /proc) over an operation's calls, divided by
+the calls made, is its cost per call; the client's wall time per call is beside
+it. What a run sets up (items to read, messages to receive) is not counted. SQS
+runs a worker's cycle ``n`` times over a backlog in three tenants' message groups
+(receive 10, extend their visibility, delete them); a ReceiveMessage that finds
+the queue empty (no wait) is counted apart. DynamoDB's operations run one after
+another, so the tenant's partition holds what the ones before wrote (a Query's
+cost grows with it; its note says how many items it held).
 
 Which path answered: the emulator marks its direct answers with a header
 (``moto_wire.DIRECT_HEADER``); each operation's calls are seen through botocore's
@@ -35,6 +39,7 @@ from switchyard.queues import SqsWorkQueue
 from switchyard.result_cache import CacheEntry, DynamoDBResultCache
 from switchyard.results import DynamoDBResultStore
 from switchyard.schemas import ResultRecord
+from switchyard.tables import RESULTS
 from switchyard_local.moto_wire import DIRECT_HEADER
 
 TENANT = "acme"
@@ -201,10 +206,17 @@ def _dynamodb_ops(emu: Emulator, ddb: Any, meter: Meter, n: int) -> None:
         lambda: [stream.put(TENANT, f"{run}-s", c, expires) for c in chunks],
         "DynamoDBTokenStream.put: a chunk of 8 tokens, attribute_not_exists",
     )
+    held = emu.client("dynamodb").query(
+        TableName=names.results_table,
+        KeyConditionExpression=f"{RESULTS.partition} = :t",
+        ExpressionAttributeValues={":t": {"S": TENANT}},
+        Select="COUNT",
+    )["Count"]
     meter.measure(
         "Query, 4 chunks",
         lambda: [stream.after(TENANT, f"{run}-s", 8 * (n - 4)) for _ in range(n)],
-        "DynamoDBTokenStream.after: the last 4 chunks of a stream",
+        f"DynamoDBTokenStream.after: the last 4 chunks of a stream, in a partition of "
+        f"{held:,} items (the tenant's results and chunks)",
     )
     meter.measure(
         "BatchGetItem, 16 chunks",

@@ -69,11 +69,11 @@ from switchyard_local import (
 from switchyard_local.moto_sqs import require_pinned_moto
 from switchyard_local.moto_wire import (
     DIRECT_HEADER,
-    backend_of,
     json_request,
     key_names,
     plain_attributes,
     plain_key,
+    request_items,
     table_of,
 )
 
@@ -164,13 +164,10 @@ def batch_get_item(environ: dict[str, Any], body: bytes) -> bytes | None:
     or a ``ProjectionExpression`` of ``#name`` placeholders that
     ``ExpressionAttributeNames`` names (each of them used), optionally
     ``ConsistentRead``; each item found holding plain attributes where projected."""
-    request = json_request(body, {"RequestItems"})
-    batches = request.get("RequestItems") if request is not None else None
-    if not isinstance(batches, dict) or not batches:
+    found = request_items(environ, body)
+    if found is None:
         return None
-    backend = backend_of(environ)
-    if backend is None:
-        return None
+    backend, batches = found
     answer: dict[str, Any] = {"ConsumedCapacity": [], "Responses": {}, "UnprocessedKeys": {}}
     asked_in_all = 0
     for name, asked in batches.items():

@@ -83,7 +83,10 @@ def receive_message(environ: dict[str, Any], body: bytes) -> bytes | None:
         return None
     if not (visibility is None or _within(visibility, 0, _MAX_VISIBILITY_S)):
         return None
-    asked = [*request.get("AttributeNames", []), *request.get("MessageSystemAttributeNames", [])]
+    lists = [request.get("AttributeNames", []), request.get("MessageSystemAttributeNames", [])]
+    if not all(isinstance(names, list) for names in lists):
+        return None
+    asked = [*lists[0], *lists[1]]
     if not all(isinstance(name, str) for name in asked):
         return None
     found = standard_queue(environ, request.get("QueueUrl"))

@@ -27,6 +27,17 @@ def json_request(body: bytes, fields: set[str]) -> dict[str, Any] | None:
     return request
 
 
+def request_items(environ: dict[str, Any], body: bytes) -> tuple[Any, dict[str, Any]] | None:
+    """moto's DynamoDB backend and a batch request's ``RequestItems`` (a request of
+    that field alone, naming at least one table); None otherwise (moto's to answer)."""
+    request = json_request(body, {"RequestItems"})
+    batches = request.get("RequestItems") if request is not None else None
+    if not isinstance(batches, dict) or not batches:
+        return None
+    backend = backend_of(environ)
+    return None if backend is None else (backend, batches)
+
+
 def table_of(environ: dict[str, Any], name: str) -> tuple[Any, Any] | None:
     """moto's DynamoDB backend for the request and its table ``name``; None where
     either is not found (moto's to answer)."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from switchyard_local.moto_wire import backend_of, json_request, key_names, plain_values
+from switchyard_local.moto_wire import key_names, plain_values, request_items
 
 TARGET = "DynamoDB_20120810.BatchWriteItem"
 _MOST_WRITES = 25  # DynamoDB's limit per BatchWriteItem
@@ -38,13 +38,10 @@ _PLAIN_TYPES = frozenset({"S", "N", "B", "BOOL", "NULL"})  # binaries as base64 
 def batch_write_item(environ: dict[str, Any], body: bytes) -> bytes | None:
     """The answer to a plain BatchWriteItem, its items written; or None for moto to
     answer."""
-    request = json_request(body, {"RequestItems"})
-    batches = request.get("RequestItems") if request is not None else None
-    if not isinstance(batches, dict) or not batches:
+    found = request_items(environ, body)
+    if found is None:
         return None
-    backend = backend_of(environ)
-    if backend is None:
-        return None
+    backend, batches = found
     puts = []
     for name, entries in batches.items():
         table = backend.tables.get(name)

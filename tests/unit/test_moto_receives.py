@@ -106,6 +106,7 @@ SCRIPT: list[tuple[str, Step, bool]] = [
     ("message attributes asked", _receive(MessageAttributeNames=["All"]), False),
     ("a count that is not a number", _receive(MaxNumberOfMessages="3"), False),
     ("a visibility past 12 hours", _receive(VisibilityTimeout=43201), False),
+    ("attribute names not a list", _receive(AttributeNames="All"), False),
     ("the worker's delete", _batch(DELETE, 0, {}, 0, 4), True),
     (
         "deleted twice, and one never issued",
@@ -142,7 +143,7 @@ SCRIPT: list[tuple[str, Step, bool]] = [
         _receive(MaxNumberOfMessages=10, MessageSystemAttributeNames=SYSTEM),
         True,
     ),
-    ("a delete of what is in hand", _batch(DELETE, 18, {}), True),
+    ("a delete of what is in hand", _batch(DELETE, 19, {}), True),
     ("a long poll of an emptied queue", _receive(WaitTimeSeconds=1, MaxNumberOfMessages=10), True),
     (
         "to a queue that does not exist",

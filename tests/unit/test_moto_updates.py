@@ -5,7 +5,6 @@ each holds after, compared."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +14,7 @@ from werkzeug.test import Client
 
 from switchyard_local import moto_reads, moto_updates
 from tests.unit.test_moto_reads import RESULTS_KEYS, answered_directly, call
+from tests.unit.test_moto_writes import both_ways
 
 SIDES = {"moto": "updates-by-moto", "fast": "updates-by-fast"}
 
@@ -150,20 +150,14 @@ SCRIPT: list[tuple[str, Any, bool]] = [
 ]
 
 
-def _for(request: Any, side: str) -> Any:
-    return json.loads(json.dumps(request).replace('"TABLE"', json.dumps(SIDES[side])))
-
-
 @pytest.mark.parametrize(("what", "request_body", "direct"), SCRIPT, ids=[s[0] for s in SCRIPT])
 def test_an_update_answers_and_applies_what_moto_does(clients, what, request_body, direct):
     moto, fast, applied = clients
     before = len(applied)
     # WHEN the same update goes to moto for one table, and to the wrapper for its twin
-    by_moto = call(moto, "UpdateItem", _for(request_body, "moto"))
-    by_fast = call(fast, "UpdateItem", _for(request_body, "fast"))
+    by_moto, by_fast = both_ways(moto, fast, "UpdateItem", request_body, SIDES)
     # THEN the answers are the same (but for the table's name), and so are the items
-    same_names = json.dumps(by_fast).replace(SIDES["fast"], SIDES["moto"])
-    assert json.loads(same_names) == json.loads(json.dumps(by_moto)), what
+    assert by_fast == by_moto, what
     items = {
         side: call(moto, "GetItem", {"TableName": table, "Key": request_body.get("Key", {})})
         for side, table in SIDES.items()

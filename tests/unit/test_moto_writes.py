@@ -75,8 +75,19 @@ SCRIPT: list[tuple[str, Any, bool]] = [
 ]
 
 
-def _for(request: Any, side: str) -> Any:
-    return json.loads(json.dumps(request).replace('"TABLE"', json.dumps(SIDES[side])))
+def both_ways(
+    moto: Client, fast: Client, target: str, request: Any, sides: dict[str, str] = SIDES
+) -> tuple[Any, Any]:
+    """``request`` (its table named ``TABLE``) sent to moto for one of twin tables and
+    to the wrapper for the other: moto's answer, and the wrapper's with the table's
+    name made moto's side's."""
+
+    def on(side: str) -> Any:
+        return json.loads(json.dumps(request).replace('"TABLE"', json.dumps(sides[side])))
+
+    by_moto, by_fast = call(moto, target, on("moto")), call(fast, target, on("fast"))
+    same_names = json.dumps(by_fast).replace(sides["fast"], sides["moto"])
+    return json.loads(json.dumps(by_moto)), json.loads(same_names)
 
 
 def _held(client: Client, table: str) -> list[Any]:
@@ -90,11 +101,9 @@ def test_a_batch_write_answers_and_writes_what_moto_does(clients, what, request_
     moto, fast, written = clients
     before = len(written)
     # WHEN the same batch goes to moto for one table, and to the wrapper for its twin
-    by_moto = call(moto, "BatchWriteItem", _for(request_body, "moto"))
-    by_fast = call(fast, "BatchWriteItem", _for(request_body, "fast"))
+    by_moto, by_fast = both_ways(moto, fast, "BatchWriteItem", request_body)
     # THEN the answers are the same (but for the table's name), and so are the tables
-    same_names = json.dumps(by_fast).replace(SIDES["fast"], SIDES["moto"])
-    assert json.loads(same_names) == json.loads(json.dumps(by_moto)), what
+    assert by_fast == by_moto, what
     assert _held(moto, SIDES["fast"]) == _held(moto, SIDES["moto"]), what
     # AND the plain ones were written directly, the rest left to moto
     assert (len(written) > before) is direct, what
