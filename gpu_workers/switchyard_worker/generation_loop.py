@@ -530,6 +530,15 @@ class _ChunkTicks:
         self._writer.submit(self._tick)
 
     def _tick(self) -> None:
+        try:
+            self._ticks()
+        except Exception:  # noqa: BLE001 - the next decode step asks for a tick again
+            log.exception("stream writer tick failed")
+            with self._lock:
+                self._ticking = False
+
+    def _ticks(self) -> None:
+        """Ticks, until none was asked for while the last one ran."""
         while True:
             with self._lock:
                 streams = list(self._open)

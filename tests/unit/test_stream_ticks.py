@@ -71,3 +71,22 @@ def test_a_stream_whose_place_another_worker_wrote_is_written_no_more_but_answer
     # AND both have their results (whichever worker stores first answers)
     assert results.get("acme", "a").outputs[0]["text"] == "The qu"
     assert results.get("acme", "b").outputs[0]["usage"]["completion_tokens"] == 6
+
+
+def test_a_stream_whose_writes_fail_still_gets_its_result(
+    generating,  # noqa: F811
+):
+    worker, realtime, results, stream, _, _ = generating
+
+    def unavailable(writes):
+        raise ConnectionError("the table is not there")
+
+    stream.put_many = unavailable
+    # WHEN a streamed request generates while no chunk can be written
+    ask(realtime, "a", max_tokens=6, stream=True)
+    generate_all(worker, realtime)
+    # THEN its chunks are lost, but its result is stored (its reader ends with the
+    # result's text) and its message deleted
+    assert stream.after("acme", "a", 0) == []
+    assert results.get("acme", "a").outputs[0]["text"] == "The qu"
+    assert realtime.depth == 0 and not realtime.in_flight
