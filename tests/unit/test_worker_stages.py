@@ -12,6 +12,7 @@ import pytest
 from harness.fakes import EchoRuntime, FakePayloads, FakeRegistry
 from harness.waiting import wait_for
 from switchyard.schemas import ResultRecord
+from switchyard.telemetry import prediction_records
 from switchyard_worker.intake import read_messages
 from switchyard_worker.versions import ServedVersions
 from tests.unit.test_worker import build, send
@@ -369,3 +370,22 @@ def test_collect_less_makes_young_collections_rarer_and_says_what_it_replaced():
         assert gc.get_threshold() == (YOUNG_COLLECTION_AFTER, *before[1:])
     finally:
         gc.set_threshold(*before)
+
+
+def test_a_prediction_log_record_keeps_durations_to_three_decimals_and_no_inputs():
+    # GIVEN a classifier's result with epoch timings and durations
+    now = time.time()
+    record = ResultRecord(
+        request_id="r-1", tenant="acme", model="digits-cnn", version="v1", status="done",
+        outputs=[{"class": 3, "probs": [0.1] * 10}], created_at=now, completed_at=now,
+        expires_at=int(now) + 60,
+        timings={"received_at": now, "batch_wait_ms": 1.23456, "compute_ms": 0.0004,
+                 "queue_wait_ms": 12.3449, "completed_at": now},
+    )  # fmt: skip
+    # WHEN it is logged
+    [logged] = prediction_records([record])
+    # THEN its durations are rounded, its epoch times left out, its outputs summarised
+    assert logged["timings"] == {"batch_wait_ms": 1.235, "compute_ms": 0.0, "queue_wait_ms": 12.345}
+    assert logged["outputs"] == [3]
+    assert logged["n_outputs"] == 1
+    assert (logged["request_id"], logged["status"], logged["error"]) == ("r-1", "done", None)
