@@ -21,7 +21,7 @@ import queue as stdlib_queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from switchyard.generation import (
     Chunk,
@@ -98,6 +98,10 @@ class GenerationLoop:
         self.arrivals: stdlib_queue.Queue[Pending] = stdlib_queue.Queue()
         self._generating: dict[str, _Generating] = {}
         self._looked_at_records = time.monotonic()
+        # The running requests' records are read on a thread of their own: the decode
+        # steps go on while a read is under way.
+        self._record_reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="records")
+        self._reading: Future[list[_Generating]] | None = None
         # One thread writes every stream's chunks, a tick at a time: each stream's
         # land in order, each once.
         self.stream_writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stream-writer")
@@ -130,6 +134,7 @@ class GenerationLoop:
         """Release the arrivals that did not join, and let the stream writes end (a
         streamed result is stored after its last chunk); the messages released."""
         released = self.release_arrivals()
+        self._record_reader.shutdown(wait=True)
         self.stream_writer.shutdown(wait=True)
         return released
 
@@ -192,8 +197,7 @@ class GenerationLoop:
             self._admit(arrivals)
         elif arrivals:
             self._in_hand.release([p.received for p in arrivals], 0)
-        if self._generating and time.monotonic() - self._looked_at_records >= _LOOK_AT_RECORDS_S:
-            self._stop_what_ended_elsewhere()
+        self._look_at_records()
         any_ended = False
         for version, running in list(self._batches.items()):
             if not running.running:
@@ -318,24 +322,44 @@ class GenerationLoop:
                        "worker": self.worker_id},
             )  # fmt: skip
 
-    def _stop_what_ended_elsewhere(self) -> None:
-        """Stop the requests whose record has ended while they generate: cancelled
-        (``DELETE /v1/requests/{id}``, or a streamed caller who went away) or
-        expired. Their sequences leave the running batch, their streams are written
-        no more, and their messages are deleted: the record keeps its ending."""
-        self._looked_at_records = time.monotonic()
-        works = list(self._generating.values())
+    def _look_at_records(self) -> None:
+        """Every ``_LOOK_AT_RECORDS_S`` while requests generate, their records are read
+        (one read for all, on the record reader's thread); the first step after the
+        read stops those that ended elsewhere."""
+        reading = self._reading
+        if reading is not None:
+            if reading.done():
+                self._reading = None
+                self._stop_what_ended_elsewhere(reading.result())
+            return
+        if self._generating and time.monotonic() - self._looked_at_records >= _LOOK_AT_RECORDS_S:
+            self._looked_at_records = time.monotonic()
+            works = list(self._generating.values())
+            self._reading = self._record_reader.submit(self._read_records, works)
+
+    def _read_records(self, works: list[_Generating]) -> list[_Generating]:
+        """On the record reader: the works whose records were read (none if the read
+        failed: they run on, and the next look tries again)."""
         try:
             self._intake.read_statuses([w.pending for w in works])
         except Exception:  # noqa: BLE001 - they run on; the next look tries again
             log.exception("reading running requests' records failed")
-            return
+            return []
+        return works
+
+    def _stop_what_ended_elsewhere(self, works: list[_Generating]) -> None:
+        """Stop the requests whose record has ended while they generate: cancelled
+        (``DELETE /v1/requests/{id}``, or a streamed caller who went away) or
+        expired. Their sequences leave the running batch, their streams are written
+        no more, and their messages are deleted: the record keeps its ending."""
         for work in works:
             status = work.pending.status
             if status in (None, "queued"):
                 continue
             m = work.pending.message
             assert m is not None
+            if self._generating.get(m.request_id) is not work:
+                continue  # it ended here while its record was read
             self._generating.pop(m.request_id, None)
             self._batches[work.pending.version].leave(work.sequences)
             if work.streamer is not None:
