@@ -30,6 +30,9 @@ the transaction names are saved instead (deep copies of a few items), moto's
 table-wide copy is skipped, and on failure those items are put back as they were:
 the same all-or-nothing outcome, since no other write runs meanwhile.
 
+And an item's size is counted once as it is built (:func:`_sized_once`), not
+again for every attribute added; the same items are refused at the same limit.
+
 And a Query reads its partition, not the table. moto's ``Table.query`` starts from
 ``all_items()``: every item of every partition, sorted, for each call. A streamed
 generation's reader queries its chunks every 10 to 50 ms, in the results table that
@@ -57,6 +60,7 @@ _WRITES = ("put_item", "update_item", "delete_item", "transact_write_items")
 write_lock = threading.RLock()
 _query = threading.local()  # the partition (and range condition) a Query reads
 _originals: dict[str, Any] = {}  # method name -> moto's own; empty while not applied
+_MOST_ITEM_BYTES = 405_000  # moto's limit of an item's size (LimitedSizeDict)
 
 
 def apply() -> None:
@@ -82,6 +86,10 @@ def apply() -> None:
     _originals["Table.all_items"] = Table.all_items
     Table.query = _partition_query(Table.query)  # type: ignore[method-assign]
     Table.all_items = _partition_items(Table.all_items)  # type: ignore[method-assign]
+    from moto.dynamodb.models.dynamo_type import Item
+
+    _originals["Item.__init__"] = Item.__init__
+    Item.__init__ = _sized_once  # type: ignore[method-assign]
 
 
 def undo() -> None:
@@ -94,6 +102,10 @@ def undo() -> None:
     for name in ("query", "all_items"):
         if f"Table.{name}" in _originals:
             setattr(Table, name, _originals.pop(f"Table.{name}"))
+    if "Item.__init__" in _originals:
+        from moto.dynamodb.models.dynamo_type import Item
+
+        Item.__init__ = _originals.pop("Item.__init__")  # type: ignore[method-assign]
     for name, original in _originals.items():
         setattr(DynamoDBBackend, name, original)
     _originals.clear()
@@ -141,6 +153,30 @@ def _partition_items(all_items: Callable[..., Any]) -> Callable[..., Any]:
         return sorted((item for item in found if item is not None), key=lambda i: i.range_key)
 
     return items
+
+
+def _sized_once(item: Any, hash_key: Any, range_key: Any, attrs: dict[str, Any]) -> None:
+    """moto's ``Item.__init__``, its size kept as it goes. moto's item dictionary
+    (``LimitedSizeDict``) sums the size of every attribute it holds each time one is
+    added, to refuse an item over its limit: n² sizes for an item of n attributes,
+    half of a batch of result INSERTs. Here each attribute's size is added to a
+    running total, checked against the same limit at the same step (sizes only add
+    up), so the same item is refused with the same error; the item is then filled
+    without the dictionary's own check."""
+    from moto.dynamodb.exceptions import ItemSizeTooLarge
+    from moto.dynamodb.models.dynamo_type import DynamoType, LimitedSizeDict
+    from moto.dynamodb.models.utilities import bytesize
+
+    item.hash_key = hash_key
+    item.range_key = range_key
+    typed: dict[str, Any] = {}
+    size = 0
+    for name, value in attrs.items():
+        typed[name] = DynamoType(value)
+        size += bytesize(name) + typed[name].size()
+        if size > _MOST_ITEM_BYTES:
+            raise ItemSizeTooLarge
+    item.attrs = LimitedSizeDict(typed)  # filled by dict.update: not checked again
 
 
 def _one_at_a_time(write: Callable[..., Any]) -> Callable[..., Any]:

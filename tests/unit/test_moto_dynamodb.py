@@ -270,3 +270,48 @@ def test_a_query_answers_the_same_when_it_reads_its_partition_only(monkeypatch):
         moto_dynamodb.undo()
     # THEN every query and every page answers the same
     assert answered == expected
+
+
+def sized_writes() -> list:
+    """What moto answers to puts and an update around its item size limit (405,000
+    bytes, counted over names and values): each outcome, and each item's size."""
+    with mock_aws():
+        ddb = boto3.client("dynamodb", region_name="us-east-1")
+        tables(ddb)
+        outcomes = []
+        # Besides the padding: "pk" + "r" + "pad" + "many" + "1", 11 bytes.
+        for pad in (399_000, 404_988, 404_989, 404_990, 500_000):
+            item = {"pk": {"S": "r"}, "pad": {"S": "x" * pad}, "many": {"N": "1"}}
+            try:
+                ddb.put_item(TableName="results", Item=item)
+                got = ddb.get_item(TableName="results", Key={"pk": {"S": "r"}})["Item"]
+                outcomes.append(("kept", len(got["pad"]["S"])))
+            except ClientError as exc:
+                outcomes.append(("refused", pad, exc.response["Error"]["Message"]))
+        try:
+            ddb.update_item(
+                TableName="results",
+                Key={"pk": {"S": "r"}},
+                UpdateExpression="SET more = :v",
+                ExpressionAttributeValues={":v": {"S": "y" * 1000}},
+            )
+            outcomes.append(("updated",))
+        except ClientError as exc:
+            outcomes.append(("refused", "update", exc.response["Error"]["Message"]))
+        return outcomes
+
+
+def test_an_item_is_refused_at_the_same_size_when_its_size_is_kept_as_it_goes(monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
+    # GIVEN what moto answers around its limit, summing every attribute at each one
+    expected = sized_writes()
+    assert {o[0] for o in expected} == {"kept", "refused"}  # both sides of the limit
+    # WHEN an item's size is kept as it is built
+    moto_dynamodb.apply()
+    try:
+        answered = sized_writes()
+    finally:
+        moto_dynamodb.undo()
+    # THEN the same items are kept and refused, with the same errors
+    assert answered == expected
