@@ -51,11 +51,11 @@ _TEXT = (
 _WORDS = _TEXT.split()
 
 
-def sentences(count: int = 256, seed: int = 7) -> list[str]:
-    """Deterministic English-like sentences of 8 to 20 words."""
+def sentences(count: int = 256, seed: int = 7, words: tuple[int, int] = (8, 20)) -> list[str]:
+    """Deterministic English-like sentences of ``words`` (least, most) words."""
     rng = random.Random(seed)
     return [
-        " ".join(rng.choice(_WORDS) for _ in range(rng.randint(8, 20))).capitalize() + "."
+        " ".join(rng.choice(_WORDS) for _ in range(rng.randint(*words))).capitalize() + "."
         for _ in range(count)
     ]
 

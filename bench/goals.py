@@ -126,6 +126,54 @@ def _efficiency(model: str) -> Reason:
     return reason
 
 
+# The worker's own CPU per input, the model's outputs replayed (one input a message).
+WORKER_CPU_US_PER_INPUT = 25.0
+# The router's CPU per sync request at 16 callers.
+ROUTER_SYNC_CPU_MS = 2.0
+
+
+def _loop_alone(model: str) -> Reason:
+    def reason(results: Results) -> str | None:
+        w = _path("sections", "worker_efficiency", model)(results)
+        if not w or w.get("loop_alone_inputs_per_s") is None:
+            return None
+        alone = w.get("rounds_loop_alone_vs_model") or []
+        cpu = w.get("rounds_loop_alone_cpu_us_per_input") or []
+        limit = w.get("model_inputs_per_s_at_formed_sizes")
+        return _sentences(
+            f"the loop alone, the model's outputs replayed: "
+            f"{fmt(w['loop_alone_inputs_per_s'])} inputs/s against the model's "
+            f"{fmt(limit)} ({_spread(alone)}× over {len(alone)} rounds)",
+            f"it spent {_spread(cpu, 1)} µs of the worker's CPU an input over those rounds "
+            f"(every thread: intake, the model's thread, finisher and writers), so one core "
+            f"alone runs at most {fmt(1e6 / min(cpu)) if cpu and min(cpu) else '–'} inputs/s"
+            if cpu
+            else None,
+        )
+
+    return reason
+
+
+def _router_sync_cpu(results: Results) -> str | None:
+    paths = _path("sections", "aws_calls", "paths")(results) or {}
+    load, one = paths.get("sync_at_load") or {}, paths.get("sync") or {}
+    if load.get("router_cpu_ms_per_request") is None:
+        return None
+    at_one = (
+        f"one caller at a time: {fmt(one['router_cpu_ms_per_request'], 2)} ms and "
+        f"{fmt(one.get('router_calls_per_request'), 2)} calls a request"
+        if one.get("router_cpu_ms_per_request") is not None
+        else None
+    )
+    return _sentences(
+        f"{fmt(load['router_cpu_ms_per_request'], 2)} ms of the router's threads' CPU a "
+        f"request at {load.get('callers', 16)} callers, the driver's own taken out; "
+        f"{fmt(load.get('router_calls_per_request'), 2)} AWS calls a request, "
+        f"{fmt(load.get('result_reads_per_request'), 2)} of them reads for results",
+        at_one,
+    )
+
+
 def _sync_calls(results: Results) -> str | None:
     path = _path("sections", "aws_calls", "paths", "sync_at_load")(results)
     if not path or path.get("result_polls_per_request") is None:
@@ -304,7 +352,7 @@ def _burst_drain(inputs_per_request: int) -> Reason:
 
 
 # The share of the model's limit that 16 closed-loop callers are to get answered.
-CLOSED_LOOP_SHARE = 0.35
+CLOSED_LOOP_SHARE = 0.3
 
 
 def _closed_loop(results: Results) -> str | None:
@@ -554,6 +602,38 @@ GOALS = (
         _efficiency("digits-cnn"),
     ),
     Goal(
+        "worker loop alone (the model's outputs replayed) vs the model's limit, digits-cnn",
+        _path("sections", "worker_efficiency", "digits-cnn", "loop_alone_vs_model"),
+        0.7,
+        False,
+        "×",
+        _loop_alone("digits-cnn"),
+    ),
+    Goal(
+        "worker CPU per input besides the model (the loop alone), digits-cnn",
+        _path("sections", "worker_efficiency", "digits-cnn", "loop_alone_cpu_us_per_input"),
+        WORKER_CPU_US_PER_INPUT,
+        True,
+        " µs",
+        _loop_alone("digits-cnn"),
+    ),
+    Goal(
+        "worker CPU per input besides the model (the loop alone), minilm-embed",
+        _path("sections", "worker_efficiency", "minilm-embed", "loop_alone_cpu_us_per_input"),
+        WORKER_CPU_US_PER_INPUT,
+        True,
+        " µs",
+        _loop_alone("minilm-embed"),
+    ),
+    Goal(
+        "router CPU per sync request, 16 callers",
+        _path("sections", "aws_calls", "paths", "sync_at_load", "router_cpu_ms_per_request"),
+        ROUTER_SYNC_CPU_MS,
+        True,
+        " ms",
+        _router_sync_cpu,
+    ),
+    Goal(
         "AWS calls of a sync request of its own (router, and a result write of its own), "
         "16 callers",
         _sync_calls_at_load,
@@ -613,15 +693,15 @@ GOALS = (
         _batching,
     ),
     Goal(
-        "200 async predicts of 16 sentences, submitted at once, vs the model's limit",
+        "200 async predicts of 16 short sentences, submitted at once, vs the model's limit",
         _burst(16),
-        0.85,
+        0.7,
         False,
         "×",
         _burst_drain(16),
     ),
     Goal(
-        "1,000 async one-sentence predicts, submitted at once, vs the model's limit",
+        "1,000 async predicts of one short sentence, submitted at once, vs the model's limit",
         _burst(1),
         0.4,
         False,
@@ -629,7 +709,7 @@ GOALS = (
         _burst_drain(1),
     ),
     Goal(
-        "16 closed-loop sync callers of one sentence, answered vs the model's limit",
+        "16 closed-loop sync callers of one short sentence, answered vs the model's limit",
         _path("sections", "backlog", "closed_loop", "share_of_model_limit"),
         CLOSED_LOOP_SHARE,
         False,
