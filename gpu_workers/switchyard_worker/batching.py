@@ -199,27 +199,31 @@ class BatchAssembler:
             return
         self._pool.extend(pendings)
         self.arrivals.add(len(pendings))
-        for pending in pendings:
-            self._count(pending, 1)
+        sync = self._count(pendings, 1)
         realtime = [p for p in pendings if p.received.lane != "batch"]
         if realtime:
             self.realtime_seen_at = self.clock()
-            if any(p.respond_by is not None for p in realtime):
+            if sync and any(p.respond_by is not None for p in realtime):
                 self.sync_seen_at = self.realtime_seen_at
 
-    def _count(self, pending: Pending, sign: int) -> None:
-        """``pending`` counted in (1) or out (-1) of what is held."""
-        version = pending.version
-        self._inputs[version] = self._inputs.get(version, 0) + sign * pending.size
-        if pending.respond_by is not None:
-            self._sync_held += sign
+    def _count(self, pendings: list[Pending], sign: int) -> int:
+        """``pendings`` counted in (1) or out (-1) of what is held; how many of them
+        have a sync caller."""
+        inputs = self._inputs
+        sync = 0
+        for p in pendings:
+            version = p.version
+            inputs[version] = inputs.get(version, 0) + sign * p.size
+            if p.respond_by is not None:
+                sync += 1
+        self._sync_held += sign * sync
+        return sync
 
     def _remove(self, taken: list[Pending]) -> None:
         """``taken`` no longer held."""
         gone = {id(p) for p in taken}
         self._pool = [p for p in self._pool if id(p) not in gone]
-        for p in taken:
-            self._count(p, -1)
+        self._count(taken, -1)
 
     def inputs_of(self, version: str) -> int:
         """Inputs of ``version`` held."""
@@ -307,8 +311,9 @@ class BatchAssembler:
         if not self._pool or (not force and self.wants_more()):
             return []
         realtime = [p for p in self._pool if p.received.lane != "batch"]
-        # A caller waiting on its answer goes before queued work, whoever queued more.
-        waiting = [p for p in realtime if p.respond_by is not None]
+        # A caller waiting on its answer goes before queued work, whoever queued more
+        # (none is looked for while none is held).
+        waiting = [p for p in realtime if p.respond_by is not None] if self._sync_held else []
         first = waiting or realtime or self._pool
         oldest = first[0]
         if oldest.is_retry or oldest.message is None:
@@ -334,12 +339,12 @@ class BatchAssembler:
         while turns:
             for tenant, q in list(turns):
                 for _ in range(max(1, self.weights.get(tenant, 1))):
-                    if batch and inputs + q[0].size > max_size:
+                    size = q[0].size
+                    if batch and inputs + size > max_size:
                         q.clear()  # its next does not fit: it sits out this batch
                         break
-                    p = q.pop(0)
-                    batch.append(p)
-                    inputs += p.size
+                    batch.append(q.pop(0))
+                    inputs += size
                     if not q:
                         break
                 if not q:
