@@ -366,8 +366,10 @@ class WorkerSettings(Settings):
         ge=0,
         le=5,
         description="Generative models: a streamed request's tokens are written at most "
-        "this often after its first (each write is one DynamoDB item; a reader sees tokens "
-        "this much later at worst)",
+        "this often after its first (each write is one DynamoDB item). Past 4 streams in a "
+        "worker the interval grows in proportion, up to 0.2 s (or this, if longer), and to "
+        "at least 4 times the last write's time: a reader sees tokens that much later at "
+        "worst",
     )
     generation_visibility_seconds: int = Field(
         default=10,
