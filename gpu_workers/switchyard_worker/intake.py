@@ -25,9 +25,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from switchyard.payloads import PayloadMissing, PayloadStore
-from switchyard.queues import Received, decode_messages, load_inputs
+from switchyard.queues import Received, decode_checked, decode_messages, load_inputs
 from switchyard.results import ResultStore
-from switchyard.schemas import ErrorInfo
+from switchyard.schemas import ErrorInfo, TensorSignature
 from switchyard.signatures import check_each
 from switchyard_worker.batching import BatchAssembler, Pending, rank
 from switchyard_worker.in_hand import MessagesInHand
@@ -55,10 +55,15 @@ def read_messages(
     """A receive's messages decoded (one parse of their bodies together) and their
     inputs checked against their versions' signatures (one check per version); what
     fails is kept as its request's error (or, undecodable, as no message at all:
-    there is no request id to answer)."""
+    there is no request id to answer). While every version read so far takes the
+    same tensors, the inline inputs are checked as they are parsed, and need no
+    second pass."""
     pendings = [Pending(received=r, arrived=arrived, received_at=received_at) for r in received]
+    bodies = [r.body for r in received]
+    signature = _one_tensor_signature(versions)
+    checked = decode_checked(bodies, signature) if signature is not None else None
     to_check: dict[str, list[Pending]] = {}  # by version
-    for pending, message in zip(pendings, decode_messages([r.body for r in received]), strict=True):
+    for pending, message in zip(pendings, checked or decode_messages(bodies), strict=True):
         if isinstance(message, ValidationError):
             # Undecodable: no request id to answer. Left for retries, then the DLQ.
             log.error(
@@ -83,7 +88,15 @@ def read_messages(
         record = versions.get(version)
         assert record is not None
         inputs = [p.inputs for p in group]
-        each = check_each(inputs, record.signature, record.max_inputs_per_request)
+        # Rows parsed as the signature's are checked, unless a claim check's were read.
+        rows_checked = (
+            checked is not None
+            and record.signature == signature
+            and all(p.message is not None and p.message.inputs is not None for p in group)
+        )
+        each = check_each(
+            inputs, record.signature, record.max_inputs_per_request, rows_checked=rows_checked
+        )
         for pending, problems in zip(group, each, strict=True):
             if problems:
                 first = problems[0]
@@ -94,6 +107,16 @@ def read_messages(
                     field=first.field,
                 )
     return pendings
+
+
+def _one_tensor_signature(versions: ServedVersions) -> TensorSignature | None:
+    """The tensor signature every version read so far has (None: none read yet, or
+    not one tensor signature among them)."""
+    known = versions.known()
+    first = known[0].signature if known else None
+    if not isinstance(first, TensorSignature) or any(r.signature != first for r in known):
+        return None
+    return first
 
 
 def unread(p: Pending) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from harness.fakes import FakeQueue
-from switchyard.queues import decode_messages
+from switchyard.queues import decode_checked, decode_messages
 from switchyard.schemas import QueueMessage
 from tests.unit.test_worker import send
 
@@ -45,3 +45,19 @@ def test_bodies_that_join_into_other_messages_are_decoded_alone():
     # THEN each is decoded alone: the first is no message, the second its own
     assert isinstance(joined, ValidationError)
     assert isinstance(good, QueueMessage) and good.request_id == "r2"
+
+
+def test_a_receive_decoded_against_a_signature_has_its_inputs_checked_as_parsed(digits_v1):
+    # GIVEN a receive of good requests, and the same with one value off the signature
+    good = bodies("r0", "r1")
+    queue = FakeQueue("realtime")
+    send(queue, "r2", inputs=[[1] * 63 + [17]])  # digits-cnn's values are 0..16
+    # WHEN decoded against the version's signature
+    checked = decode_checked(good, digits_v1.signature)
+    refused = decode_checked([good[0], queue.visible[0]["body"]], digits_v1.signature)
+    # THEN the good ones are messages with their inputs; a receive with a bad one is
+    # left to be decoded and checked apart (None)
+    assert checked is not None
+    assert [m.request_id for m in checked] == ["r0", "r1"]
+    assert all(isinstance(m, QueueMessage) and m.inputs == [[1] * 64] for m in checked)
+    assert refused is None

@@ -389,3 +389,30 @@ def test_a_prediction_log_record_keeps_durations_to_three_decimals_and_no_inputs
     assert logged["outputs"] == [3]
     assert logged["n_outputs"] == 1
     assert (logged["request_id"], logged["status"], logged["error"]) == ("r-1", "done", None)
+
+
+def test_inputs_read_once_their_version_is_known_are_checked_as_before(stages, digits_v1):
+    # GIVEN a worker that has read its version, and a value above the signature's
+    # maximum, a request of too many inputs, and a good request
+    versions = ServedVersions("digits-cnn", FakeRegistry(digits_v1), lambda _: EchoRuntime())
+    versions.get("v1")
+    send(stages.realtime, "r-high", inputs=[[1] * 63 + [17]])
+    send(stages.realtime, "r-many", inputs=[[1] * 64] * (digits_v1.max_inputs_per_request + 1))
+    send(stages.realtime, "r-good")
+    high, many, good = stages.realtime.receive(10, 0)
+
+    def read(received):
+        return read_messages(
+            received, time.monotonic(), time.time(), model="digits-cnn", versions=versions,
+            payloads=FakePayloads(),
+        )  # fmt: skip
+
+    # WHEN the good one is read with each bad one
+    read_high = read([high, good])
+    read_many = read([many, good])
+    # THEN each bad one has its own error, as the signature's check names it, and the
+    # good one none
+    assert read_high[0].error is not None and read_high[0].error.field == "inputs[0][63]"
+    assert read_many[0].error is not None and read_many[0].error.field == "inputs"
+    for _, ok in (read_high, read_many):
+        assert ok.error is None and ok.inputs == [[1] * 64]

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Protocol
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import TypeAdapter, ValidationError, create_model
 
 from switchyard.payloads import PayloadStore
-from switchyard.schemas import Lane, QueueMessage
+from switchyard.schemas import Lane, QueueMessage, TensorSignature
+from switchyard.signatures import tensor_row
 
 # SQS's own bound for one message is 256 KiB; the claim check keeps well below it.
 SQS_BATCH_LIMIT = 10
@@ -126,19 +128,46 @@ _MESSAGES: TypeAdapter[list[QueueMessage]] = TypeAdapter(list[QueueMessage])
 
 def decode_messages(bodies: list[str]) -> list[QueueMessage | ValidationError]:
     """Each body's message, or why it is none: a receive's bodies parsed and validated
-    in one call into pydantic-core, as one JSON array. The array is taken only if it
-    holds one message per body and each body is one JSON object by its brackets (as
-    ``encode_message`` writes them); otherwise, or if any body fails, each is decoded
-    alone, so that one bad body costs only itself."""
-    if bodies and all(b[:1] == "{" and b[-1:] == "}" for b in bodies):
-        try:
-            messages = _MESSAGES.validate_json(f"[{','.join(bodies)}]")
-        except ValidationError:
-            pass
-        else:
-            if len(messages) == len(bodies):
-                return list(messages)
-    return [_decode_one(b) for b in bodies]
+    in one call into pydantic-core (:func:`_decoded_together`); where that fails,
+    each is decoded alone, so that one bad body costs only itself."""
+    messages = _decoded_together(bodies, _MESSAGES)
+    return messages if messages is not None else [_decode_one(b) for b in bodies]
+
+
+def decode_checked(bodies: list[str], signature: TensorSignature) -> list[QueueMessage] | None:
+    """Each body's message, its inline inputs checked against ``signature`` as they
+    are parsed (each a :func:`~switchyard.signatures.tensor_row`), in one call: the
+    inputs need no second pass. None unless every body is such a message: those
+    are then decoded by :func:`decode_messages` and checked apart, which names what
+    fails."""
+    return _decoded_together(bodies, _checked_messages(signature))
+
+
+def _decoded_together(
+    bodies: list[str], adapter: TypeAdapter[list[Any]]
+) -> list[QueueMessage] | None:
+    """The bodies' messages parsed as one JSON array, if it holds one message per
+    body and each body is one JSON object by its brackets (as ``encode_message``
+    writes them); None if not, or if any body fails."""
+    if not bodies or not all(b[:1] == "{" and b[-1:] == "}" for b in bodies):
+        return None
+    try:
+        messages = adapter.validate_json(f"[{','.join(bodies)}]")
+    except ValidationError:
+        return None
+    return list(messages) if len(messages) == len(bodies) else None
+
+
+@lru_cache(maxsize=16)
+def _checked_messages(signature: TensorSignature) -> TypeAdapter[list[Any]]:
+    """Messages whose inline inputs are ``signature``'s rows: a ``QueueMessage``
+    whose ``inputs`` field says so, read from the same bodies."""
+    checked = create_model(
+        "QueueMessage",
+        __base__=QueueMessage,
+        inputs=(list[tensor_row(signature)] | None, None),  # type: ignore[misc]
+    )
+    return TypeAdapter(list[checked])  # type: ignore[valid-type]
 
 
 def _decode_one(body: str) -> QueueMessage | ValidationError:

@@ -41,16 +41,23 @@ def check_inputs(
 
 
 def check_each(
-    inputs_each: list[Any], signature: Signature, max_inputs: int, field: str = "inputs"
+    inputs_each: list[Any],
+    signature: Signature,
+    max_inputs: int,
+    field: str = "inputs",
+    *,
+    rows_checked: bool = False,
 ) -> list[list[FieldError]]:
     """:func:`check_inputs` of each of many requests' inputs (a worker's received
     batch). Tensors that are all plainly valid are checked in one call into
     pydantic-core, the requests' rows together; only where that fails is each
-    request walked alone, to name what fails in it."""
+    request walked alone, to name what fails in it. ``rows_checked``: every row was
+    decoded as :func:`tensor_row` of ``signature`` already (only the number of
+    inputs of each request is left to check)."""
     if (
         isinstance(signature, TensorSignature)
         and all(type(x) is list and 0 < len(x) <= max_inputs for x in inputs_each)
-        and _plainly_valid([row for x in inputs_each for row in x], signature)
+        and (rows_checked or _plainly_valid([row for x in inputs_each for row in x], signature))
     ):
         return [[] for _ in inputs_each]
     return [check_inputs(x, signature, max_inputs, field) for x in inputs_each]
@@ -116,11 +123,17 @@ def _plainly_valid(inputs: list[Any], sig: TensorSignature) -> bool:
 
 
 @lru_cache(maxsize=64)
-def _rows_of(sig: TensorSignature) -> TypeAdapter[Any]:
+def tensor_row(sig: TensorSignature) -> Any:
+    """The type of one valid input of ``sig``, for pydantic-core to check as it
+    decodes or validates: what :func:`_plainly_valid` accepts of each row."""
     (length,) = sig.shape
     number = Annotated[float, Strict(), Field(ge=sig.minimum, le=sig.maximum, allow_inf_nan=False)]
-    row = Annotated[list[number], Strict(), Field(min_length=length, max_length=length)]  # type: ignore[valid-type]
-    return TypeAdapter(Annotated[list[row], Strict()])  # type: ignore[valid-type]
+    return Annotated[list[number], Strict(), Field(min_length=length, max_length=length)]  # type: ignore[valid-type]
+
+
+@lru_cache(maxsize=64)
+def _rows_of(sig: TensorSignature) -> TypeAdapter[Any]:
+    return TypeAdapter(Annotated[list[tensor_row(sig)], Strict()])  # type: ignore[misc]
 
 
 def _type_name(value: Any) -> str:
