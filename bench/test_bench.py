@@ -1194,8 +1194,15 @@ def test_the_loop_alone_replays_the_models_outputs_at_no_cost_in_the_model():
     assert replayed.predict([0, 0])[1] == {"class": "2"}
     # AND the loop's rate alone is read against the limit of the same round
     reading = {"model_inputs_per_s_at_formed_sizes": 200.0}
-    alone = {"inputs_per_s": 50.0, "finished": True, "typical_batch_size": 64}
+    alone = {
+        "inputs_per_s": 50.0,
+        "finished": True,
+        "typical_batch_size": 64,
+        "cpu_us_per_input": 31.5,
+    }
     assert loop_alone(alone, reading)["loop_alone_vs_model"] == 0.25
+    # with the worker's CPU an input in that run, the model's replayed outputs costing none
+    assert loop_alone(alone, reading)["loop_alone_cpu_us_per_input"] == 31.5
     assert loop_alone(alone | {"finished": False}, reading) == {}
 
 
