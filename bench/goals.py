@@ -157,20 +157,22 @@ def _loop_alone(model: str) -> Reason:
 def _router_sync_cpu(results: Results) -> str | None:
     paths = _path("sections", "aws_calls", "paths")(results) or {}
     load, one = paths.get("sync_at_load") or {}, paths.get("sync") or {}
-    if load.get("router_cpu_ms_per_request") is None:
+    cpu = load.get("router_cpu_ms_per_request")
+    if cpu is None:
         return None
-    at_one = (
-        f"one caller at a time: {fmt(one['router_cpu_ms_per_request'], 2)} ms and "
-        f"{fmt(one.get('router_calls_per_request'), 2)} calls a request"
-        if one.get("router_cpu_ms_per_request") is not None
-        else None
+    calls = (load.get("per_inference") or {}).get("router") or {}
+    count = sum(calls.values())
+    by_op = ", ".join(
+        f"{op.split(':')[-1]} {fmt(n, 2)}" for op, n in sorted(calls.items(), key=lambda c: -c[1])
     )
     return _sentences(
-        f"{fmt(load['router_cpu_ms_per_request'], 2)} ms of the router's threads' CPU a "
-        f"request at {load.get('callers', 16)} callers, the driver's own taken out; "
-        f"{fmt(load.get('router_calls_per_request'), 2)} AWS calls a request, "
-        f"{fmt(load.get('result_reads_per_request'), 2)} of them reads for results",
-        at_one,
+        f"{fmt(cpu, 2)} ms of the router's threads' CPU a request at "
+        f"{load.get('callers', 16)} callers, the driver's own taken out"
+        + (f" ({fmt(one['router_cpu_ms_per_request'], 2)} at one caller)" if one else ""),
+        f"it made {fmt(count, 2)} AWS calls a request ({by_op}): "
+        f"{fmt(cpu / count, 2)} ms of the router's CPU for each call it made"
+        if count
+        else None,
     )
 
 
@@ -528,7 +530,17 @@ def _vllm_throughput(results: Results) -> str | None:
         )
         if cores:
             where += f", so {cores} cores stream at most {fmt(1000 * cores / total, 0)} tokens/s"
-    return _sentences(rates, where)
+    bound = None
+    used = ours[n]["tokens_per_s"] * total / 1000 if total else None
+    if cores and used is not None and used < 0.8 * cores:
+        # Not the CPU: each stream's request, one after another, takes longer.
+        bound = (
+            f"the run kept {fmt(used, 2)} of the {cores} cores busy, so each request's own "
+            f"time bounds it: its first token at p50 {fmt(ours[n].get('ttft_p50_ms'))} ms "
+            f"against bare vLLM's {fmt(bare[n].get('ttft_p50_ms'))} (the queue, the "
+            "worker's receive, the first chunk's write and the router's look)"
+        )
+    return _sentences(rates, where, bound)
 
 
 def _vllm_ttft(results: Results) -> str | None:
