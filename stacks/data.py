@@ -266,6 +266,13 @@ def grant_items(table: dynamodb.ITable, grantee: iam.IGrantable) -> None:
     table.grant(grantee, *ITEM_ACTIONS)
 
 
+def grant_router_reads(table: dynamodb.ITable, grantee: iam.IGrantable) -> None:
+    """A router reads many results items in one BatchGetItem: the results its sync
+    callers wait for, when their looks fall due together (switchyard_router.waiters),
+    and the budgets of tenants that have one (switchyard.budgets)."""
+    table.grant(grantee, "dynamodb:BatchGetItem")
+
+
 def grant_budget_reads(table: dynamodb.ITable, grantee: iam.IGrantable, manifest: Manifest) -> None:
     """Where a tenant has a budget, a router reads its month's spend and any raised
     budget in one BatchGetItem before it queues the tenant's work (switchyard.budgets)."""

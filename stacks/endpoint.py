@@ -24,10 +24,10 @@ from stacks.data import (
     WORKER_RESULTS_ACTIONS,
     PredictionLog,
     Storage,
-    grant_budget_reads,
     grant_items,
     grant_objects,
     grant_registry_read,
+    grant_router_reads,
 )
 from stacks.functions import FunctionCode, PlatformFunction, settings_environment
 from stacks.models import ModelsStack
@@ -230,7 +230,7 @@ class ModelEndpoint(Construct):
             queue.grant_send_messages(router_role)
         grant_registry_read(storage.registry_table, router_role)
         grant_items(storage.results_table, router_role)
-        grant_budget_reads(storage.results_table, router_role, deployment.manifest)
+        grant_router_reads(storage.results_table, router_role)
         self.routing.grant_read(router_role)
         grant_objects(
             names.payloads_bucket, router_role, ["s3:GetObject", "s3:PutObject"], PAYLOADS_REASON

@@ -5,6 +5,7 @@ extension, least privilege, and a timeout below the integration's."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from aws_cdk.assertions import Match, Template
 
@@ -18,9 +19,11 @@ from stacks.cloud import (
 from stacks.endpoint import generates
 from switchyard.manifest import Manifest
 
+from .conftest import Synthesized
 from .helpers import (
     actions_of,
     as_list,
+    granted,
     logical_id,
     methods_at,
     named,
@@ -122,3 +125,26 @@ def test_router_role_reaches_only_its_own_queues_tables_and_profile(
         assert "*" not in json.dumps(appconfig[0]["Resource"])
         assert not any(a.endswith("*") for a in actions_of(granted) if a.startswith("s3:"))
         assert not {"dynamodb:DeleteItem", "dynamodb:BatchWriteItem"} & actions_of(granted)
+
+
+def test_every_router_may_read_results_together_where_no_tenant_has_a_budget(
+    synth: Callable[[Manifest, str], Synthesized], manifest: Manifest
+) -> None:
+    # GIVEN a manifest whose tenants have no budgets (no budget reads to grant)
+    data = manifest.model_dump(mode="json", exclude_none=True)
+    for tenant in data["tenants"].values():
+        tenant.pop("monthly_budget_usd", None)
+        tenant.pop("over_budget", None)
+    unbudgeted = Manifest.model_validate(data)
+    assert not unbudgeted.budgeted_tenants()
+    # WHEN it is synthesized
+    stage = synth(unbudgeted, "dev")
+    table = {"TableName": unbudgeted.names("dev").results_table}
+    results = logical_id(stage.data, "AWS::DynamoDB::Table", table)
+    # THEN every model's router may still read results with one BatchGetItem: its sync
+    # callers' looks that fall due together are read so (switchyard_router.waiters)
+    for model in unbudgeted.models:
+        _, fn = router_function(stage.serving, model)
+        role = fn["Properties"]["Role"]["Fn::GetAtt"][0]
+        allowed = granted(statements(stage.serving, role), "dynamodb:BatchGetItem")
+        assert any(results in r for r in allowed), model
