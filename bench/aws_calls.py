@@ -30,6 +30,7 @@ from typing import Any
 from bench.asgi import NoopApp, call, predict_body
 from bench.common import TEXT_MODEL, median, sentences
 from bench.emulator import REGION, Emulator
+from bench.proc_cpu import thread_cpu
 from switchyard.costs import ROUTER_MEMORY_MB
 from switchyard.prices import PRICE_SOURCES, PriceTable, first_price
 from switchyard_local.moto_statements import parse_insert, parse_update
@@ -409,20 +410,6 @@ def _result_reads(calls: list[Call]) -> list[Call]:
         for c in calls
         if c.actor == "router" and c.op in ("GetItem", "BatchGetItem") and c.consistent
     ]
-
-
-def thread_cpu() -> dict[int, tuple[str, float]]:
-    """The CPU seconds of every live thread of this process, with its name, by its id."""
-    out: dict[int, tuple[str, float]] = {}
-    for thread in threading.enumerate():
-        if thread.ident is None:
-            continue
-        try:
-            clock = time.pthread_getcpuclockid(thread.ident)
-            out[thread.ident] = (thread.name, time.clock_gettime(clock))
-        except (OSError, ProcessLookupError):
-            continue  # ended meanwhile
-    return out
 
 
 def router_cpu(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> float:

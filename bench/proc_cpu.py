@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import resource
+import threading
+import time
 from pathlib import Path
 
 from harness.local_platform import descendants, stat_fields
@@ -96,3 +98,17 @@ class CpuMeter:
         out["load generator"] = self_cpu() - self._self
         others = max(machine_busy_seconds() - self._machine - sum(out.values()), 0.0)
         return out, others
+
+
+def thread_cpu() -> dict[int, tuple[str, float]]:
+    """The CPU seconds of every live thread of this process, with its name, by its id."""
+    out: dict[int, tuple[str, float]] = {}
+    for thread in threading.enumerate():
+        if thread.ident is None:
+            continue
+        try:
+            clock = time.pthread_getcpuclockid(thread.ident)
+            out[thread.ident] = (thread.name, time.clock_gettime(clock))
+        except (OSError, ProcessLookupError):
+            continue  # ended meanwhile
+    return out

@@ -26,6 +26,7 @@ from typing import Any
 
 from bench.common import accepted_kwargs, quiet_output
 from bench.model_limit import LoadedModel, throughput
+from bench.proc_cpu import thread_cpu
 from harness.fakes import (
     DroppedPredictionLog,
     FakePayloads,
@@ -131,12 +132,14 @@ def saturate(
     # looks every few milliseconds rather than wait on the store, which would wake it
     # at every result stored and bill the worker for the bench's own thread switches.
     outcome: dict[str, bool] = {}
+    threads: dict[str, dict[int, tuple[str, float]]] = {"before": thread_cpu()}
 
     def stop_when_done() -> None:
         ends = time.monotonic() + time_limit
         while results.done < messages and time.monotonic() < ends:
             time.sleep(_WATCH_S)
         outcome["finished"] = results.done >= messages
+        threads["after"] = thread_cpu()  # while the worker's threads are alive
         worker.stop()
 
     watcher = threading.Thread(target=stop_when_done, name="bench-watcher", daemon=True)
@@ -171,7 +174,22 @@ def saturate(
         "runtime_share_of_wall": round(sum(in_runtime) / 1000 / wall, 3) if wall > 0 else None,
         # The process's CPU (every thread's) per input stored, the model's included.
         "cpu_us_per_input": round(cpu * 1e6 / done, 1) if done else None,
+        "cpu_us_per_input_by_thread": by_thread(threads, done),
     }
+
+
+def by_thread(threads: dict[str, dict[int, tuple[str, float]]], done: int) -> dict[str, float]:
+    """The worker's CPU per input stored, by its threads' part (``MainThread``: the
+    model's, which runs each batch; ``intake``; ``result-finisher``; the
+    ``result-writer`` pool's, summed), read when the last result was stored; the
+    bench's own watcher left out."""
+    before, after = threads["before"], threads.get("after") or {}
+    out: Counter[str] = Counter()
+    for ident, (name, seconds) in after.items():
+        if name == "bench-watcher":
+            continue
+        out[name.split("_")[0]] += seconds - before.get(ident, (name, 0.0))[1]
+    return {k: round(v * 1e6 / done, 1) for k, v in out.most_common()} if done else {}
 
 
 ROUNDS = 5  # a full run's rounds per model: the run, then the model's limit beside it
@@ -219,6 +237,7 @@ def loop_alone(alone: dict[str, Any], reading: dict[str, Any]) -> dict[str, Any]
         "loop_alone_vs_model": round(rate / limit, 3) if limit else None,
         # The worker's CPU per input besides the model (whose outputs are replayed).
         "loop_alone_cpu_us_per_input": alone["cpu_us_per_input"],
+        "loop_alone_cpu_us_by_thread": alone.get("cpu_us_per_input_by_thread") or {},
     }
 
 
