@@ -10,11 +10,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from werkzeug.test import Client
 
-from switchyard_local import moto_puts, moto_reads
-from tests.unit.test_moto_reads import RESULTS_KEYS, answered_directly, call
+from switchyard_local import moto_puts
+from tests.unit.test_moto_reads import RESULTS_KEYS, answered_directly, call, twins
 
 
 @pytest.fixture(scope="module")
@@ -22,8 +21,7 @@ def clients() -> Iterator[tuple[Client, Client, list[str]]]:
     """moto's application and the wrapped one, each with its twin table; and a log of
     the PutItems the wrapped one wrote itself."""
     with answered_directly(moto_puts, "put_item") as written:
-        moto_app = DomainDispatcherApplication(create_backend_app)
-        moto, fast = Client(moto_app), Client(moto_reads.wrap(moto_app))
+        moto, fast = twins()
         for table in ("by-moto", "by-fast"):
             assert call(moto, "CreateTable", {"TableName": table, **RESULTS_KEYS})[0] == 200
         yield moto, fast, written

@@ -8,11 +8,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from werkzeug.test import Client
 
-from switchyard_local import moto_queries, moto_reads
-from tests.unit.test_moto_reads import RESULTS_KEYS, answered_directly, call
+from switchyard_local import moto_queries
+from tests.unit.test_moto_reads import RESULTS_KEYS, answered_directly, call, twins
 
 # Names of this module's own: moto's backends are shared by every test in the process.
 TABLE, KEYLESS = "query-results", "query-single"
@@ -24,8 +23,7 @@ def clients() -> Iterator[tuple[Client, Client, list[str]]]:
     streams' chunks among other records; a log of the Queries the wrapped one
     answered itself."""
     with answered_directly(moto_queries, "query") as answered:
-        moto_app = DomainDispatcherApplication(create_backend_app)
-        moto, fast = Client(moto_app), Client(moto_reads.wrap(moto_app))
+        moto, fast = twins()
         assert call(moto, "CreateTable", {"TableName": TABLE, **RESULTS_KEYS})[0] == 200
         single = {
             "TableName": KEYLESS,

@@ -76,6 +76,13 @@ def answered_directly(module: Any, name: str) -> Iterator[list[str]]:
         setattr(module, name, real)
 
 
+def twins() -> tuple[Client, Client]:
+    """moto's application and the emulator's wrapping of it (its direct paths), each
+    as a client; the wrapper takes the modules' functions as they are when it wraps."""
+    moto_app = DomainDispatcherApplication(create_backend_app)
+    return Client(moto_app), Client(moto_reads.wrap(moto_app))
+
+
 @pytest.fixture(scope="module")
 def clients() -> Iterator[tuple[Client, Client, dict[str, list[str]]]]:
     """moto's application and the wrapped one, over tables the scripts read; and a
@@ -84,8 +91,7 @@ def clients() -> Iterator[tuple[Client, Client, dict[str, list[str]]]]:
         answered_directly(moto_reads, "get_item") as gets,
         answered_directly(moto_reads, "batch_get_item") as batches,
     ):
-        moto_app = DomainDispatcherApplication(create_backend_app)
-        moto, fast = Client(moto_app), Client(moto_reads.wrap(moto_app))
+        moto, fast = twins()
         yield from _with_tables(moto, fast, {"GetItem": gets, "BatchGetItem": batches})
 
 

@@ -12,11 +12,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from werkzeug.test import Client
 
-from switchyard_local import moto_reads, moto_receives, moto_sqs
-from tests.unit.test_moto_reads import answered_directly
+from switchyard_local import moto_receives, moto_sqs
+from tests.unit.test_moto_reads import answered_directly, twins
 from tests.unit.test_moto_sends import sqs
 
 COUNTS = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
@@ -37,8 +36,7 @@ def clients(request) -> Iterator[tuple[Client, Client, list[list[str]], dict[str
         answered_directly(moto_receives, "change_message_visibility_batch") as changed,
     ):
         # The wrapper dispatches to the module's functions as they are when it wraps.
-        moto_app = DomainDispatcherApplication(create_backend_app)
-        moto, fast = Client(moto_app), Client(moto_reads.wrap(moto_app))
+        moto, fast = twins()
         urls = {}
         for side in ("moto", "fast"):
             name = f"receives-by-{side}"

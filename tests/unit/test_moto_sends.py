@@ -10,11 +10,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from werkzeug.test import Client
 
-from switchyard_local import moto_reads, moto_sends
-from tests.unit.test_moto_reads import REGION, answered_directly
+from switchyard_local import moto_sends
+from tests.unit.test_moto_reads import REGION, answered_directly, twins
 
 HOST = "127.0.0.1:5000"
 
@@ -42,8 +41,7 @@ def clients() -> Iterator[tuple[Client, Client, list[str], dict[str, str]]]:
     """moto's application and the wrapped one, each with its twin queues (standard and
     FIFO); a log of the sends the wrapped one queued itself; each queue's URL."""
     with answered_directly(moto_sends, "send_message") as queued:
-        moto_app = DomainDispatcherApplication(create_backend_app)
-        moto, fast = Client(moto_app), Client(moto_reads.wrap(moto_app))
+        moto, fast = twins()
         urls = {}
         for name in ("by-moto", "by-fast", "by-moto.fifo", "by-fast.fifo"):
             attributes = {"FifoQueue": "true"} if name.endswith(".fifo") else {}

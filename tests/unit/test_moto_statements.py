@@ -10,19 +10,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from werkzeug.test import Client
 
 from switchyard.results import insert_of, update_of_queued, update_statement
-from switchyard_local import moto_reads
-from tests.unit.test_moto_reads import RESULTS_KEYS, call
+from tests.unit.test_moto_reads import RESULTS_KEYS, call, twins
 
 
 @pytest.fixture(scope="module")
 def clients() -> Iterator[tuple[Client, Client]]:
     """moto's application and the wrapped one, over one results table."""
-    moto_app = DomainDispatcherApplication(create_backend_app)
-    moto, fast = Client(moto_app), Client(moto_reads.wrap(moto_app))
+    moto, fast = twins()
     status, _ = call(
         moto,
         "CreateTable",

@@ -9,11 +9,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from werkzeug.test import Client
 
-from switchyard_local import moto_reads, moto_updates
-from tests.unit.test_moto_reads import RESULTS_KEYS, answered_directly, call
+from switchyard_local import moto_updates
+from tests.unit.test_moto_reads import RESULTS_KEYS, answered_directly, call, twins
 from tests.unit.test_moto_writes import both_ways
 
 SIDES = {"moto": "updates-by-moto", "fast": "updates-by-fast"}
@@ -24,8 +23,7 @@ def clients() -> Iterator[tuple[Client, Client, list[str]]]:
     """moto's application and the wrapped one, each with its twin table (a record
     holding a map among them); a log of the UpdateItems the wrapped one applied."""
     with answered_directly(moto_updates, "update_item") as applied:
-        moto_app = DomainDispatcherApplication(create_backend_app)
-        moto, fast = Client(moto_app), Client(moto_reads.wrap(moto_app))
+        moto, fast = twins()
         for table in SIDES.values():
             assert call(moto, "CreateTable", {"TableName": table, **RESULTS_KEYS})[0] == 200
             mapped = {**key("mapped"), "job": {"M": {"chunks": {"N": "3"}}}}
