@@ -6,24 +6,18 @@ from __future__ import annotations
 import tomllib
 
 import pytest
-from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
 from harness.fakes import (
-    FakePayloads,
     FakeQueue,
-    FakeRegistry,
     FakeResults,
-    behind_api_gateway,
-    tenant_keys,
     version_record,
 )
+from harness.router_app import predict_service, router_client
 from stacks.assets import MANIFEST_FILE
 from switchyard.admission import Admission, AtCapacity, InMemorySlotStore
 from switchyard.manifest import Manifest
 from switchyard.queues import ModelLanes
-from switchyard_router.app import RouterDeps, create_app
-from switchyard_router.logic import PredictService
 from tests.unit.test_router_app import IMAGE, KEYS, InstantQueue
 
 LEASES = {"streams": 300.0, "sync_requests": 30.0}
@@ -128,20 +122,9 @@ def capped(digits_v1):
         LEASES,
         5,
     )
-    service = PredictService(
-        endpoints=lanes,
-        registry=FakeRegistry(
-            digits_v1, version_record("pydoc-gpt"), version_record("minilm-embed")
-        ),
-        results=results,
-        payloads=FakePayloads(),
-        routing=None,
-        result_ttl_seconds=3600,
-        claim_check_bytes=200_000,
-        admission=caps,
-    )
-    app = create_app(RouterDeps(service=service, tenants=tenant_keys(KEYS), max_body_bytes=60_000))
-    return TestClient(behind_api_gateway(app, KEYS)), caps, store, lanes
+    versions = (digits_v1, version_record("pydoc-gpt"), version_record("minilm-embed"))
+    service = predict_service(lanes, *versions, results=results, admission=caps)
+    return router_client(service, KEYS), caps, store, lanes
 
 
 @pytest.mark.parametrize(

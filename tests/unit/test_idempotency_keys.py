@@ -9,22 +9,16 @@ import struct
 import time
 
 import pytest
-from fastapi.testclient import TestClient
 
 from harness.fakes import (
-    FakePayloads,
     FakeQueue,
-    FakeRegistry,
     FakeResults,
     answered,
-    behind_api_gateway,
-    tenant_keys,
 )
+from harness.router_app import predict_service, router_client
 from switchyard.idempotency import IdempotencyKeys, InMemoryKeyStore, KeyReused, KeyUse, fingerprint
 from switchyard.queues import ModelLanes
 from switchyard.schemas import QueueMessage, ResultRecord
-from switchyard_router.app import RouterDeps, create_app
-from switchyard_router.logic import PredictService
 
 KEYS = {"k-acme": "acme", "k-globex": "globex"}
 IMAGE = [0] * 64
@@ -57,18 +51,15 @@ class Worker(FakeQueue):
 def world(digits_v1, digits_v2):
     results = FakeResults()
     worker = Worker(results)
-    service = PredictService(
-        endpoints={"digits-cnn": ModelLanes(realtime=worker, batch=FakeQueue("batch"))},
-        registry=FakeRegistry(digits_v1, digits_v2),
+    lanes = {"digits-cnn": ModelLanes(realtime=worker, batch=FakeQueue("batch"))}
+    service = predict_service(
+        lanes,
+        digits_v1,
+        digits_v2,
         results=results,
-        payloads=FakePayloads(),
-        routing=None,
-        result_ttl_seconds=3600,
-        claim_check_bytes=200_000,
         idempotency=IdempotencyKeys(InMemoryKeyStore()),
     )
-    app = create_app(RouterDeps(service=service, tenants=tenant_keys(KEYS), max_body_bytes=60_000))
-    return TestClient(behind_api_gateway(app, KEYS), raise_server_exceptions=False), worker
+    return router_client(service, KEYS, raise_server_exceptions=False), worker
 
 
 def predict(client, body, idem=None, key="k-acme", query="", **headers):

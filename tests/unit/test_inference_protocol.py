@@ -10,22 +10,17 @@ import struct
 import time
 
 import pytest
-from fastapi.testclient import TestClient
 
 from harness.fakes import (
-    FakePayloads,
     FakeQueue,
-    FakeRegistry,
     FakeResults,
     answered,
-    behind_api_gateway,
-    tenant_keys,
     version_record,
 )
+from harness.router_app import predict_service, router_client
 from switchyard.queues import ModelLanes
 from switchyard.schemas import QueueMessage, TensorSignature, TextSignature
-from switchyard_router.app import RouterDeps, create_app
-from switchyard_router.logic import PredictService, RequestRejected
+from switchyard_router.logic import RequestRejected
 from switchyard_router.oip import read_infer
 from switchyard_router.tensors import (
     TensorFault,
@@ -206,17 +201,9 @@ class ClassifyingQueue(FakeQueue):
 def client(digits_v1, digits_v2):
     results = FakeResults()
     queue = ClassifyingQueue(results)
-    service = PredictService(
-        endpoints={"digits-cnn": ModelLanes(realtime=queue, batch=FakeQueue("batch"))},
-        registry=FakeRegistry(digits_v1, digits_v2),
-        results=results,
-        payloads=FakePayloads(),
-        routing=None,
-        result_ttl_seconds=3600,
-        claim_check_bytes=200_000,
-    )
-    app = create_app(RouterDeps(service=service, tenants=tenant_keys(KEYS), max_body_bytes=60_000))
-    return TestClient(behind_api_gateway(app, KEYS)), queue
+    lanes = {"digits-cnn": ModelLanes(realtime=queue, batch=FakeQueue("batch"))}
+    service = predict_service(lanes, digits_v1, digits_v2, results=results)
+    return router_client(service, KEYS), queue
 
 
 def image(rows: int = 1) -> dict:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 
 import pytest
-from fastapi.testclient import TestClient
 
 from harness.fakes import (
     EchoRuntime,
@@ -14,10 +13,9 @@ from harness.fakes import (
     FakeQueue,
     FakeRegistry,
     FakeResults,
-    behind_api_gateway,
-    tenant_keys,
     version_record,
 )
+from harness.router_app import predict_service, router_client
 from switchyard.admission import (
     QUEUED_LEASE_GRID_SECONDS,
     AtCapacity,
@@ -26,8 +24,6 @@ from switchyard.admission import (
     queued_lease,
 )
 from switchyard.queues import ModelLanes
-from switchyard_router.app import RouterDeps, create_app
-from switchyard_router.logic import PredictService
 from switchyard_worker.worker import Worker
 from tests.unit.test_router_app import IMAGE, KEYS
 from tests.unit.test_worker import drain, send
@@ -108,18 +104,14 @@ def router(digits_v1):
         "minilm-embed": ModelLanes(realtime=FakeQueue("realtime"), batch=FakeQueue("batch")),
     }
     store = InMemoryQueuedCounts()
-    service = PredictService(
-        endpoints=lanes,
-        registry=FakeRegistry(digits_v1, version_record("minilm-embed")),
+    service = predict_service(
+        lanes,
+        digits_v1,
+        version_record("minilm-embed"),
         results=results,
-        payloads=FakePayloads(),
-        routing=None,
-        result_ttl_seconds=3600,
-        claim_check_bytes=200_000,
         queued_work=QueuedWork(store, {"acme": 2, "globex": 2}, 5),
     )
-    app = create_app(RouterDeps(service=service, tenants=tenant_keys(KEYS), max_body_bytes=60_000))
-    return TestClient(behind_api_gateway(app, KEYS)), lanes, store, results
+    return router_client(service, KEYS), lanes, store, results
 
 
 def predict(client, tenant, model="digits-cnn", query="?async=true"):

@@ -7,7 +7,6 @@ import json
 import time
 
 import pytest
-from fastapi.testclient import TestClient
 
 from harness.fakes import (
     EchoRuntime,
@@ -16,15 +15,12 @@ from harness.fakes import (
     FakeRegistry,
     FakeResultCache,
     FakeResults,
-    behind_api_gateway,
-    tenant_keys,
     version_record,
 )
+from harness.router_app import predict_service, router_client
 from switchyard.queues import ModelLanes
 from switchyard.result_cache import CacheEntry, cache_key, cacheable
 from switchyard.schemas import QueueMessage
-from switchyard_router.app import RouterDeps, create_app
-from switchyard_router.logic import PredictService
 from switchyard_worker.worker import Worker
 
 KEYS = {"k-acme": "acme", "k-globex": "globex"}
@@ -58,19 +54,9 @@ def router_world(record):
     client, realtime queue, results and cache."""
     results, cache = FakeResults(), FakeResultCache()
     queue = FakeQueue("realtime")
-    service = PredictService(
-        endpoints={record.model: ModelLanes(realtime=queue, batch=FakeQueue("batch"))},
-        registry=FakeRegistry(record),
-        results=results,
-        payloads=FakePayloads(),
-        routing=None,
-        result_ttl_seconds=3600,
-        claim_check_bytes=200_000,
-        cache=cache,
-        sleep=lambda _: None,
-    )
-    app = create_app(RouterDeps(service=service, tenants=tenant_keys(KEYS), max_body_bytes=60_000))
-    return TestClient(behind_api_gateway(app, KEYS)), queue, results, cache
+    lanes = {record.model: ModelLanes(realtime=queue, batch=FakeQueue("batch"))}
+    service = predict_service(lanes, record, results=results, cache=cache, sleep=lambda _: None)
+    return router_client(service, KEYS), queue, results, cache
 
 
 @pytest.fixture
@@ -186,14 +172,9 @@ def test_an_async_repeat_is_stored_done_and_read_back(world):
 def test_a_model_without_a_cache_time_is_never_looked_up(digits_v1):
     cache = FakeResultCache()
     queue = FakeQueue("realtime")
-    service = PredictService(
-        endpoints={"digits-cnn": ModelLanes(realtime=queue, batch=FakeQueue("batch"))},
-        registry=FakeRegistry(digits_v1.model_copy(update={"result_cache_seconds": 0})),
-        results=FakeResults(),
-        payloads=FakePayloads(),
-        routing=None,
-        result_ttl_seconds=3600,
-        claim_check_bytes=200_000,
+    service = predict_service(
+        {"digits-cnn": ModelLanes(realtime=queue, batch=FakeQueue("batch"))},
+        digits_v1.model_copy(update={"result_cache_seconds": 0}),
         cache=cache,
     )
     for _ in range(3):  # past any sighting rule

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from harness.fakes import FakePayloads, FakeQueue, FakeRegistry, FakeResults
+from harness.fakes import FakeQueue, FakeResults
+from harness.router_app import predict_service
 from switchyard.queues import ModelLanes
 from switchyard.routing import RoutingDocument
 from switchyard.schemas import QueueMessage, ResultRecord
@@ -115,16 +116,9 @@ def test_a_read_that_fails_fails_each_look_in_it():
 def service_over(versions, behaviour, document=None, sleep=time.sleep):
     results = CountedResults()
     realtime = ScriptedWorkers(results, behaviour)
-    service = PredictService(
-        endpoints={"digits-cnn": ModelLanes(realtime=realtime, batch=FakeQueue("batch"))},
-        registry=FakeRegistry(*versions),
-        results=results,
-        payloads=FakePayloads(),
-        routing=StaticRouting(document) if document else None,
-        result_ttl_seconds=3600,
-        claim_check_bytes=200_000,
-        sleep=sleep,
-    )
+    lanes = {"digits-cnn": ModelLanes(realtime=realtime, batch=FakeQueue("batch"))}
+    routing = StaticRouting(document) if document else None
+    service = predict_service(lanes, *versions, results=results, routing=routing, sleep=sleep)
     return service, realtime, results
 
 

@@ -13,18 +13,14 @@ from fastapi.testclient import TestClient
 from harness.fakes import (
     FakePayloads,
     FakeQueue,
-    FakeRegistry,
     FakeResults,
     answered,
-    behind_api_gateway,
-    tenant_keys,
     version_record,
 )
+from harness.router_app import predict_service, router_client
 from switchyard.bodies import predict_body_for, request_schema
 from switchyard.queues import ModelLanes
 from switchyard.schemas import FORBIDDEN, UNAUTHORIZED, ErrorInfo, QueueMessage, ResultRecord
-from switchyard_router.app import RouterDeps, create_app
-from switchyard_router.logic import PredictService
 
 KEYS = {"k-acme": "acme", "k-globex": "globex"}
 IMAGE = [0] * 64
@@ -52,17 +48,9 @@ def world(digits_v1, digits_v2):
     results = FakeResults()
     queue = InstantQueue(results, answer=True)
     payloads = FakePayloads()
-    service = PredictService(
-        endpoints={"digits-cnn": ModelLanes(realtime=queue, batch=FakeQueue("batch"))},
-        registry=FakeRegistry(digits_v1, digits_v2),
-        results=results,
-        payloads=payloads,
-        routing=None,
-        result_ttl_seconds=3600,
-        claim_check_bytes=200_000,
-    )
-    app = create_app(RouterDeps(service=service, tenants=tenant_keys(KEYS), max_body_bytes=60_000))
-    return TestClient(behind_api_gateway(app, KEYS)), queue, results, payloads
+    lanes = {"digits-cnn": ModelLanes(realtime=queue, batch=FakeQueue("batch"))}
+    service = predict_service(lanes, digits_v1, digits_v2, results=results, payloads=payloads)
+    return router_client(service, KEYS), queue, results, payloads
 
 
 def post(client, body, key="k-acme", model="digits-cnn", **headers):
@@ -312,44 +300,18 @@ def test_a_method_the_path_does_not_take_is_405_with_allow(world, method, path, 
     assert queue.visible == []
 
 
+# What a route that creates work and waits for it may answer.
+WAITING_STATUSES = {"200", "202", "400", "404", "409", "413", "422", "504"}
 EXPECTED_STATUSES = {
     ("get", "/healthz"): {"200"},
     ("get", "/v1/models"): {"200"},
     **{
-        ("post", f"/v1/models/{model}/predict"): {
-            "200",
-            "202",
-            "400",
-            "404",
-            "409",
-            "413",
-            "422",
-            "504",
-        }
-        for model in ("minilm-embed", "pydoc-gpt")
-    },
-    ("post", "/v1/models/digits-cnn/predict"): {
-        "200",
-        "202",
-        "400",
-        "404",
-        "409",
-        "413",
-        "422",
-        "504",
+        ("post", f"/v1/models/{model}/predict"): WAITING_STATUSES
+        for model in ("digits-cnn", "minilm-embed", "pydoc-gpt")
     },
     ("get", "/v1/requests/{request_id}"): {"200", "404", "422"},
     ("delete", "/v1/requests/{request_id}"): {"200", "404", "409", "422"},
-    ("post", "/v1/models/pydoc-gpt/generate"): {
-        "200",
-        "202",
-        "400",
-        "404",
-        "409",
-        "413",
-        "422",
-        "504",
-    },
+    ("post", "/v1/models/pydoc-gpt/generate"): WAITING_STATUSES,
     ("get", "/openai/v1/models"): {"200"},
     ("get", "/openai/v1/models/{model}"): {"200", "404"},
     ("post", "/openai/v1/completions"): {"200", "202", "400", "404", "409", "504"},
@@ -362,15 +324,7 @@ EXPECTED_STATUSES = {
         for ready in ("", "/ready")
     },
     **{
-        ("post", f"/v2/models/{{model}}{version}/infer"): {
-            "200",
-            "202",
-            "400",
-            "404",
-            "409",
-            "413",
-            "504",
-        }
+        ("post", f"/v2/models/{{model}}{version}/infer"): WAITING_STATUSES - {"422"}
         for version in ("", "/versions/{version}")
     },  # fmt: skip
 }
@@ -469,17 +423,7 @@ def unanswered(*versions):
         v.model: ModelLanes(realtime=FakeQueue("realtime"), batch=FakeQueue("batch"))
         for v in versions
     }
-    service = PredictService(
-        endpoints=lanes,
-        registry=FakeRegistry(*versions),
-        results=results,
-        payloads=FakePayloads(),
-        routing=None,
-        result_ttl_seconds=3600,
-        claim_check_bytes=200_000,
-    )
-    app = create_app(RouterDeps(service=service, tenants=tenant_keys(KEYS), max_body_bytes=60_000))
-    return TestClient(behind_api_gateway(app, KEYS)), lanes, results
+    return router_client(predict_service(lanes, *versions, results=results), KEYS), lanes, results
 
 
 @pytest.fixture
@@ -611,22 +555,11 @@ def test_an_outcome_is_answered_with_one_status_on_every_route(digits_v1, status
     # GIVEN workers that end every request the same way
     results = FakeResults()
     versions = [digits_v1, version_record("pydoc-gpt"), version_record("minilm-embed")]
-    service = PredictService(
-        endpoints={
-            v.model: ModelLanes(
-                realtime=EndingWorkers(results, status, code), batch=FakeQueue("batch")
-            )
-            for v in versions
-        },
-        registry=FakeRegistry(*versions),
-        results=results,
-        payloads=FakePayloads(),
-        routing=None,
-        result_ttl_seconds=3600,
-        claim_check_bytes=200_000,
-    )
-    app = create_app(RouterDeps(service=service, tenants=tenant_keys(KEYS), max_body_bytes=60_000))
-    client = TestClient(behind_api_gateway(app, KEYS))
+    lanes = {
+        v.model: ModelLanes(realtime=EndingWorkers(results, status, code), batch=FakeQueue("batch"))
+        for v in versions
+    }
+    client = router_client(predict_service(lanes, *versions, results=results), KEYS)
     spec = client.get("/openapi.json").json()
     for path, body in WAITING_ROUTES:
         # WHEN a request on each route ends so

@@ -6,23 +6,17 @@ import json
 import time
 
 import pytest
-from fastapi.testclient import TestClient
 
 from harness.fakes import (
-    FakePayloads,
     FakeQueue,
-    FakeRegistry,
     FakeResults,
     answered,
-    behind_api_gateway,
-    tenant_keys,
 )
+from harness.router_app import predict_service, router_client
 from switchyard.queues import ModelLanes
 from switchyard.routing import RoutingDocument
 from switchyard.schemas import QueueMessage, ResultRecord
 from switchyard.telemetry import dimension_sets
-from switchyard_router.app import RouterDeps, create_app
-from switchyard_router.logic import PredictService
 
 IMAGE = [0] * 64
 
@@ -59,18 +53,12 @@ def make(digits_v1, digits_v2, document, behaviour):
     results = FakeResults()
     realtime = ScriptedWorkers(results, behaviour)
     batch = FakeQueue("batch")
-    service = PredictService(
-        endpoints={"digits-cnn": ModelLanes(realtime=realtime, batch=batch)},
-        registry=FakeRegistry(digits_v1, digits_v2),
-        results=results,
-        payloads=FakePayloads(),
-        routing=StaticRouting(document),
-        result_ttl_seconds=3600,
-        claim_check_bytes=200_000,
+    lanes = {"digits-cnn": ModelLanes(realtime=realtime, batch=batch)}
+    service = predict_service(
+        lanes, digits_v1, digits_v2, results=results, routing=StaticRouting(document)
     )
     keys = {"k": "acme", "g": "globex"}
-    app = create_app(RouterDeps(service, tenant_keys(keys), max_body_bytes=100_000))
-    return TestClient(behind_api_gateway(app, keys)), realtime, batch, service
+    return router_client(service, keys, max_body_bytes=100_000), realtime, batch, service
 
 
 def predict(client, user="u1", deadline="2000", **headers):
