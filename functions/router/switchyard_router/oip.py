@@ -341,7 +341,10 @@ class InferCall:
 
     def idempotent(self) -> Idempotent | None:
         """The call's Idempotency-Key and what it asks: the JSON header and a hash of
-        each input's raw bytes, sent to this model (and version)."""
+        each input's raw bytes, sent to this model (and version). None without a key:
+        nothing is hashed then."""
+        if self.idempotency_key is None:
+            return None
         raw = [hashlib.sha256(r).hexdigest() if r is not None else None for r in self.request.raw]
         asked = {"header": self.request.body.model_dump(mode="json"), "raw": raw}
         return idempotent(self.idempotency_key, f"infer {self.model} {self.pinned or ''}", asked)
