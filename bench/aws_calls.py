@@ -31,7 +31,7 @@ from bench.asgi import NoopApp, call, predict_body
 from bench.common import TEXT_MODEL, median, sentences
 from bench.emulator import REGION, Emulator
 from bench.proc_cpu import thread_cpu
-from switchyard.costs import ROUTER_MEMORY_MB
+from switchyard.costs import FIREHOSE_RECORD_BYTES, ROUTER_MEMORY_MB
 from switchyard.prices import PRICE_SOURCES, PriceTable, first_price
 from switchyard_local.moto_statements import parse_insert, parse_update
 
@@ -125,6 +125,7 @@ class Call:
     wru: float = 0.0
     rru: float = 0.0
     records: int = 0
+    billed_bytes: int = 0  # a PutRecordBatch's records, each rounded up to 5 KB
     consistent: bool = False  # a strongly consistent DynamoDB read
     keys: int = 1  # the items a BatchGetItem asked for
 
@@ -201,7 +202,12 @@ class CallLog:
         if model.name == "ReceiveMessage":
             entry.empty = not parsed.get("Messages")
         if model.name == "PutRecordBatch":
-            entry.records = len(params.get("Records", []))
+            sent = params.get("Records", [])
+            entry.records = len(sent)
+            entry.billed_bytes = sum(
+                max(1, math.ceil(len(r["Data"]) / FIREHOSE_RECORD_BYTES)) * FIREHOSE_RECORD_BYTES
+                for r in sent
+            )
         with self.lock:
             self.calls.append(entry)
 
@@ -232,6 +238,7 @@ def summarise(calls: list[Call], inferences: int, requests: int) -> dict[str, An
     rru = sum(c.rru for c in per_path)
     other = Counter(c.key for c in per_path if c.service not in ("sqs", "dynamodb", "s3"))
     firehose_records = sum(c.records for c in per_path)
+    firehose_billed = sum(c.billed_bytes for c in per_path)
     p = PRICES
     cost = {
         "sqs": sqs / n * p["sqs_per_million_requests"],
@@ -242,7 +249,7 @@ def summarise(calls: list[Call], inferences: int, requests: int) -> dict[str, An
         + s3_get / n * p["s3_get_per_thousand"] * 1000,
     }
     cost["firehose_prediction_log"] = (
-        firehose_records / n * 5 / 1024 / 1024 * p["firehose_per_gb_ingested"] * 1e6
+        firehose_billed / n / 2**30 * p["firehose_per_gb_ingested"] * 1e6
     )
     cost["total"] = (
         cost["sqs"]

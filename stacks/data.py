@@ -6,6 +6,7 @@ touching registry entries, results or logs.
 
 from __future__ import annotations
 
+import base64
 import math
 
 from aws_cdk import Duration, Stack
@@ -303,8 +304,11 @@ def grant_objects(bucket_name: str, role: iam.IRole, actions: list[str], why: st
 class PredictionLog(Construct):
     """Firehose → S3, one JSON line per prediction, partitioned by model and date.
 
-    Workers send newline-terminated JSON records with a top-level ``model``;
-    Firehose reads it with JQ (dynamic partitioning) and writes gzip objects under
+    Workers send a batch's predictions as newline-terminated JSON lines in one
+    record (``switchyard.telemetry.FirehosePredictionLog``: Firehose bills a record
+    rounded up to 5 KB); the stream splits each record at its newlines (at most 500
+    lines a record), reads each line's top-level ``model`` with JQ (dynamic
+    partitioning), ends each line with a newline again and writes gzip objects under
     ``model=<model>/date=<yyyy-MM-dd>/``.
     """
 
@@ -381,10 +385,16 @@ class PredictionLog(Construct):
                     enabled=True,
                     processors=[
                         _processor(
+                            "RecordDeAggregation",
+                            SubRecordType="DELIMITED",
+                            Delimiter=base64.b64encode(b"\n").decode(),
+                        ),
+                        _processor(
                             "MetadataExtraction",
                             MetadataExtractionQuery="{model: .model}",
                             JsonParsingEngine="JQ-1.6",
                         ),
+                        _processor("AppendDelimiterToRecord"),
                     ],
                 ),
                 cloud_watch_logging_options=firehose.CfnDeliveryStream.CloudWatchLoggingOptionsProperty(

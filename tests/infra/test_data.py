@@ -138,3 +138,27 @@ def test_prediction_logs_are_partitioned_by_model_and_date_and_compressed(
             ),
         },
     )
+
+
+def test_prediction_log_records_are_split_into_lines_before_partitioning(
+    data_template: Template,
+) -> None:
+    # GIVEN the prediction-log stream, to which a worker sends a batch's lines in one
+    # record (switchyard.telemetry.FirehosePredictionLog)
+    (stream,) = data_template.find_resources("AWS::KinesisFirehose::DeliveryStream").values()
+    processing = stream["Properties"]["ExtendedS3DestinationConfiguration"][
+        "ProcessingConfiguration"
+    ]
+    steps = [
+        (p["Type"], {q["ParameterName"]: q["ParameterValue"] for q in p.get("Parameters", [])})
+        for p in processing["Processors"]
+    ]
+    # THEN each record is split at its newlines first, each line is partitioned by
+    # its model, and each line ends with a newline again in S3
+    assert processing["Enabled"] is True
+    assert steps == [
+        ("RecordDeAggregation", {"SubRecordType": "DELIMITED", "Delimiter": "Cg=="}),
+        ("MetadataExtraction", {"MetadataExtractionQuery": "{model: .model}",
+                                "JsonParsingEngine": "JQ-1.6"}),
+        ("AppendDelimiterToRecord", {}),
+    ]  # fmt: skip

@@ -18,6 +18,7 @@ from switchyard.costs import (
     Spend,
     WorkerTime,
     cost_report,
+    log_billed_bytes,
     path_usage,
     price_answers,
     request_cost,
@@ -111,14 +112,25 @@ def test_a_sync_paths_aws_requests_counted() -> None:
     u = path_usage(facts, router_memory_mb=1024, router_seconds=0.03)
     # THEN one API call and invocation, billed for the wait; a send, and its share
     # of two receives and two delete batches; two result looks and a status read;
-    # one result write of 2 KB; one Firehose record
+    # one result write of 2 KB; a sixteenth of the Firehose record that logs the
+    # batch (16 lines of 550 bytes, billed as two 5 KB units)
     assert u.apigateway_calls == u.lambda_calls == 1
     assert u.lambda_gb_seconds == pytest.approx(0.53)
     assert u.sqs_calls == pytest.approx(1 + 2 * 2 / 16)
     assert u.dynamodb_rru == 1 + 2
     assert u.dynamodb_wru == 2
     assert u.s3_puts == u.s3_gets == 0
-    assert u.firehose_bytes == 5 * 1024
+    assert u.firehose_bytes == 2 * 5 * 1024 / 16
+
+
+def test_a_batch_logged_in_one_record_is_billed_by_its_bytes_not_per_line() -> None:
+    # A request alone: one record, billed as 5 KB
+    assert log_billed_bytes(1) == 5 * 1024
+    # 64 lines of 550 bytes (35,200): seven 5 KB units in one record
+    assert log_billed_bytes(64) == 7 * 5 * 1024
+    # 501 lines of 100 bytes: two records (500 lines at most each), each rounded up
+    # on its own: 50,000 bytes in ten units, and one line in one
+    assert log_billed_bytes(501, line_bytes=100) == (10 + 1) * 5 * 1024
 
 
 def test_an_async_path_adds_its_queued_record_and_one_poll() -> None:

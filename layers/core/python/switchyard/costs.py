@@ -30,6 +30,7 @@ from switchyard.prices import PriceTable, first_price
 from switchyard.results import stored_outputs
 from switchyard.schemas import AWS_SERVICES, AwsService, QueueMessage, RequestCost, ResultRecord
 from switchyard.tables import RESULTS
+from switchyard.telemetry import LOG_LINES_PER_RECORD
 
 Path = Literal["sync", "async", "job"]
 
@@ -41,6 +42,9 @@ SYNC_RESULT_LOOKS = 2
 # done (a caller that polls more often pays for its own calls, not counted here).
 ASYNC_POLLS = 1
 FIREHOSE_RECORD_BYTES = 5 * 1024  # Firehose bills each record rounded up to 5 KB
+# A prediction-log line with its cost (switchyard.telemetry.prediction_records): 551
+# bytes for a minilm-embed answer.
+PREDICTION_LINE_BYTES = 550
 SQS_MESSAGES_PER_CALL = 10  # a receive takes, and a delete batch deletes, up to 10
 # The result item's attributes beyond its ``doc`` text and outputs (keys, status,
 # model, version, TTL and their names) and the cost it is about to carry, bytes.
@@ -155,7 +159,8 @@ def path_usage(p: PathFacts, router_memory_mb: int, router_seconds: float) -> Aw
     - the worker: its share of the receive and the delete batch of its messages, one
       read of its status (BatchGetItem), its result write (by the item's size), an
       S3 GET of claim-checked inputs and its share of the PUT of outputs too large to
-      hold inline (and the router's GET of them), and one Firehose record (5 KB).
+      hold inline (and the router's GET of them), and its share of the Firehose record
+      that logs its batch (:func:`log_billed_bytes`).
 
     Left out, as the platform's overhead: empty receives, visibility extensions,
     cache refreshes, the ledger's own writes, and a retried batch's calls.
@@ -180,8 +185,21 @@ def path_usage(p: PathFacts, router_memory_mb: int, router_seconds: float) -> Aw
         gets = 1 if p.outputs_put_share else 0  # the router reads S3-held outputs
     u.s3_puts = p.outputs_put_share + (1 if p.claim_checked else 0)
     u.s3_gets = gets + (1 if p.claim_checked else 0)
-    u.firehose_bytes = FIREHOSE_RECORD_BYTES
+    u.firehose_bytes = log_billed_bytes(p.batch_messages) / p.batch_messages
     return u
+
+
+def log_billed_bytes(lines: float, line_bytes: int = PREDICTION_LINE_BYTES) -> int:
+    """The bytes Firehose bills for a batch's ``lines`` prediction-log lines, sent
+    together (:class:`switchyard.telemetry.FirehosePredictionLog`): records of up to
+    500 lines, each rounded up to 5 KB. A batch of 16 lines of 550 bytes is one
+    record billed as 10 KB, 640 bytes a line, against 5 KB a line logged alone."""
+    full, rest = divmod(lines, LOG_LINES_PER_RECORD)
+
+    def billed(n: float) -> int:
+        return max(1, math.ceil(n * line_bytes / FIREHOSE_RECORD_BYTES)) * FIREHOSE_RECORD_BYTES
+
+    return int(full) * billed(LOG_LINES_PER_RECORD) + (billed(rest) if rest or not full else 0)
 
 
 def price_usage(u: AwsUsage, rates: CostRates) -> dict[AwsService, float]:

@@ -18,8 +18,9 @@ The arithmetic, per worker service (a model's own, or a pool's):
 - **Requests.** Per message: one SQS send (each 64 KB of the body a request), a
   share of a receive and of a delete batch (10 messages a call, one batch filled
   as the load allows), one result written (1 KB write units) and read by the
-  router's looks (4 KB read units), one prediction-log record (Firehose bills
-  5 KB); an idle worker's empty receives (docs/benchmarks.md, section 5).
+  router's looks (4 KB read units), a line of its batch's prediction-log record
+  (Firehose bills a record rounded up to 5 KB); an idle worker's empty receives
+  (docs/benchmarks.md, section 5).
 - **Money.** A month is 730 hours; requests at the mean rate; workers as the replay
   ran them (started, running, idle: all paid).
 
@@ -39,6 +40,7 @@ from typing import Any
 
 import annotated_types
 
+from switchyard.costs import log_billed_bytes
 from switchyard.manifest import UNRESERVED_CONCURRENCY_MINIMUM, Manifest, ScalingSettings
 from switchyard.prices import PRICE_SOURCES, PRICES_AS_OF, cost
 from switchyard.quotas import INSTANCE_VCPUS, Quota, host_quota
@@ -50,6 +52,7 @@ from switchyard.scaling_replay import (
     WaitDistribution,
     replay,
 )
+from switchyard.telemetry import LOG_LINES_PER_RECORD
 from switchyard.traffic_profile import (
     ModelLoad,
     Profile,
@@ -63,7 +66,6 @@ HOURS_PER_MONTH = 730
 SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600
 SQS_CHUNK_BYTES = 64 * 1024  # SQS bills each 64 KB of a payload as a request
 SQS_BATCH = 10  # messages a receive or a delete batch takes
-FIREHOSE_RECORD_BILLED_BYTES = 5 * 1024  # each record rounded up to 5 KB
 GIB = 1024**3
 
 
@@ -464,8 +466,10 @@ def _monthly_counts(
             * math.ceil(item / 4096)
             + batches * path.status_reads_per_batch
         )
-        out["firehose_records"] += messages
-    out["firehose_gb"] = out["firehose_records"] * FIREHOSE_RECORD_BILLED_BYTES / GIB
+        # A batch's prediction-log lines go in one record (up to 500 lines).
+        out["firehose_records"] += batches * math.ceil(model.batch_fill / LOG_LINES_PER_RECORD)
+        billed = log_billed_bytes(model.batch_fill, path.log_record_bytes)
+        out["firehose_gb"] += batches * billed / GIB
     for service in services.values():
         out["worker_hours"] += service.replay.worker_hours * HOURS_PER_MONTH / 24
         out["idle_worker_hours"] += service.replay.idle_hours * HOURS_PER_MONTH / 24
@@ -530,7 +534,7 @@ def _quotas(
         + n / fill * path.status_reads_per_batch
         for n, m, fill in zip(messages, loads, fills, strict=True)
     )
-    records = sum(messages)
+    lines = sum(messages)
     log_requests = sum(
         n / model.messages_per_batch for n, model in zip(messages, models, strict=True)
     )
@@ -596,9 +600,9 @@ def _quotas(
         Quota(
             "Firehose Direct PUT records per second, prediction-log stream",
             None,
-            _ceil(records),
+            _ceil(log_requests),
             account.firehose_records_per_second,
-            "one record per prediction (the three Firehose limits rise together)",
+            "one record per full batch, a line per prediction in it",
         ),
         Quota(
             "Firehose Direct PUT requests per second, prediction-log stream",
@@ -610,9 +614,9 @@ def _quotas(
         Quota(
             "Firehose Direct PUT MiB per second, prediction-log stream",
             None,
-            _ceil(records * path.log_record_bytes / 2**20),
+            _ceil(lines * path.log_record_bytes / 2**20),
             account.firehose_mib_per_second,
-            f"records of {path.log_record_bytes} bytes",
+            f"lines of {path.log_record_bytes} bytes",
         ),
     ]
     return quotas

@@ -118,24 +118,66 @@ class PredictionLog(Protocol):
     def write(self, records: list[dict[str, Any]]) -> None: ...
 
 
-class FirehosePredictionLog:
-    """Newline-delimited JSON records to a Firehose stream (S3, by model and date)."""
+# A prediction-log record's lines: the most Firehose's deaggregation splits out of one.
+LOG_LINES_PER_RECORD = 500
+_RECORD_BYTES = 1_000 * 1024  # a Firehose record's most
+_CALL_RECORDS = 500  # a PutRecordBatch's most records
+_CALL_BYTES = 4 * 1024 * 1024  # and bytes
 
-    _BATCH = 500
+
+class FirehosePredictionLog:
+    """A batch's prediction logs, one JSON line each, to a Firehose stream (S3, by
+    model and date), its lines together in as few records as they fit: one for a
+    batch. Firehose bills each record rounded up to 5 KB, so a record per line paid
+    5 KB for a line of a few hundred bytes; the stream splits a record back into its
+    lines (``stacks.data.PredictionLog``), so S3 holds one line per prediction
+    either way."""
 
     def __init__(self, firehose: Any, stream: str) -> None:
         self._firehose = firehose
         self._stream = stream
 
     def write(self, records: list[dict[str, Any]]) -> None:
-        for i in range(0, len(records), self._BATCH):
-            chunk = records[i : i + self._BATCH]
+        for call in _calls(log_records(records, LOG_LINES_PER_RECORD, _RECORD_BYTES)):
             self._firehose.put_record_batch(
-                DeliveryStreamName=self._stream,
-                Records=[
-                    {"Data": (json.dumps(r, separators=(",", ":")) + "\n").encode()} for r in chunk
-                ],
+                DeliveryStreamName=self._stream, Records=[{"Data": data} for data in call]
             )
+
+
+def log_records(records: list[dict[str, Any]], most_lines: int, most_bytes: int) -> list[bytes]:
+    """``records`` as newline-terminated JSON lines, packed in order into records of
+    at most ``most_lines`` lines and ``most_bytes`` bytes (a longer line is a record
+    of its own)."""
+    packed: list[bytes] = []
+    lines: list[bytes] = []
+    size = 0
+    for r in records:
+        line = (json.dumps(r, separators=(",", ":")) + "\n").encode()
+        if lines and (len(lines) >= most_lines or size + len(line) > most_bytes):
+            packed.append(b"".join(lines))
+            lines, size = [], 0
+        lines.append(line)
+        size += len(line)
+    if lines:
+        packed.append(b"".join(lines))
+    return packed
+
+
+def _calls(packed: list[bytes]) -> list[list[bytes]]:
+    """Records grouped into PutRecordBatch calls within its limits."""
+    calls: list[list[bytes]] = []
+    size = 0
+    for data in packed:
+        if (
+            not calls
+            or len(calls[-1]) >= _CALL_RECORDS
+            or size + len(data) > _CALL_BYTES
+        ):
+            calls.append([])
+            size = 0
+        calls[-1].append(data)
+        size += len(data)
+    return calls
 
 
 def prediction_records(results: Sequence[ResultRecord]) -> list[dict[str, Any]]:

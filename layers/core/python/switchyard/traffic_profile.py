@@ -208,7 +208,10 @@ class RequestPath(_Strict):
         default=300, ge=0, description="A result item's keys, status and timings"
     )
     log_record_bytes: int = Field(
-        default=300, gt=0, description="A redacted prediction-log record (Firehose bills 5 KB)"
+        default=550,
+        gt=0,
+        description="A prediction's redacted log line with its cost (a batch's lines are one "
+        "Firehose record, billed rounded up to 5 KB)",
     )
     status_reads_per_batch: float = Field(
         default=1.0, ge=0, description="Reads a worker makes per batch (the requests' status)"
