@@ -20,6 +20,7 @@ from typing import Any
 from switchyard.auth import KeyIdDirectory
 from switchyard.queues import Received
 from switchyard.registry import ModelVersion, VersionExists
+from switchyard.results import Stored
 from switchyard.schemas import ErrorInfo, Lane, QueueMessage, ResultRecord
 from switchyard_local.gateway import ApiGatewayStandIn, ApiKey
 
@@ -143,7 +144,9 @@ class FakeRegistry:
 
 class FakeResults:
     """Results by (tenant, request id); a final result is written once. It counts the
-    final results stored (``done``, ``completed_at``) and can be waited on."""
+    final results stored (``done``, ``completed_at``) and can be waited on. Like the
+    DynamoDB store it says which results replaced a counted queued record, except
+    where :meth:`complete_queued` wrote over a queued one (its UPDATE cannot tell)."""
 
     def __init__(self, log: list[tuple[str, Any]] | None = None) -> None:
         self.items: dict[tuple[str, str], ResultRecord] = {}
@@ -166,26 +169,34 @@ class FakeResults:
         self.items[(record.tenant, record.request_id)] = record
         return True
 
-    def complete(self, record: ResultRecord, also: dict | None = None) -> bool:
+    def complete(self, record: ResultRecord, also: dict | None = None) -> Stored:
         with self._stored:
             key = (record.tenant, record.request_id)
             current = self.items.get(key)
             if current is not None and current.status != "queued":
                 self.log.append(("duplicate", record.request_id))
-                return False
+                return Stored.REFUSED
             self.items[key] = record
             self.log.append(("result", record.request_id))
             self.completed_at.append(time.perf_counter())
             self._stored.notify_all()
-            return True
+            counted = current is not None and current.queued_counted and also is None
+            return Stored.OVER_COUNTED if counted else Stored.STORED
 
-    def complete_new(self, records: list[ResultRecord]) -> list[bool]:
+    def complete_new(self, records: list[ResultRecord]) -> list[Stored]:
         self.log.append(("batch", len(records)))
         return [self.complete(r) for r in records]
 
-    def complete_queued(self, records: list[ResultRecord]) -> list[bool]:
+    def complete_queued(self, records: list[ResultRecord]) -> list[Stored]:
         self.log.append(("queued-batch", len(records)))
-        return [self.complete(r) for r in records]
+        return [self._over_queued(r) for r in records]
+
+    def _over_queued(self, record: ResultRecord) -> Stored:
+        """As the UPDATE over a queued record stores it: STORED, counted or not; any
+        other is stored as :meth:`complete` stores it."""
+        current = self.items.get((record.tenant, record.request_id))
+        stored = self.complete(record)
+        return Stored.STORED if stored and current is not None else stored
 
     def get(self, tenant: str, request_id: str) -> ResultRecord | None:
         return self.items.get((tenant, request_id))

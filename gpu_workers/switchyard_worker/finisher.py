@@ -24,7 +24,7 @@ from pydantic import TypeAdapter
 from switchyard.admission import QueuedLease, QueuedWork, queued_lease
 from switchyard.jobs import Job, JobStore, finish_if_answered
 from switchyard.result_cache import CacheEntry, ResultCache
-from switchyard.results import ResultStore
+from switchyard.results import ResultStore, Stored
 from switchyard.schemas import RETRIES_EXHAUSTED, ErrorInfo, ResultRecord
 from switchyard.telemetry import PredictionLog, prediction_records
 from switchyard_worker.batching import Pending
@@ -186,8 +186,9 @@ class Finisher:
                     code=RETRIES_EXHAUSTED,
                     message=f"failed after {p.received.receive_count} attempts: {reason}",
                 )
-                if self.complete(self.record(p, "error", error=error)):
-                    self._give_back_queued([p])
+                stored = self.complete(self.record(p, "error", error=error))
+                if stored:
+                    self._give_back_queued([(p, stored)])
                 log.warning(
                     "retries exhausted; the message goes to the DLQ",
                     extra={"request_id": m.request_id, "attempts": p.received.receive_count},
@@ -201,11 +202,12 @@ class Finisher:
         if last:
             self._in_hand.release([p.received for p in last], 0)
 
-    def complete(self, record: ResultRecord) -> bool:
+    def complete(self, record: ResultRecord) -> Stored:
         """Store a final result; a job's chunk is counted on its job in the same
         write, and if it was the job's last, the job's output is assembled. The
         record is completed as its write leaves (``completed_at``, not when it was
-        built): the router times its looks for results by it."""
+        built): the router times its looks for results by it. How it was stored
+        (``Stored``): whether it replaced a counted queued record too."""
         _stamp([record])
         if record.job is None or self._jobs is None:
             return self._results.complete(record)
@@ -253,7 +255,7 @@ class Finisher:
         writers = min(_WRITERS, len(chunks))
         tasks += [("one", chunks[k::writers]) for k in range(writers)]
 
-        def write(task: WriteTask) -> list[bool]:
+        def write(task: WriteTask) -> list[Stored]:
             how, indexes = task
             records = [answered[i][1] for i in indexes]
             if how == "one":
@@ -263,7 +265,7 @@ class Finisher:
                 return self._results.complete_new(records)
             return self._results.complete_queued(records)
 
-        stored = [False] * len(answered)
+        stored = [Stored.REFUSED] * len(answered)
         for (_, indexes), done in zip(tasks, self._written(write, tasks), strict=True):
             for i, fresh in zip(indexes, done, strict=True):
                 stored[i] = fresh
@@ -278,14 +280,14 @@ class Finisher:
                         "request_id": record.request_id,
                         "status": record.status,
                         "receive_count": p.received.receive_count,
-                        "stored": fresh,
+                        "stored": bool(fresh),
                     }
                     for (p, record), fresh in zip(answered, stored, strict=True)
                 ],
             },
         )
         fresh = [(p, r) for (p, r), new in zip(answered, stored, strict=True) if new]
-        self._give_back_queued([p for p, _ in fresh])
+        self._give_back_queued([(p, s) for (p, _), s in zip(answered, stored, strict=True) if s])
         self._log_predictions([r for _, r in fresh])
         self._fill_cache(fresh)
         self._in_hand.delete([p.received for p, _ in answered])
@@ -293,8 +295,8 @@ class Finisher:
             self._costs.spent([r for _, r in fresh])
 
     def _written(
-        self, write: Callable[[WriteTask], list[bool]], tasks: list[WriteTask]
-    ) -> list[list[bool]]:
+        self, write: Callable[[WriteTask], list[Stored]], tasks: list[WriteTask]
+    ) -> list[list[Stored]]:
         """Each task's answers, the tasks written at once: the first on this thread,
         the others by the writers, so that a batch of one task (up to 25 results)
         costs no hand-off to another thread and back. If one fails, those not
@@ -335,11 +337,11 @@ class Finisher:
         except Exception:  # noqa: BLE001 - the next repeat is run by the model instead
             log.exception("result cache write failed", extra={"entries": len(entries)})
 
-    def _give_back_queued(self, ended: list[Pending]) -> None:
+    def _give_back_queued(self, ended: list[tuple[Pending, Stored]]) -> None:
         """The places of requests whose final result this worker stored, given back
         to their tenants' queued work: one write per tenant, model and lease end."""
         if self._queued is not None:
-            self._queued.give_back(_lease(p) for p in ended)
+            self._queued.give_back(_lease(p, stored) for p, stored in ended)
 
     def _log_predictions(self, records: list[ResultRecord]) -> None:
         if self._prediction_log is None or not records:
@@ -373,16 +375,21 @@ def _backoff(runnable: list[Pending]) -> int:
 
 def _unrecorded(p: Pending, record: ResultRecord) -> bool:
     """A sync request's result, with no record yet unless it was handed off at its
-    deadline (a fallback's copy, sent once the first version is late or failed, may
-    well find one: it is stored on its own)."""
+    deadline. A fallback's copy too: where it finds a record (its request handed
+    off, or an attempt failed), its INSERT fails and the conditional put stores it,
+    which says whether the record was counted in its tenant's queued work (an
+    UPDATE over the record could not: a PartiQL statement returns no old item)."""
     m = p.message
-    return m is not None and m.respond_by is not None and not m.fallback and record.job is None
+    return m is not None and m.respond_by is not None and record.job is None
 
 
-def _lease(p: Pending) -> QueuedLease | None:
-    """The place ``p``'s request holds in its tenant's queued work (None: none)."""
+def _lease(p: Pending, stored: Stored) -> QueuedLease | None:
+    """The place ``p``'s request held in its tenant's queued work, given back by
+    the worker that stored its result (``stored``): counted at its enqueue (its
+    message says so) or at its hand-off (the queued record its result replaced
+    said so). One place either way, never two. None: none."""
     m = p.message
-    if m is None or not m.queued_counted:
+    if m is None or not (m.queued_counted or stored.over_counted):
         return None
     return queued_lease(m.tenant, m.model, m.expires_at)
 

@@ -118,3 +118,27 @@ def test_a_counting_item_is_no_request_of_the_tenant(counted, clients):
     results = DynamoDBResultStore(clients("dynamodb"), table, None, 8_192)  # type: ignore[arg-type]
     assert results.get("acme", KEY["request_id"]["S"]) is None
     assert "expires_at" in item()  # an idle tenant's item ends with the table's TTL
+
+
+def test_a_handed_off_request_is_counted_over_the_cap_in_one_write(counted, clients):
+    # GIVEN acme at its cap of three, through a router
+    router, clock, item, _ = counted
+    work = router()
+    expiry = clock.now + 60
+    for _ in range(3):
+        work.take("acme", "digits-cnn", expiry)
+    calls: list[str] = []
+    clients("dynamodb").meta.events.register(
+        "before-call.dynamodb.*", lambda model, **_: calls.append(model.name)
+    )
+    # WHEN another router hands a sync request of acme's off at its deadline
+    lease = router().add("acme", "digits-cnn", expiry)
+    # THEN it counts, over the cap, in one write, and acme's next request is refused
+    assert lease is not None and calls == ["UpdateItem"]
+    assert item()["held"]["N"] == "4" and item()[lease.step]["N"] == "4"
+    with pytest.raises(AtCapacity):
+        work.take("acme", "digits-cnn", expiry)
+    # AND once the worker that answers it gives it back, one place is free again
+    work.give_back([lease, lease])
+    assert item()["held"]["N"] == "2"
+    assert work.take("acme", "digits-cnn", expiry) is not None

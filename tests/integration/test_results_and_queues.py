@@ -5,7 +5,7 @@ import time
 
 from switchyard.payloads import S3PayloadStore
 from switchyard.queues import SqsWorkQueue, encode_message, load_inputs
-from switchyard.results import DynamoDBResultStore
+from switchyard.results import DynamoDBResultStore, Stored
 from switchyard.schemas import QueueMessage, ResultRecord
 
 
@@ -32,8 +32,8 @@ def test_a_result_is_written_once(manifest, provisioned, clients):
     results = store(manifest, clients)
     results.put_queued(record())
     assert results.get("acme", "r1").status == "queued"
-    assert results.complete(record("done", outputs=[1])) is True
-    assert results.complete(record("done", outputs=[2])) is False
+    assert results.complete(record("done", outputs=[1])) == Stored.STORED
+    assert results.complete(record("done", outputs=[2])) == Stored.REFUSED
     assert results.get("acme", "r1").outputs == [1]
 
 
@@ -75,7 +75,8 @@ def test_only_a_queued_request_is_cancelled(manifest, provisioned, clients):
     cancelled = results.cancel("acme", "r1", time.time())
     assert cancelled.status == "cancelled"
     assert results.get("acme", "r1").status == "cancelled"
-    assert results.complete(record("done", outputs=[1])) is False  # a worker cannot answer it
+    # a worker cannot answer it
+    assert results.complete(record("done", outputs=[1])) == Stored.REFUSED
     assert results.get("acme", "r1").status == "cancelled"
     results.complete(record("done", tenant="globex", outputs=[1]))
     assert results.cancel("globex", "r1", time.time()).status == "done"  # keeps its result
@@ -105,7 +106,7 @@ def test_only_an_exhausted_request_is_reopened(manifest, provisioned, clients):
     assert results.reopen("acme", "r1") is True
     reopened = results.get("acme", "r1")
     assert reopened.status == "queued" and reopened.error is None
-    assert results.complete(record("done", outputs=[7])) is True  # a worker answers it now
+    assert results.complete(record("done", outputs=[7])) == Stored.STORED  # a worker answers it now
     assert results.reopen("acme", "r1") is False  # done stays done
     invalid = record("error", tenant="globex").model_copy(
         update={"error": ErrorInfo(code="invalid_input", message="bad")}
@@ -193,7 +194,7 @@ def test_embeddings_are_stored_as_float32_and_read_back_exactly(manifest, provis
     classes = [{"class": 3, "label": "3", "probabilities": [0.1] * 10}]
     for request_id, outputs in (("emb", embeddings), ("cls", classes)):
         done = record("done", outputs=outputs).model_copy(update={"request_id": request_id})
-        assert results.complete(done) is True
+        assert results.complete(done) == Stored.STORED
         assert results.get("acme", request_id).outputs == outputs
     table = manifest.names("dev").results_table
     ddb = clients("dynamodb")
@@ -285,7 +286,7 @@ def test_new_results_are_inserted_many_to_a_call_and_never_replace_one(
     one = result_of
 
     results.put_queued(one("handed-off", "queued"))
-    assert results.complete(one("answered", outputs=["first"])) is True
+    assert results.complete(one("answered", outputs=["first"])) == Stored.STORED
     new = [one(f"n{i}", outputs=[[0.5, -0.25, float(i)]]) for i in range(30)]
     batch = [*new, one("handed-off", outputs=[1]), one("answered", outputs=["second"])]
     batch.append(one("large", outputs=[["x" * 100] * 50]))
@@ -339,6 +340,34 @@ def test_queued_results_are_updated_many_to_a_call_and_never_replace_a_final_one
     assert results.get("acme", "unrecorded").outputs == [2]
     assert results.get("acme", "large").outputs == [["x" * 100] * 50]
     assert results.get("acme", "q3").outputs == [[0.5, -0.25, 3.0]]
+
+
+def test_a_result_stored_over_a_counted_queued_record_says_so(manifest, provisioned, clients):
+    """A sync request handed off at its deadline: its queued record says its tenant's
+    queued work counted it, and the worker's result replacing it says so (the put's
+    old item, no call more), so that its writer gives the place back, once."""
+    calls = dynamodb_calls(clients)
+    results = store(manifest, clients)
+    one = result_of
+    counted = one("handed-off", "queued").model_copy(update={"queued_counted": True})
+    assert results.put_queued(counted)
+    assert results.put_queued(one("uncounted", "queued"))
+    assert results.get("acme", "handed-off").queued_counted
+    assert not results.get("acme", "uncounted").queued_counted
+    batch = [one("handed-off", outputs=[1]), one("uncounted", outputs=[2]), one("new")]
+    calls.clear()
+    stored = results.complete_new(batch)
+    assert stored == [Stored.OVER_COUNTED, Stored.STORED, Stored.STORED]
+    assert calls == ["BatchExecuteStatement", "PutItem", "PutItem"]
+    # a second result is refused and says nothing; the result holds no count
+    assert results.complete(one("handed-off", outputs=[3])) == Stored.REFUSED
+    assert results.get("acme", "handed-off").outputs == [1]
+    assert not results.get("acme", "handed-off").queued_counted
+    # an UPDATE over a counted record cannot tell (the message says it for async
+    # work), and leaves no count on the result either
+    assert results.put_queued(counted.model_copy(update={"request_id": "async"}))
+    assert results.complete_queued([one("async", outputs=[4])]) == [Stored.STORED]
+    assert not results.get("acme", "async").queued_counted
 
 
 def test_a_key_naming_a_token_chunk_is_no_request(manifest, provisioned, clients):

@@ -183,8 +183,9 @@ def _generate(
         service.give_slot(slot)
         return fmt.failure(outcome)
     # Its tokens flow: recorded now (one write), so that its caller can read it
-    # (GET /v1/requests/{id}) or cancel it (DELETE) while it runs.
-    service.hand_off(admitted)
+    # (GET /v1/requests/{id}) or cancel it (DELETE) while it runs. Its stream slot
+    # bounds it: it takes no place in its tenant's queued work.
+    service.hand_off(admitted, counted=False)
     until = time.monotonic() + MAX_STREAM_SECONDS
 
     def groups() -> Iterator[list[Piece | Ending]]:

@@ -411,7 +411,8 @@ class PredictService:
         queued_work = self._queued_work
         lease = None
         try:
-            lease = queued_work.take(tenant, model, work.expires_at) if queued_work else None
+            if queued_work is not None and queued.queued_counted:
+                lease = queued_work.take(tenant, model, work.expires_at)
             if not work.waits:
                 self._results.put_queued(queued)
             message = self._enqueue(queued, inputs, work, key, counted=lease is not None)
@@ -486,8 +487,13 @@ class PredictService:
         """The request's record as queued. An async or batch request's is written
         before it is enqueued; a sync request answered within its deadline needs
         none (the worker's result is its first write), so it is written only if the
-        request is handed off (202) at its deadline."""
-        return ResultRecord(
+        request is handed off (202) at its deadline.
+
+        An async or batch request of a capped tenant is counted in its tenant's
+        queued work from its enqueue. A sync one is not: its caller waits, and the
+        tenant's sync slots bound it; it is counted from its hand-off, if it is
+        handed off (:meth:`hand_off`), which is when it becomes queued work."""
+        record = ResultRecord(
             request_id=uuid.uuid4().hex,
             tenant=tenant,
             model=version.model,
@@ -497,6 +503,20 @@ class PredictService:
             created_at=work.now,
             expires_at=int(work.now + self._ttl),
             work_expires_at=work.expires_at,
+        )
+        record.queued_counted = not work.waits and self._counts(record)
+        return record
+
+    def _counts(self, record: ResultRecord) -> bool:
+        """Whether the router counts this request in its tenant's queued work: its
+        tenant capped, and no job's chunk (a job is held to its tenant's budget) or
+        shadow copy (the platform's own work)."""
+        return (
+            self._queued_work is not None
+            and self._queued_work.capped(record.tenant)
+            and record.job is None
+            and record.shadow_of is None
+            and record.work_expires_at is not None
         )
 
     def _replay(
@@ -754,16 +774,35 @@ class PredictService:
         finally:
             self._waiters.leave(waiter)
 
-    def hand_off(self, admitted: Admitted) -> ResultRecord | None:
+    def hand_off(self, admitted: Admitted, counted: bool = True) -> ResultRecord | None:
         """A sync request past its deadline, about to be answered 202: its queued
         record is written now, so that its ``Location`` reads it (and expires it if
         no worker takes it up). Returns the final result instead if the worker stored
-        it in the meantime."""
+        it in the meantime.
+
+        From now on it is queued work: a capped tenant's is counted in its queued
+        work first, at the cap or over it (its message is queued already, so the
+        hand-off cannot be refused), and its record says so, so that whoever ends it
+        over that record gives the place back. If the record cannot be written (its
+        result is there first, or a queued record that says nothing of the place: a
+        worker's with a failed attempt, a replay's), the place is given back at once,
+        as no one else would: the request has ended, or runs on uncounted.
+
+        ``counted`` False: a stream whose tokens flow is recorded, not handed off (its
+        caller holds a stream slot until its end), and counts for nothing."""
         if admitted.recorded or admitted.queued is None:
             return None
         admitted.recorded = True
-        if self._results.put_queued(admitted.queued):
+        queued = admitted.queued
+        lease = None
+        if counted and self._queued_work is not None and self._counts(queued):
+            assert queued.work_expires_at is not None
+            lease = self._queued_work.add(queued.tenant, queued.model, queued.work_expires_at)
+        if lease is not None:
+            queued = queued.model_copy(update={"queued_counted": True})
+        if self._results.put_queued(queued):
             return None
+        self._give_back_queued(lease)
         record = self._results.get(admitted.tenant, admitted.request_id)
         return record if record is not None and record.status != "queued" else None
 
@@ -798,15 +837,11 @@ class PredictService:
         return cancelled
 
     def _lease_of(self, record: ResultRecord) -> QueuedLease | None:
-        """The place a request ended here held in its tenant's queued work: one the
-        router counted (its tenant capped; no job's chunk, no shadow copy)."""
-        if (
-            self._queued_work is None
-            or not self._queued_work.capped(record.tenant)
-            or record.job is not None
-            or record.shadow_of is not None
-            or record.work_expires_at is None
-        ):
+        """The place a request ended here held in its tenant's queued work: one its
+        record says the router counted (an async request's at its enqueue, a sync
+        one's at its hand-off). A record written before records said so has none
+        to give back here: its place ends by itself with its lease."""
+        if self._queued_work is None or not record.queued_counted or record.work_expires_at is None:
             return None
         return queued_lease(record.tenant, record.model, record.work_expires_at)
 

@@ -54,7 +54,9 @@ class Admitted:
     # at its deadline (see PredictService.hand_off).
     queued: ResultRecord | None = None
     recorded: bool = True
-    # Counted in its tenant's queued work on the model (switchyard.admission).
+    # Its message says it was counted in its tenant's queued work on the model
+    # (switchyard.admission): an async request's, from its enqueue. A sync request
+    # counts from its hand-off, which its queued record says instead.
     queued_counted: bool = False
     # An earlier request with the same Idempotency-Key and body: this is that one,
     # answered again (nothing was sent for it).

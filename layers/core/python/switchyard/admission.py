@@ -14,12 +14,14 @@ leaks it only until its expiry, when the next request of that tenant and kind
 reclaims it.
 
 A tenant's queued work per model is capped too (``Tier.max_queued``,
-:class:`QueuedWork`): a request counts from the router's enqueue until it ends
-(done, error, expired, cancelled), so one tenant's backlog cannot grow without end
-on a model that others use. Its count is the same kind of lease, kept compactly: a
-request's lease ends with its work's expiry (plus a margin), which whoever ends it
-can work out from the request alone, so no id is stored per request (see
-:class:`DynamoDBQueuedCounts`).
+:class:`QueuedWork`): an async or batch-lane request counts from the router's
+enqueue until it ends (done, error, expired, cancelled), so one tenant's backlog
+cannot grow without end on a model that others use. A sync request counts only from
+its hand-off at its deadline (answered 202 and left queued): until then its caller
+waits for it, and its tenant's sync slots bound it. Its count is the same kind of
+lease, kept compactly: a request's lease ends with its work's expiry (plus a
+margin), which whoever ends it can work out from the request alone, so no id is
+stored per request (see :class:`DynamoDBQueuedCounts`).
 """
 
 from __future__ import annotations
@@ -301,6 +303,10 @@ class QueuedCounts(Protocol):
         its model at ``now`` (expired ones are reclaimed); False at the cap."""
         ...
 
+    def add(self, lease: QueuedLease, now: float) -> None:
+        """Count ``lease`` whatever its tenant has queued, its cap or more."""
+        ...
+
     def give_back(self, lease: QueuedLease, count: int) -> None:
         """Count ``count`` leases like ``lease`` (its tenant, model and end) fewer;
         never below none: leases reclaimed meanwhile are not given back twice."""
@@ -339,6 +345,22 @@ class QueuedWork:
             raise AtCapacity(tenant, "queued", limit, self._retry_after, model)
         return lease
 
+    def add(self, tenant: str, model: str, work_expires_at: float) -> QueuedLease | None:
+        """A place for a sync request of ``tenant`` on ``model`` handed off at its
+        deadline (None: not capped, or not counted). It cannot be refused: its
+        message is queued already, so it is counted at the cap too, and the tenant's
+        next requests are refused until its queued work drains below the cap. A
+        failure is logged, not raised: the request is then queued uncounted."""
+        if tenant not in self._limits:
+            return None
+        lease = queued_lease(tenant, model, work_expires_at)
+        try:
+            self._store.add(lease, self._clock())
+        except Exception:  # noqa: BLE001 - an uncounted request still runs
+            log.exception("counting queued work failed", extra={"tenant": tenant, "model": model})
+            return None
+        return lease
+
     def give_back(self, leases: Iterable[QueuedLease | None]) -> None:
         """Free these places: one write per tenant, model and lease end, however
         many requests share them (a worker's batch). A failure is logged, not
@@ -368,6 +390,9 @@ class InMemoryQueuedCounts:
         counts[lease.ends_at] += 1
         return True
 
+    def add(self, lease: QueuedLease, now: float) -> None:
+        self.counts.setdefault((lease.tenant, lease.model), Counter())[lease.ends_at] += 1
+
     def give_back(self, lease: QueuedLease, count: int) -> None:
         counts = self.counts.get((lease.tenant, lease.model), Counter())
         if counts[lease.ends_at] > 0:
@@ -390,6 +415,10 @@ class DynamoDBQueuedCounts:
     finds ended steps on its way in (the item as written comes back with it) clears
     them with one more write: an item's ended steps are cleared about once per grid
     step, and an item holds only steps with live work.
+
+    Adding (a sync request handed off at its deadline, which cannot be refused) is
+    the same update without the condition: one write, whatever ``held`` is. Steps
+    that have ended are left to the next take to clear.
 
     Giving back counts ``n`` fewer on the step and on ``held``, on condition that
     the step holds ``n``; if it holds fewer (some were reclaimed, or given back
@@ -425,6 +454,9 @@ class DynamoDBQueuedCounts:
                     self._update(lease, 0, None, later, None)
             return True
         return False
+
+    def add(self, lease: QueuedLease, now: float) -> None:
+        self._update(lease, 1, None, {}, int(now) + self._keep)
 
     def _update(
         self,

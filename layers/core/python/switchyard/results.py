@@ -6,6 +6,12 @@ deadline: one write fewer on the common path); a worker may turn ``queued``, or 
 record, into ``done`` or ``error`` and nothing else, with a conditional write. A
 redelivered message whose result is already stored therefore changes nothing, and
 its message is simply deleted.
+
+A queued record the router counted in its tenant's queued work says so
+(``queued_counted``, an attribute of its own). A final result written over it says
+whether it replaced a counted record (:class:`Stored`), so that whoever stored it
+gives the place back: a sync request handed off at its deadline is counted from
+then, which its message cannot say.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import sys
 import uuid
 from array import array
 from collections.abc import Callable
+from enum import IntEnum
 from functools import lru_cache
 from typing import Any, Protocol
 
@@ -28,11 +35,12 @@ from switchyard.tables import RESULTS
 _BATCH_GET_LIMIT = 100  # keys per BatchGetItem
 _BATCH_STATEMENT_LIMIT = 25  # statements per BatchExecuteStatement
 _QUEUED = {"S": "queued"}
-# Attributes an item holds only while queued (a failed attempt's count) or only
-# once final (its outputs, its error's code).
+_COUNTED = "queued_counted"
+# Attributes an item holds only while queued (a failed attempt's count, its place
+# counted) or only once final (its outputs, its error's code).
 _FINAL_ONLY_OR_QUEUED_ONLY = (
-    "failures", "last_failure", "error_code", "outputs", "outputs_f32", "outputs_ref",
-    "outputs_range",
+    "failures", "last_failure", _COUNTED, "error_code", "outputs", "outputs_f32",
+    "outputs_ref", "outputs_range",
 )  # fmt: skip
 _TTL = RESULTS.ttl_attribute or "expires_at"
 # A result item's own attributes (keys, status, model, version, TTL, failures,
@@ -47,7 +55,23 @@ _NOT_IN_DOC = {
     "outputs",
     "failures",
     "last_failure",
+    _COUNTED,
 }
+
+
+class Stored(IntEnum):
+    """How a final result's write went: true when it was stored, so that a caller
+    that asks no more tests it as a bool. ``OVER_COUNTED``: stored over a queued
+    record that says its request was counted in its tenant's queued work
+    (``ResultRecord.queued_counted``), whose place the writer gives back."""
+
+    REFUSED = 0  # a final result was there already
+    STORED = 1
+    OVER_COUNTED = 2
+
+    @property
+    def over_counted(self) -> bool:
+        return self is Stored.OVER_COUNTED
 
 
 class ResultStore(Protocol):
@@ -56,24 +80,28 @@ class ResultStore(Protocol):
         request handed off after its worker stored the result)."""
         ...
 
-    def complete(self, record: ResultRecord, also: dict[str, Any] | None = None) -> bool:
-        """Store a final result; False if one was stored already (a redelivery).
-        ``also``: one more write (a DynamoDB transaction item) made with the result,
-        or not at all."""
+    def complete(self, record: ResultRecord, also: dict[str, Any] | None = None) -> Stored:
+        """Store a final result; REFUSED if one was stored already (a redelivery),
+        OVER_COUNTED if it replaced a counted queued record (never with ``also``:
+        a job's chunk is not counted). ``also``: one more write (a DynamoDB
+        transaction item) made with the result, or not at all."""
         ...
 
-    def complete_new(self, records: list[ResultRecord]) -> list[bool]:
+    def complete_new(self, records: list[ResultRecord]) -> list[Stored]:
         """Store final results of requests that most likely have no record yet (sync
         requests, recorded only if handed off at their deadline), many to a call. One
         that has a record is stored as :meth:`complete` stores it. What
-        :meth:`complete` would return, for each."""
+        :meth:`complete` would return, for each: a sync request handed off at its
+        deadline is OVER_COUNTED where its tenant's queued work counted it."""
         ...
 
-    def complete_queued(self, records: list[ResultRecord]) -> list[bool]:
+    def complete_queued(self, records: list[ResultRecord]) -> list[Stored]:
         """Store final results of requests that most likely have a queued record
         (async requests), many to a call. One that has none, or a final one, is
         stored as :meth:`complete` stores it. What :meth:`complete` would return, for
-        each."""
+        each, except that one written over its queued record is STORED whether that
+        was counted or not (the write cannot tell): an async request's message says
+        whether it was counted."""
         ...
 
     def get(self, tenant: str, request_id: str) -> ResultRecord | None: ...
@@ -132,12 +160,14 @@ class DynamoDBResultStore:
             return False
         return True
 
-    def complete(self, record: ResultRecord, also: dict[str, Any] | None = None) -> bool:
+    def complete(self, record: ResultRecord, also: dict[str, Any] | None = None) -> Stored:
         return self._put_final(self._to_item(record), also)
 
-    def _put_final(self, item: dict[str, Any], also: dict[str, Any] | None = None) -> bool:
+    def _put_final(self, item: dict[str, Any], also: dict[str, Any] | None = None) -> Stored:
         """A final result's item written over no record or ``queued``, not over a
-        final one (with ``also`` in one transaction)."""
+        final one (with ``also`` in one transaction). The put returns the item it
+        replaced (no more capacity: a put's write is billed by the larger item), so
+        it says whether that was a counted queued record."""
         put = {
             "TableName": self._table,
             "Item": item,
@@ -151,16 +181,16 @@ class DynamoDBResultStore:
             except self._ddb.exceptions.TransactionCanceledException as exc:
                 reasons = exc.response.get("CancellationReasons") or [{}]
                 if reasons[0].get("Code") == "ConditionalCheckFailed":
-                    return False
+                    return Stored.REFUSED
                 raise
-            return True
+            return Stored.STORED
         try:
-            self._ddb.put_item(**put)
+            old = self._ddb.put_item(**put, ReturnValues="ALL_OLD").get("Attributes") or {}
         except self._ddb.exceptions.ConditionalCheckFailedException:
-            return False
-        return True
+            return Stored.REFUSED
+        return Stored.OVER_COUNTED if _COUNTED in old else Stored.STORED
 
-    def complete_new(self, records: list[ResultRecord]) -> list[bool]:
+    def complete_new(self, records: list[ResultRecord]) -> list[Stored]:
         # One BatchExecuteStatement of INSERTs per 25 results: an INSERT never
         # replaces an item, so a result is still written once. A statement that fails
         # (the key is taken: a record handed off at its deadline, cancelled, expired,
@@ -168,21 +198,23 @@ class DynamoDBResultStore:
         # conditional put, which stores it over ``queued`` or finds it answered.
         return self._many(records, self._insert)
 
-    def complete_queued(self, records: list[ResultRecord]) -> list[bool]:
+    def complete_queued(self, records: list[ResultRecord]) -> list[Stored]:
         # One BatchExecuteStatement of UPDATEs per 25 results, each of the item only
         # while it is ``queued``, as the conditional put's condition: a result is still
         # written once. A statement that fails (no record yet, a final one already, or
-        # throttled) leaves that one result to the conditional put.
+        # throttled) leaves that one result to the conditional put. A PartiQL
+        # statement returns no old values, so one written over a counted record is
+        # STORED, not OVER_COUNTED.
         return self._many(records, self._update)
 
     def _many(
         self, records: list[ResultRecord], statement: Callable[[dict[str, Any]], dict[str, Any]]
-    ) -> list[bool]:
+    ) -> list[Stored]:
         """``records`` stored ``statement``'s way, 25 to a call, and by the conditional
         put where a statement fails. One statement per item in a call: a request
         delivered twice in one batch has its second result stored on its own, after
         (and so not at all)."""
-        stored: dict[int, bool] = {}
+        stored: dict[int, Stored] = {}
         firsts: dict[tuple[str, str], int] = {}
         for i, r in enumerate(records):
             firsts.setdefault((r.tenant, r.request_id), i)
@@ -194,7 +226,7 @@ class DynamoDBResultStore:
             statements = [statement(item) for item in items]
             answers = self._ddb.batch_execute_statement(Statements=statements)["Responses"]
             for i, item, answer in zip(part, items, answers, strict=True):
-                stored[i] = "Error" not in answer or self._put_final(item)
+                stored[i] = Stored.STORED if "Error" not in answer else self._put_final(item)
         for i, record in enumerate(records):
             if i not in stored:
                 stored[i] = self.complete(record)
@@ -352,6 +384,8 @@ class DynamoDBResultStore:
             status=item["status"]["S"],
             expires_at=int(item[_TTL]["N"]),
         )
+        if _COUNTED in item:
+            doc[_COUNTED] = item[_COUNTED]["BOOL"]
         if "failures" in item:
             doc["failures"] = int(item["failures"]["N"])
             doc["last_failure"] = item.get("last_failure", {}).get("S")
@@ -414,6 +448,8 @@ class DynamoDBResultStore:
         }
         if record.error is not None:
             item["error_code"] = {"S": record.error.code}
+        if record.queued_counted:
+            item[_COUNTED] = {"BOOL": True}
         return item
 
 

@@ -189,6 +189,11 @@ class ResultRecord(BaseModel):
     job: JobChunk | None = None
     # What it cost, set by the worker that answered it (switchyard.costs).
     cost: RequestCost | None = None
+    # Set on a queued record whose request the router counted in its tenant's queued
+    # work on the model (switchyard.admission.QueuedWork): an async request's from
+    # its enqueue, a sync one's from its hand-off at its deadline. Whoever ends the
+    # request over this record gives the place back.
+    queued_counted: bool = False
 
     @classmethod
     def queued_for(cls, message: QueueMessage, expires_at: int) -> ResultRecord:
