@@ -337,6 +337,42 @@ class EchoRuntime:
         return outputs[:-1] if self.drop_one else outputs
 
 
+def worker_over_fakes(
+    record: ModelVersion,
+    runtime: Any,
+    *,
+    realtime: FakeQueue | None = None,
+    batch: FakeQueue | None = None,
+    results: FakeResults | None = None,
+    preload: bool = True,
+    **more: Any,
+) -> Any:
+    """A worker of ``record``'s model over the fakes, as the logic tests run one:
+    ``runtime`` answers its version (loaded unless not ``preload``), worker ``w1``,
+    no long polls, messages held 60 s, the realtime queue's receive limit; ``more``
+    are the other ``Worker`` arguments a test needs (a cache, queued work, a token
+    stream)."""
+    from switchyard_worker.worker import Worker
+
+    realtime = realtime if realtime is not None else FakeQueue("realtime")
+    more = {"visibility_timeout": 60, "max_receive_count": realtime.max_receive_count, **more}
+    worker = Worker(
+        model=record.model,
+        worker_id="w1",
+        realtime=realtime,
+        batch=batch if batch is not None else FakeQueue("batch"),
+        registry=FakeRegistry(record),
+        results=results if results is not None else FakeResults(),
+        payloads=FakePayloads(),
+        load_runtime=lambda _record: runtime,
+        poll_wait_seconds=0,
+        **more,
+    )
+    if preload:
+        worker.preload()
+    return worker
+
+
 class FakeTokenStream:
     """Chunks by (tenant, request id), in token order; a chunk is written once."""
 

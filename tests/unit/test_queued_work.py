@@ -10,11 +10,10 @@ import pytest
 
 from harness.fakes import (
     EchoRuntime,
-    FakePayloads,
     FakeQueue,
-    FakeRegistry,
     FakeResults,
     version_record,
+    worker_over_fakes,
 )
 from harness.router_app import predict_service, router_client
 from switchyard.admission import (
@@ -279,22 +278,13 @@ def sync_predict(client, deadline_ms="30"):
 
 
 def worker_on(realtime, store, digits_v1, results, runtime=None) -> Worker:
-    worker = Worker(
-        model="digits-cnn",
-        worker_id="w1",
+    return worker_over_fakes(
+        digits_v1,
+        runtime or EchoRuntime(),
         realtime=realtime,
-        batch=FakeQueue("batch"),
-        registry=FakeRegistry(digits_v1),
         results=results,
-        payloads=FakePayloads(),
-        load_runtime=lambda record: runtime or EchoRuntime(),
-        visibility_timeout=60,
-        poll_wait_seconds=0,
-        max_receive_count=realtime.max_receive_count,
         queued=QueuedWork(store),  # a worker only gives back
     )
-    worker.preload()
-    return worker
 
 
 def test_a_sync_request_answered_in_time_takes_no_place_at_all(sync):
@@ -451,20 +441,13 @@ def test_the_worker_gives_back_the_places_of_the_requests_it_answered(digits_v1)
         assert work.take("acme", "digits-cnn", expires) is not None
         send(realtime, f"r{i}", expires_at=expires, counted=True)
     send(realtime, "job-line", expires_at=expires)
-    worker = Worker(
-        model="digits-cnn",
-        worker_id="w1",
+    worker = worker_over_fakes(
+        digits_v1,
+        EchoRuntime(),
         realtime=realtime,
         batch=batch,
-        registry=FakeRegistry(digits_v1),
-        results=FakeResults(),
-        payloads=FakePayloads(),
-        load_runtime=lambda record: EchoRuntime(),
-        visibility_timeout=60,
-        poll_wait_seconds=0,
         queued=QueuedWork(store),  # a worker only gives back
     )
-    worker.preload()
     # WHEN the worker answers them
     drain(worker)
     # THEN their places are free, and no more than theirs were given back

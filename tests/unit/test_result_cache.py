@@ -10,18 +10,16 @@ import pytest
 
 from harness.fakes import (
     EchoRuntime,
-    FakePayloads,
     FakeQueue,
-    FakeRegistry,
     FakeResultCache,
     FakeResults,
     version_record,
+    worker_over_fakes,
 )
 from harness.router_app import predict_service, router_client
 from switchyard.queues import ModelLanes
 from switchyard.result_cache import CacheEntry, cache_key, cacheable
 from switchyard.schemas import QueueMessage
-from switchyard_worker.worker import Worker
 
 KEYS = {"k-acme": "acme", "k-globex": "globex"}
 IMAGE = [1] * 64
@@ -188,20 +186,9 @@ def test_a_model_without_a_cache_time_is_never_looked_up(digits_v1):
 def test_the_worker_caches_what_it_answered_for_the_versions_time(digits_v1):
     # GIVEN two requests that asked to be cached, one that did not, one that fails
     realtime, cache, results = FakeQueue("realtime"), FakeResultCache(), FakeResults()
-    worker = Worker(
-        model="digits-cnn",
-        worker_id="w1",
-        realtime=realtime,
-        batch=FakeQueue("batch"),
-        registry=FakeRegistry(digits_v1),
-        results=results,
-        payloads=FakePayloads(),
-        load_runtime=lambda record: EchoRuntime(),
-        cache=cache,
-        visibility_timeout=60,
-        poll_wait_seconds=0,
+    worker = worker_over_fakes(
+        digits_v1, EchoRuntime(), realtime=realtime, results=results, cache=cache
     )
-    worker.preload()
     for rid, inputs, key in [
         ("r1", [IMAGE], cache_key([IMAGE])),
         ("r2", [OTHER, OTHER], cache_key([OTHER, OTHER])),

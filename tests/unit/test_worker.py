@@ -9,13 +9,18 @@ from contextlib import contextmanager
 
 import pytest
 
-from harness.fakes import EchoRuntime, FakePayloads, FakeQueue, FakeRegistry, FakeResults
+from harness.fakes import (
+    EchoRuntime,
+    FakeQueue,
+    FakeResults,
+    worker_over_fakes,
+)
 from harness.waiting import wait_for
 from switchyard.generation import Chunk
 from switchyard.schemas import QueueMessage, ResultRecord
 from switchyard_worker.generation_loop import GenerationLoop
 from switchyard_worker.micro_batch_loop import MicroBatchLoop
-from switchyard_worker.worker import Worker, WorkLoop
+from switchyard_worker.worker import WorkLoop
 
 
 @pytest.fixture
@@ -28,21 +33,15 @@ def build(digits_v1, runtime, visibility_timeout=60, preload=True):
     realtime, batch = FakeQueue("realtime"), FakeQueue("batch")
     realtime.log = batch.log = log
     results = FakeResults(log)
-    worker = Worker(
-        model="digits-cnn",
-        worker_id="w1",
+    worker = worker_over_fakes(
+        digits_v1,
+        runtime,
         realtime=realtime,
         batch=batch,
-        registry=FakeRegistry(digits_v1),
         results=results,
-        payloads=FakePayloads(),
-        load_runtime=lambda record: runtime,
         visibility_timeout=visibility_timeout,
-        poll_wait_seconds=0,
-        max_receive_count=realtime.max_receive_count,
+        preload=preload,
     )
-    if preload:
-        worker.preload()
     return worker, realtime, batch, results, runtime, log
 
 
@@ -543,22 +542,15 @@ def generating(manifest):
     realtime.log = batch.log = log
     results, stream = FakeResults(log), FakeTokenStream(log)
     decoder = ScriptDecoder("The quick brown fox.")
-    worker = Worker(
-        model="pydoc-gpt",
-        worker_id="w1",
+    worker = worker_over_fakes(
+        record,
+        GenerativeRuntime(decoder),
         realtime=realtime,
         batch=batch,
-        registry=FakeRegistry(record),
         results=results,
-        payloads=FakePayloads(),
-        load_runtime=lambda r: GenerativeRuntime(decoder),
-        visibility_timeout=60,
-        poll_wait_seconds=0,
-        max_receive_count=realtime.max_receive_count,
         stream=stream,
         stream_flush_seconds=3600,  # one chunk for the first token, one at the end
     )
-    worker.preload()
     return worker, realtime, results, stream, decoder, log
 
 
