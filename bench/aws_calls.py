@@ -181,6 +181,11 @@ class CallLog:
                     write_units(item_size(statement_item(st)))
                     for st in params.get("Statements", [])
                 )
+            elif model.name in ("UpdateItem", "DeleteItem"):
+                # The platform's are counters and marks on small items (a tenant's
+                # slots and queued work, a job's chunks, a failed attempt): DynamoDB
+                # bills the larger of the item before and after, under 1 KB here.
+                entry.wru = 1.0
             elif model.name == "GetItem":
                 entry.rru = read_units(item_size(parsed.get("Item", {}) or {}), consistent)
             elif model.name == "BatchGetItem":
