@@ -172,6 +172,30 @@ def test_a_batchs_answers_are_priced_by_their_shares() -> None:
     assert costs[0] and costs[0].aws["s3"] == 0
 
 
+def test_admission_writes_are_priced_a_sync_slot_and_a_shared_give_back() -> None:
+    # GIVEN one batch: a sync caller, its shadow copy, three async requests of acme
+    # counted in its queued work (one lease end) and one of globex, and one uncounted
+    ms = [
+        message("s", respond_by=time.time() + 5),
+        message("s-shadow", respond_by=time.time() + 5, shadow_of="s"),
+        *(message(f"a{i}", queued_counted=True) for i in range(3)),
+        message("g", "globex", queued_counted=True),
+        message("u"),
+    ]
+    answers = [(m, answer(m, 1.0)) for m in ms]
+    # WHEN they are priced
+    price_answers(answers, RATES, inline_bytes=400_000)
+    writes = [r.cost.aws["dynamodb"] for _, r in answers if r.cost]
+    unit = RATES.dynamodb_per_wru
+    # THEN the sync caller pays its slot taken and given back, its shadow copy does
+    # not; a counted request pays the router's count and its share of the worker's
+    # give-back (acme's three share one write, globex's is its own); the uncounted
+    # request pays neither
+    assert writes[0] - writes[1] == pytest.approx(2 * unit)
+    assert writes[2] - writes[6] == pytest.approx((1 + 1 / 3) * unit)
+    assert writes[5] - writes[6] == pytest.approx(2 * unit)
+
+
 def test_outputs_too_large_to_hold_inline_share_one_put_per_tenant() -> None:
     big = [["y" * 300]]
     ms = [message("a"), message("b"), message("c", "globex")]

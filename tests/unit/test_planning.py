@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from switchyard.planning import SECONDS_PER_MONTH, make_plan, max_tasks_bound
+from switchyard.planning import SECONDS_PER_MONTH, admission_writes, make_plan, max_tasks_bound
 from switchyard.prices import PriceTable, cost
 from switchyard.scaling import ScalingPolicy
 from switchyard.scaling_replay import (
@@ -188,10 +188,11 @@ def test_the_arithmetic_of_a_small_profile_checked_by_hand(tmp_path):
     assert quotas["API Gateway throttle rate per account and region (requests/s)"].needs == 1500
     gpu = quotas["EC2 Running On-Demand G and VT instances (vCPUs)"]
     assert (gpu.needs, gpu.default, gpu.to_raise) == (60, None, True)
-    # 800 bytes of result: one write unit, and 1.9 looks of one read unit each
+    # 800 bytes of result: one write unit, and 1.9 looks of one read unit each; each
+    # sync request's slot is taken and given back: two write units more
     writes = quotas["DynamoDB on-demand write units per second, results table"]
     reads = quotas["DynamoDB on-demand read units per second, results table"]
-    assert (writes.needs, reads.needs) == (1500, 2850)
+    assert (writes.needs, reads.needs) == (1500 + 2 * 1500, 2850)
     assert not writes.to_raise
 
     # A month of the mean (the peak: the shape is flat).
@@ -202,7 +203,7 @@ def test_the_arithmetic_of_a_small_profile_checked_by_hand(tmp_path):
     # full batch of 10 (the batch fills: max_wait_ms is long)
     assert model.batch_fill == pytest.approx(10)
     assert monthly["sqs_requests"] == pytest.approx(requests + 2 * requests / 10)
-    assert monthly["dynamodb_wru"] == pytest.approx(requests)
+    assert monthly["dynamodb_wru"] == pytest.approx(requests + 2 * requests)  # and the slots
     assert monthly["dynamodb_rru"] == pytest.approx(requests * 1.9)
     # Firehose: a record per full batch of 10, its 10 lines of 550 bytes billed as 10 KB
     assert monthly["firehose_gb"] == pytest.approx(requests / 10 * 10 / 1024**2)
@@ -212,7 +213,7 @@ def test_the_arithmetic_of_a_small_profile_checked_by_hand(tmp_path):
     millions = requests / 1e6  # 2,628: three of API Gateway's tiers
     assert usd["API Gateway"] == pytest.approx(333 * 3.5 + 667 * 2.8 + (millions - 1000) * 2.38)
     assert usd["SQS"] == pytest.approx(millions * 1.2 * 0.40)
-    assert usd["DynamoDB"] == pytest.approx(millions * 0.625 + millions * 1.9 * 0.125)
+    assert usd["DynamoDB"] == pytest.approx(3 * millions * 0.625 + millions * 1.9 * 0.125)
     assert usd["Lambda"] == pytest.approx(millions * 0.20 + requests * 0.33 * 0.0000166667)
     # the replayed day kept 15 workers all day, one host each, at $1.006 an hour
     assert service.replay.worker_hours == pytest.approx(15 * 24)
@@ -346,3 +347,11 @@ def test_waits_quantiles_over_points_and_spreads():
     assert waits.quantile(0.99) == pytest.approx(15)
     assert waits.quantile(1.0) == pytest.approx(20)
     assert waits.mean() == pytest.approx(2 * 15 / 100)
+
+
+def test_admission_writes_are_a_sync_slot_and_a_counted_place_given_back_per_batch():
+    # GIVEN 1,000 requests, half of them sync, answered in 50 batches
+    # THEN the sync ones' slots take 2 writes each (1,000); the async ones' places
+    # are counted one write each (500) and given back a write a batch, for the async
+    # half of the batches (25)
+    assert admission_writes(1000, 0.5, 50) == pytest.approx(1000 + 500 + 25)

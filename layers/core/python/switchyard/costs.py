@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from switchyard.admission import queued_lease
 from switchyard.prices import PriceTable, first_price
 from switchyard.results import stored_outputs
 from switchyard.schemas import AWS_SERVICES, AwsService, QueueMessage, RequestCost, ResultRecord
@@ -42,6 +44,9 @@ SYNC_RESULT_LOOKS = 2
 # done (a caller that polls more often pays for its own calls, not counted here).
 ASYNC_POLLS = 1
 FIREHOSE_RECORD_BYTES = 5 * 1024  # Firehose bills each record rounded up to 5 KB
+# A sync request's slot in its tenant's sync requests, taken and given back: two
+# UpdateItems of a counter item under 1 KB, a write unit each.
+SYNC_SLOT_WRITES = 2
 # A prediction-log line with its cost (switchyard.telemetry.prediction_records): 551
 # bytes for a minilm-embed answer.
 PREDICTION_LINE_BYTES = 550
@@ -118,6 +123,14 @@ class PathFacts:
     result_item_bytes: int = 0  # its result item as stored in DynamoDB
     outputs_put_share: float = 0.0  # its share of an S3 PUT of outputs (0: held inline)
     router_wait_seconds: float = 0.0  # a sync request: enqueue to result
+    # A sync caller's own (no shadow copy's): it holds a slot of its tenant's sync
+    # requests while it waits (switchyard.admission.Admission).
+    sync_slot: bool = False
+    # Counted in its tenant's queued work (switchyard.admission.QueuedWork): the
+    # router's write that took its place, and its share of the worker's write that
+    # gives back the places of a batch's requests of one tenant, model and lease end.
+    queued_counted: bool = False
+    queued_give_back_share: float = 1.0
 
 
 @dataclass
@@ -153,6 +166,10 @@ def path_usage(p: PathFacts, router_memory_mb: int, router_seconds: float) -> Aw
       sends the message (SQS), and writes the request's queued record (async: a
       PutItem); it reads the result (sync: :data:`SYNC_RESULT_LOOKS` GetItems while
       it waits; async: :data:`ASYNC_POLLS` GET, one more call and invocation);
+    - admission (``switchyard.admission``, every tier caps its tenants): a sync
+      request's slot, taken and given back by the router (two UpdateItems); a
+      request counted in its tenant's queued work (an async one), the router's
+      UpdateItem that counts it and its share of the worker's that gives it back;
     - a job's chunk: the splitter's send (its own invocations and reads of the file
       are the job's, not counted); its result is put with its count on the job, a
       transaction of two items (twice the write units each);
@@ -163,7 +180,9 @@ def path_usage(p: PathFacts, router_memory_mb: int, router_seconds: float) -> Aw
       that logs its batch (:func:`log_billed_bytes`).
 
     Left out, as the platform's overhead: empty receives, visibility extensions,
-    cache refreshes, the ledger's own writes, and a retried batch's calls.
+    cache refreshes, the ledger's own writes, and a retried batch's calls; and a
+    sync request's place in queued work, counted only if it is handed off at its
+    deadline (one UpdateItem more, and its share of the give-back).
     """
     u = AwsUsage()
     shared = math.ceil(p.batch_messages / SQS_MESSAGES_PER_CALL) / p.batch_messages
@@ -183,6 +202,10 @@ def path_usage(p: PathFacts, router_memory_mb: int, router_seconds: float) -> Aw
         u.dynamodb_rru += looks * result_rru
         u.dynamodb_wru = result_wru + (1 if p.path == "async" else 0)
         gets = 1 if p.outputs_put_share else 0  # the router reads S3-held outputs
+        if p.sync_slot:
+            u.dynamodb_wru += SYNC_SLOT_WRITES
+    if p.queued_counted:
+        u.dynamodb_wru += 1 + p.queued_give_back_share
     u.s3_puts = p.outputs_put_share + (1 if p.claim_checked else 0)
     u.s3_gets = gets + (1 if p.claim_checked else 0)
     u.firehose_bytes = log_billed_bytes(p.batch_messages) / p.batch_messages
@@ -252,8 +275,18 @@ def price_answers(
             sizes.append(len(next(iter(stored[1].values()))))
         else:
             sizes.append(0)
+    # The worker gives back a batch's places in queued work one write per tenant,
+    # model and lease end (Finisher._give_back_queued): shared by their requests.
+    places = Counter(
+        queued_lease(m.tenant, m.model, m.expires_at) for m, _ in answers if m.queued_counted
+    )
     for (message, record), outputs_bytes in zip(answers, sizes, strict=True):
         path: Path = "job" if message.job else "sync" if message.respond_by else "async"
+        lease = (
+            queued_lease(message.tenant, message.model, message.expires_at)
+            if message.queued_counted
+            else None
+        )
         doc = len(record.model_dump_json(exclude={"outputs"}, exclude_none=True))
         facts = PathFacts(
             path=path,
@@ -262,6 +295,9 @@ def price_answers(
             result_item_bytes=_ITEM_OVERHEAD_BYTES + doc + max(outputs_bytes, 0),
             outputs_put_share=1 / to_s3[record.tenant] if outputs_bytes < 0 else 0.0,
             router_wait_seconds=max((record.completed_at or 0) - record.created_at, 0.0),
+            sync_slot=path == "sync" and message.shadow_of is None,
+            queued_counted=lease is not None,
+            queued_give_back_share=1 / places[lease] if lease is not None else 1.0,
         )
         record.cost = request_cost(record.timings.get("worker_ms", 0.0) / 1000, facts, rates)
 

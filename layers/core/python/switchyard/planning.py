@@ -19,7 +19,9 @@ The arithmetic, per worker service (a model's own, or a pool's):
   share of a receive and of a delete batch (10 messages a call, one batch filled
   as the load allows), one result written (1 KB write units) and read by the
   router's looks (4 KB read units), a line of its batch's prediction-log record
-  (Firehose bills a record rounded up to 5 KB); an idle worker's empty receives
+  (Firehose bills a record rounded up to 5 KB); the tenants' caps (a sync
+  request's slot taken and given back, an async one's place in queued work counted
+  and given back, :func:`admission_writes`); an idle worker's empty receives
   (docs/benchmarks.md, section 5).
 - **Money.** A month is 730 hours; requests at the mean rate; workers as the replay
   ran them (started, running, idle: all paid).
@@ -40,7 +42,7 @@ from typing import Any
 
 import annotated_types
 
-from switchyard.costs import log_billed_bytes
+from switchyard.costs import SYNC_SLOT_WRITES, log_billed_bytes
 from switchyard.manifest import UNRESERVED_CONCURRENCY_MINIMUM, Manifest, ScalingSettings
 from switchyard.prices import PRICE_SOURCES, PRICES_AS_OF, cost
 from switchyard.quotas import INSTANCE_VCPUS, Quota, host_quota
@@ -67,6 +69,15 @@ SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600
 SQS_CHUNK_BYTES = 64 * 1024  # SQS bills each 64 KB of a payload as a request
 SQS_BATCH = 10  # messages a receive or a delete batch takes
 GIB = 1024**3
+
+
+def admission_writes(requests: float, sync_share: float, batches: float) -> float:
+    """The write units of tenants' caps (``switchyard.admission``; every tier caps):
+    a sync request's slot taken and given back by the router; an async request's
+    place in queued work counted by the router, and given back by the worker, one
+    write a batch (its requests of one tenant and model together)."""
+    other = 1 - sync_share
+    return requests * (sync_share * SYNC_SLOT_WRITES + other) + batches * other
 
 
 def max_tasks_bound() -> int:
@@ -460,6 +471,7 @@ def _monthly_counts(
         out["sqs_requests"] += 2 * batches * math.ceil(model.batch_fill / SQS_BATCH)
         out["dynamodb_wru"] += messages * load.result_writes * math.ceil(item / 1024)
         out["dynamodb_wru"] += requests * other  # the router's queued record
+        out["dynamodb_wru"] += admission_writes(requests, sync, batches)
         out["dynamodb_rru"] += (
             requests
             * (sync * load.result_reads + other * path.async_polls)
@@ -524,7 +536,8 @@ def _quotas(
         * m.result_writes
         * math.ceil((m.payload_out_bytes + path.result_item_overhead_bytes) / 1024)
         + m.peak_rps * (1 - m.sync_share) * grow
-        for n, m in zip(messages, loads, strict=True)
+        + admission_writes(m.peak_rps * grow, m.sync_share, n / fill)
+        for n, m, fill in zip(messages, loads, fills, strict=True)
     )
     rru = sum(
         m.peak_rps
