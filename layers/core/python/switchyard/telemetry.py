@@ -168,11 +168,7 @@ def _calls(packed: list[bytes]) -> list[list[bytes]]:
     calls: list[list[bytes]] = []
     size = 0
     for data in packed:
-        if (
-            not calls
-            or len(calls[-1]) >= _CALL_RECORDS
-            or size + len(data) > _CALL_BYTES
-        ):
+        if not calls or len(calls[-1]) >= _CALL_RECORDS or size + len(data) > _CALL_BYTES:
             calls.append([])
             size = 0
         calls[-1].append(data)
