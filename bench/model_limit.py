@@ -34,10 +34,6 @@ class LoadedModel:
     inputs: list[Any]
     bare: Callable[[list[Any]], Any]
     runtime: Any  # a switchyard_worker.runtimes.ModelRuntime
-    # A batch of inputs as the worker hands it to the model: a tensor model's packed
-    # inputs are one float32 array (switchyard_worker.tensor_inputs), made before the
-    # model is timed, as the worker makes it before its batch starts.
-    prepare: Callable[[list[Any]], Any] = list
 
 
 def load_text_model() -> LoadedModel:
@@ -62,7 +58,6 @@ def load_text_model() -> LoadedModel:
 
 def load_tensor_model() -> LoadedModel:
     tune_for_inference()
-    import numpy
     import torch
 
     from stacks.assets import MANIFEST_FILE
@@ -73,18 +68,15 @@ def load_tensor_model() -> LoadedModel:
     path = MODELS_DIR / TENSOR_MODEL / "v1" / "model.pt"
     module = torch.jit.load(str(path), map_location=device).eval()
 
-    def bare(batch: Any) -> Any:
+    def bare(batch: list[Any]) -> Any:
         with torch.inference_mode():
-            tensor = torch.from_numpy(batch).to(device)
+            tensor = torch.tensor(batch, dtype=torch.float32, device=device)
             # Back on the CPU, so that a GPU's asynchronous run is timed whole.
             return torch.softmax(module(tensor), dim=-1).cpu()
 
-    def prepare(batch: list[Any]) -> Any:
-        return numpy.asarray(batch, dtype=numpy.float32)
-
     labels = load_manifest(MANIFEST_FILE).models[TENSOR_MODEL].labels
     classifier = TorchScriptClassifier(path, labels, device)
-    return LoadedModel(TENSOR_MODEL, digit_images(), bare, classifier, prepare)
+    return LoadedModel(TENSOR_MODEL, digit_images(), bare, classifier)
 
 
 def throughput(
@@ -93,12 +85,10 @@ def throughput(
     batch_size: int,
     seconds: float,
     min_calls: int = 3,
-    prepare: Callable[[list[Any]], Any] = list,
 ) -> float:
     """Inputs per second of ``fn`` on batches of ``batch_size`` over ``seconds``
-    (at least ``min_calls`` calls), after one warm-up call; each batch as
-    ``prepare`` makes it (:attr:`LoadedModel.prepare`), before the clock starts."""
-    batch = prepare([inputs[i % len(inputs)] for i in range(batch_size)])
+    (at least ``min_calls`` calls), after one warm-up call."""
+    batch = [inputs[i % len(inputs)] for i in range(batch_size)]
     fn(batch)
     calls = 0
     start = time.perf_counter()
@@ -114,12 +104,11 @@ def measure(
     """Median-of-rounds throughput per batch size, bare and through the runtime."""
     bare: dict[int, list[float]] = {b: [] for b in batch_sizes}
     wrapped: dict[int, list[float]] = {b: [] for b in batch_sizes}
-    prepare = model.prepare
     for _ in range(rounds):
         for b in batch_sizes:
-            bare[b].append(throughput(model.bare, model.inputs, b, seconds, min_calls, prepare))
+            bare[b].append(throughput(model.bare, model.inputs, b, seconds, min_calls))
             wrapped[b].append(
-                throughput(model.runtime.predict, model.inputs, b, seconds, min_calls, prepare)
+                throughput(model.runtime.predict, model.inputs, b, seconds, min_calls)
             )
     rows = []
     for b in batch_sizes:

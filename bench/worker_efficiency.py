@@ -67,24 +67,19 @@ class ReplayedRuntime:
 
 
 def _fill(queue: FakeQueue, model: LoadedModel, record: Any, count: int) -> None:
-    """``count`` one-input requests, sent as the router sends them (a tensor model's
-    inputs packed)."""
-    from switchyard.queues import encode_message, pack_inputs
+    from switchyard.queues import encode_message
     from switchyard.schemas import QueueMessage
 
     now = time.time()
     payloads = FakePayloads()
     for i in range(count):
         tenant = ("acme", "globex")[i % 2]
-        inputs = [model.inputs[i % len(model.inputs)]]
-        packed = pack_inputs(inputs)
         message = QueueMessage(
             request_id=f"bench-{i:06d}",
             tenant=tenant,
             model=record.model,
             version=record.version,
-            inputs=inputs if packed is None else None,
-            packed_inputs=packed,
+            inputs=[model.inputs[i % len(model.inputs)]],
             n_inputs=1,
             enqueued_at=now,
             expires_at=now + 3600,
@@ -255,11 +250,9 @@ def against_model(model: LoadedModel, result: dict[str, Any], seconds: float) ->
         return {}
     measured = sorted(sizes, key=lambda b: -b * sizes[b])[:4]
     calls = 1 if seconds < 1 else 3
-    prepare = model.prepare
-    bare = {b: throughput(model.bare, model.inputs, b, seconds, calls, prepare) for b in measured}
+    bare = {b: throughput(model.bare, model.inputs, b, seconds, calls) for b in measured}
     wrapped = {
-        b: throughput(model.runtime.predict, model.inputs, b, seconds, calls, prepare)
-        for b in measured
+        b: throughput(model.runtime.predict, model.inputs, b, seconds, calls) for b in measured
     }
     counted = {b: n for b, n in sizes.items() if b in bare}
     inputs = sum(b * n for b, n in counted.items())
@@ -268,7 +261,7 @@ def against_model(model: LoadedModel, result: dict[str, Any], seconds: float) ->
     batches = sum(counted.values())
     mix_limit = inputs / model_s
     top = result["max_batch_size"]
-    full_limit = bare.get(top) or throughput(model.bare, model.inputs, top, seconds, calls, prepare)
+    full_limit = bare.get(top) or throughput(model.bare, model.inputs, top, seconds, calls)
     cycle_ms = 1000 * result["wall_s"] / result["batches"]
     model_ms = 1000 * model_s / batches
     conversion_ms = max(1000 * (runtime_s - model_s) / batches, 0.0)

@@ -24,7 +24,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from switchyard.fields import FieldError
 from switchyard.payloads import PayloadMissing, PayloadStore
 from switchyard.queues import Received, decode_checked, decode_messages, load_inputs
 from switchyard.results import ResultStore
@@ -33,7 +32,6 @@ from switchyard.signatures import check_each
 from switchyard_worker.batching import BatchAssembler, Pending, rank
 from switchyard_worker.in_hand import MessagesInHand
 from switchyard_worker.stages import log, pause
-from switchyard_worker.tensor_inputs import check_rows, read_packed
 from switchyard_worker.versions import ServedVersions
 
 RECEIVE_MAX = 10  # messages per receive (SQS's most)
@@ -81,10 +79,7 @@ def read_messages(
             )
             continue
         try:
-            if message.packed_inputs is not None:
-                pending.inputs = read_packed(message.packed_inputs, message.n_inputs)
-            else:
-                pending.inputs = load_inputs(message, payloads)
+            pending.inputs = load_inputs(message, payloads)
         except (PayloadMissing, ValueError) as exc:
             pending.error = ErrorInfo(code="invalid_input", message=str(exc), field="inputs")
             continue
@@ -92,26 +87,16 @@ def read_messages(
     for version, group in to_check.items():
         record = versions.get(version)
         assert record is not None
-        sig, most = record.signature, record.max_inputs_per_request
-        # Packed inputs are checked as arrays (a version of another signature refuses
-        # them); rows parsed as the signature's are checked as they were parsed,
-        # unless a claim check's were read.
-        packed = [p for p in group if p.message is not None and p.message.packed_inputs]
-        each: list[list[FieldError]]
-        if packed:
-            each = [
-                check_rows(p.inputs, sig, most)
-                if isinstance(sig, TensorSignature)
-                else [FieldError("inputs", "packed inputs need a tensor signature")]
-                for p in group
-            ]
-        else:
-            rows_checked = (
-                checked is not None
-                and sig == signature
-                and all(p.message is not None and p.message.inputs is not None for p in group)
-            )
-            each = check_each([p.inputs for p in group], sig, most, rows_checked=rows_checked)
+        inputs = [p.inputs for p in group]
+        # Rows parsed as the signature's are checked, unless a claim check's were read.
+        rows_checked = (
+            checked is not None
+            and record.signature == signature
+            and all(p.message is not None and p.message.inputs is not None for p in group)
+        )
+        each = check_each(
+            inputs, record.signature, record.max_inputs_per_request, rows_checked=rows_checked
+        )
         for pending, problems in zip(group, each, strict=True):
             if problems:
                 first = problems[0]

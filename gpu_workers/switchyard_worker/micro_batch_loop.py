@@ -22,7 +22,6 @@ from switchyard_worker.in_hand import MessagesInHand
 from switchyard_worker.intake import Intake
 from switchyard_worker.runtimes import OutputCountMismatch, size_order
 from switchyard_worker.stages import MetricsEmitter, log
-from switchyard_worker.tensor_inputs import stacked
 from switchyard_worker.triage import Triage
 from switchyard_worker.versions import ServedVersions
 
@@ -153,7 +152,7 @@ class MicroBatchLoop:
         version = runnable[0].version
         record = self._versions.get(version)
         assert record is not None
-        flat = stacked([p.inputs for p in runnable if p.inputs is not None])
+        flat = [x for p in runnable for x in (p.inputs or [])]
         self._intake.model_started(version, len(flat))
         started = time.time()
         try:

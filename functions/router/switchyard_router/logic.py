@@ -23,7 +23,7 @@ from switchyard.fields import FieldError
 from switchyard.generation import PromptTokens, as_request, over_context
 from switchyard.idempotency import IdempotencyKeys, KeyReused, KeyUse
 from switchyard.payloads import PayloadStore
-from switchyard.queues import ModelLanes, encode_message, pack_inputs
+from switchyard.queues import ModelLanes, encode_message
 from switchyard.registry import ModelVersion, Registry
 from switchyard.result_cache import ResultCache, Sightings, cache_key, cacheable
 from switchyard.results import ResultStore
@@ -555,15 +555,13 @@ class PredictService:
     ) -> QueueMessage:
         """Send the request's message to its lane. A send that fails leaves an error
         result behind, never a request "queued" forever."""
-        packed = pack_inputs(inputs)
         message = QueueMessage(
             request_id=queued.request_id,
             tenant=queued.tenant,
             model=queued.model,
             version=queued.version,
             lane=work.lane,
-            inputs=inputs if packed is None else None,
-            packed_inputs=packed,
+            inputs=inputs,
             n_inputs=len(inputs),
             enqueued_at=self._clock(),
             expires_at=work.expires_at,
@@ -714,15 +712,13 @@ class PredictService:
         """Send the request again to another version: a shadow copy on the batch
         lane under its own id, or the fallback on the realtime lane under the same id."""
         shadow = kind == "shadow"
-        packed = pack_inputs(admitted.inputs)
         message = QueueMessage(
             request_id=f"{admitted.request_id}-shadow" if shadow else admitted.request_id,
             tenant=admitted.tenant,
             model=admitted.model,
             version=version,
             lane="batch" if shadow else "realtime",
-            inputs=admitted.inputs if packed is None else None,
-            packed_inputs=packed,
+            inputs=admitted.inputs,
             n_inputs=len(admitted.inputs),
             enqueued_at=self._clock(),
             expires_at=admitted.expires_at,

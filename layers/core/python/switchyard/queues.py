@@ -7,10 +7,6 @@ tenant from filling every worker's receive.
 
 from __future__ import annotations
 
-import base64
-import struct
-import sys
-from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -116,68 +112,15 @@ def _chunks(messages: Sequence[Received]) -> list[Sequence[Received]]:
 
 
 def encode_message(message: QueueMessage, payloads: PayloadStore, claim_check_bytes: int) -> str:
-    """The message body, with its inputs moved to S3 (a JSON list) if the body would
-    be too large."""
+    """The message body, with its inputs moved to S3 if the body would be too large."""
     body = message.model_dump_json(exclude_none=True)
     if len(body.encode()) <= claim_check_bytes:
         return body
     key = f"inputs/{message.tenant}/{message.request_id}.json"
-    packed = message.packed_inputs
-    inputs = message.inputs if packed is None else unpack_inputs(packed, message.n_inputs)
-    ref = payloads.put_json(key, inputs)
-    moved = {"inputs": None, "packed_inputs": None, "inputs_ref": ref}
-    return message.model_copy(update=moved).model_dump_json(exclude_none=True)
-
-
-def pack_inputs(inputs: list[Any]) -> str | None:
-    """A tensor model's inputs as a message carries them packed (``packed_inputs``):
-    their row length (a little-endian uint32), then every value as a little-endian
-    float32, in base64. Only rows of numbers of one length whose every value is a
-    float32 exactly (the tensor runtimes read float32, so the model sees the same
-    values); None for any other inputs, which go as JSON. A digits-cnn image of 64
-    values is 348 characters either way; what it saves is the worker's parse of each
-    value into a Python float, and its copy into an array."""
-    if not inputs or type(inputs[0]) is not list:
-        return None
-    width = len(inputs[0])
-    if width == 0 or any(type(row) is not list or len(row) != width for row in inputs):
-        return None
-    flat = [x for row in inputs for x in row]
-    if not all(type(x) is float or type(x) is int for x in flat):
-        return None
-    try:
-        packed = array("f", flat)
-    except OverflowError:  # an integer too large for a float
-        return None
-    if packed.tolist() != flat:
-        return None
-    if sys.byteorder == "big":
-        packed.byteswap()
-    return base64.b64encode(struct.pack("<I", width) + packed.tobytes()).decode()
-
-
-def packed_width(data: bytes, n_inputs: int) -> int:
-    """The row length of packed inputs' bytes, checked against their size and
-    ``n_inputs`` rows (ValueError if they do not agree)."""
-    if len(data) < 4:
-        raise ValueError("packed_inputs holds no row length")
-    (width,) = struct.unpack_from("<I", data)
-    if width == 0 or len(data) - 4 != 4 * width * n_inputs:
-        raise ValueError(f"packed_inputs does not hold {n_inputs} rows of {width} float32 values")
-    return width
-
-
-def unpack_inputs(text: str, n_inputs: int) -> list[list[float]]:
-    """Packed inputs of ``n_inputs`` rows as JSON-ready rows (the worker reads them
-    with numpy instead)."""
-    data = base64.b64decode(text)
-    width = packed_width(data, n_inputs)
-    values = array("f")
-    values.frombytes(data[4:])
-    if sys.byteorder == "big":
-        values.byteswap()
-    flat = values.tolist()
-    return [flat[i : i + width] for i in range(0, len(flat), width)]
+    ref = payloads.put_json(key, message.inputs)
+    return message.model_copy(update={"inputs": None, "inputs_ref": ref}).model_dump_json(
+        exclude_none=True
+    )
 
 
 _MESSAGES: TypeAdapter[list[QueueMessage]] = TypeAdapter(list[QueueMessage])

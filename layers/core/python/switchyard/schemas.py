@@ -96,10 +96,6 @@ class QueueMessage(BaseModel):
     lane: Lane = "realtime"
     inputs: list[Any] | None = None
     inputs_ref: str | None = None  # s3://bucket/key of a JSON list, for large payloads
-    # A tensor model's inputs packed (switchyard.queues.pack_inputs): their row length,
-    # then every value as a little-endian float32, in base64. The worker reads them
-    # into one array, no Python object per value.
-    packed_inputs: str | None = None
     n_inputs: int = Field(ge=1)
     enqueued_at: float  # epoch seconds, set by the router just before sending
     # Epoch seconds; work not started by then is answered "expired" without running.
@@ -126,9 +122,8 @@ class QueueMessage(BaseModel):
 
     @model_validator(mode="after")
     def _one_payload(self) -> QueueMessage:
-        given = (self.inputs, self.inputs_ref, self.packed_inputs)
-        if sum(x is not None for x in given) != 1:
-            raise ValueError("exactly one of inputs, inputs_ref and packed_inputs must be set")
+        if (self.inputs is None) == (self.inputs_ref is None):
+            raise ValueError("exactly one of inputs and inputs_ref must be set")
         if self.inputs is not None and len(self.inputs) != self.n_inputs:
             raise ValueError("n_inputs does not match the number of inputs")
         return self

@@ -17,7 +17,7 @@ from switchyard.fields import FieldError
 from switchyard.generation import check_generation
 from switchyard.schemas import GenerationSignature, Signature, TensorSignature, TextSignature
 
-MAX_ERRORS = 20  # errors named at most, for one request
+_MAX_ERRORS = 20
 
 
 def check_inputs(
@@ -35,9 +35,9 @@ def check_inputs(
     errors: list[FieldError] = []
     for i, item in enumerate(inputs):
         errors.extend(check_item(item, signature, f"{field}[{i}]"))
-        if len(errors) >= MAX_ERRORS:
+        if len(errors) >= _MAX_ERRORS:
             break
-    return errors[:MAX_ERRORS]
+    return errors[:_MAX_ERRORS]
 
 
 def check_each(
