@@ -235,6 +235,12 @@ def _cost(results: Results) -> str | None:
             f"an inference wrote {fmt(path['dynamodb_wru_per_inference'], 2)} DynamoDB write "
             f"units and read {fmt(path.get('dynamodb_rru_per_inference'), 2)}"
         )
+        updates = ((path.get("per_inference") or {}).get("router") or {}).get("dynamodb:UpdateItem")
+        if updates:
+            units += (
+                f", {fmt(updates, 2)} of the units the router's UpdateItems of admission "
+                "(the tenant's sync slot taken and given back, under its tier's cap)"
+            )
     return _sentences(
         "per million: "
         + ", ".join(
