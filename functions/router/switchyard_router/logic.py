@@ -493,7 +493,7 @@ class PredictService:
         queued work from its enqueue. A sync one is not: its caller waits, and the
         tenant's sync slots bound it; it is counted from its hand-off, if it is
         handed off (:meth:`hand_off`), which is when it becomes queued work."""
-        record = ResultRecord(
+        return ResultRecord(
             request_id=uuid.uuid4().hex,
             tenant=tenant,
             model=version.model,
@@ -503,21 +503,15 @@ class PredictService:
             created_at=work.now,
             expires_at=int(work.now + self._ttl),
             work_expires_at=work.expires_at,
+            queued_counted=not work.waits and self._counts(tenant),
         )
-        record.queued_counted = not work.waits and self._counts(record)
-        return record
 
-    def _counts(self, record: ResultRecord) -> bool:
-        """Whether the router counts this request in its tenant's queued work: its
-        tenant capped, and no job's chunk (a job is held to its tenant's budget) or
-        shadow copy (the platform's own work)."""
-        return (
-            self._queued_work is not None
-            and self._queued_work.capped(record.tenant)
-            and record.job is None
-            and record.shadow_of is None
-            and record.work_expires_at is not None
-        )
+    def _counts(self, tenant: str) -> bool:
+        """Whether the router counts ``tenant``'s requests in its queued work (its
+        tier caps it). Only the router's own requests are: a job's chunks (held to
+        their tenant's budget) and shadow copies (the platform's work) never have a
+        record of the router's."""
+        return self._queued_work is not None and self._queued_work.capped(tenant)
 
     def _replay(
         self, first: KeyUse, is_async: bool, deadline_ms: int | None, started: float
@@ -795,7 +789,7 @@ class PredictService:
         admitted.recorded = True
         queued = admitted.queued
         lease = None
-        if counted and self._queued_work is not None and self._counts(queued):
+        if counted and self._queued_work is not None and self._counts(queued.tenant):
             assert queued.work_expires_at is not None
             lease = self._queued_work.add(queued.tenant, queued.model, queued.work_expires_at)
         if lease is not None:

@@ -277,16 +277,13 @@ def price_answers(
             sizes.append(0)
     # The worker gives back a batch's places in queued work one write per tenant,
     # model and lease end (Finisher._give_back_queued): shared by their requests.
-    places = Counter(
-        queued_lease(m.tenant, m.model, m.expires_at) for m, _ in answers if m.queued_counted
-    )
-    for (message, record), outputs_bytes in zip(answers, sizes, strict=True):
+    leases = [
+        queued_lease(m.tenant, m.model, m.expires_at) if m.queued_counted else None
+        for m, _ in answers
+    ]
+    places = Counter(lease for lease in leases if lease is not None)
+    for (message, record), outputs_bytes, lease in zip(answers, sizes, leases, strict=True):
         path: Path = "job" if message.job else "sync" if message.respond_by else "async"
-        lease = (
-            queued_lease(message.tenant, message.model, message.expires_at)
-            if message.queued_counted
-            else None
-        )
         doc = len(record.model_dump_json(exclude={"outputs"}, exclude_none=True))
         facts = PathFacts(
             path=path,
