@@ -31,7 +31,7 @@ from bench.asgi import NoopApp, call, predict_body
 from bench.common import TEXT_MODEL, median, sentences
 from bench.emulator import REGION, Emulator
 from bench.proc_cpu import thread_cpu
-from switchyard.costs import FIREHOSE_RECORD_BYTES, ROUTER_MEMORY_MB
+from switchyard.costs import ROUTER_MEMORY_MB, firehose_billed_bytes
 from switchyard.prices import PRICE_SOURCES, PriceTable, first_price
 from switchyard_local.moto_statements import parse_insert, parse_update
 
@@ -209,10 +209,7 @@ class CallLog:
         if model.name == "PutRecordBatch":
             sent = params.get("Records", [])
             entry.records = len(sent)
-            entry.billed_bytes = sum(
-                max(1, math.ceil(len(r["Data"]) / FIREHOSE_RECORD_BYTES)) * FIREHOSE_RECORD_BYTES
-                for r in sent
-            )
+            entry.billed_bytes = sum(firehose_billed_bytes(len(r["Data"])) for r in sent)
         with self.lock:
             self.calls.append(entry)
 

@@ -218,11 +218,13 @@ def log_billed_bytes(lines: float, line_bytes: int = PREDICTION_LINE_BYTES) -> i
     500 lines, each rounded up to 5 KB. A batch of 16 lines of 550 bytes is one
     record billed as 10 KB, 640 bytes a line, against 5 KB a line logged alone."""
     full, rest = divmod(lines, LOG_LINES_PER_RECORD)
+    whole = int(full) * firehose_billed_bytes(LOG_LINES_PER_RECORD * line_bytes)
+    return whole + (firehose_billed_bytes(rest * line_bytes) if rest or not full else 0)
 
-    def billed(n: float) -> int:
-        return max(1, math.ceil(n * line_bytes / FIREHOSE_RECORD_BYTES)) * FIREHOSE_RECORD_BYTES
 
-    return int(full) * billed(LOG_LINES_PER_RECORD) + (billed(rest) if rest or not full else 0)
+def firehose_billed_bytes(size: float) -> int:
+    """The bytes Firehose bills for one record of ``size`` bytes: rounded up to 5 KB."""
+    return max(1, math.ceil(size / FIREHOSE_RECORD_BYTES)) * FIREHOSE_RECORD_BYTES
 
 
 def price_usage(u: AwsUsage, rates: CostRates) -> dict[AwsService, float]:
