@@ -40,6 +40,11 @@ from typing import Any
 
 from switchyard.queues import Received
 from switchyard.schemas import ErrorInfo, QueueMessage
+from switchyard_worker.work_messages import WorkMessage
+
+# A request's message as the intake read it: a plain one by msgspec, a job's chunk
+# (or one msgspec could not read) by pydantic; the same fields either way.
+Message = QueueMessage | WorkMessage
 
 
 @dataclass(slots=True)
@@ -49,7 +54,7 @@ class Pending:
     received: Received
     arrived: float  # monotonic time of receipt
     received_at: float  # epoch time of receipt, for the result's timings
-    message: QueueMessage | None = None
+    message: Message | None = None
     inputs: list[Any] | None = None
     # Set when the message is malformed for its own reasons: it gets an error result.
     error: ErrorInfo | None = None

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -29,10 +29,11 @@ from switchyard.queues import Received, decode_checked, decode_messages, load_in
 from switchyard.results import ResultStore
 from switchyard.schemas import ErrorInfo, TensorSignature
 from switchyard.signatures import check_each
-from switchyard_worker.batching import BatchAssembler, Pending, rank
+from switchyard_worker.batching import BatchAssembler, Message, Pending, rank
 from switchyard_worker.in_hand import MessagesInHand
 from switchyard_worker.stages import log, pause
 from switchyard_worker.versions import ServedVersions
+from switchyard_worker.work_messages import read_plain
 
 RECEIVE_MAX = 10  # messages per receive (SQS's most)
 SHUT_WAIT_SECONDS = 0.25  # an intake whose overflow gate is shut looks again this soon
@@ -61,9 +62,15 @@ def read_messages(
     pendings = [Pending(received=r, arrived=arrived, received_at=received_at) for r in received]
     bodies = [r.body for r in received]
     signature = _one_tensor_signature(versions)
-    checked = decode_checked(bodies, signature) if signature is not None else None
+    # Plain messages are read by msgspec (``work_messages``); a job's chunks, and any
+    # receive that fails there, by pydantic-core, which names what is wrong.
+    read = read_plain(bodies, signature)
+    if read is None and signature is not None:
+        read = decode_checked(bodies, signature)
+    checked = read is not None and signature is not None
     to_check: dict[str, list[Pending]] = {}  # by version
-    for pending, message in zip(pendings, checked or decode_messages(bodies), strict=True):
+    messages: Sequence[Message | ValidationError] = read or decode_messages(bodies)
+    for pending, message in zip(pendings, messages, strict=True):
         if isinstance(message, ValidationError):
             # Undecodable: no request id to answer. Left for retries, then the DLQ.
             log.error(
@@ -90,7 +97,7 @@ def read_messages(
         inputs = [p.inputs for p in group]
         # Rows parsed as the signature's are checked, unless a claim check's were read.
         rows_checked = (
-            checked is not None
+            checked
             and record.signature == signature
             and all(p.message is not None and p.message.inputs is not None for p in group)
         )
