@@ -1022,12 +1022,10 @@ def test_memory_summary_skips_each_process_warm_up_and_judges_growth():
 
 def test_worker_log_reads_the_delivery_events():
     lines = [
-        '{"message": "results stored", "results": ['
-        '{"request_id": "a", "status": "done", "receive_count": 1, "stored": true}, '
-        '{"request_id": "b", "status": "expired", "receive_count": 1, "stored": true}]}',
-        '{"message": "results stored", "results": ['
-        '{"request_id": "a", "status": "done", "receive_count": 2, "stored": false}, '
-        '{"request_id": "b", "status": "done", "receive_count": 2, "stored": true}]}',
+        '{"message": "results stored", "stored": {"done": ["a"], "expired": ["b"]}, '
+        '"suppressed": {}, "receive_counts": {}}',
+        '{"message": "results stored", "stored": {"done": ["b"]}, '
+        '"suppressed": {"done": ["a"]}, "receive_counts": {"a": 2, "b": 2}}',
         '{"message": "polling"}',
         '{"_aws": {}, "BatchSize": [1.0]}',
         "Traceback (most recent call last):",

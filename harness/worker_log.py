@@ -17,16 +17,21 @@ def delivery_events(events: list[dict]) -> list[dict]:
         if e.get("message") != "results stored":
             out.append(e)
             continue
-        for r in e.get("results", []):
-            message = "result stored" if r["stored"] else "duplicate suppressed"
-            out.append(
-                {
-                    **r,
-                    "message": message,
-                    "worker": e.get("worker"),
-                    "timestamp": e.get("timestamp"),
-                }
-            )
+        counts = e.get("receive_counts") or {}
+        for key, message in (("stored", "result stored"), ("suppressed", "duplicate suppressed")):
+            for status, request_ids in (e.get(key) or {}).items():
+                out.extend(
+                    {
+                        "message": message,
+                        "request_id": request_id,
+                        "status": status,
+                        "receive_count": counts.get(request_id, 1),
+                        "stored": key == "stored",
+                        "worker": e.get("worker"),
+                        "timestamp": e.get("timestamp"),
+                    }
+                    for request_id in request_ids
+                )
     return out
 
 

@@ -271,21 +271,7 @@ class Finisher:
                 stored[i] = fresh
         # One line per batch, not per request: at a light model's rate a log line per
         # request costs more CPU than the model.
-        log.info(
-            "results stored",
-            extra={
-                "worker": self._worker_id,
-                "results": [
-                    {
-                        "request_id": record.request_id,
-                        "status": record.status,
-                        "receive_count": p.received.receive_count,
-                        "stored": bool(fresh),
-                    }
-                    for (p, record), fresh in zip(answered, stored, strict=True)
-                ],
-            },
-        )
+        log.info("results stored", extra={"worker": self._worker_id, **_outcomes(answered, stored)})
         fresh = [(p, r) for (p, r), new in zip(answered, stored, strict=True) if new]
         self._give_back_queued([(p, s) for (p, _), s in zip(answered, stored, strict=True) if s])
         self._log_predictions([r for _, r in fresh])
@@ -366,6 +352,22 @@ class Finisher:
                 extra={"job_id": job_id, "output_uri": job.output_uri, "lines_ok": job.lines_ok,
                        "lines_failed": job.lines_failed},
             )  # fmt: skip
+
+
+def _outcomes(answered: Answered, stored: list[Stored]) -> dict[str, Any]:
+    """What a batch's ``results stored`` line says of its requests, as lists rather
+    than an object per request: the ids whose results were ``stored`` and those
+    ``suppressed`` (ended already: a redelivery's copy), each by the status the
+    worker gave them, and the ``receive_counts`` of those received more than once
+    (``harness.worker_log`` reads them back as one event per request)."""
+    written: dict[str, list[str]] = {}
+    refused: dict[str, list[str]] = {}
+    retries: dict[str, int] = {}
+    for (p, record), fresh in zip(answered, stored, strict=True):
+        (written if fresh else refused).setdefault(record.status, []).append(record.request_id)
+        if p.received.receive_count > 1:
+            retries[record.request_id] = p.received.receive_count
+    return {"stored": written, "suppressed": refused, "receive_counts": retries}
 
 
 def _backoff(runnable: list[Pending]) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 import time
@@ -16,10 +17,12 @@ from harness.fakes import (
     worker_over_fakes,
 )
 from harness.waiting import wait_for
+from harness.worker_log import delivery_events
 from switchyard.generation import Chunk
 from switchyard.schemas import QueueMessage, ResultRecord
 from switchyard_worker.generation_loop import GenerationLoop
 from switchyard_worker.micro_batch_loop import MicroBatchLoop
+from switchyard_worker.stages import log as worker_log
 from switchyard_worker.worker import WorkLoop
 
 
@@ -192,6 +195,31 @@ def test_a_redelivered_message_whose_result_exists_is_deleted_without_a_second_r
         "duplicate",
     ]
     assert realtime.depth == 0
+
+
+def test_each_batch_logs_one_line_naming_every_requests_outcome(parts, caplog):
+    worker, realtime, *_ = parts
+    send(realtime, "r1")
+    send(realtime, "r1")  # the same request twice: its second result is refused
+    send(realtime, "bad", inputs=[[1] * 63])
+    send(realtime, "again")
+    realtime.visible[-1]["count"] = 1  # received once before: it runs alone
+    drain(worker)
+    # each line as the worker's log writes it
+    lines = [json.loads(worker_log.registered_formatter.format(r)) for r in caplog.records]
+    batches = [e for e in lines if e.get("message") == "results stored"]
+    assert len(batches) == 2
+    outcomes = {
+        (e["message"], e["request_id"], e["status"], e["receive_count"])
+        for e in delivery_events(lines)
+        if e.get("message") in ("result stored", "duplicate suppressed")
+    }
+    assert outcomes == {
+        ("result stored", "r1", "done", 1),
+        ("duplicate suppressed", "r1", "done", 1),
+        ("result stored", "bad", "error", 1),
+        ("result stored", "again", "done", 2),
+    }
 
 
 def test_an_undecodable_message_is_released_and_ends_in_the_dlq(parts):
