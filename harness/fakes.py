@@ -22,6 +22,7 @@ from switchyard.queues import Received
 from switchyard.registry import ModelVersion, VersionExists
 from switchyard.results import Stored
 from switchyard.schemas import ErrorInfo, Lane, QueueMessage, ResultRecord
+from switchyard.telemetry import LOG_LINES_PER_RECORD, LOG_RECORD_BYTES, log_records
 from switchyard_local.gateway import ApiGatewayStandIn, ApiKey
 
 _ids = itertools.count(1)
@@ -267,12 +268,14 @@ class FakeResultCache:
 
 class DroppedPredictionLog:
     """Takes prediction-log records and keeps only their count: the worker still pays
-    for building them, as it does on the platform."""
+    for building them and writing them as the stream's records
+    (``switchyard.telemetry.log_records``), as it does on the platform."""
 
     def __init__(self) -> None:
         self.records = 0
 
     def write(self, records: list[dict[str, Any]]) -> None:
+        log_records(records, LOG_LINES_PER_RECORD, LOG_RECORD_BYTES)
         self.records += len(records)
 
 

@@ -47,3 +47,14 @@ def test_records_go_in_calls_of_at_most_500_records_and_4_mib():
     assert [len(c) for c in calls] == [500, 500, 202, 1]
     assert all(sum(len(d) for d in c) <= 4 * 2**20 for c in calls)
     assert [d for c in calls for d in c] == small + big
+
+
+def test_a_line_is_utf8_json_and_text_in_it_never_breaks_the_line():
+    # GIVEN a prediction whose classes hold a newline and a non-ASCII letter
+    records = [{"request_id": "r-1", "outputs": ["café", "two\nlines"]}]
+    # WHEN packed
+    [packed] = log_records(records, most_lines=500, most_bytes=1_000 * 1024)
+    # THEN it is one line of UTF-8 JSON, the newline escaped within it
+    assert packed.count(b"\n") == 1
+    assert "café".encode() in packed
+    assert _lines(packed) == records

