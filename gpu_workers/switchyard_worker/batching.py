@@ -324,36 +324,38 @@ class BatchAssembler:
         if oldest.is_retry or oldest.message is None:
             self._remove([oldest])
             return [oldest]
-        candidates = [
-            p
-            for p in first
-            if p.version == oldest.version
-            and p.received.lane == oldest.received.lane
-            and not p.is_retry
-            and p.message is not None
-        ]
-        by_tenant: dict[str, list[Pending]] = {}
-        for p in candidates:
-            by_tenant.setdefault(p.tenant, []).append(p)
-        max_size, _ = self.limits(oldest.version)
-        if not waiting and oldest.received.lane != "batch" and self._sync_recent():
+        # The oldest message's version and lane, first-time deliveries, by tenant.
+        version, lane = oldest.version, oldest.received.lane
+        by_tenant: dict[str, deque[Pending]] = {}
+        for p in first:
+            m = p.message
+            if m is None or m.version != version or p.received.lane != lane or p.is_retry:
+                continue
+            q = by_tenant.get(m.tenant)
+            if q is None:
+                by_tenant[m.tenant] = q = deque()
+            q.append(p)
+        max_size, _ = self.limits(version)
+        if not waiting and lane != "batch" and self._sync_recent():
             max_size = max(1, max_size // PART_SHARE_WITH_REALTIME)  # async beside sync
         batch: list[Pending] = []
         inputs = 0
-        turns = list(by_tenant.items())  # the oldest message's tenant first
+        # Turns in rounds, the oldest message's tenant first: a tenant with more to
+        # give goes to the back of the round after its turn.
+        turns = deque(by_tenant.items())
         while turns:
-            for tenant, q in list(turns):
-                for _ in range(max(1, self.weights.get(tenant, 1))):
-                    size = q[0].size
-                    if batch and inputs + size > max_size:
-                        q.clear()  # its next does not fit: it sits out this batch
-                        break
-                    batch.append(q.pop(0))
-                    inputs += size
-                    if not q:
-                        break
+            tenant, q = turns.popleft()
+            for _ in range(max(1, self.weights.get(tenant, 1))):
+                size = q[0].size
+                if batch and inputs + size > max_size:
+                    q.clear()  # its next does not fit: it sits out this batch
+                    break
+                batch.append(q.popleft())
+                inputs += size
                 if not q:
-                    turns.remove((tenant, q))
+                    break
+            if q:
+                turns.append((tenant, q))
         self._remove(batch)
         return batch
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from pydantic import TypeAdapter, ValidationError, create_model
 
@@ -22,9 +22,10 @@ from switchyard.signatures import tensor_row
 SQS_BATCH_LIMIT = 10
 
 
-@dataclass(frozen=True)
-class Received:
-    """A message in hand: its body and what is needed to delete or release it."""
+class Received(NamedTuple):
+    """A message in hand: its body and what is needed to delete or release it. A
+    named tuple: a receive builds one per message, in a third of a frozen
+    dataclass's time."""
 
     body: str
     receipt_handle: str
