@@ -16,6 +16,8 @@ from typing import Any
 import botocore.session
 from botocore.config import Config
 
+from switchyard.http_transport import install
+
 _CONFIG = Config(
     retries={"mode": "standard", "max_attempts": 4},
     connect_timeout=3,
@@ -32,11 +34,13 @@ def _session() -> Any:
 
 @lru_cache(maxsize=32)
 def client(service: str, region: str, endpoint_url: str | None = None) -> Any:
-    """A cached, thread-safe client; ``endpoint_url`` points at the emulator locally."""
+    """A cached, thread-safe client; ``endpoint_url`` points at the emulator locally.
+    DynamoDB's and SQS's send their calls through ``switchyard.http_transport``."""
     with _session_lock:
-        return _session().create_client(
+        made = _session().create_client(
             service, region_name=region, endpoint_url=endpoint_url, config=_CONFIG
         )
+    return install(made)
 
 
 def reset_clients() -> None:
