@@ -11,6 +11,7 @@ import json
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -24,6 +25,7 @@ from botocore.exceptions import (
     SSLError,
 )
 
+from switchyard import http_transport
 from switchyard.http_transport import KeepAliveSession, install
 from switchyard.queues import SqsWorkQueue
 from switchyard.tables import RESULTS
@@ -227,6 +229,28 @@ def test_a_connection_the_server_closed_while_idle_is_replaced_and_the_call_sent
         client.list_tables()
         # the closed one's request never reached the server: three calls, three requests
         assert server.connections == 2 and len(server.requests) == 3
+
+
+def test_a_connection_that_closes_before_any_answer_is_replaced_and_the_request_sent_again():
+    def drop(conn: socket.socket, _: bytes) -> bool:
+        return False  # the request read, the connection closed, no answer
+
+    ok = _json_reply(body=b'{"TableNames": ["b"]}')
+    with scripted(ok, drop, ok) as server:
+        client = client_of(server.url)  # no retries of botocore's own
+        client.list_tables()
+        assert client.list_tables()["TableNames"] == ["b"]
+        assert server.connections == 2 and len(server.requests) == 3
+
+
+def test_a_connection_idle_too_long_is_not_used(monkeypatch):
+    monkeypatch.setattr(http_transport, "IDLE_MOST_S", 0.05)
+    with scripted(_json_reply(body=b'{"TableNames": []}')) as server:
+        client = client_of(server.url)
+        client.list_tables()
+        time.sleep(0.1)
+        client.list_tables()
+        assert server.connections == 2 and len(server.requests) == 2
 
 
 def test_an_answer_that_closes_its_connection_is_read_and_the_next_call_reconnects():

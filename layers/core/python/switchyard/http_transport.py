@@ -11,9 +11,10 @@ only the client's HTTP session (:func:`install`).
 
 What it does: HTTP/1.1 over a kept-alive connection (TLS checked against the same CA
 bundle botocore would use), a pool of idle connections per host, a response read by
-its ``Content-Length`` or chunks. A connection taken from the pool that the server had
-closed meanwhile is replaced and the request sent again, once, if no byte of an
-answer came back (urllib3 does the same). What it does not do, it leaves to
+its ``Content-Length`` or chunks. A pooled connection is not used after
+``IDLE_MOST_S`` idle, nor if the server has closed it (urllib3 looks the same way); one
+that fails before any byte of an answer came back is replaced and the request sent
+again, once. What it does not do, it leaves to
 botocore's own session: a proxy, a client certificate, a streamed answer, a request
 that is not a POST of bytes.
 """
@@ -22,9 +23,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -41,6 +44,10 @@ from botocore.httpsession import get_cert_path
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _RECV = 65_536
+# A connection idle longer than this is closed rather than used: a server or a load
+# balancer between may have dropped it without a word (a Lambda instance thawed after
+# minutes frozen), and a request on it would wait its whole read timeout.
+IDLE_MOST_S = 20.0
 
 
 class _Body:
@@ -67,6 +74,34 @@ class _Connection:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.buffer = b""
+        self.idle_since = 0.0  # monotonic: when it went back to the pool
+
+    def usable(self, now: float) -> bool:
+        """Whether an idle connection may carry the next request: idle for less than
+        ``IDLE_MOST_S``, and nothing to read on it (the server's close, or bytes no
+        request asked for, would be)."""
+        if now - self.idle_since > IDLE_MOST_S or self.buffer:
+            return False
+        try:
+            readable, _, _ = select.select([self.sock], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        if not readable:
+            return True
+        # Something came: the server's close, stray bytes, or (TLS) only the
+        # protocol's own records, such as TLS 1.3's session tickets.
+        timeout = self.sock.gettimeout()
+        try:
+            self.sock.setblocking(False)
+            self.sock.recv(_RECV)
+        except (ssl.SSLWantReadError, BlockingIOError):
+            return True  # no data for us: the records were the protocol's own
+        except OSError:
+            return False
+        finally:
+            with contextlib.suppress(OSError):
+                self.sock.settimeout(timeout)
+        return False  # closed, or bytes no request asked for
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -219,13 +254,21 @@ class KeepAliveSession:
         self._fallback.close()
 
     def _take(self, key: tuple[str, str, int], url: str) -> tuple[_Connection, bool]:
-        with self._lock:
-            idle = self._idle.get(key)
-            if idle:
-                return idle.pop(), True
-        return self._connect(key, url), False
+        """The most recently idle connection to ``key`` that is still usable (the
+        others closed), or a new one; whether it was taken from the pool."""
+        now = time.monotonic()
+        while True:
+            with self._lock:
+                idle = self._idle.get(key)
+                conn = idle.pop() if idle else None
+            if conn is None:
+                return self._connect(key, url), False
+            if conn.usable(now):
+                return conn, True
+            conn.close()
 
     def _give(self, key: tuple[str, str, int], conn: _Connection) -> None:
+        conn.idle_since = time.monotonic()
         with self._lock:
             idle = self._idle.setdefault(key, [])
             if len(idle) < self._max_idle:
