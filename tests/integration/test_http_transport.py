@@ -21,6 +21,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import (
     ConnectionClosedError,
+    ProxyConnectionError,
     ReadTimeoutError,
     SSLError,
 )
@@ -307,6 +308,36 @@ def test_an_answer_that_never_comes_times_out():
         client = client_of(server.url, read_timeout=0.3)
         with pytest.raises(ReadTimeoutError):
             client.list_tables()
+
+
+def test_a_call_a_proxy_is_set_for_goes_through_botocores_own_transport():
+    session = botocore.session.get_session()
+    session.set_credentials("test", "test")
+    with scripted(_json_reply(body=b'{"TableNames": []}')) as server:
+        client = install(
+            session.create_client(
+                "dynamodb",
+                region_name=REGION,
+                endpoint_url=server.url,
+                config=Config(
+                    proxies={"http": "http://127.0.0.1:9"},  # nothing listens there
+                    retries={"mode": "standard", "total_max_attempts": 1},
+                ),
+            )
+        )
+        assert isinstance(client._endpoint.http_session, KeepAliveSession)
+        with pytest.raises(ProxyConnectionError):
+            client.list_tables()
+        assert server.requests == []
+
+
+def test_a_botocore_unlike_this_one_keeps_its_own_transport():
+    session = botocore.session.get_session()
+    session.set_credentials("test", "test")
+    client = session.create_client("dynamodb", region_name=REGION)
+    theirs = object()  # a session without the settings this one reads
+    client._endpoint.http_session = theirs
+    assert install(client)._endpoint.http_session is theirs
 
 
 # -- TLS -----------------------------------------------------------------------------

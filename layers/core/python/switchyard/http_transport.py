@@ -22,6 +22,7 @@ that is not a POST of bytes.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import select
 import socket
@@ -41,6 +42,8 @@ from botocore.exceptions import (
     SSLError,
 )
 from botocore.httpsession import get_cert_path
+
+log = logging.getLogger(__name__)
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _RECV = 65_536
@@ -205,6 +208,7 @@ class KeepAliveSession:
         self._max_idle = settings["max_idle"]
         self._verify = settings["verify"]
         self._plain_only = settings["client_cert"]  # a client certificate: all fallback
+        self._proxied = settings["proxied"]  # the schemes a proxy takes: fallback
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
         self._lock = threading.Lock()
         self._tls: ssl.SSLContext | None = None
@@ -220,7 +224,7 @@ class KeepAliveSession:
             or request.stream_output
             or not isinstance(body, bytes | type(None))
             or url.scheme not in _DEFAULT_PORTS
-            or self._fallback._proxy_config.proxy_url_for(request.url)
+            or url.scheme in self._proxied
         ):
             return self._fallback.send(request)
         port = url.port or _DEFAULT_PORTS[url.scheme]
@@ -335,17 +339,25 @@ def _request_bytes(request: Any, url: Any, body: bytes) -> bytes:
 
 def _settings_of(session: Any) -> dict[str, Any]:
     """The connection settings botocore gave the client's own session: its timeouts
-    (connect, read), pool size, TLS verification and client certificate."""
+    (connect, read), pool size, TLS verification, client certificate, and the
+    schemes it sends through a proxy (botocore works the endpoint's proxies out,
+    ``NO_PROXY`` included, as it makes the session). Read from the session's own
+    attributes (botocore's ``URLLib3Session``): a botocore without them raises
+    AttributeError here, and the client keeps its session (:func:`install`)."""
     timeout = session._timeout
     if isinstance(timeout, int | float):
         timeouts = (float(timeout), float(timeout))
     else:
         timeouts = (timeout.connect_timeout, timeout.read_timeout)
+    proxies = session._proxy_config
     return {
         "timeouts": timeouts,
-        "max_idle": session._max_pool_connections,
+        "max_idle": int(session._max_pool_connections),
         "verify": session._verify,
         "client_cert": session._cert_file is not None,
+        "proxied": frozenset(
+            scheme for scheme in _DEFAULT_PORTS if proxies.proxy_url_for(f"{scheme}://host/")
+        ),
     }
 
 
@@ -355,8 +367,17 @@ SERVICES = frozenset({"dynamodb", "sqs"})
 
 def install(client: Any) -> Any:
     """``client`` sending its calls through a :class:`KeepAliveSession` (a DynamoDB or
-    SQS client; any other is left as it is). Returns the client."""
-    if client.meta.service_model.service_name in SERVICES:
+    SQS client; any other is left as it is). The client's endpoint and session are
+    botocore's own parts, not its public interface: where a botocore (a Lambda
+    runtime's, say) does not have them as this one does, the client is left as it
+    is, with its own transport. Returns the client."""
+    if client.meta.service_model.service_name not in SERVICES:
+        return client
+    try:
         endpoint = client._endpoint
-        endpoint.http_session = KeepAliveSession(endpoint.http_session)
+        session = KeepAliveSession(endpoint.http_session)
+    except (AttributeError, TypeError, ValueError):
+        log.warning("botocore's client is not as expected: its own HTTP transport kept")
+        return client
+    endpoint.http_session = session
     return client
