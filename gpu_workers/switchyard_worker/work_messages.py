@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from switchyard.queues import joined_bodies
 from switchyard.schemas import TensorSignature
 
 RequestId = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
@@ -65,13 +66,13 @@ def read_plain(
     """Each body's message, read in one call (with ``signature``: its inline inputs
     checked as ``signature``'s rows as they are parsed). None unless every body is
     one plain message that passes: those are left to ``switchyard.queues``."""
-    if not bodies or not all(b[:1] == "{" and b[-1:] == "}" for b in bodies):
+    joined = joined_bodies(bodies)
+    if joined is None:
         return None
     try:
-        messages = _decoder(signature).decode(f"[{','.join(bodies)}]")
+        messages = _decoder(signature).decode(joined)
     except (msgspec.ValidationError, msgspec.DecodeError):
         return None
-    # A body holding two messages joined by a comma would read as two: refused.
     return messages if len(messages) == len(bodies) else None
 
 

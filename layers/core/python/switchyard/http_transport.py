@@ -147,13 +147,18 @@ class _Connection:
         reuse = headers.get("connection", "").lower() != "close" and parts[0] != b"HTTP/1.0"
         return status, headers, body, reuse
 
-    def _more(self, started: bool) -> None:
+    def _recv(self) -> bytes:
+        """What came next; nothing once the connection is closed or reset (a timeout
+        is raised)."""
         try:
-            data = self.sock.recv(_RECV)
+            return self.sock.recv(_RECV)
         except TimeoutError:
             raise
-        except OSError:  # reset: as closed
-            data = b""
+        except OSError:
+            return b""
+
+    def _more(self, started: bool) -> None:
+        data = self._recv()
         if not data:
             raise _Closed(started or bool(self.buffer))
         self.buffer += data
@@ -185,12 +190,7 @@ class _Connection:
 
     def _to_end(self) -> bytes:
         while True:
-            try:
-                data = self.sock.recv(_RECV)
-            except TimeoutError:
-                raise
-            except OSError:
-                data = b""
+            data = self._recv()
             if not data:
                 out, self.buffer = self.buffer, b""
                 return out

@@ -144,16 +144,26 @@ def decode_checked(bodies: list[str], signature: TensorSignature) -> list[QueueM
     return _decoded_together(bodies, _checked_messages(signature))
 
 
+def joined_bodies(bodies: list[str]) -> str | None:
+    """A receive's bodies as one JSON array, to be parsed in one call, if each is one
+    JSON object by its brackets (as ``encode_message`` writes them); None if not, or
+    if there are none. What it parses to holds one message per body only if it holds
+    as many as there are bodies: a body of two objects joined by a comma reads as two."""
+    if not bodies or not all(b[:1] == "{" and b[-1:] == "}" for b in bodies):
+        return None
+    return f"[{','.join(bodies)}]"
+
+
 def _decoded_together(
     bodies: list[str], adapter: TypeAdapter[list[Any]]
 ) -> list[QueueMessage] | None:
-    """The bodies' messages parsed as one JSON array, if it holds one message per
-    body and each body is one JSON object by its brackets (as ``encode_message``
-    writes them); None if not, or if any body fails."""
-    if not bodies or not all(b[:1] == "{" and b[-1:] == "}" for b in bodies):
+    """The bodies' messages parsed as one JSON array (:func:`joined_bodies`), if it
+    holds one message per body; None if not, or if any body fails."""
+    joined = joined_bodies(bodies)
+    if joined is None:
         return None
     try:
-        messages = adapter.validate_json(f"[{','.join(bodies)}]")
+        messages = adapter.validate_json(joined)
     except ValidationError:
         return None
     return list(messages) if len(messages) == len(bodies) else None
