@@ -53,29 +53,32 @@ def cold_start(emu: Emulator, runs: int) -> dict[str, Any]:
     )
     bare = launcher.lambda_handler("router")
     samples = []
-    workdir = Path(tempfile.mkdtemp(prefix="switchyard-cold-start-"))
-    for run in range(runs):
-        began = time.perf_counter()
-        subprocess.run([*bare.argv[:-2], "-c", "pass"], env={**env, **bare.env}, check=True)
-        interpreter = time.perf_counter() - began
-        began = time.perf_counter()
-        function = LambdaProcess(bare, env, workdir / f"router-{run}.log")
-        ready = time.perf_counter()
-        first = function.invoke(event)
-        answered = time.perf_counter()
-        second = function.invoke(event)
-        warm = time.perf_counter()
-        function.close()
-        samples.append(
-            {
-                "interpreter_s": interpreter,
-                "import_s": max(ready - began - interpreter, 0.0),
-                "first_request_s": answered - ready,
-                "to_first_answer_s": answered - began,
-                "second_request_s": warm - answered,
-                "statuses": [first["statusCode"], second["statusCode"]],
-            }
-        )
+    with tempfile.TemporaryDirectory(
+        prefix="switchyard-cold-start-", ignore_cleanup_errors=True
+    ) as folder:
+        workdir = Path(folder)
+        for run in range(runs):
+            began = time.perf_counter()
+            subprocess.run([*bare.argv[:-2], "-c", "pass"], env={**env, **bare.env}, check=True)
+            interpreter = time.perf_counter() - began
+            began = time.perf_counter()
+            function = LambdaProcess(bare, env, workdir / f"router-{run}.log")
+            ready = time.perf_counter()
+            first = function.invoke(event)
+            answered = time.perf_counter()
+            second = function.invoke(event)
+            warm = time.perf_counter()
+            function.close()
+            samples.append(
+                {
+                    "interpreter_s": interpreter,
+                    "import_s": max(ready - began - interpreter, 0.0),
+                    "first_request_s": answered - ready,
+                    "to_first_answer_s": answered - began,
+                    "second_request_s": warm - answered,
+                    "statuses": [first["statusCode"], second["statusCode"]],
+                }
+            )
     keys = ("interpreter_s", "import_s", "first_request_s", "to_first_answer_s", "second_request_s")
     return {
         "runs": runs,

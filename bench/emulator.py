@@ -44,10 +44,12 @@ def emulator() -> Iterator[Emulator]:
     from switchyard_local.provision import provision
 
     use_local_credentials()
-    workdir = Path(tempfile.mkdtemp(prefix="switchyard-bench-emulator-"))
-    running = start_emulator(workdir / "moto.log")
-    try:
-        provisioned = provision(load_manifest(MANIFEST_FILE), STAGE, running.url, REGION)
-        yield Emulator(running.url, provisioned, running.pid)
-    finally:
-        running.stop()
+    with tempfile.TemporaryDirectory(
+        prefix="switchyard-bench-emulator-", ignore_cleanup_errors=True
+    ) as workdir:
+        running = start_emulator(Path(workdir) / "moto.log")
+        try:
+            provisioned = provision(load_manifest(MANIFEST_FILE), STAGE, running.url, REGION)
+            yield Emulator(running.url, provisioned, running.pid)
+        finally:
+            running.stop()

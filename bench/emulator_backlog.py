@@ -163,16 +163,19 @@ def run(quick: bool) -> dict[str, Any]:
     use_local_credentials()
     sizes = (1_000, 10_000) if quick else (1_000, 10_000, 100_000)
     processed = 3_000 if quick else 10_000
-    logs = Path(tempfile.mkdtemp(prefix="switchyard-bench-sqs-"))
-    # Each measurement on a fresh process, so one does not weigh on the next.
-    with _emulator(True, logs / "fixed.log") as (url, pid):
-        patched = measure(url, pid, sizes, 10 if quick else 30)
-    with _emulator(False, logs / "plain.log") as (url, pid):
-        unpatched = measure(url, pid, (1_000,), 3 if quick else 5)
-    kept = {}
-    for label, fixed in (("patched", True), ("unpatched", False)):
-        with _emulator(fixed, logs / f"churn-{label}.log") as (url, pid):
-            kept[label] = churn(url, pid, processed)
+    with tempfile.TemporaryDirectory(
+        prefix="switchyard-bench-sqs-", ignore_cleanup_errors=True
+    ) as folder:
+        logs = Path(folder)
+        # Each measurement on a fresh process, so one does not weigh on the next.
+        with _emulator(True, logs / "fixed.log") as (url, pid):
+            patched = measure(url, pid, sizes, 10 if quick else 30)
+        with _emulator(False, logs / "plain.log") as (url, pid):
+            unpatched = measure(url, pid, (1_000,), 3 if quick else 5)
+        kept = {}
+        for label, fixed in (("patched", True), ("unpatched", False)):
+            with _emulator(fixed, logs / f"churn-{label}.log") as (url, pid):
+                kept[label] = churn(url, pid, processed)
     first = patched[0]["receive_delete_ms_p50"]
     return {
         "patched": patched,
