@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import struct
 import time
 
 from switchyard.payloads import S3PayloadStore
@@ -188,7 +189,7 @@ def test_large_inputs_travel_by_claim_check_with_the_tenant_as_group(
     assert load_inputs(decoded, payloads) == inputs
 
 
-def test_embeddings_are_stored_as_float32_and_read_back_exactly(manifest, provisioned, clients):
+def test_embeddings_are_stored_packed_and_read_back_exactly(manifest, provisioned, clients):
     results = store(manifest, clients)
     embeddings = [[round(0.001 * i - 0.19, 7) for i in range(384)] for _ in range(3)]
     classes = [{"class": 3, "label": "3", "probabilities": [0.1] * 10}]
@@ -204,8 +205,18 @@ def test_embeddings_are_stored_as_float32_and_read_back_exactly(manifest, provis
         return ddb.get_item(TableName=table, Key=key)["Item"]
 
     packed = item("emb")
-    assert "outputs" not in packed and len(packed["outputs_f32"]["B"]) == 4 + 4 * 3 * 384
-    assert "outputs_f32" not in item("cls") and item("cls")["outputs"]["S"].startswith('[{"class"')
+    assert "outputs" not in packed and len(packed["outputs_e7"]["B"]) == 4 + 4 * 3 * 384
+    assert "outputs_e7" not in item("cls") and item("cls")["outputs"]["S"].startswith('[{"class"')
+    # An item written when embeddings were packed as float32 still reads back.
+    old = [[0.25, -0.5], [0.1234567, 0.0]]
+    done = record("done", outputs=old).model_copy(update={"request_id": "old"})
+    assert results.complete(done) == Stored.STORED
+    written = item("old")
+    del written["outputs_e7"]
+    floats = struct.pack("<4f", *(v for row in old for v in row))
+    written["outputs_f32"] = {"B": struct.pack("<I", 2) + floats}
+    ddb.put_item(TableName=table, Item=written)
+    assert results.get("acme", "old").outputs == old
 
 
 def test_cached_outputs_are_kept_per_tenant_and_version_until_they_expire(

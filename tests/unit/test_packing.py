@@ -1,20 +1,50 @@
-"""Embeddings are stored as float32; everything else as JSON text."""
+"""Embeddings are stored packed as whole ten-millionths; everything else as JSON text."""
 
 from __future__ import annotations
 
 import json
+import math
+import random
+import struct
+import warnings
 
+import numpy as np
 import pytest
 
 from switchyard.jsontext import json_bytes
-from switchyard.results import outputs_attribute, pack_rows, unpack_rows
+from switchyard.results import (
+    PACKED,
+    inline_outputs,
+    outputs_attribute,
+    pack_rows,
+    unpack_rows,
+)
 
 
 def test_rounded_embeddings_round_trip_and_take_a_third_of_their_json():
     rows = [[round((i * 37 % 200 - 100) / 113.0, 7) for i in range(384)] for _ in range(4)]
     packed = pack_rows(rows)
     assert packed is not None and unpack_rows(packed) == rows
+    assert len(packed) == 4 + 4 * 384 * 4
     assert len(packed) * 2.5 < len(json.dumps(rows, separators=(",", ":")))
+
+
+def test_every_seven_decimal_value_reads_back_bit_for_bit():
+    # As the runtimes round (numpy's round to 7 decimals) and as Python's round does,
+    # across the magnitudes an int32 of ten-millionths holds.
+    generator = random.Random(7)
+    raw = [
+        generator.uniform(-214.7, 214.7) * 10.0 ** -generator.randrange(0, 9) for _ in range(4096)
+    ]
+    for rounded in (np.round(np.array(raw), 7).tolist(), [round(x, 7) for x in raw]):
+        # (a negative zero stays JSON: below)
+        rounded = [x for x in rounded if x != 0 or math.copysign(1.0, x) > 0][:4032]
+        assert len(rounded) == 4032
+        rows = [rounded[i : i + 64] for i in range(0, len(rounded), 64)]
+        packed = pack_rows(rows)
+        assert packed is not None
+        back = [v for row in unpack_rows(packed) for v in row]
+        assert struct.pack(f"<{len(back)}d", *back) == struct.pack(f"<{len(rounded)}d", *rounded)
 
 
 @pytest.mark.parametrize(
@@ -25,13 +55,18 @@ def test_rounded_embeddings_round_trip_and_take_a_third_of_their_json():
         [[0.5, 0.25], [0.5]],  # ragged
         [[1, 2, 3]],  # integers stay integers
         [[0.5, True]],
-        [[0.1234567891]],  # more digits than float32 holds
-        [[123456.1234567]],  # too large for 7 decimals in float32
+        [[0.1234567891]],  # more than 7 decimals
+        [[214.7483648]],  # more ten-millionths than an int32 holds
+        [[-0.0, 0.5]],  # a negative zero would read back as zero
+        [[float("nan"), 0.5]],
+        [[float("inf"), 0.5]],
         [[]],
     ],
 )
-def test_anything_float32_cannot_hold_exactly_stays_json(outputs):
-    assert pack_rows(outputs) is None
+def test_anything_that_would_not_read_back_exactly_stays_json(outputs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing numpy would warn of on the way
+        assert pack_rows(outputs) is None
 
 
 def test_outputs_go_inline_only_within_the_limit_packed_or_as_json():
@@ -39,7 +74,7 @@ def test_outputs_go_inline_only_within_the_limit_packed_or_as_json():
     packed_size = 4 + 4 * 384 * 4
     # Embeddings within the limit are packed; past it they are not inline at all
     # (their JSON is larger still).
-    assert outputs_attribute(rows, packed_size)[0] == "outputs_f32"
+    assert outputs_attribute(rows, packed_size)[0] == PACKED
     assert pack_rows(rows, packed_size - 1) is None
     assert outputs_attribute(rows, packed_size - 1) is None
     # Other outputs are JSON text, inline while it fits.
@@ -47,6 +82,13 @@ def test_outputs_go_inline_only_within_the_limit_packed_or_as_json():
     name, value = outputs_attribute(labels, 1000)
     assert name == "outputs" and json.loads(value["S"]) == labels
     assert outputs_attribute(labels, len(value["S"].encode()) - 1) is None
+
+
+def test_embeddings_packed_as_float32_before_still_read_back():
+    rows = [[0.25, -0.5, 0.1234567], [0.0, 1e-07, -0.9999999]]
+    floats = struct.pack("<6f", *(v for row in rows for v in row))
+    assert inline_outputs({"outputs_f32": {"B": struct.pack("<I", 3) + floats}}) == rows
+    assert inline_outputs({PACKED: {"B": pack_rows(rows)}}) == rows
 
 
 def test_stored_json_reads_back_as_the_values_written():

@@ -25,6 +25,7 @@ from array import array
 from collections.abc import Callable
 from enum import IntEnum
 from functools import lru_cache
+from itertools import chain
 from typing import Any, Protocol
 
 from switchyard.jsontext import json_bytes
@@ -36,10 +37,14 @@ _BATCH_GET_LIMIT = 100  # keys per BatchGetItem
 _BATCH_STATEMENT_LIMIT = 25  # statements per BatchExecuteStatement
 _QUEUED = {"S": "queued"}
 _COUNTED = "queued_counted"
+# The attribute that holds packed embeddings (:func:`pack_rows`), and the one that
+# held them as float32 before.
+PACKED = "outputs_e7"
+_PACKED_FLOAT32 = "outputs_f32"
 # Attributes an item holds only while queued (a failed attempt's count, its place
 # counted) or only once final (its outputs, its error's code).
 _FINAL_ONLY_OR_QUEUED_ONLY = (
-    "failures", "last_failure", _COUNTED, "error_code", "outputs", "outputs_f32",
+    "failures", "last_failure", _COUNTED, "error_code", "outputs", PACKED, _PACKED_FLOAT32,
     "outputs_ref", "outputs_range",
 )  # fmt: skip
 _TTL = RESULTS.ttl_attribute or "expires_at"
@@ -499,7 +504,7 @@ def insert_statement(table: str, names: list[str]) -> str:
 
 
 def outputs_attribute(outputs: list[Any], limit: int) -> tuple[str, dict[str, Any]] | None:
-    """Outputs as the item attribute that holds them inline: ``outputs_f32``
+    """Outputs as the item attribute that holds them inline: ``outputs_e7``
     (embeddings packed, see :func:`pack_rows`) or ``outputs`` (JSON); None if they
     take more than ``limit`` bytes either way."""
     stored = stored_outputs(outputs, limit)
@@ -511,7 +516,7 @@ def stored_outputs(outputs: list[Any], limit: int) -> tuple[str, dict[str, Any]]
     bytes either way, their JSON text (for S3) rather than None."""
     packed = pack_rows(outputs, limit)
     if packed is not None:
-        return "outputs_f32", {"B": packed}
+        return PACKED, {"B": packed}
     text = json_bytes(outputs)
     if len(text) > limit:
         return text
@@ -522,23 +527,33 @@ def inline_outputs(item: dict[str, Any]) -> list[Any] | None:
     """The outputs an item holds inline (None if it holds none, or a pointer)."""
     if "outputs" in item:
         return json.loads(item["outputs"]["S"])
-    if "outputs_f32" in item:
-        return unpack_rows(item["outputs_f32"]["B"])
+    if PACKED in item:
+        return unpack_rows(item[PACKED]["B"])
+    if _PACKED_FLOAT32 in item:
+        return unpack_float32_rows(item[_PACKED_FLOAT32]["B"])
     return None
 
 
-# Embeddings leave the runtimes rounded to 7 decimals (`runtimes.py`); packed as
-# float32, each value reads back as the same 7-decimal number.
-PACKED_DECIMALS = 7
+# Embeddings leave the runtimes rounded to 7 decimals (`runtimes.py`): each value is
+# a whole number of ten-millionths, divided by 1e7. Packed as those whole numbers,
+# each reads back as the same float by the same division.
+PACKED_SCALE = 1e7
+_INT32 = 2**31
+# Packed rows were once float32 (``outputs_f32``); items and cache entries written so
+# are read until they expire, by :func:`unpack_float32_rows`.
+FLOAT32_DECIMALS = 7
 
 
 def pack_rows(outputs: list[Any], limit: int | None = None) -> bytes | None:
-    """Embeddings (rows of floats of one length) packed as little-endian float32
-    after their row length: a quarter of their JSON text, and DynamoDB bills writes
-    by the kilobyte. Packed only if every value reads back exactly (float32 holds
-    7 decimals of values below 1, as normalised embeddings are); None for any other
-    outputs, which are stored as JSON text, and for rows that would take more than
-    ``limit`` bytes packed (checked before any value is looked at)."""
+    """Embeddings (rows of floats of one length) packed as little-endian int32 counts
+    of ten-millionths after their row length: a quarter of their JSON text, and
+    DynamoDB bills writes by the kilobyte. Packed only if every value reads back
+    bit for bit (:func:`unpack_rows`), as every 7-decimal value within ±214 does;
+    None for any other outputs, which are stored as JSON text, and for rows that
+    would take more than ``limit`` bytes packed (checked before any value is looked
+    at). The values are checked by numpy, a vector at a time, not one by one: the
+    workers that pack have it; a router only unpacks (without numpy, nothing is
+    packed: the outputs are stored as JSON text)."""
     if not outputs or not all(type(row) is list for row in outputs):
         return None
     width = len(outputs[0])
@@ -546,22 +561,43 @@ def pack_rows(outputs: list[Any], limit: int | None = None) -> bytes | None:
         return None
     if limit is not None and 4 + 4 * width * len(outputs) > limit:
         return None
-    flat = [x for row in outputs for x in row]
-    if not all(type(x) is float for x in flat):
+    flat = list(chain.from_iterable(outputs))
+    if set(map(type, flat)) != {float}:
         return None
-    packed = array("f", flat)
-    if [round(v, PACKED_DECIMALS) for v in packed.tolist()] != flat:
+    try:
+        import numpy as np  # the workers'; a router's layer has none, and packs nothing
+    except ImportError:
         return None
-    if sys.byteorder == "big":
-        packed.byteswap()
-    return struct.pack("<I", width) + packed.tobytes()
+
+    values = np.array(flat, dtype=np.float64)
+    counts = np.rint(values * PACKED_SCALE)
+    if not bool((np.abs(counts) < _INT32).all()):
+        return None  # too large for int32, infinite or not a number
+    whole = counts.astype("<i4")
+    if (whole / PACKED_SCALE).tobytes() != values.tobytes():
+        return None  # more than 7 decimals, or a negative zero
+    return struct.pack("<I", width) + whole.tobytes()
 
 
 def unpack_rows(data: bytes) -> list[list[float]]:
+    """Rows packed by :func:`pack_rows`: each count divided by 1e7, as the runtimes
+    and the packer divided (IEEE division, so the same float)."""
+    (width,) = struct.unpack_from("<I", data)
+    counts = array("i")
+    counts.frombytes(data[4:])
+    if sys.byteorder == "big":
+        counts.byteswap()
+    flat = [count / PACKED_SCALE for count in counts]
+    return [flat[i : i + width] for i in range(0, len(flat), width)]
+
+
+def unpack_float32_rows(data: bytes) -> list[list[float]]:
+    """Rows packed as float32 (``outputs_f32``), as results and cache entries were
+    before :func:`pack_rows`: each value read back rounded to 7 decimals."""
     (width,) = struct.unpack_from("<I", data)
     values = array("f")
     values.frombytes(data[4:])
     if sys.byteorder == "big":
         values.byteswap()
-    flat = [round(v, PACKED_DECIMALS) for v in values.tolist()]
+    flat = [round(v, FLOAT32_DECIMALS) for v in values.tolist()]
     return [flat[i : i + width] for i in range(0, len(flat), width)]
