@@ -6,17 +6,20 @@ worker shares plus the workers' idle time making up their running time."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import httpx
 import pytest
 
 from harness.waiting import wait_for
+from switchyard.settings import WorkerSettings
 from tests.e2e.test_api import DIGIT_ZERO, PATIENT_MS
 
 MODEL = "digits-cnn"
 TENANTS = ("acme", "globex")
 EACH = 4  # sync requests per tenant, plus one async
+METER_SECONDS = WorkerSettings.model_fields["meter_seconds"].default
 
 
 def costs(platform) -> dict[str, Any]:
@@ -25,9 +28,25 @@ def costs(platform) -> dict[str, Any]:
     return json.loads(result.stdout)
 
 
+def settled(platform) -> dict[str, Any]:
+    """The ledger once the workers have written all they ran: two reads a meter
+    turn apart (``WorkerSettings.meter_seconds``) that agree on the workers' busy and
+    billed seconds. A request run just before may have its busy time written in one
+    turn and its cost, stored a moment later, in the next."""
+
+    def steady() -> dict[str, Any] | None:
+        first = costs(platform)
+        time.sleep(METER_SECONDS + 1)
+        second = costs(platform)
+        keys = ("busy_seconds", "billed_seconds")
+        return second if all(first["workers"][k] == second["workers"][k] for k in keys) else None
+
+    return wait_for(steady, 60, every_s=0.0, what="the ledger never settled")
+
+
 def test_requests_carry_their_cost_and_costs_lists_each_tenant(platform):
-    # GIVEN the ledger as it stands
-    before = costs(platform)
+    # GIVEN the ledger as it stands, with what earlier tests ran written
+    before = settled(platform)
     # WHEN each demo tenant sends sync requests and one async request
     request_ids: dict[str, str] = {}
     with httpx.Client(base_url=platform.url, timeout=30) as client:
@@ -79,7 +98,11 @@ def test_requests_carry_their_cost_and_costs_lists_each_tenant(platform):
         busy = after["workers"]["busy_seconds"] - before["workers"]["busy_seconds"]
         return after if abs(billed - busy) <= 0.05 * busy else None
 
-    after = wait_for(written, 15, every_s=1.0, what="the ledger never matched the traffic")
+    # (a worker writes once a meter turn; one that stores a result just after a turn
+    # writes its cost in the next)
+    after = wait_for(
+        written, 2 * METER_SECONDS + 5, every_s=1.0, what="the ledger never matched the traffic"
+    )
     for tenant in TENANTS:
         group = after["groups"][tenant]
         assert group["worker_usd"] > 0 and group["aws_usd"] > 0
