@@ -6,8 +6,10 @@ import json
 import os
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
+from botocore.validate import validate_parameters
 
 from stacks.assets import MANIFEST_FILE
 from switchyard import aws
@@ -31,6 +33,12 @@ def emulator_url(tmp_path_factory):
         emulator.stop()
 
 
+def _check_parameters(params: dict, model: Any, **_: Any) -> None:
+    """Raises botocore's ParamValidationError for a call whose parameters its
+    operation's model does not allow."""
+    validate_parameters(params, model.input_shape)
+
+
 @pytest.fixture
 def clients(emulator_url):
     """Clients of a fresh emulator, as the operator (an IAM user that may do
@@ -41,6 +49,11 @@ def clients(emulator_url):
     operator = create_users(aws.client("iam", REGION, emulator_url), {})[ADMIN]
     os.environ.update(operator.environment())
     aws.reset_clients()
+    # The clients ship without botocore's check of each call's parameters (the
+    # service checks them; switchyard.aws says why): here every call the platform
+    # makes is checked against the service's model, before it is sent.
+    events = aws._session().get_component("event_emitter")
+    events.register_last("before-parameter-build", _check_parameters)
     # IAM enforced, as the local platform enforces it (SWITCHYARD_LOCAL_IAM=0 turns
     # it off); tests of IAM turn it on themselves.
     enforce_iam(emulator_url, on=iam_wanted())
