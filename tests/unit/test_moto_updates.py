@@ -1,11 +1,13 @@
 """The emulator's direct UpdateItem applies and answers what moto does: one script of
 UpdateItems, plain and not, each sent to moto's WSGI application for one table and
 to it wrapped by ``moto_reads.wrap`` for a twin table; every answer, and the item
-each holds after, compared."""
+each holds after, compared. The platform's counters' forms are evaluated by the
+emulator itself, the others by moto's backend; the script says which."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -19,18 +21,36 @@ SIDES = {"moto": "updates-by-moto", "fast": "updates-by-fast"}
 
 
 @pytest.fixture(scope="module")
-def clients() -> Iterator[tuple[Client, Client, list[str]]]:
+def clients() -> Iterator[tuple[Client, Client, list[str], list[Any]]]:
     """moto's application and the wrapped one, each with its twin table (a record
-    holding a map among them); a log of the UpdateItems the wrapped one applied."""
-    with answered_directly(moto_updates, "update_item") as applied:
+    holding a map among them); a log of the UpdateItems the wrapped one applied, and
+    one of the items it evaluated itself (not by moto's backend)."""
+    with answered_directly(moto_updates, "update_item") as applied, evaluated_here() as own:
         moto, fast = twins()
         for table in SIDES.values():
             assert call(moto, "CreateTable", {"TableName": table, **RESULTS_KEYS})[0] == 200
             mapped = {**key("mapped"), "job": {"M": {"chunks": {"N": "3"}}}}
             assert call(moto, "PutItem", {"TableName": table, "Item": mapped})[0] == 200
-        yield moto, fast, applied
+        yield moto, fast, applied, own
         for table in SIDES.values():  # moto's tables outlive the module
             call(moto, "DeleteTable", {"TableName": table})
+
+
+@contextmanager
+def evaluated_here() -> Iterator[list[Any]]:
+    """While it lasts, each item the emulator's own evaluation of an update stored."""
+    real = moto_updates._written
+    stored: list[Any] = []
+
+    def logged(backend: Any, table: str, key: Any, old: Any, after: Any, returned: str) -> Any:
+        stored.append(after)
+        return real(backend, table, key, old, after, returned)
+
+    moto_updates._written = logged
+    try:
+        yield stored
+    finally:
+        moto_updates._written = real
 
 
 def key(sort: str) -> dict[str, Any]:
@@ -91,23 +111,179 @@ def failed(sort: str, **more: Any) -> dict[str, Any]:
     }
 
 
-SCRIPT: list[tuple[str, Any, bool]] = [
-    # (what, the request, its table named TABLE, applied directly)
-    ("the first take", take(3), True),
-    ("a second take", take(3), True),
-    ("a take at the cap", take(2), False),
-    ("a give back", give_back(), True),
-    ("a failure on no record", failed("r1"), True),
-    ("a second failure", failed("r1", ReturnValues="ALL_OLD"), True),
-    ("the item before, of no item", failed("r2", ReturnValues="ALL_OLD"), True),
-    ("a plain SET", failed("r3", ReturnValues="NONE"), True),
+def slot(**more: Any) -> dict[str, Any]:
+    """``DynamoDBSlotStore.take``: a sync slot under a cap, one expired slot reclaimed."""
+    return {
+        "TableName": "TABLE",
+        "Key": key("admission#sync"),
+        "UpdateExpression": "SET #slot = :expiry, #ttl = :ttl ADD #held :change",
+        "ConditionExpression": "(attribute_not_exists(#held) OR #held < :under)",
+        "ExpressionAttributeNames": {"#held": "held", "#slot": "s_a1", "#ttl": "expires_at"},
+        "ExpressionAttributeValues": {
+            ":expiry": {"N": "1795600000.250"},
+            ":under": {"N": "2"},
+            ":change": {"N": "1"},
+            ":ttl": {"N": "1795600600"},
+        },
+        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        **more,
+    }
+
+
+def counted(expression: str, condition: str | None, values: dict[str, Any], **more: Any) -> dict:
+    """An update of the counters' item ``c``, by the names ``#a`` and ``#b`` it uses."""
+    used = expression + (condition or "")
+    body = {
+        "TableName": "TABLE",
+        "Key": key("c"),
+        "UpdateExpression": expression,
+        "ExpressionAttributeNames": {n: n[1:] for n in ("#a", "#b") if n in used},
+        "ExpressionAttributeValues": values,
+        "ReturnValues": "ALL_NEW",
+        **more,
+    }
+    if condition is not None:
+        body["ConditionExpression"] = condition
+    return body
+
+
+SCRIPT: list[tuple[str, Any, bool, bool]] = [
+    # (what, the request, its table named TABLE, applied directly, evaluated here)
+    ("the first take", take(3), True, True),
+    ("a second take", take(3), True, True),
+    ("a take at the cap", take(2), False, False),
+    ("a give back", give_back(), True, True),
+    ("a give back, the item before asked", give_back(ReturnValues="ALL_OLD"), True, True),
+    ("a slot taken", slot(), True, True),
+    (
+        "a slot taken at the cap",
+        slot(
+            ExpressionAttributeValues={
+                ":expiry": {"N": "1795600001"},
+                ":under": {"N": "1"},
+                ":change": {"N": "1"},
+                ":ttl": {"N": "1795600600"},
+            }
+        ),
+        False,
+        False,
+    ),
+    (
+        "an expired slot reclaimed",
+        slot(
+            UpdateExpression="SET #slot = :expiry, #ttl = :ttl ADD #held :change REMOVE #gone0",
+            ConditionExpression="(attribute_not_exists(#held) OR #held < :under) "
+            "AND attribute_exists(#gone0)",
+            ExpressionAttributeNames={
+                "#held": "held",
+                "#slot": "s_b2",
+                "#ttl": "expires_at",
+                "#gone0": "s_a1",
+            },
+            ExpressionAttributeValues={
+                ":expiry": {"N": "1795600002"},
+                ":under": {"N": "2"},
+                ":change": {"N": "0"},
+                ":ttl": {"N": "1795600600"},
+            },
+        ),
+        True,
+        True,
+    ),
+    (
+        "a slot given back",
+        {
+            "TableName": "TABLE",
+            "Key": key("admission#sync"),
+            "UpdateExpression": "REMOVE #slot ADD #held :minus",
+            "ConditionExpression": "attribute_exists(#slot)",
+            "ExpressionAttributeNames": {"#slot": "s_b2", "#held": "held"},
+            "ExpressionAttributeValues": {":minus": {"N": "-1"}},
+        },
+        True,
+        True,
+    ),
+    ("a new item, counted", counted("ADD #a :n", None, {":n": {"N": "2"}}), True, True),
+    (
+        "decimals added",
+        counted("ADD #a :n, #b :m", None, {":n": {"N": "1.50"}, ":m": {"N": "-0.25"}}),
+        True,
+        True,
+    ),
+    (
+        "clauses in lower case",
+        counted("set #b = :s add #a :n", None, {":s": {"S": "x"}, ":n": {"N": "1"}}),
+        True,
+        True,
+    ),
+    (
+        "strings compared",
+        counted(
+            "SET #a = :n",
+            "#b = :s OR #b > :t",
+            {":n": {"N": "7"}, ":s": {"S": "x"}, ":t": {"S": "y"}},
+        ),
+        True,
+        True,
+    ),
+    (
+        "a failed comparison of strings",
+        counted("SET #a = :n", "#b >= :t AND #a <= :n", {":n": {"N": "7"}, ":t": {"S": "y"}}),
+        False,
+        False,
+    ),
+    (
+        "numbers compared",
+        counted("REMOVE #b", "((#a <= :n) AND #a <> :m)", {":n": {"N": "7.0"}, ":m": {"N": "8"}}),
+        True,
+        True,
+    ),
+    # moto's backend: forms not evaluated here
+    ("a failure on no record", failed("r1"), True, False),
+    ("a second failure", failed("r1", ReturnValues="ALL_OLD"), True, False),
+    ("the item before, of no item", failed("r2", ReturnValues="ALL_OLD"), True, False),
+    ("a plain SET", failed("r3", ReturnValues="NONE"), True, False),
+    (
+        "unequal to a missing attribute",
+        counted("SET #a = :n", "#b <> :n", {":n": {"N": "1"}}),
+        True,
+        False,
+    ),
+    (
+        "NOT in a condition",
+        counted("SET #a = :n", "NOT attribute_exists(#b)", {":n": {"N": "1"}}),
+        True,
+        False,
+    ),
     # Not plain, or refused: moto answers
-    ("the updated attributes asked", give_back(ReturnValues="UPDATED_NEW"), False),
-    ("a capacity report", give_back(ReturnConsumedCapacity="TOTAL"), False),
-    ("an item holding a map", failed("mapped"), False),
+    (
+        "a number compared with a string",
+        counted("SET #a = :n", "#a < :s", {":n": {"N": "1"}, ":s": {"S": "1"}}),
+        False,
+        False,
+    ),
+    (
+        "a key attribute set",
+        {
+            **counted("SET #a = :s", None, {":s": {"S": "d"}}),
+            "ExpressionAttributeNames": {"#a": "request_id"},
+        },
+        False,
+        False,
+    ),
+    (
+        "one attribute in two clauses",
+        counted("SET #a = :n ADD #a :n", None, {":n": {"N": "1"}}),
+        False,
+        False,
+    ),
+    ("the updated attributes asked", give_back(ReturnValues="UPDATED_NEW"), False, False),
+    ("a capacity report", give_back(ReturnConsumedCapacity="TOTAL"), False, False),
+    ("an item holding a map", failed("mapped"), False, False),
     (
         "a name not used",
         give_back(ExpressionAttributeNames={"#held": "held", "#step": "q_100", "#x": "x"}),
+        False,
         False,
     ),
     (
@@ -120,9 +296,10 @@ SCRIPT: list[tuple[str, Any, bool]] = [
             }
         ),
         False,
+        False,
     ),
-    ("an expression that does not parse", give_back(UpdateExpression="ADD #held"), False),
-    ("no values", give_back(ExpressionAttributeValues={}), False),
+    ("an expression that does not parse", give_back(UpdateExpression="ADD #held"), False, False),
+    ("no values", give_back(ExpressionAttributeValues={}), False, False),
     (
         "a string added to a number",
         give_back(
@@ -132,8 +309,9 @@ SCRIPT: list[tuple[str, Any, bool]] = [
             }
         ),
         False,
+        False,
     ),
-    ("a key missing its range", give_back(Key={"tenant": {"S": "acme"}}), False),
+    ("a key missing its range", give_back(Key={"tenant": {"S": "acme"}}), False, False),
     (
         "a set value",
         give_back(
@@ -143,15 +321,18 @@ SCRIPT: list[tuple[str, Any, bool]] = [
             }
         ),
         False,
+        False,
     ),
-    ("a missing table", {**give_back(), "TableName": "no-such-table"}, False),
+    ("a missing table", {**give_back(), "TableName": "no-such-table"}, False, False),
 ]
 
 
-@pytest.mark.parametrize(("what", "request_body", "direct"), SCRIPT, ids=[s[0] for s in SCRIPT])
-def test_an_update_answers_and_applies_what_moto_does(clients, what, request_body, direct):
-    moto, fast, applied = clients
-    before = len(applied)
+@pytest.mark.parametrize(
+    ("what", "request_body", "direct", "here"), SCRIPT, ids=[s[0] for s in SCRIPT]
+)
+def test_an_update_answers_and_applies_what_moto_does(clients, what, request_body, direct, here):
+    moto, fast, applied, own = clients
+    before, evaluated = len(applied), len(own)
     # WHEN the same update goes to moto for one table, and to the wrapper for its twin
     by_moto, by_fast = both_ways(moto, fast, "UpdateItem", request_body, SIDES)
     # THEN the answers are the same (but for the table's name), and so are the items
@@ -161,5 +342,7 @@ def test_an_update_answers_and_applies_what_moto_does(clients, what, request_bod
         for side, table in SIDES.items()
     }
     assert items["fast"] == items["moto"], what
-    # AND the plain ones were applied directly, the rest left to moto
+    # AND the plain ones were applied directly, the rest left to moto; the platform's
+    # counters' forms evaluated by the emulator, not by moto's backend
     assert (len(applied) > before) is direct, what
+    assert (len(own) > evaluated) is here, what
