@@ -44,6 +44,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any
 
 from switchyard_local.moto_sqs import require_pinned_moto
@@ -113,16 +114,55 @@ def dynamodb_checks(action: str, request: dict[str, Any], region: str, account: 
 
 
 def _request_factory(checks: list[Check]) -> Callable[..., Any]:
-    """moto's IAMRequest, made to evaluate each of ``checks`` in turn."""
+    """What makes moto's IAMRequest, made to evaluate each of ``checks`` in turn."""
+    made = _checked_request()
+
+    def factory(*args: Any, **kwargs: Any) -> Any:
+        request = made(*args, **kwargs)
+        request.checks = checks
+        return request
+
+    return factory
+
+
+@lru_cache(maxsize=1)
+def _checked_request() -> type:
+    """moto's IAMRequest, evaluating each of its ``checks`` in turn (one class, made
+    once: a class made per call cost each call tens of microseconds)."""
     from moto.iam.access_control import IAMRequest
 
     class CheckedRequest(IAMRequest):
+        checks: list[Check] = []
+
         def check_action_permitted(self, resource: str) -> None:
-            for action, arn in checks:
+            for action, arn in self.checks:
                 self._action = action
                 super().check_action_permitted(arn)
 
     return CheckedRequest
+
+
+# The checks of the direct answers found allowed, by the caller's access key: moto's
+# evaluation collects the principal's policies and walks their statements on every
+# call, a tenth of the emulator's CPU in a burst of async requests. A policy changes
+# only by a call to IAM (or a reset of the emulator's state), and every such call
+# forgets what was found (:func:`forget_if_iam_may_change`); a signature is still
+# checked on every call.
+_ALLOWED: set[tuple[str, tuple[Check, ...]]] = set()
+_ALLOWED_MOST = 4096
+
+
+def forget_if_iam_may_change(environ: dict[str, Any]) -> None:
+    """Forget what was found allowed if this request may change what is (a call to
+    IAM or STS, or to the emulator's own API: a reset, IAM turned on)."""
+    authorization = environ.get("HTTP_AUTHORIZATION", "")
+    if (
+        environ.get("PATH_INFO", "").startswith("/moto-api")
+        or "/iam/aws4_request" in authorization
+        or "/sts/aws4_request" in authorization
+        or "X-Amz-Credential" in environ.get("QUERY_STRING", "")
+    ):
+        _ALLOWED.clear()
 
 
 def _region_of(authorization: str) -> str:
@@ -270,6 +310,7 @@ def permits(environ: dict[str, Any], body: bytes, target: str) -> bool:
     path = environ.get("PATH_INFO", "/")
     if environ.get("QUERY_STRING"):
         path += "?" + environ["QUERY_STRING"]
+    decision = (key.group(1), tuple(checks))
     try:
         checked = _request_factory(checks)(
             account_id=account,
@@ -281,7 +322,11 @@ def permits(environ: dict[str, Any], body: bytes, target: str) -> bool:
             action=action,
         )
         checked.check_signature()
-        checked.check_action_permitted("*")
+        if decision not in _ALLOWED:
+            checked.check_action_permitted("*")
+            if len(_ALLOWED) >= _ALLOWED_MOST:
+                _ALLOWED.clear()
+            _ALLOWED.add(decision)
     except HTTPException:
         return False
     return True

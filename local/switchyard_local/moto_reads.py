@@ -112,7 +112,12 @@ def wrap(app: Application) -> Application:
     def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         target = environ.get("HTTP_X_AMZ_TARGET")
         if target not in answers or environ.get("REQUEST_METHOD") != "POST":
-            return app(environ, start_response)
+            # (before and after: a decision made while it is applied is not kept)
+            moto_iam.forget_if_iam_may_change(environ)
+            try:
+                return app(environ, start_response)
+            finally:
+                moto_iam.forget_if_iam_may_change(environ)
         length = int(environ.get("CONTENT_LENGTH") or 0)
         body = environ["wsgi.input"].read(length) if length else b""
         # Under IAM a call its caller may not make is moto's to refuse (moto_iam).

@@ -165,6 +165,21 @@ def test_dynamodb_calls_are_evaluated_on_their_table(iam_world, clients):
     assert refused(lambda: ddb.get_item(TableName="other", Key=key))
 
 
+def test_a_changed_policy_holds_from_the_next_call(iam_world, clients):
+    # The emulator keeps what it found allowed for the direct answers until a call
+    # to IAM; a policy taken away, then given back, holds from the next call.
+    ddb = iam_world.client("dynamodb", "reader")
+    key = {"pk": {"S": "one"}}
+    assert ddb.get_item(TableName=TABLE, Key=key)["Item"] == key
+    assert ddb.get_item(TableName=TABLE, Key=key)["Item"] == key
+    iam = clients("iam")
+    document = iam.get_user_policy(UserName="reader", PolicyName="own")["PolicyDocument"]
+    iam.delete_user_policy(UserName="reader", PolicyName="own")
+    assert refused(lambda: ddb.get_item(TableName=TABLE, Key=key))
+    iam.put_user_policy(UserName="reader", PolicyName="own", PolicyDocument=json.dumps(document))
+    assert ddb.get_item(TableName=TABLE, Key=key)["Item"] == key
+
+
 def test_a_send_is_evaluated_on_its_queue(iam_world):
     sqs = iam_world.client("sqs", "reader")
     sqs.send_message(QueueUrl=iam_world.queue_urls["mine"], MessageBody="hi")  # direct
