@@ -127,6 +127,16 @@ def test_unknown_credentials_are_refused(iam_world):
     assert refused(lambda: ddb.get_item(TableName=TABLE, Key={"pk": {"S": "one"}}))
 
 
+def test_a_request_signed_with_another_secret_is_refused(iam_world):
+    keys = {**iam_world.keys["reader"], "aws_secret_access_key": "not-the-secret"}
+    ddb = client_as("dynamodb", iam_world.url, keys)
+    assert refused(lambda: ddb.get_item(TableName=TABLE, Key={"pk": {"S": "one"}}))
+    sqs = client_as("sqs", iam_world.url, keys)
+    assert refused(
+        lambda: sqs.send_message(QueueUrl=iam_world.queue_urls["mine"], MessageBody="hi")
+    )
+
+
 def test_a_request_with_no_body_passes_its_signature_check(iam_world):
     # API Gateway's REST reads (how the local gateway loads keys and usage plans) are
     # GETs with no body: signed over the empty payload, as moto now checks them
