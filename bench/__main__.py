@@ -207,11 +207,7 @@ def run(
         )
     from bench import report
 
-    platform = (results["sections"].get("end_to_end") or {}).get("batching_on")
-    for key, peer_section in PEER_COMPARISONS.items():
-        peer = results["sections"].get(peer_section)
-        if platform and peer:
-            results[key] = report.compare_peer(platform, peer)
+    results.update(peer_comparisons(results["sections"]))
     results["sections"] = {k: v for k, v in results["sections"].items() if v is not None}
     results["wall_seconds"] = round(time.perf_counter() - started, 1)
     results["failed_sections"] = failed
@@ -222,6 +218,20 @@ def run(
     if failed:
         log(f"failed sections: {', '.join(failed)}")
     return 1 if failed else 0
+
+
+def peer_comparisons(sections: dict[str, Any]) -> dict[str, Any]:
+    """Each peer's comparison with the platform (micro-batching on), where both
+    sections have figures."""
+    from bench import report
+
+    platform = (sections.get("end_to_end") or {}).get("batching_on")
+    out = {}
+    for key, peer_section in PEER_COMPARISONS.items():
+        peer = sections.get(peer_section)
+        if platform and peer:
+            out[key] = report.compare_peer(platform, peer)
+    return out
 
 
 def merged(previous_path: Path, fresh: dict[str, Any]) -> dict[str, Any]:
@@ -235,9 +245,9 @@ def merged(previous_path: Path, fresh: dict[str, Any]) -> dict[str, Any]:
     report = json.loads(previous_path.read_text())
     report["sections"].update(fresh["sections"])
     report["timing"].update(fresh["timing"])
-    for key in PEER_COMPARISONS:
-        if key in fresh:  # made from the sections just run
-            report[key] = fresh[key]
+    # Made again from the sections as merged: a platform's rerun against the peer's
+    # last figures, or a peer's rerun against the platform's.
+    report.update(peer_comparisons(report["sections"]))
     # a section rerun again supersedes its earlier rerun: each is listed once, last
     rerun = set(fresh["timing"])
     earlier = [

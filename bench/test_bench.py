@@ -1576,6 +1576,37 @@ def test_the_noisy_neighbour_section_renders_and_its_goal_judges_202s_and_the_p9
     assert not refused["met"] and refused["measured"] == math.inf
 
 
+def test_a_merged_rerun_of_the_platform_is_compared_with_the_peers_last_figures(tmp_path):
+    import json
+
+    from bench.__main__ import merged
+
+    def steps(rates: dict[float, bool]) -> list[dict]:
+        return [{"rate": r, "p99_ms": 100.0, "sustained": ok} for r, ok in rates.items()]
+
+    def end_to_end(rate: float) -> dict:
+        on = {"sustainable_rate": rate, "steps": steps({40.0: True, 80.0: rate >= 80})}
+        return {"end_to_end": {"batching_on": on}}
+
+    litserve = {"sustainable_rate": 80.0, "steps": steps({40.0: True, 80.0: True})}
+    # GIVEN a run of the platform at 40 req/s beside LitServe's at 80
+    first = {"sections": {**end_to_end(40.0), "peer_litserve": litserve}, "timing": {}}
+    path = tmp_path / "benchmarks.json"
+    path.write_text(json.dumps(first))
+    # WHEN the platform alone is rerun, and sustains 80
+    fresh = {
+        "sections": end_to_end(80.0),
+        "timing": {"end_to_end": 1.0},
+        "machine": "m1",
+        "failed_sections": [],
+    }
+    report = merged(path, fresh)
+    # THEN the comparison is its new figure against LitServe's last
+    assert report["comparison"]["platform_sustainable_rate"] == 80.0
+    assert report["comparison"]["rate_ratio"] == 1.0
+    assert report["comparison"]["headline_rate"] == 80.0
+
+
 def test_a_merged_rerun_replaces_its_sections_and_lists_each_once(tmp_path):
     import json
 
