@@ -393,38 +393,28 @@ def _actions(tokens: list[str]) -> tuple[tuple[str, str, str | None], ...]:
 def _condition(tokens: list[str]) -> Condition:
     """A condition of OR over AND over terms (a term: a function, a comparison or a
     parenthesised condition)."""
-    condition, at = _either(tokens, 0)
+    condition, at = _joined(tokens, 0)
     if at != len(tokens):
         raise _Unsure
     return condition
 
 
-def _either(tokens: list[str], at: int) -> tuple[Condition, int]:
+def _joined(tokens: list[str], at: int, word: str = "OR") -> tuple[Condition, int]:
+    """Parts joined by ``word``: ORs of ANDs of terms."""
     parts = []
     while True:
-        part, at = _all(tokens, at)
+        part, at = _joined(tokens, at, "AND") if word == "OR" else _term(tokens, at)
         parts.append(part)
-        if at < len(tokens) and tokens[at].upper() == "OR":
+        if at < len(tokens) and tokens[at].upper() == word:
             at += 1
             continue
-        return (parts[0] if len(parts) == 1 else ("or", parts)), at
-
-
-def _all(tokens: list[str], at: int) -> tuple[Condition, int]:
-    parts = []
-    while True:
-        part, at = _term(tokens, at)
-        parts.append(part)
-        if at < len(tokens) and tokens[at].upper() == "AND":
-            at += 1
-            continue
-        return (parts[0] if len(parts) == 1 else ("and", parts)), at
+        return (parts[0] if len(parts) == 1 else (word.lower(), parts)), at
 
 
 def _term(tokens: list[str], at: int) -> tuple[Condition, int]:
     head = tokens[at] if at < len(tokens) else ""
     if head == "(":
-        inner, at = _either(tokens, at + 1)
+        inner, at = _joined(tokens, at + 1)
         if at >= len(tokens) or tokens[at] != ")":
             raise _Unsure
         return inner, at + 1

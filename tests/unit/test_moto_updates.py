@@ -233,8 +233,18 @@ SCRIPT: list[tuple[str, Any, bool, bool]] = [
         False,
     ),
     (
+        "AND before OR",
+        counted(
+            "SET #a = :n",
+            "#b = :s OR #a = :m AND #b = :t",
+            {":n": {"N": "9"}, ":s": {"S": "x"}, ":m": {"N": "7"}, ":t": {"S": "y"}},
+        ),
+        True,
+        True,
+    ),
+    (
         "numbers compared",
-        counted("REMOVE #b", "((#a <= :n) AND #a <> :m)", {":n": {"N": "7.0"}, ":m": {"N": "8"}}),
+        counted("REMOVE #b", "((#a <= :n) AND #a <> :m)", {":n": {"N": "9.0"}, ":m": {"N": "8"}}),
         True,
         True,
     ),
