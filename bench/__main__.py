@@ -245,8 +245,11 @@ def merged(previous_path: Path, fresh: dict[str, Any]) -> dict[str, Any]:
     report = json.loads(previous_path.read_text())
     report["sections"].update(fresh["sections"])
     report["timing"].update(fresh["timing"])
-    # Made again from the sections as merged: a platform's rerun against the peer's
-    # last figures, or a peer's rerun against the platform's.
+    for key in PEER_COMPARISONS:
+        if key in fresh:  # made from the sections just run
+            report[key] = fresh[key]
+    # And made again from the sections as merged: a platform's rerun against the
+    # peer's last figures, or a peer's rerun against the platform's.
     report.update(peer_comparisons(report["sections"]))
     # a section rerun again supersedes its earlier rerun: each is listed once, last
     rerun = set(fresh["timing"])
