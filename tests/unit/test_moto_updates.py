@@ -111,8 +111,11 @@ def failed(sort: str, **more: Any) -> dict[str, Any]:
     }
 
 
-def slot(**more: Any) -> dict[str, Any]:
-    """``DynamoDBSlotStore.take``: a sync slot under a cap, one expired slot reclaimed."""
+def slot(
+    expiry: str = "1795600000.250", under: str = "2", change: str = "1", **more: Any
+) -> dict[str, Any]:
+    """``DynamoDBSlotStore.take``: a sync slot held until ``expiry``, under a cap
+    (``under``), the count changed by ``change`` (0 where an expired one is reclaimed)."""
     return {
         "TableName": "TABLE",
         "Key": key("admission#sync"),
@@ -120,9 +123,9 @@ def slot(**more: Any) -> dict[str, Any]:
         "ConditionExpression": "(attribute_not_exists(#held) OR #held < :under)",
         "ExpressionAttributeNames": {"#held": "held", "#slot": "s_a1", "#ttl": "expires_at"},
         "ExpressionAttributeValues": {
-            ":expiry": {"N": "1795600000.250"},
-            ":under": {"N": "2"},
-            ":change": {"N": "1"},
+            ":expiry": {"N": expiry},
+            ":under": {"N": under},
+            ":change": {"N": change},
             ":ttl": {"N": "1795600600"},
         },
         "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
@@ -157,20 +160,15 @@ SCRIPT: list[tuple[str, Any, bool, bool]] = [
     ("a slot taken", slot(), True, True),
     (
         "a slot taken at the cap",
-        slot(
-            ExpressionAttributeValues={
-                ":expiry": {"N": "1795600001"},
-                ":under": {"N": "1"},
-                ":change": {"N": "1"},
-                ":ttl": {"N": "1795600600"},
-            }
-        ),
+        slot(expiry="1795600001", under="1"),
         False,
         False,
     ),
     (
         "an expired slot reclaimed",
         slot(
+            expiry="1795600002",
+            change="0",
             UpdateExpression="SET #slot = :expiry, #ttl = :ttl ADD #held :change REMOVE #gone0",
             ConditionExpression="(attribute_not_exists(#held) OR #held < :under) "
             "AND attribute_exists(#gone0)",
@@ -179,12 +177,6 @@ SCRIPT: list[tuple[str, Any, bool, bool]] = [
                 "#slot": "s_b2",
                 "#ttl": "expires_at",
                 "#gone0": "s_a1",
-            },
-            ExpressionAttributeValues={
-                ":expiry": {"N": "1795600002"},
-                ":under": {"N": "2"},
-                ":change": {"N": "0"},
-                ":ttl": {"N": "1795600600"},
             },
         ),
         True,
