@@ -312,9 +312,6 @@ def permits(environ: dict[str, Any], body: bytes, target: str) -> bool:
         checks = [(f"sqs:{SQS_BATCH_ACTIONS.get(action, action)}", queue)]
     else:
         checks = dynamodb_checks(action, request, region, account)
-    path = environ.get("PATH_INFO", "/")
-    if environ.get("QUERY_STRING"):
-        path += "?" + environ["QUERY_STRING"]
     decision = (key.group(1), tuple(checks))
     secret = _SECRETS.get(key.group(1))
     if (
@@ -323,6 +320,9 @@ def permits(environ: dict[str, Any], body: bytes, target: str) -> bool:
         and _signed(environ, body, authorization, secret)
     ):
         return True  # allowed before, and signed with the key's secret
+    path = environ.get("PATH_INFO", "/")
+    if environ.get("QUERY_STRING"):
+        path += "?" + environ["QUERY_STRING"]
     try:
         checked = _request_factory(checks)(
             account_id=account,

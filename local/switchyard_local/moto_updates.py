@@ -20,8 +20,9 @@ of top-level attributes by placeholder, under conditions of ``attribute_exists``
 evaluates itself (``_plan``: below) and stores as moto's ``put_item`` stores an
 item; any other it passes to moto's backend ``update_item`` with what that handler
 passes. Either way it answers as moto answers: the capacity moto reports for every
-UpdateItem, and the item after or before the update where asked. The item is read and updated under
-``moto_dynamodb``'s write lock, so the item before is the one the update changed.
+UpdateItem, and the item after or before the update where asked. The item is read
+and updated under ``moto_dynamodb``'s write lock, so the item before is the one the
+update changed.
 Anything else is moto's, and so is an update moto refuses: a failed condition, a
 bad expression, a type that does not add up; moto refuses those before it writes,
 so it answers them from the same state with its own error.
