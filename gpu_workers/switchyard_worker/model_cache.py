@@ -73,7 +73,7 @@ class Meter(Protocol):
         ...
 
     def floor(self, runtime: ModelRuntime) -> Footprint:
-        """What ``runtime`` holds at least (its tensors' bytes), whatever the samples say."""
+        """What ``runtime`` holds at least (its weights' bytes), whatever the samples say."""
         ...
 
     def release(self) -> None:
@@ -86,7 +86,10 @@ class ProcessMeter:
     """This process's resident memory (``/proc/self/statm``) and, where torch runs on
     a GPU, the device memory it has allocated. A sample taken while other models'
     batches run includes their passing activations: a footprint errs on the high
-    side, never below the loaded tensors' own bytes (``floor``)."""
+    side, never below the loaded weights' own bytes (``floor``: a torch module's
+    tensors, an ONNX graph file's size). A load that reuses heap pages an evicted
+    version left behind raises the resident memory by less than it holds; the floor
+    keeps its footprint honest then."""
 
     def __init__(self) -> None:
         self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -107,6 +110,13 @@ class ProcessMeter:
 
     def floor(self, runtime: ModelRuntime) -> Footprint:
         host = device = 0.0
+        weights = getattr(runtime, "weights", None)  # (bytes, device): an ONNX session's
+        if weights is not None:
+            size, on = weights
+            if on == "cuda":
+                device += size / _MIB
+            else:
+                host += size / _MIB
         for tensor in _tensors(runtime):
             size = tensor.numel() * tensor.element_size() / _MIB
             if tensor.device.type == "cuda":

@@ -194,6 +194,9 @@ class OnnxClassifier:
         if device == "cuda":
             providers.insert(0, "CUDAExecutionProvider")
         self._session = onnxruntime.InferenceSession(str(artifact), options, providers=providers)
+        # The graph file's bytes, its weights nearly all: what the session holds at
+        # least, on the device it runs on (the cache's footprint never counts less).
+        self.weights = (artifact.stat().st_size, device)
         if device == "cuda" and "CUDAExecutionProvider" not in self._session.get_providers():
             raise RuntimeError(
                 "device 'cuda' was asked for, but ONNX Runtime has no CUDA provider here "

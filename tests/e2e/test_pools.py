@@ -107,12 +107,14 @@ def test_the_demo_pool_loads_and_evicts_as_requests_go_round_its_models(platform
     assert all(e["held_mib"] <= e["budget_mib"] == budget for e in cached + evicted)
     mine = [e for e in cached if logged_at(e) >= began]
     assert {e["model"] for e in mine} == set(models)
-    # each network's smallest footprint (a small model's is under 2 MiB once ONNX
-    # Runtime is loaded; a network's 30 or more)
+    # each network's smallest footprint: a small model's is under 2 MiB once ONNX
+    # Runtime is loaded; a network's never under its weights' bytes (digits-mlp's graph
+    # file 16.6 MiB, each TorchScript network's tensors 64), even where a load reuses
+    # heap pages an eviction left and the resident memory grows by less
     smallest: dict[str, float] = {}
     for e in mine:
         smallest[e["model"]] = min(e["footprint_mib"], smallest.get(e["model"], budget))
-    networks = {model: mib for model, mib in smallest.items() if mib > budget / 8}
+    networks = {model: mib for model, mib in smallest.items() if mib > budget / 10}
     assert len(networks) == 3
     assert sum(networks.values()) > budget  # the three never fit: the demo's premise
     refused = [e for e in events if e.get("message", "").startswith("model refused")]

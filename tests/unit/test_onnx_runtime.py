@@ -24,6 +24,7 @@ from switchyard_local.models import (
     built_artifact,
     data_set_split,
 )
+from switchyard_worker.model_cache import ProcessMeter
 from switchyard_worker.runtimes import ModelRuntime, OnnxClassifier, load_runtime
 from tests.devices import DEVICES
 
@@ -168,3 +169,15 @@ def test_the_manifest_serves_every_built_classifier_from_a_pool_with_its_recorde
             record = json.loads((MODELS_DIR / model / "v1" / "build.json").read_text())
             assert list(spec.labels) == record["labels"]
             assert tuple(spec.signature.shape) == (record["features"],)
+
+
+def test_an_onnx_sessions_footprint_is_never_under_its_graph_files_bytes(entries, tmp_path):
+    # GIVEN digits-mlp (ONNX, two layers of 2048: its graph file is nearly all weights)
+    runtime = load(entries["digits-mlp"], "digits-mlp", tmp_path)
+    size = built_artifact(MODELS_DIR, "digits-mlp", "v1").stat().st_size  # type: ignore[union-attr]
+    # WHEN the worker's meter takes the least it holds
+    floor = ProcessMeter().floor(runtime)
+    # THEN that is the file's bytes on the host, whatever the resident memory says
+    # after a load that reused an evicted version's heap pages
+    assert floor.host_mib == pytest.approx(size / (1 << 20)) and floor.host_mib > 16
+    assert floor.device_mib == 0
