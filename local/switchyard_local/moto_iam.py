@@ -49,6 +49,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
+from switchyard.sigv4 import ALGORITHM, signature
 from switchyard_local.moto_sqs import require_pinned_moto
 
 DEFAULT_REGION = "us-east-1"
@@ -359,47 +360,29 @@ def _signed(environ: dict[str, Any], body: bytes, authorization: str, secret: st
         return False
     parts = [part.strip().partition("=") for part in authorization.partition(" ")[2].split(",")]
     fields = {name: value for name, _, value in parts}
-    if not authorization.startswith(_ALGORITHM + " ") or set(fields) != _AUTH_FIELDS:
+    if not authorization.startswith(ALGORITHM + " ") or set(fields) != _AUTH_FIELDS:
         return False
     scope = fields["Credential"].partition("/")[2]
-    day, region, service, end = (scope.split("/") + ["", "", "", ""])[:4]
+    scoped = scope.split("/")  # day, region, service, aws4_request
     stamp = environ.get("HTTP_X_AMZ_DATE")
     names = fields["SignedHeaders"].split(";")
-    if end != "aws4_request" or not stamp or "x-amz-content-sha256" in names:
+    if len(scoped) != 4 or scoped[3] != "aws4_request" or not stamp:
         return False
-    lines = []
+    if "x-amz-content-sha256" in names:
+        return False
+    headers = []
     for name in names:
         value = environ.get(_ENVIRON_NAMES.get(name) or "HTTP_" + name.upper().replace("-", "_"))
         if value is None:
             return False
-        lines.append(f"{name}:{' '.join(value.split())}\n")
-    canonical = "\n".join(
-        [
-            environ.get("REQUEST_METHOD", "POST"),
-            "/",
-            "",
-            "".join(lines),
-            fields["SignedHeaders"],
-            hashlib.sha256(body).hexdigest(),
-        ]
-    )
-    to_sign = "\n".join([_ALGORITHM, stamp, scope, hashlib.sha256(canonical.encode()).hexdigest()])
-    key = _signing_key(secret, day, region, service)
-    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
-    return hmac.compare_digest(signature.encode(), fields["Signature"].encode())
+        headers.append((name, value))
+    method = environ.get("REQUEST_METHOD", "POST")
+    expected = signature(secret, stamp, scope, headers, hashlib.sha256(body).hexdigest(), method)
+    return hmac.compare_digest(expected.encode(), fields["Signature"].encode())
 
 
-_ALGORITHM = "AWS4-HMAC-SHA256"
 _AUTH_FIELDS = {"Credential", "SignedHeaders", "Signature"}
 _ENVIRON_NAMES = {"content-type": "CONTENT_TYPE", "content-length": "CONTENT_LENGTH"}
-
-
-@lru_cache(maxsize=64)
-def _signing_key(secret: str, day: str, region: str, service: str) -> bytes:
-    key = ("AWS4" + secret).encode()
-    for part in (day, region, service, "aws4_request"):
-        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
-    return key
 
 
 def apply() -> None:

@@ -95,11 +95,13 @@ Reply = Callable[[socket.socket, bytes], bool]
 """Answers one request (its head and body) on a connection; whether to keep it."""
 
 
-def _json_reply(status: int = 200, body: bytes = b"{}", close: bool = False) -> Reply:
+def json_reply(
+    status: int = 200, body: bytes = b"{}", close: bool = False, headers: str = ""
+) -> Reply:
     def reply(conn: socket.socket, _: bytes) -> bool:
         head = (
             f"HTTP/1.1 {status} X\r\nContent-Type: application/x-amz-json-1.0\r\n"
-            f"x-amzn-RequestId: r\r\nContent-Length: {len(body)}\r\n"
+            f"x-amzn-RequestId: r\r\nContent-Length: {len(body)}\r\n{headers}"
             + ("Connection: close\r\n" if close else "")
             + "\r\n"
         )
@@ -211,7 +213,7 @@ def client_of(url: str, attempts: int = 1, read_timeout: float = 5, verify=None)
 
 
 def test_calls_go_over_one_kept_alive_connection():
-    with scripted(_json_reply(body=b'{"TableNames": ["t"]}')) as server:
+    with scripted(json_reply(body=b'{"TableNames": ["t"]}')) as server:
         client = client_of(server.url)
         for _ in range(3):
             assert client.list_tables()["TableNames"] == ["t"]
@@ -222,7 +224,7 @@ def test_calls_go_over_one_kept_alive_connection():
 
 
 def test_a_connection_the_server_closed_while_idle_is_replaced_and_the_call_sent_once():
-    with scripted(_json_reply(body=b'{"TableNames": []}')) as server:
+    with scripted(json_reply(body=b'{"TableNames": []}')) as server:
         client = client_of(server.url)  # no retries of botocore's own
         client.list_tables()
         server.close_idle()
@@ -236,7 +238,7 @@ def test_a_connection_that_closes_before_any_answer_is_replaced_and_the_request_
     def drop(conn: socket.socket, _: bytes) -> bool:
         return False  # the request read, the connection closed, no answer
 
-    ok = _json_reply(body=b'{"TableNames": ["b"]}')
+    ok = json_reply(body=b'{"TableNames": ["b"]}')
     with scripted(ok, drop, ok) as server:
         client = client_of(server.url)  # no retries of botocore's own
         client.list_tables()
@@ -246,7 +248,7 @@ def test_a_connection_that_closes_before_any_answer_is_replaced_and_the_request_
 
 def test_a_connection_idle_too_long_is_not_used(monkeypatch):
     monkeypatch.setattr(http_transport, "IDLE_MOST_S", 0.05)
-    with scripted(_json_reply(body=b'{"TableNames": []}')) as server:
+    with scripted(json_reply(body=b'{"TableNames": []}')) as server:
         client = client_of(server.url)
         client.list_tables()
         time.sleep(0.1)
@@ -255,7 +257,7 @@ def test_a_connection_idle_too_long_is_not_used(monkeypatch):
 
 
 def test_an_answer_that_closes_its_connection_is_read_and_the_next_call_reconnects():
-    with scripted(_json_reply(body=b'{"TableNames": ["a"]}', close=True)) as server:
+    with scripted(json_reply(body=b'{"TableNames": ["a"]}', close=True)) as server:
         client = client_of(server.url)
         assert client.list_tables()["TableNames"] == ["a"]
         assert client.list_tables()["TableNames"] == ["a"]
@@ -282,7 +284,7 @@ def test_a_chunked_answer_is_read_whole():
 
 def test_a_server_error_is_retried_by_botocore_as_before():
     error = b'{"__type": "com.amazonaws.dynamodb.v20120810#InternalServerError", "message": "x"}'
-    with scripted(_json_reply(500, error), _json_reply(body=b'{"TableNames": []}')) as server:
+    with scripted(json_reply(500, error), json_reply(body=b'{"TableNames": []}')) as server:
         client = client_of(server.url, attempts=3)
         assert client.list_tables()["TableNames"] == []
         assert len(server.requests) == 2
@@ -313,7 +315,7 @@ def test_an_answer_that_never_comes_times_out():
 def test_a_call_a_proxy_is_set_for_goes_through_botocores_own_transport():
     session = botocore.session.get_session()
     session.set_credentials("test", "test")
-    with scripted(_json_reply(body=b'{"TableNames": []}')) as server:
+    with scripted(json_reply(body=b'{"TableNames": []}')) as server:
         client = install(
             session.create_client(
                 "dynamodb",
@@ -391,7 +393,7 @@ def _server_tls(certificate: tuple[Path, Path]) -> ssl.SSLContext:
 
 
 def test_tls_is_checked_against_the_ca_bundle_botocore_would_use(certificate):
-    with scripted(_json_reply(body=b'{"TableNames": ["x"]}'), tls=_server_tls(certificate)) as s:
+    with scripted(json_reply(body=b'{"TableNames": ["x"]}'), tls=_server_tls(certificate)) as s:
         trusting = client_of(s.url, verify=str(certificate[0]))
         assert trusting.list_tables()["TableNames"] == ["x"]
         assert trusting.list_tables()["TableNames"] == ["x"]

@@ -16,6 +16,7 @@ from typing import Any
 import botocore.session
 from botocore.config import Config
 
+from switchyard.aws_json import lean
 from switchyard.http_transport import install
 
 _CONFIG = Config(
@@ -42,12 +43,13 @@ def _session() -> Any:
 @lru_cache(maxsize=32)
 def client(service: str, region: str, endpoint_url: str | None = None) -> Any:
     """A cached, thread-safe client; ``endpoint_url`` points at the emulator locally.
-    DynamoDB's and SQS's send their calls through ``switchyard.http_transport``."""
+    DynamoDB's and SQS's send their calls through ``switchyard.http_transport``, and
+    make the ones they make most the lighter way of ``switchyard.aws_json``."""
     with _session_lock:
         made = _session().create_client(
             service, region_name=region, endpoint_url=endpoint_url, config=_CONFIG
         )
-    return install(made)
+    return lean(install(made))
 
 
 def reset_clients() -> None:

@@ -227,27 +227,40 @@ class KeepAliveSession:
             or url.scheme in self._proxied
         ):
             return self._fallback.send(request)
-        port = url.port or _DEFAULT_PORTS[url.scheme]
-        key = (url.scheme, url.hostname or "", port)
         payload = _request_bytes(request, url, body or b"")
+        status, headers, data = self.exchange(host_key(url), request.url, payload)
+        return AWSResponse(request.url, status, headers, _Body(data))
+
+    def exchange(
+        self, key: tuple[str, str, int], url: str, payload: bytes
+    ) -> tuple[int, dict[str, str], bytes]:
+        """``payload`` (a whole request: its head and body) sent to ``key``'s host
+        (``host_key``) on a pooled connection; the answer's status, headers (their
+        names in lower case) and body. ``url`` names the endpoint in errors."""
         for attempt in (0, 1):
-            conn, reused = self._take(key, request.url)
+            conn, reused = self._take(key, url)
             try:
                 status, headers, data, reuse = conn.exchange(payload)
             except _Closed as closed:
                 conn.close()
                 if reused and not closed.started and attempt == 0:
                     continue  # the server had closed it while it was idle: once more
-                raise ConnectionClosedError(endpoint_url=request.url) from None
+                raise ConnectionClosedError(endpoint_url=url) from None
             except TimeoutError:
                 conn.close()
-                raise ReadTimeoutError(endpoint_url=request.url) from None
+                raise ReadTimeoutError(endpoint_url=url) from None
             if reuse:
                 self._give(key, conn)
             else:
                 conn.close()
-            return AWSResponse(request.url, status, headers, _Body(data))
+            return status, headers, data
         raise AssertionError("unreachable")
+
+    def takes(self, url: str) -> bool:
+        """Whether this session sends a POST to ``url`` itself (no proxy, no client
+        certificate, HTTP or HTTPS)."""
+        scheme = urlsplit(url).scheme
+        return not self._plain_only and scheme in _DEFAULT_PORTS and scheme not in self._proxied
 
     def close(self) -> None:
         with self._lock:
@@ -317,6 +330,21 @@ class KeepAliveSession:
         return self._tls
 
 
+def host_key(url: Any) -> tuple[str, str, int]:
+    """The pool's key for a URL's host (``urlsplit``'s): scheme, host name, port."""
+    return (url.scheme, url.hostname or "", url.port or _DEFAULT_PORTS[url.scheme])
+
+
+def host_header(url: Any) -> str:
+    """A URL's ``Host`` value as botocore signs it: its host, and its port unless
+    the scheme's own."""
+    host = url.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    port = url.port
+    return host if port in (None, _DEFAULT_PORTS[url.scheme]) else f"{host}:{port}"
+
+
 def _request_bytes(request: Any, url: Any, body: bytes) -> bytes:
     """The request's head and body as sent: its target, ``Host`` as botocore signed
     it (the URL's host, its port unless the scheme's own), its headers."""
@@ -324,12 +352,7 @@ def _request_bytes(request: Any, url: Any, body: bytes) -> bytes:
     lines = [f"{request.method} {target} HTTP/1.1"]
     names = {k.lower() for k in request.headers}
     if "host" not in names:
-        port = url.port
-        host = url.hostname or ""
-        if ":" in host:
-            host = f"[{host}]"
-        own = port in (None, _DEFAULT_PORTS[url.scheme])
-        lines.append(f"Host: {host}" if own else f"Host: {host}:{port}")
+        lines.append(f"Host: {host_header(url)}")
     for name, value in request.headers.items():
         lines.append(f"{name}: {value.decode() if isinstance(value, bytes) else value}")
     if "content-length" not in names:
