@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+import anyio
 from fastapi.responses import Response, StreamingResponse
 
 from switchyard.admission import Kind, Slot
@@ -187,27 +189,75 @@ def _generate(
     # bounds it: it takes no place in its tenant's queued work.
     service.hand_off(admitted, counted=False)
     until = time.monotonic() + MAX_STREAM_SECONDS
+    end = StreamEnd(service, reader, slot, call.tenant, admitted.request_id)
 
     def groups() -> Iterator[list[Piece | Ending]]:
-        ended = False
         try:
             for group in itertools.chain([first], reader.rest(until)):
-                ended = isinstance(group[-1], Ending)
+                end.reached |= isinstance(group[-1], Ending)
                 yield group
         finally:
-            reader.close()
-            service.give_slot(slot)
-            if not ended:
-                # The caller went away before the end: the generation is cancelled,
-                # and its worker stops it (the worker looks at its running requests'
-                # records).
-                _cancel_quietly(service, call.tenant, admitted.request_id)
+            end()
 
-    return StreamingResponse(
+    return EndingStreamingResponse(
         fmt.events(admitted, groups()),
+        on_end=end,
         media_type="text/event-stream",
         headers={**SSE_HEADERS, **routed_headers(admitted)},
     )
+
+
+class StreamEnd:
+    """What a stream leaves behind when it ends, however it ends, done once: its
+    reader closed, its slot given back, and, if the caller went away before the
+    generation's end, the generation cancelled (its worker stops it: the worker
+    looks at its running requests' records). Done at the stream's last event, or
+    when its response ends without it (the caller gone): the response's generator
+    is left suspended then, and closed only when the collector finds it, which
+    could be minutes later on a quiet router."""
+
+    def __init__(
+        self,
+        service: PredictService,
+        reader: TokenReader,
+        slot: Slot | None,
+        tenant: str,
+        request_id: str,
+    ) -> None:
+        self._service = service
+        self._reader = reader
+        self._slot = slot
+        self._tenant = tenant
+        self._request_id = request_id
+        self.reached = False  # the generation's end was passed on
+        self._lock = threading.Lock()
+        self._done = False
+
+    def __call__(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self._done = True
+        self._reader.close()
+        self._service.give_slot(self._slot)
+        if not self.reached:
+            _cancel_quietly(self._service, self._tenant, self._request_id)
+
+
+class EndingStreamingResponse(StreamingResponse):
+    """A streamed answer that runs ``on_end`` (on a worker thread) once it is over:
+    sent whole, or cut off by its caller going away."""
+
+    def __init__(self, content: Any, *, on_end: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._on_end = on_end
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):  # run even while being cancelled
+                await anyio.to_thread.run_sync(self._on_end)
 
 
 def _cancel_quietly(service: Any, tenant: str, request_id: str) -> None:
