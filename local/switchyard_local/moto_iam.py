@@ -3,7 +3,7 @@
 moto 5.2.5 enforces IAM once ``INITIAL_NO_AUTH_ACTION_COUNT`` calls have passed (the
 local platform turns it on after provisioning, with ``POST /moto-api/reset-auth``):
 every call then needs an access key moto issued (any other is refused
-InvalidAccessKeyId) and is evaluated against that principal's policies. Five
+InvalidAccessKeyId) and is evaluated against that principal's policies. Six
 answers of moto's differ from AWS's for the platform's calls, and :func:`apply`
 fixes them in the emulator's process:
 
@@ -28,6 +28,9 @@ fixes them in the emulator's process:
 - **SQS's batch calls** (SendMessageBatch, DeleteMessageBatch,
   ChangeMessageVisibilityBatch) are authorized by their single call's action, as
   AWS authorizes them; moto asked for actions no policy grants.
+- **CloudWatch's actions** are ``cloudwatch:...`` in IAM; moto named them by the
+  name CloudWatch signs with (``monitoring:GetMetricData``), which no policy grants,
+  so a CPU pool's worker could not read its models' queue ages.
 
 The direct answers of ``moto_reads`` (GetItem, BatchGetItem, PutItem, the worker's
 statements, SendMessage) go around moto's handlers, so under IAM each is first
@@ -270,8 +273,14 @@ SQS_BATCH_ACTIONS = {
 }
 
 
-def _patch_sqs_batch_actions() -> None:
-    """A batch call to SQS is evaluated as its single call's action, as AWS does."""
+# Services whose IAM actions are named otherwise than the name they sign with.
+IAM_PREFIXES = {"monitoring": "cloudwatch"}
+
+
+def _patch_action_names() -> None:
+    """A call is evaluated as AWS names its action: a batch call to SQS as its
+    single call's action, and a call to a service that signs with another name
+    under its IAM prefix (CloudWatch signs as ``monitoring``)."""
     from moto.iam.access_control import IAMRequestBase
 
     original = IAMRequestBase.__init__
@@ -279,8 +288,10 @@ def _patch_sqs_batch_actions() -> None:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         service, _, name = self._action.partition(":")
-        if service == "sqs" and name in SQS_BATCH_ACTIONS:
-            self._action = f"sqs:{SQS_BATCH_ACTIONS[name]}"
+        service = IAM_PREFIXES.get(service, service)
+        if service == "sqs":
+            name = SQS_BATCH_ACTIONS.get(name, name)
+        self._action = f"{service}:{name}"
 
     IAMRequestBase.__init__ = __init__  # type: ignore[method-assign]
 
@@ -386,10 +397,10 @@ _ENVIRON_NAMES = {"content-type": "CONTENT_TYPE", "content-length": "CONTENT_LEN
 
 
 def apply() -> None:
-    """The five fixes, in the emulator's process (before it serves)."""
+    """The six fixes, in the emulator's process (before it serves)."""
     require_pinned_moto("switchyard_local.moto_iam patches {moto}'s IAM evaluation")
     _patch_dynamodb()
     _patch_s3_missing_keys()
     _patch_unnamed_resources()
     _patch_bodyless_signatures()
-    _patch_sqs_batch_actions()
+    _patch_action_names()

@@ -7,6 +7,7 @@ that may be missing end as they should under that answer."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -74,6 +75,7 @@ def iam_world(clients, emulator_url) -> Iterator[Any]:
             allow(["s3:GetObject"], f"arn:aws:s3:::{BUCKET}/*"),
             allow(["dynamodb:GetItem", "dynamodb:UpdateItem"], table_arn),
             allow(["sqs:SendMessage"], f"arn:aws:sqs:{REGION}:{ACCOUNT}:mine"),
+            allow(["cloudwatch:GetMetricData"], "*"),
         ],
     )
     keeper = user_with(iam, "keeper", [allow(["apigateway:*"], "*")])
@@ -209,6 +211,31 @@ def test_a_batch_call_to_sqs_is_authorized_by_its_single_calls_permission(iam_wo
     assert refused(
         lambda: sqs.send_message_batch(QueueUrl=iam_world.queue_urls["theirs"], Entries=entries)
     )
+
+
+def test_cloudwatch_is_authorized_by_its_iam_actions_not_its_signing_name(iam_world):
+    # GIVEN a caller granted cloudwatch:GetMetricData (CloudWatch signs as "monitoring")
+    query = {
+        "MetricDataQueries": [
+            {
+                "Id": "age",
+                "MetricStat": {
+                    "Metric": {
+                        "Namespace": "AWS/SQS",
+                        "MetricName": "ApproximateAgeOfOldestMessage",
+                        "Dimensions": [{"Name": "QueueName", "Value": "mine"}],
+                    },
+                    "Period": 60,
+                    "Stat": "Maximum",
+                },
+            }
+        ],
+        "StartTime": time.time() - 300,
+        "EndTime": time.time(),
+    }
+    # THEN it may read metrics, and one granted nothing of CloudWatch's may not
+    assert "MetricDataResults" in iam_world.client("cloudwatch", "reader").get_metric_data(**query)
+    assert refused(lambda: iam_world.client("cloudwatch", "lister").get_metric_data(**query))
 
 
 def test_an_expired_payload_is_missing_to_a_role_that_may_not_list(iam_world):
