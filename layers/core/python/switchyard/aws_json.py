@@ -125,7 +125,6 @@ class LeanCaller:
         # SQS answers in JSON with the query protocol's error codes when asked so.
         self._query_mode = bool(model.metadata.get("awsQueryCompatible"))
         self._dynamodb = model.service_name == "dynamodb"
-        self._region = meta.region_name
         self._scope_tail = f"/{meta.region_name}/{model.signing_name}/aws4_request"
         self._url = meta.endpoint_url
         url = urlsplit(self._url)

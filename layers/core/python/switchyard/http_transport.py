@@ -219,12 +219,10 @@ class KeepAliveSession:
             body = body.encode()
         url = urlsplit(request.url)
         if (
-            self._plain_only
-            or request.method != "POST"
+            request.method != "POST"
             or request.stream_output
             or not isinstance(body, bytes | type(None))
-            or url.scheme not in _DEFAULT_PORTS
-            or url.scheme in self._proxied
+            or not self._sends(url.scheme)
         ):
             return self._fallback.send(request)
         payload = _request_bytes(request, url, body or b"")
@@ -259,7 +257,9 @@ class KeepAliveSession:
     def takes(self, url: str) -> bool:
         """Whether this session sends a POST to ``url`` itself (no proxy, no client
         certificate, HTTP or HTTPS)."""
-        scheme = urlsplit(url).scheme
+        return self._sends(urlsplit(url).scheme)
+
+    def _sends(self, scheme: str) -> bool:
         return not self._plain_only and scheme in _DEFAULT_PORTS and scheme not in self._proxied
 
     def close(self) -> None:
