@@ -217,9 +217,11 @@ class BatchAssembler:
         inputs = self._inputs
         sync = 0
         for p in pendings:
-            version = p.version
-            inputs[version] = inputs.get(version, 0) + sign * p.size
-            if p.respond_by is not None:
+            # Pending's properties, inlined: this runs twice for every message.
+            m, held = p.message, p.inputs
+            version = m.version if m is not None else ""
+            inputs[version] = inputs.get(version, 0) + sign * (len(held) if held is not None else 1)
+            if m is not None and m.respond_by is not None:
                 sync += 1
         self._sync_held += sign * sync
         return sync
@@ -326,15 +328,19 @@ class BatchAssembler:
             return [oldest]
         # The oldest message's version and lane, first-time deliveries, by tenant.
         version, lane = oldest.version, oldest.received.lane
-        by_tenant: dict[str, deque[Pending]] = {}
+        # Each candidate with its size (Pending's properties inlined: this loop and
+        # the turns below run for every message).
+        by_tenant: dict[str, deque[tuple[Pending, int]]] = {}
         for p in first:
-            m = p.message
-            if m is None or m.version != version or p.received.lane != lane or p.is_retry:
+            m, received = p.message, p.received
+            if m is None or m.version != version or received.lane != lane:
+                continue
+            if received.receive_count > 1:  # a retry runs alone
                 continue
             q = by_tenant.get(m.tenant)
             if q is None:
                 by_tenant[m.tenant] = q = deque()
-            q.append(p)
+            q.append((p, len(p.inputs) if p.inputs is not None else 1))
         max_size, _ = self.limits(version)
         if not waiting and lane != "batch" and self._sync_recent():
             max_size = max(1, max_size // PART_SHARE_WITH_REALTIME)  # async beside sync
@@ -342,20 +348,22 @@ class BatchAssembler:
         inputs = 0
         # Turns in rounds, the oldest message's tenant first: a tenant with more to
         # give goes to the back of the round after its turn.
-        turns = deque(by_tenant.items())
+        weights = self.weights
+        turns = deque((q, max(1, weights.get(t, 1))) for t, q in by_tenant.items())
         while turns:
-            tenant, q = turns.popleft()
-            for _ in range(max(1, self.weights.get(tenant, 1))):
-                size = q[0].size
+            q, weight = turns.popleft()
+            for _ in range(weight):
+                p, size = q[0]
                 if batch and inputs + size > max_size:
                     q.clear()  # its next does not fit: it sits out this batch
                     break
-                batch.append(q.popleft())
+                q.popleft()
+                batch.append(p)
                 inputs += size
                 if not q:
                     break
             if q:
-                turns.append((tenant, q))
+                turns.append((q, weight))
         self._remove(batch)
         return batch
 

@@ -33,7 +33,7 @@ from switchyard_worker.batching import BatchAssembler, Message, Pending, rank
 from switchyard_worker.in_hand import MessagesInHand
 from switchyard_worker.stages import log, pause
 from switchyard_worker.versions import ServedVersions
-from switchyard_worker.work_messages import read_plain
+from switchyard_worker.work_messages import WorkMessage, read_plain
 
 RECEIVE_MAX = 10  # messages per receive (SQS's most)
 SHUT_WAIT_SECONDS = 0.25  # an intake whose overflow gate is shut looks again this soon
@@ -59,12 +59,16 @@ def read_messages(
     there is no request id to answer). While every version read so far takes the
     same tensors, the inline inputs are checked as they are parsed, and need no
     second pass."""
-    pendings = [Pending(received=r, arrived=arrived, received_at=received_at) for r in received]
     bodies = [r.body for r in received]
     signature = _one_tensor_signature(versions)
     # Plain messages are read by msgspec (``work_messages``); a job's chunks, and any
     # receive that fails there, by pydantic-core, which names what is wrong.
     read = read_plain(bodies, signature)
+    if read is not None and signature is not None:
+        whole = _read_whole(received, read, arrived, received_at, model, versions, signature)
+        if whole is not None:
+            return whole
+    pendings = [Pending(received=r, arrived=arrived, received_at=received_at) for r in received]
     if read is None and signature is not None:
         read = decode_checked(bodies, signature)
     checked = read is not None and signature is not None
@@ -114,6 +118,34 @@ def read_messages(
                     field=first.field,
                 )
     return pendings
+
+
+def _read_whole(
+    received: list[Received],
+    read: list[WorkMessage],
+    arrived: float,
+    received_at: float,
+    model: str,
+    versions: ServedVersions,
+    signature: TensorSignature,
+) -> list[Pending] | None:
+    """A receive whose messages all passed as they were parsed, checked as a whole:
+    each holds its inputs inline (their rows checked against ``signature`` by the
+    parse) for this model and a version served with that signature, within the
+    version's inputs per request. Then nothing is left to check message by message;
+    None if any is not so, for :func:`read_messages` to check each."""
+    most: dict[str, int] = {}
+    for name, version in {(m.model, m.version) for m in read}:
+        record = versions.get(version)
+        if name != model or record is None or record.signature != signature:
+            return None
+        most[version] = record.max_inputs_per_request
+    for m in read:
+        if m.inputs is None or m.n_inputs > most[m.version]:
+            return None
+    return [
+        Pending(r, arrived, received_at, m, m.inputs) for r, m in zip(received, read, strict=True)
+    ]
 
 
 def _one_tensor_signature(versions: ServedVersions) -> TensorSignature | None:

@@ -17,16 +17,13 @@ from typing import Any
 from switchyard.registry import ModelVersion
 from switchyard.schemas import ErrorInfo
 from switchyard_worker.batching import Pending
-from switchyard_worker.finisher import Answered, Finisher
+from switchyard_worker.finisher import Answered, BatchRun, Finisher
 from switchyard_worker.in_hand import MessagesInHand
 from switchyard_worker.intake import Intake
 from switchyard_worker.runtimes import OutputCountMismatch, size_order
 from switchyard_worker.stages import MetricsEmitter, log
 from switchyard_worker.triage import Triage
 from switchyard_worker.versions import ServedVersions
-
-# A message's outputs and its timings.
-Outputs = tuple[list[Any], dict[str, float]]
 
 
 class BatchFailed(Exception):
@@ -135,20 +132,16 @@ class MicroBatchLoop:
     def _answers(self, runnable: list[Pending]) -> Answered:
         """The messages' results; none if the batch failed (they go back for retry)."""
         try:
-            outputs = self._run(runnable)
+            outputs, ran = self._run(runnable)
         except BatchFailed as failed:
             self._finisher.failed(runnable, str(failed))
             return []
-        records = self._finisher.records(
-            runnable,
-            "done",
-            outputs=[out for out, _ in outputs],
-            timings=[timing for _, timing in outputs],
-        )
+        records = self._finisher.records(runnable, "done", outputs=outputs, ran=ran)
         return list(zip(runnable, records, strict=True))
 
-    def _run(self, runnable: list[Pending]) -> list[Outputs]:
-        """Outputs per message; raises BatchFailed if the batch failed as a whole."""
+    def _run(self, runnable: list[Pending]) -> tuple[list[list[Any]], BatchRun]:
+        """Outputs per message, and the batch's run; raises BatchFailed if the batch
+        failed as a whole."""
         version = runnable[0].version
         record = self._versions.get(version)
         assert record is not None
@@ -162,9 +155,9 @@ class MicroBatchLoop:
             raise self._batch_failed(version, runnable, len(flat), exc) from None
         self._intake.model_ended(version, len(flat), computing)
         self._finisher.worked(computing)
-        per_message = _per_message(runnable, outputs, started, computing * 1000, len(flat))
-        self._emit(version, per_message, len(flat), computing * 1000)
-        return per_message
+        ran = BatchRun(started, computing * 1000, len(flat))
+        self._emit(version, runnable, ran)
+        return _per_message(runnable, outputs), ran
 
     def _outputs(
         self, record: ModelVersion, flat: list[Any], batch_lane: bool
@@ -221,16 +214,14 @@ class MicroBatchLoop:
         self._metrics.emit(version, item_errors=len(runnable))
         return BatchFailed(f"{type(exc).__name__}: {exc}"[:300])
 
-    def _emit(
-        self, version: str, per_message: list[Outputs], batch_size: int, compute_ms: float
-    ) -> None:
+    def _emit(self, version: str, runnable: list[Pending], ran: BatchRun) -> None:
         """The batch's metrics: its size, its compute and its longest queue wait."""
-        queue_wait = [t["queue_wait_ms"] for _, t in per_message if "queue_wait_ms" in t]
+        waits = [p.received_at - p.message.enqueued_at for p in runnable if p.message is not None]
         self._metrics.emit(
             version,
-            batch_size=batch_size,
-            compute_ms=compute_ms,
-            queue_wait_ms=max(queue_wait) if queue_wait else None,
+            batch_size=ran.size,
+            compute_ms=ran.compute_ms,
+            queue_wait_ms=max(waits) * 1000 if waits else None,
         )
 
     # -- realtime work beside or between a job's parts -------------------------------
@@ -270,29 +261,12 @@ def _in_given_order(order: list[int], outputs: list[Any]) -> list[Any]:
     return in_order
 
 
-def _per_message(
-    runnable: list[Pending],
-    outputs: list[Any],
-    started: float,
-    compute_ms: float,
-    batch_size: int,
-) -> list[Outputs]:
-    """The batch's outputs cut per message, each with its timings."""
+def _per_message(runnable: list[Pending], outputs: list[Any]) -> list[list[Any]]:
+    """The batch's outputs cut per message, in order."""
     per_message = []
     offset = 0
     for p in runnable:
-        timing = {
-            "received_at": p.received_at,
-            "batch_started_at": started,
-            "batch_wait_ms": (started - p.received_at) * 1000,
-            "compute_ms": compute_ms,
-            "batch_size": float(batch_size),
-            # Its share of the batch's time in the model, by its inputs: what the
-            # worker's time is billed to it by (switchyard.costs).
-            "worker_ms": compute_ms * p.size / batch_size if batch_size else 0.0,
-        }
-        if p.message is not None:
-            timing["queue_wait_ms"] = (p.received_at - p.message.enqueued_at) * 1000
-        per_message.append((outputs[offset : offset + p.size], timing))
-        offset += p.size
+        size = len(p.inputs) if p.inputs is not None else 1
+        per_message.append(outputs[offset : offset + size])
+        offset += size
     return per_message

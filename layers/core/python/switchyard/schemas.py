@@ -214,6 +214,30 @@ class ResultRecord(BaseModel):
         )
 
 
+# Every field is set on an assembled record: one set shared by them all (setting a
+# field adds its name, which is in it already).
+_RECORD_FIELDS = set(ResultRecord.model_fields)
+_new_object = object.__new__
+_set_slot = object.__setattr__
+
+
+def assembled_record(fields: dict[str, Any]) -> ResultRecord:
+    """A result record from every one of its fields, in their declared order, that a
+    worker put together from a message already validated and values of its own
+    making: taken as given, not validated again (validating a batch's records was
+    1.9 µs of the ~26 µs a digits-cnn input cost the worker; this is 0.4). It is
+    what pydantic's ``model_construct`` does, without its pass over each field's
+    default; ``tests/unit/test_result_records.py`` holds the two ways to each other."""
+    if len(fields) != len(_RECORD_FIELDS):
+        raise ValueError(f"a result record has {len(_RECORD_FIELDS)} fields, not {len(fields)}")
+    record = _new_object(ResultRecord)
+    _set_slot(record, "__dict__", fields)
+    _set_slot(record, "__pydantic_fields_set__", _RECORD_FIELDS)
+    _set_slot(record, "__pydantic_extra__", None)
+    _set_slot(record, "__pydantic_private__", None)
+    return record
+
+
 @dataclass(frozen=True)
 class GatewayAnswer:
     """An answer API Gateway gives itself, before any function runs (its gateway
