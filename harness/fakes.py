@@ -177,31 +177,43 @@ class FakeResults:
 
     def complete(self, record: ResultRecord, also: dict | None = None) -> Stored:
         with self._stored:
-            key = (record.tenant, record.request_id)
-            current = self.items.get(key)
-            if current is not None and current.status != "queued":
-                self.log.append(("duplicate", record.request_id))
-                return Stored.REFUSED
-            self.items[key] = record
-            self.log.append(("result", record.request_id))
-            self.completed_at.append(time.perf_counter())
+            stored = self._complete(record, also)
             self._stored.notify_all()
-            counted = current is not None and current.queued_counted and also is None
-            return Stored.OVER_COUNTED if counted else Stored.STORED
+            return stored
 
+    def _complete(self, record: ResultRecord, also: dict | None = None) -> Stored:
+        key = (record.tenant, record.request_id)
+        current = self.items.get(key)
+        if current is not None and current.status != "queued":
+            self.log.append(("duplicate", record.request_id))
+            return Stored.REFUSED
+        self.items[key] = record
+        self.log.append(("result", record.request_id))
+        self.completed_at.append(time.perf_counter())
+        counted = current is not None and current.queued_counted and also is None
+        return Stored.OVER_COUNTED if counted else Stored.STORED
+
+    # A batch's results are stored under one hold of the lock, and waiters told once,
+    # as a batch write is one call.
     def complete_new(self, records: list[ResultRecord]) -> list[Stored]:
-        self.log.append(("batch", len(records)))
-        return [self.complete(r) for r in records]
+        with self._stored:
+            self.log.append(("batch", len(records)))
+            stored = [self._complete(r) for r in records]
+            self._stored.notify_all()
+            return stored
 
     def complete_queued(self, records: list[ResultRecord]) -> list[Stored]:
-        self.log.append(("queued-batch", len(records)))
-        return [self._over_queued(r) for r in records]
+        with self._stored:
+            self.log.append(("queued-batch", len(records)))
+            stored = [self._over_queued(r) for r in records]
+            self._stored.notify_all()
+            return stored
 
     def _over_queued(self, record: ResultRecord) -> Stored:
         """As the UPDATE over a queued record stores it: STORED, counted or not; any
         other is stored as :meth:`complete` stores it."""
         current = self.items.get((record.tenant, record.request_id))
-        stored = self.complete(record)
+        stored = self._complete(record)
         return Stored.STORED if stored and current is not None else stored
 
     def get(self, tenant: str, request_id: str) -> ResultRecord | None:

@@ -185,6 +185,7 @@ class BatchAssembler:
     # model's at the time left cost the same however much is held.
     _inputs: dict[str, int] = field(default_factory=dict)
     _sync_held: int = 0
+    _batch_lane_held: int = 0  # messages held from the batch lane
     # The last receive found fewer messages than it asked for (set by the worker).
     drained: bool = False
     costs: dict[str, BatchCost] = field(default_factory=dict)
@@ -215,7 +216,7 @@ class BatchAssembler:
         """``pendings`` counted in (1) or out (-1) of what is held; how many of them
         have a sync caller."""
         inputs = self._inputs
-        sync = 0
+        sync = batch_lane = 0
         for p in pendings:
             # Pending's properties, inlined: this runs twice for every message.
             m, held = p.message, p.inputs
@@ -223,7 +224,10 @@ class BatchAssembler:
             inputs[version] = inputs.get(version, 0) + sign * (len(held) if held is not None else 1)
             if m is not None and m.respond_by is not None:
                 sync += 1
+            if p.received.lane == "batch":
+                batch_lane += 1
         self._sync_held += sign * sync
+        self._batch_lane_held += sign * batch_lane
         return sync
 
     def _remove(self, taken: list[Pending]) -> None:
@@ -267,7 +271,7 @@ class BatchAssembler:
     @property
     def holds_batch_lane(self) -> bool:
         """Some of the work in hand is from the batch lane."""
-        return any(p.received.lane == "batch" for p in self._pool)
+        return self._batch_lane_held > 0
 
     @property
     def holds_realtime(self) -> bool:
@@ -378,5 +382,5 @@ class BatchAssembler:
     def drain(self) -> list[Pending]:
         """Everything held and not started, for release on shutdown."""
         pool, self._pool = self._pool, []
-        self._inputs, self._sync_held = {}, 0
+        self._inputs, self._sync_held, self._batch_lane_held = {}, 0, 0
         return pool

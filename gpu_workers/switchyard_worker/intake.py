@@ -199,7 +199,13 @@ class Intake:
         self.assembler = BatchAssembler(versions.limits, weights=weights or {})
         # Guards the assembler between the intake's threads and the model's; each
         # tells the other through it (a batch added, a batch taken).
-        self._held = threading.Condition()
+        lock = threading.RLock()
+        self._held = threading.Condition(lock)
+        # The realtime watcher waits on a condition of its own, over the same lock,
+        # told of a change only while batch-lane work is held: it has nothing to do
+        # otherwise (``watches_realtime``). Woken at every receive, it cost 0.6 µs of
+        # each of digits-cnn's one-input requests.
+        self._watch = threading.Condition(lock)
         # The batch the model runs (under ``_held``): how many were started, and when
         # the running one is expected to end (monotonic; None while the model is idle);
         # and the batch before whose end the intake last looked at the queue.
@@ -240,7 +246,7 @@ class Intake:
         while not self._stopping.is_set():
             with self._held:
                 if not self.watches_realtime():
-                    self._held.wait(0.05)
+                    self._watch.wait(0.05)
                     continue
             if not self.gate_open():
                 pause(self._stopping, SHUT_WAIT_SECONDS)
@@ -327,7 +333,7 @@ class Intake:
         kept = self.keep(received)
         with self._held:
             self.assembler.add_all(kept)
-            self._held.notify_all()
+            self._tell()
         if kept and self._on_hold is not None:
             self._on_hold()
 
@@ -361,6 +367,13 @@ class Intake:
             if p.message is not None:
                 p.status = statuses.get((p.message.tenant, p.message.request_id), "queued")
 
+    def _tell(self) -> None:
+        """(Under the lock.) The forming batch changed: the threads waiting on it look
+        again, the realtime watcher only while it has something to watch."""
+        self._held.notify_all()
+        if self.assembler.holds_batch_lane:
+            self._watch.notify_all()
+
     # -- the model's side ----------------------------------------------------------
 
     def take_due(self) -> list[Pending]:
@@ -373,7 +386,7 @@ class Intake:
                 left = self.assembler.time_left() if self.assembler.oldest else 0.05
                 self._held.wait(min(max(left, 0.001), 0.05))
                 return []
-            self._held.notify_all()
+            self._tell()
         return batch
 
     def take(self, force: bool) -> list[Pending]:
@@ -381,7 +394,7 @@ class Intake:
         with self._held:
             batch = self.assembler.take(force=force)
             if batch:
-                self._held.notify_all()  # room again: the intake receives
+                self._tell()  # room again: the intake receives
         return batch
 
     def due(self) -> tuple[int, float] | None:
@@ -402,7 +415,7 @@ class Intake:
         with self._held:
             batch = self.assembler.take_realtime()
             if batch:
-                self._held.notify_all()  # the watcher looks again at once
+                self._tell()  # the watcher looks again at once
         return batch
 
     def wait_for_realtime(self, part: Future[Any]) -> None:
@@ -415,6 +428,7 @@ class Intake:
         """Tell the threads waiting on the forming batch to look again."""
         with self._held:
             self._held.notify_all()
+            self._watch.notify_all()
 
     def part_size(self, max_batch_size: int) -> int:
         with self._held:

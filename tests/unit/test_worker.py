@@ -445,13 +445,16 @@ def test_a_retry_of_an_answered_request_is_deleted_without_running(parts):
 def slow_store(results) -> threading.Event:
     """Make ``results`` wait, on every store, until the returned event is set."""
     gate = threading.Event()
-    complete = results.complete
 
-    def slow_complete(record):
-        gate.wait(5)
-        return complete(record)
+    def slowed(store):
+        def slow(records):
+            gate.wait(5)
+            return store(records)
 
-    results.complete = slow_complete
+        return slow
+
+    for name in ("complete", "complete_new", "complete_queued"):
+        setattr(results, name, slowed(getattr(results, name)))
     return gate
 
 
@@ -525,10 +528,10 @@ def test_a_signal_landing_while_the_stop_is_being_set_does_not_hang_the_worker(p
 def test_when_storing_fails_the_messages_go_back_at_once(parts):
     worker, realtime, _, results, _, _ = parts
 
-    def broken(record):
+    def broken(records):
         raise ConnectionError("the results table is unreachable")
 
-    results.complete = broken
+    results.complete = results.complete_new = results.complete_queued = broken
     send(realtime, "r1")
     drain(worker)
     assert realtime.depth == 1 and len(realtime.visible) == 1  # released, not held
