@@ -27,8 +27,8 @@ from pydantic import ValidationError
 from switchyard.payloads import PayloadMissing, PayloadStore
 from switchyard.queues import Received, decode_checked, decode_messages, load_inputs
 from switchyard.results import ResultStore
-from switchyard.schemas import ErrorInfo, TensorSignature
-from switchyard.signatures import check_each
+from switchyard.schemas import ErrorInfo, TensorSignature, TextSignature
+from switchyard.signatures import check_each, plainly_valid_texts
 from switchyard_worker.batching import BatchAssembler, Message, Pending, rank
 from switchyard_worker.in_hand import MessagesInHand
 from switchyard_worker.stages import log, pause
@@ -64,7 +64,7 @@ def read_messages(
     # Plain messages are read by msgspec (``work_messages``); a job's chunks, and any
     # receive that fails there, by pydantic-core, which names what is wrong.
     read = read_plain(bodies, signature)
-    if read is not None and signature is not None:
+    if read is not None:
         whole = _read_whole(received, read, arrived, received_at, model, versions, signature)
         if whole is not None:
             return whole
@@ -127,18 +127,26 @@ def _read_whole(
     received_at: float,
     model: str,
     versions: ServedVersions,
-    signature: TensorSignature,
+    parsed_as: TensorSignature | None,
 ) -> list[Pending] | None:
-    """A receive whose messages all passed as they were parsed, checked as a whole:
-    each holds its inputs inline (their rows checked against ``signature`` by the
-    parse) for this model and a version served with that signature, within the
-    version's inputs per request. Then nothing is left to check message by message;
-    None if any is not so, for :func:`read_messages` to check each."""
+    """A receive whose messages all passed msgspec's parse, checked as a whole: each
+    holds its inputs inline, for this model and a version served, within the
+    version's inputs per request; and they are valid for their version, their rows
+    checked by the parse (its signature ``parsed_as``) or its texts checked here in
+    one pass. Then nothing is left to check message by message; None if any is not
+    so, for :func:`read_messages` to check each and name what fails."""
     most: dict[str, int] = {}
     for name, version in {(m.model, m.version) for m in read}:
         record = versions.get(version)
-        if name != model or record is None or record.signature != signature:
+        if name != model or record is None:
             return None
+        signature = record.signature
+        if signature != parsed_as:
+            if not isinstance(signature, TextSignature):
+                return None
+            texts = [m.inputs for m in read if m.version == version and m.inputs is not None]
+            if not plainly_valid_texts(texts, signature.max_chars):
+                return None
         most[version] = record.max_inputs_per_request
     for m in read:
         if m.inputs is None or m.n_inputs > most[m.version]:

@@ -100,3 +100,22 @@ def test_many_requests_checked_together_get_each_its_own_errors():
     assert check_each([[[1, 2, 3]], [[4, 5, 6]]], sig, max_inputs=1) == [[], []]
     over = check_each([[[1, 2, 3]], [[1, 2, 3]] * 2], sig, max_inputs=1)
     assert over[0] == [] and "at most 1" in over[1][0].message
+
+
+@pytest.mark.parametrize(
+    "each",
+    [
+        [["hello"], ["a", "world"]],
+        [["hello"], ["ok", "   "], ["fine"]],
+        [["x" * 11], ["ok"]],
+        [["ok"], ["", "ok"], [3]],
+        [["ok", "\u3000"], ["ok"]],
+        [["ok"], ["a"] * 6],
+    ],
+)
+def test_texts_checked_together_get_what_each_gets_alone(each):
+    # GIVEN requests' texts, all valid or some blank, too long, not text or too many
+    # WHEN they are checked together
+    together = check_each(each, TEXT, max_inputs=5)
+    # THEN each has exactly the errors it has checked alone
+    assert together == [check_inputs(x, TEXT, 5) for x in each]

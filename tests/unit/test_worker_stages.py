@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from harness.fakes import EchoRuntime, FakePayloads, FakeRegistry
+from harness.fakes import EchoRuntime, FakePayloads, FakeRegistry, version_record
 from harness.waiting import wait_for
-from switchyard.schemas import ResultRecord
+from switchyard.schemas import QueueMessage, ResultRecord
 from switchyard.telemetry import prediction_records
 from switchyard_worker.intake import read_messages
 from switchyard_worker.versions import ServedVersions
@@ -75,6 +75,38 @@ def test_read_messages_keeps_what_is_wrong_with_each_message_as_its_error(stages
     assert bad.error is not None and bad.error.code == "invalid_input"
     assert bad.error.field == "inputs[0]"
     assert good.error is None and good.inputs == [[1] * 64]
+
+
+def test_texts_read_together_are_taken_whole_or_each_named_what_is_wrong(stages):
+    # GIVEN a text model's version, and a receive of good sentences, then one where
+    # a sentence is blank
+    record = version_record("minilm-embed")
+    versions = ServedVersions("minilm-embed", FakeRegistry(record), lambda _: EchoRuntime())
+
+    def receive(*texts):
+        for i, text in enumerate(texts):
+            message = QueueMessage(
+                request_id=f"r{i}", tenant="acme", model="minilm-embed", version="v1",
+                inputs=[text], n_inputs=1, enqueued_at=time.time(), expires_at=time.time() + 60,
+            )  # fmt: skip
+            stages.realtime.send(message.model_dump_json(), "acme")
+        return read_messages(
+            stages.realtime.receive(10, 0), time.monotonic(), time.time(), model="minilm-embed",
+            versions=versions, payloads=FakePayloads(),
+        )  # fmt: skip
+
+    # WHEN each receive is read
+    good = receive("a sentence", "another one")
+    mixed = receive("fine", " \t ", "x" * (record.signature.max_chars + 1))
+    # THEN the good ones are taken as they came, and in the other each is named
+    # what is wrong with it, as the signature's check of it alone names it
+    assert [(p.error, p.inputs) for p in good] == [(None, ["a sentence"]), (None, ["another one"])]
+    assert mixed[0].error is None and mixed[0].inputs == ["fine"]
+    assert [(p.error.code, p.error.field) for p in mixed[1:] if p.error] == [
+        ("invalid_input", "inputs[0]"), ("invalid_input", "inputs[0]"),
+    ]  # fmt: skip
+    assert "must not be empty" in mixed[1].error.message
+    assert "characters" in mixed[2].error.message
 
 
 def test_the_intake_receives_no_more_than_the_forming_batch_has_room_for(stages):

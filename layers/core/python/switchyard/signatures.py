@@ -54,13 +54,30 @@ def check_each(
     request walked alone, to name what fails in it. ``rows_checked``: every row was
     decoded as :func:`tensor_row` of ``signature`` already (only the number of
     inputs of each request is left to check)."""
-    if (
-        isinstance(signature, TensorSignature)
-        and all(type(x) is list and 0 < len(x) <= max_inputs for x in inputs_each)
-        and (rows_checked or _plainly_valid([row for x in inputs_each for row in x], signature))
-    ):
+    if not all(type(x) is list and 0 < len(x) <= max_inputs for x in inputs_each):
+        plainly_valid = False
+    elif isinstance(signature, TensorSignature):
+        plainly_valid = rows_checked or _plainly_valid(
+            [row for x in inputs_each for row in x], signature
+        )
+    elif isinstance(signature, TextSignature):
+        plainly_valid = plainly_valid_texts(inputs_each, signature.max_chars)
+    else:
+        plainly_valid = False
+    if plainly_valid:
         return [[] for _ in inputs_each]
     return [check_inputs(x, signature, max_inputs, field) for x in inputs_each]
+
+
+def plainly_valid_texts(inputs_each: list[list[Any]], max_chars: int) -> bool:
+    """Every input a string of some non-space character, within ``max_chars``: what
+    ``_check_text`` asks of each, in one pass over the requests together (a string is
+    blank after ``strip`` exactly when it is empty or all space)."""
+    return all(
+        type(s) is str and 0 < len(s) <= max_chars and not s.isspace()
+        for x in inputs_each
+        for s in x
+    )
 
 
 def check_item(item: Any, signature: Signature, field: str) -> list[FieldError]:
