@@ -268,6 +268,11 @@ class BatchAssembler:
     def held(self) -> list[Pending]:
         return list(self._pool)
 
+    def unread(self) -> list[Pending]:
+        """The requests held whose status in the results table is not read yet (the
+        intake reads them while the batch before runs)."""
+        return [p for p in self._pool if p.message is not None and p.status is None]
+
     @property
     def holds_batch_lane(self) -> bool:
         """Some of the work in hand is from the batch lane."""

@@ -230,7 +230,7 @@ class Intake:
         while not self._stopping.is_set():
             with self._held:
                 full = self.room() <= 0
-                to_read = [p for p in self.assembler.held if unread(p)] if full else []
+                to_read = self.assembler.unread() if full else []
                 if full and not to_read:
                     self._held.wait(0.05)  # until the model's thread takes a batch
                     continue
