@@ -139,14 +139,18 @@ def _loop_alone(model: str) -> Reason:
             return None
         alone = w.get("rounds_loop_alone_vs_model") or []
         cpu = w.get("rounds_loop_alone_cpu_us_per_input") or []
-        limit = w.get("model_inputs_per_s_at_formed_sizes")
+        limit = w.get("loop_alone_model_limit") or w.get("model_inputs_per_s_at_formed_sizes")
+        threads = w.get("loop_alone_cpu_us_by_thread") or {}
+        top = sorted(threads.items(), key=lambda t: -t[1])[:2]
+        busiest = " and ".join(f"{_THREADS.get(k, k)} {fmt(v, 1)} µs" for k, v in top if v)
         return _sentences(
             f"the loop alone, the model's outputs replayed: "
             f"{fmt(w['loop_alone_inputs_per_s'])} inputs/s against the model's "
             f"{fmt(limit)} ({_spread(alone)}× over {len(alone)} rounds)",
-            f"at its {fmt(min(cpu), 1)} µs of CPU an input (its least over those rounds) "
-            f"the worker's process runs at most {fmt(1e6 / min(cpu), 0)} inputs/s on one "
-            "core: its threads take turns under one interpreter lock"
+            f"at its {fmt(min(cpu), 1)} µs of CPU an input (its least over those rounds) one "
+            f"core serves {fmt(1e6 / min(cpu), 0)} inputs/s, and the second adds little: the "
+            "worker's threads take turns under one interpreter lock, so the loop is bound by "
+            "its CPU an input" + (f" ({busiest} the most of it)" if busiest else "")
             if cpu and min(cpu)
             else None,
         )

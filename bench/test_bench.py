@@ -1204,6 +1204,32 @@ def test_the_loop_alone_replays_the_models_outputs_at_no_cost_in_the_model():
     assert loop_alone(alone | {"finished": False}, reading) == {}
 
 
+def test_the_loop_alone_is_reported_from_its_own_median_round():
+    from bench.worker_efficiency import median_rounds
+
+    # GIVEN three rounds whose loop alone ranks otherwise than their model runs do
+    def reading(efficiency: float, alone: float, cpu: float) -> dict:
+        return {
+            "efficiency_vs_model": efficiency,
+            "inputs_per_s": 1000 * efficiency,
+            "loop_alone_vs_model": alone,
+            "loop_alone_cpu_us_per_input": cpu,
+            "loop_alone_model_limit": 100.0 * efficiency,
+        }
+
+    readings = [reading(0.3, 0.5, 30.0), reading(0.2, 0.7, 23.0), reading(0.4, 0.6, 25.0)]
+    # WHEN the median is taken
+    median = median_rounds(readings)
+    # THEN the model's run is the round of median efficiency, and the loop alone's
+    # figures those of its own median round, each from one round, not mixed
+    assert (median["efficiency_vs_model"], median["inputs_per_s"]) == (0.3, 300.0)
+    assert median["loop_alone_vs_model"] == 0.6
+    assert (median["loop_alone_cpu_us_per_input"], median["loop_alone_model_limit"]) == (25.0, 40.0)
+    # AND every round's figures are beside it, in the order of their efficiency
+    assert median["rounds_efficiency_vs_model"] == [0.2, 0.3, 0.4]
+    assert median["rounds_loop_alone_cpu_us_per_input"] == [23.0, 30.0, 25.0]
+
+
 def test_the_sections_that_run_the_platform_in_process_run_in_quick_mode():
     from bench import aws_calls, cold_start, worker_efficiency
     from bench.emulator import emulator
