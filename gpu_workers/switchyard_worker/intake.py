@@ -141,7 +141,7 @@ def _read_whole(
         if name != model or record is None:
             return None
         signature = record.signature
-        if signature != parsed_as:
+        if signature is not parsed_as and signature != parsed_as:
             if not isinstance(signature, TextSignature):
                 return None
             texts = [m.inputs for m in read if m.version == version and m.inputs is not None]
@@ -161,7 +161,11 @@ def _one_tensor_signature(versions: ServedVersions) -> TensorSignature | None:
     not one tensor signature among them)."""
     known = versions.known()
     first = known[0].signature if known else None
-    if not isinstance(first, TensorSignature) or any(r.signature != first for r in known):
+    # Compared by identity first: a version's record is read once, and pydantic's
+    # comparison of two signatures costs a microsecond, at every receive.
+    if not isinstance(first, TensorSignature) or any(
+        r.signature is not first and r.signature != first for r in known
+    ):
         return None
     return first
 
