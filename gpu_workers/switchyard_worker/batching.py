@@ -87,6 +87,11 @@ class Pending:
         return self.arrived + (self.message.respond_by - self.received_at)
 
 
+def unread(p: Pending) -> bool:
+    """A decoded request whose status in the results table is not read yet."""
+    return p.message is not None and p.status is None
+
+
 class BatchCost:
     """A version's batch time against its size, ``fixed + per_input * size``, fitted
     online by least squares over the recent batches (older ones weigh less)."""
@@ -268,10 +273,10 @@ class BatchAssembler:
     def held(self) -> list[Pending]:
         return list(self._pool)
 
-    def unread(self) -> list[Pending]:
+    def held_unread(self) -> list[Pending]:
         """The requests held whose status in the results table is not read yet (the
         intake reads them while the batch before runs)."""
-        return [p for p in self._pool if p.message is not None and p.status is None]
+        return [p for p in self._pool if unread(p)]
 
     @property
     def holds_batch_lane(self) -> bool:

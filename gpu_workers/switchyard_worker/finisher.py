@@ -163,7 +163,6 @@ class Finisher:
             received = p.received_at
             if ran is not None:
                 started, compute_ms, size = ran
-                inputs = len(p.inputs) if p.inputs is not None else 1
                 timing = {
                     "received_at": received,
                     "batch_started_at": started,
@@ -172,7 +171,7 @@ class Finisher:
                     "batch_size": float(size),
                     # Its share of the batch's time in the model, by its inputs: what
                     # the worker's time is billed to it by (switchyard.costs).
-                    "worker_ms": compute_ms * inputs / size if size else 0.0,
+                    "worker_ms": compute_ms * p.size / size if size else 0.0,
                     "queue_wait_ms": (received - m.enqueued_at) * 1000,
                     "completed_at": completed,
                 }

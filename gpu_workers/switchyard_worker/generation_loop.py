@@ -32,11 +32,11 @@ from switchyard.generation import (
     tokens_written,
 )
 from switchyard.schemas import ErrorInfo, GenerationSignature, QueueMessage
-from switchyard_worker.batching import Pending
+from switchyard_worker.batching import Pending, unread
 from switchyard_worker.finisher import Finisher
 from switchyard_worker.generation import Continuous, Sequence
 from switchyard_worker.in_hand import MessagesInHand
-from switchyard_worker.intake import RECEIVE_MAX, Intake, unread
+from switchyard_worker.intake import RECEIVE_MAX, Intake
 from switchyard_worker.stages import MetricsEmitter, log, pause
 from switchyard_worker.triage import Triage
 from switchyard_worker.versions import ServedVersions

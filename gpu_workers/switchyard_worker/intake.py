@@ -170,11 +170,6 @@ def _one_tensor_signature(versions: ServedVersions) -> TensorSignature | None:
     return first
 
 
-def unread(p: Pending) -> bool:
-    """A decoded request whose status in the results table is not read yet."""
-    return p.message is not None and p.status is None
-
-
 class Intake:
     """Receives and decodes work into the forming batch; hands the model's thread the
     next batch once it is due."""
@@ -234,7 +229,7 @@ class Intake:
         while not self._stopping.is_set():
             with self._held:
                 full = self.room() <= 0
-                to_read = self.assembler.unread() if full else []
+                to_read = self.assembler.held_unread() if full else []
                 if full and not to_read:
                     self._held.wait(0.05)  # until the model's thread takes a batch
                     continue

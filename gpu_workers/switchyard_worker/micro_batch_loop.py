@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from switchyard.registry import ModelVersion
-from switchyard.schemas import ErrorInfo
+from switchyard.schemas import ErrorInfo, ResultRecord
 from switchyard_worker.batching import Pending
 from switchyard_worker.finisher import Answered, BatchRun, Finisher
 from switchyard_worker.in_hand import MessagesInHand
@@ -137,6 +137,7 @@ class MicroBatchLoop:
             self._finisher.failed(runnable, str(failed))
             return []
         records = self._finisher.records(runnable, "done", outputs=outputs, ran=ran)
+        self._emit(runnable[0].version, records, ran)
         return list(zip(runnable, records, strict=True))
 
     def _run(self, runnable: list[Pending]) -> tuple[list[list[Any]], BatchRun]:
@@ -155,9 +156,7 @@ class MicroBatchLoop:
             raise self._batch_failed(version, runnable, len(flat), exc) from None
         self._intake.model_ended(version, len(flat), computing)
         self._finisher.worked(computing)
-        ran = BatchRun(started, computing * 1000, len(flat))
-        self._emit(version, runnable, ran)
-        return _per_message(runnable, outputs), ran
+        return _per_message(runnable, outputs), BatchRun(started, computing * 1000, len(flat))
 
     def _outputs(
         self, record: ModelVersion, flat: list[Any], batch_lane: bool
@@ -214,14 +213,15 @@ class MicroBatchLoop:
         self._metrics.emit(version, item_errors=len(runnable))
         return BatchFailed(f"{type(exc).__name__}: {exc}"[:300])
 
-    def _emit(self, version: str, runnable: list[Pending], ran: BatchRun) -> None:
-        """The batch's metrics: its size, its compute and its longest queue wait."""
-        waits = [p.received_at - p.message.enqueued_at for p in runnable if p.message is not None]
+    def _emit(self, version: str, records: list[ResultRecord], ran: BatchRun) -> None:
+        """The batch's metrics: its size, its compute and its longest queue wait (as
+        its records' timings give it)."""
+        waits = [r.timings["queue_wait_ms"] for r in records if "queue_wait_ms" in r.timings]
         self._metrics.emit(
             version,
             batch_size=ran.size,
             compute_ms=ran.compute_ms,
-            queue_wait_ms=max(waits) * 1000 if waits else None,
+            queue_wait_ms=max(waits) if waits else None,
         )
 
     # -- realtime work beside or between a job's parts -------------------------------
@@ -266,7 +266,6 @@ def _per_message(runnable: list[Pending], outputs: list[Any]) -> list[list[Any]]
     per_message = []
     offset = 0
     for p in runnable:
-        size = len(p.inputs) if p.inputs is not None else 1
-        per_message.append(outputs[offset : offset + size])
-        offset += size
+        per_message.append(outputs[offset : offset + p.size])
+        offset += p.size
     return per_message

@@ -14,10 +14,9 @@ from collections.abc import Callable
 
 from switchyard.jobs import STOPPED, JobStore
 from switchyard.schemas import ErrorInfo, QueueMessage, ResultRecord
-from switchyard_worker.batching import Pending
+from switchyard_worker.batching import Pending, unread
 from switchyard_worker.finisher import Answered, Finisher
 from switchyard_worker.in_hand import MessagesInHand
-from switchyard_worker.intake import unread
 from switchyard_worker.stages import log
 
 _JOB_STATUS_SECONDS = 2.0  # how stale a job's cancelled-or-not may be
