@@ -9,6 +9,7 @@ import threading
 import time
 
 from harness.fakes import FakeResults, FakeTokenStream
+from harness.waiting import wait_for
 from switchyard.generation import Chunk
 from switchyard_router.generate_api import NativeFormat
 from switchyard_router.openai_api import _Completions
@@ -80,6 +81,42 @@ def test_a_reader_behind_the_stream_takes_every_chunk_found_in_one_group_each_to
     # by the hub (no Query of the stream)
     assert len(rest) <= 2
     assert not [kind for kind, _ in log if kind == "after"]
+
+
+def test_a_reader_dropped_while_the_hub_holds_its_lock_is_forgotten_without_waiting():
+    # GIVEN a stream read through the hub, its caller gone midway: the response's
+    # generator suspended after a group, held by nothing but the collector's reach
+    log: list = []
+    stream = FakeTokenStream(log)
+    stream.put("acme", "r1", Chunk(0, [1], ["a"]), 0)
+    stream.put("acme", "r1", Chunk(1, [2], ["b"]), 0)
+    hub = StreamHub(stream, interval_s=0.01, first_interval_s=0.01)
+    reader = TokenReader(stream, FakeResults(), "acme", "r1", hub=hub)
+    deadline = time.monotonic() + 10
+    assert reader.first(deadline) == [Piece("a", 0)]
+    held = [reader.rest(deadline)]
+    assert next(held[0]) == [Piece("b", 1)]
+    dropped = threading.Event()
+
+    def drop_inside_the_hubs_look() -> None:
+        # WHEN the generator is finalized on a thread that holds the hub's lock, as
+        # the collector does when the hub's own thread allocates inside its look
+        with hub._lock:  # noqa: SLF001 - where the collector may run it
+            held.clear()
+        dropped.set()
+
+    threading.Thread(target=drop_inside_the_hubs_look, daemon=True).start()
+    # THEN the generator's end runs through (it used to wait forever for the lock its
+    # own thread held, and every stream of the router with it)
+    assert dropped.wait(5)
+    # AND the hub stops reading that stream: its looks end
+    wait_for(lambda: _reads_stopped(log), timeout_s=5, every_s=0)
+
+
+def _reads_stopped(log: list) -> bool:
+    reads = sum(1 for entry in log if entry[0] == "at")
+    time.sleep(0.1)  # ten of the hub's intervals
+    return sum(1 for entry in log if entry[0] == "at") == reads
 
 
 def test_the_native_route_writes_a_chunks_tokens_in_one_write_an_event_per_token():

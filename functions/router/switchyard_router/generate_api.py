@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -214,7 +213,9 @@ class StreamEnd:
     looks at its running requests' records). Done at the stream's last event, or
     when its response ends without it (the caller gone): the response's generator
     is left suspended then, and closed only when the collector finds it, which
-    could be minutes later on a quiet router."""
+    could be minutes later on a quiet router, on whatever thread allocates then.
+    So the once is kept without a lock: that thread may hold any lock (this one
+    too) when the collector runs the generator's end."""
 
     def __init__(
         self,
@@ -230,14 +231,13 @@ class StreamEnd:
         self._tenant = tenant
         self._request_id = request_id
         self.reached = False  # the generation's end was passed on
-        self._lock = threading.Lock()
-        self._done = False
+        self._once = [True]  # popped by the first call (one step under the GIL)
 
     def __call__(self) -> None:
-        with self._lock:
-            if self._done:
-                return
-            self._done = True
+        try:
+            self._once.pop()
+        except IndexError:
+            return
         self._reader.close()
         self._service.give_slot(self._slot)
         if not self.reached:

@@ -52,6 +52,7 @@ class _Watch:
         self.every = every
         self.next_look = time.monotonic() + every
         self.found: queue.Queue[Chunk] = queue.Queue()
+        self.forgotten = False  # its reader reads no more: the hub drops it
 
 
 class StreamHub:
@@ -61,7 +62,11 @@ class StreamHub:
     look, not n. A stream waiting for its first token is looked at 10 ms after it is
     asked for, then every 1.5 times longer, up to 25 ms; a stream whose tokens flow,
     every 50 ms. In Lambda a function instance holds one stream at a time
-    and the hub reads one key; the local router holds them all."""
+    and the hub reads one key; the local router holds them all.
+
+    :meth:`forget` takes no lock: a stream's reader is closed from its response's
+    generator, which the garbage collector may finalize on any thread at any
+    allocation, the hub's own while it holds its lock included."""
 
     def __init__(
         self,
@@ -89,12 +94,14 @@ class StreamHub:
         return watch
 
     def forget(self, watch: _Watch) -> None:
-        with self._lock:
-            self._watches.pop(id(watch), None)
+        """Reads of ``watch`` stop: the hub drops it before its next look."""
+        watch.forgotten = True
 
     def _run(self) -> None:
         while True:
             with self._lock:
+                for key in [k for k, w in self._watches.items() if w.forgotten]:
+                    del self._watches[key]
                 watches = list(self._watches.values())
                 if not watches:
                     self._thread = None
@@ -109,7 +116,7 @@ class StreamHub:
             # Streams that had a chunk after their first are read again at once: the
             # next may be there too (a reader that fell behind catches up in one look,
             # not one a look).
-            while due:
+            while due := [w for w in due if not w.forgotten]:
                 try:
                     found = self._stream.at([(w.tenant, w.request_id, w.cursor) for w in due])
                 except Exception:  # noqa: BLE001 - each reader falls back to its own Query
