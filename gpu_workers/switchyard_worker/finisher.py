@@ -157,12 +157,14 @@ class Finisher:
         final = status if status in ("done", "expired", "cancelled") else "error"
         expires_at = int(completed + self._result_ttl)
         records = []
+        if ran is not None:
+            started, compute_ms, size = ran
+            per_input_ms = compute_ms / size if size else 0.0
         for i, p in enumerate(batch):
             m = p.message
             assert m is not None
             received = p.received_at
             if ran is not None:
-                started, compute_ms, size = ran
                 timing = {
                     "received_at": received,
                     "batch_started_at": started,
@@ -171,7 +173,7 @@ class Finisher:
                     "batch_size": float(size),
                     # Its share of the batch's time in the model, by its inputs: what
                     # the worker's time is billed to it by (switchyard.costs).
-                    "worker_ms": compute_ms * p.size / size if size else 0.0,
+                    "worker_ms": per_input_ms * p.size,
                     "queue_wait_ms": (received - m.enqueued_at) * 1000,
                     "completed_at": completed,
                 }

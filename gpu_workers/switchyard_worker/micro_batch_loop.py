@@ -263,6 +263,8 @@ def _in_given_order(order: list[int], outputs: list[Any]) -> list[Any]:
 
 def _per_message(runnable: list[Pending], outputs: list[Any]) -> list[list[Any]]:
     """The batch's outputs cut per message, in order."""
+    if len(runnable) == len(outputs):  # an input each (a message holds one at least)
+        return [[output] for output in outputs]
     per_message = []
     offset = 0
     for p in runnable:
