@@ -119,6 +119,37 @@ class RunningPlatform:
             what=f"{ready} never appeared",
         )
 
+    def stacks(self) -> str:
+        """Every thread's stack of the router and of each ready worker, now: each is
+        sent SIGUSR1 (they print their stacks to their logs) and what their logs
+        gained is returned. For a test that fails: what the platform was doing."""
+        logs = self.run_dir / "logs"
+        targets = {
+            pid: logs / "router.log"
+            for pid in descendants(self.process.pid)
+            if b"create_local_app" in _cmdline(pid)
+        }
+        for ready in self.run_dir.glob("worker-*.ready"):
+            pid = ready_pid(ready)
+            if pid is not None:
+                targets[pid] = logs / f"{ready.name.removesuffix('.ready')}.log"
+        sizes = {}
+        for pid, log in targets.items():
+            try:
+                sizes[pid] = log.stat().st_size
+                os.kill(pid, signal.SIGUSR1)
+            except OSError:
+                continue
+        time.sleep(1)  # each writes its stacks at its next bytecode
+        parts = []
+        for pid, size in sizes.items():
+            with targets[pid].open("rb") as log:
+                log.seek(size)
+                gained = log.read().decode(errors="replace")
+            stacks = [line for line in gained.splitlines() if line.startswith(_STACK_LINES)]
+            parts.append("\n".join([f"== {targets[pid].name} (pid {pid})", *stacks]))
+        return "\n".join(parts)
+
     def log_events(self, pattern: str) -> list[dict[str, Any]]:
         """The JSON lines of the run's logs named by ``pattern`` (a glob under
         ``logs/``); tracebacks and other lines are skipped."""
@@ -221,6 +252,17 @@ def processes() -> Iterator[tuple[int, list[str]]]:
         except OSError:
             continue
         yield int(entry.name), stat_fields(stat)
+
+
+# What faulthandler prints of a thread's stack, among a log's other lines.
+_STACK_LINES = ("Thread 0x", "Current thread 0x", "  File ")
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def descendants(pid: int) -> list[int]:

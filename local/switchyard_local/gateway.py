@@ -22,8 +22,10 @@ as in Lambda. The answers' bodies are the platform's gateway responses
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
+import signal
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -252,6 +254,9 @@ def create_local_app() -> ASGIApp:
     from switchyard_router.app import create_app
     from switchyard_router.wiring import build_deps
 
+    # `kill -USR1` prints every thread's stack to the log, as a worker does: how to
+    # see what a router whose requests do not end is doing.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     settings = get_settings(RouterSettings)
     apigateway = aws.client("apigateway", settings.region, settings.aws_endpoint_url)
     service_key = {k.lower(): os.environ.get(v) for k, v in SERVICE_CREDENTIALS.items()}

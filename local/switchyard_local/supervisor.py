@@ -182,7 +182,7 @@ class Child:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:
                 print(f"{self.name} did not stop within {timeout:.0f}s; killing it", flush=True)
-                if self.name.startswith("worker-"):
+                if self.name.startswith("worker-") or self.name == "router":
                     self.process.send_signal(signal.SIGUSR1)  # its stacks, into its log
                     time.sleep(1)
                 self.process.kill()

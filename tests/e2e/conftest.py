@@ -63,6 +63,19 @@ def start_platform(run_dir: Path, manifest_text: str, env: dict[str, str]) -> Pl
     return start(run_dir, manifest_text, env, MAKE_UP)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    """A test of the shared platform that fails carries what its router and workers
+    were doing then (every thread's stack), in its report: a request that never ends
+    shows where it waits."""
+    report = yield
+    shared = getattr(item, "funcargs", {}).get("platform")
+    running = isinstance(shared, Platform) and shared.process.poll() is None
+    if report.when == "call" and report.failed and running:
+        report.sections.append(("the platform's stacks when it failed", shared.stacks()))
+    return report
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """test_stop presses Ctrl-C on the shared platform: it runs after every other
     test of the tier, whatever their modules' names."""
