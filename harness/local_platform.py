@@ -124,14 +124,12 @@ class RunningPlatform:
         sent SIGUSR1 (they print their stacks to their logs) and what their logs
         gained is returned. For a test that fails: what the platform was doing."""
         logs = self.run_dir / "logs"
-        targets = {
-            pid: logs / "router.log"
-            for pid in descendants(self.process.pid)
-            if b"create_local_app" in _cmdline(pid)
-        }
+        # Only the platform's own processes: a ready file may outlive its worker.
+        ours = set(descendants(self.process.pid))
+        targets = {pid: logs / "router.log" for pid in ours if b"create_local_app" in _cmdline(pid)}
         for ready in self.run_dir.glob("worker-*.ready"):
             pid = ready_pid(ready)
-            if pid is not None:
+            if pid in ours:
                 targets[pid] = logs / f"{ready.name.removesuffix('.ready')}.log"
         sizes = {}
         for pid, log in targets.items():
@@ -140,7 +138,7 @@ class RunningPlatform:
                 os.kill(pid, signal.SIGUSR1)
             except OSError:
                 continue
-        time.sleep(1)  # each writes its stacks at its next bytecode
+        time.sleep(1)  # faulthandler writes from its signal handler: time to land
         parts = []
         for pid, size in sizes.items():
             with targets[pid].open("rb") as log:

@@ -89,11 +89,11 @@ def test_a_reader_dropped_while_the_hub_holds_its_lock_is_forgotten_without_wait
     log: list = []
     stream = FakeTokenStream(log)
     stream.put("acme", "r1", Chunk(0, [1], ["a"]), 0)
-    stream.put("acme", "r1", Chunk(1, [2], ["b"]), 0)
     hub = StreamHub(stream, interval_s=0.01, first_interval_s=0.01)
     reader = TokenReader(stream, FakeResults(), "acme", "r1", hub=hub)
     deadline = time.monotonic() + 10
     assert reader.first(deadline) == [Piece("a", 0)]
+    stream.put("acme", "r1", Chunk(1, [2], ["b"]), 0)
     held = [reader.rest(deadline)]
     assert next(held[0]) == [Piece("b", 1)]
     dropped = threading.Event()
