@@ -126,7 +126,7 @@ class RunningPlatform:
         logs = self.run_dir / "logs"
         # Only the platform's own processes: a ready file may outlive its worker.
         ours = set(descendants(self.process.pid))
-        targets = {pid: logs / "router.log" for pid in ours if b"create_local_app" in _cmdline(pid)}
+        targets = {pid: logs / "router.log" for pid in ours if b"create_local_app" in cmdline(pid)}
         for ready in self.run_dir.glob("worker-*.ready"):
             pid = ready_pid(ready)
             if pid in ours:
@@ -256,7 +256,9 @@ def processes() -> Iterator[tuple[int, list[str]]]:
 _STACK_LINES = ("Thread 0x", "Current thread 0x", "  File ")
 
 
-def _cmdline(pid: int) -> bytes:
+def cmdline(pid: int) -> bytes:
+    """A process's command line as /proc has it (NUL-separated); empty once it is
+    gone."""
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:

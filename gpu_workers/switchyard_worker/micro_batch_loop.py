@@ -268,6 +268,7 @@ def _per_message(runnable: list[Pending], outputs: list[Any]) -> list[list[Any]]
     per_message = []
     offset = 0
     for p in runnable:
-        per_message.append(outputs[offset : offset + p.size])
-        offset += p.size
+        size = p.size
+        per_message.append(outputs[offset : offset + size])
+        offset += size
     return per_message

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from harness.local_platform import descendants
+from harness.local_platform import cmdline, descendants
 from harness.waiting import wait_for
 from switchyard.manifest import load_manifest
 from switchyard_local.controller import MetricsWindow
@@ -97,10 +97,7 @@ def test_assignment_survives_a_router_restart(platform):
 
 
 def _is_router(pid: int) -> bool:
-    try:
-        return b"uvicorn" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
+    return b"uvicorn" in cmdline(pid)
 
 
 def test_shadow_never_changes_responses_and_is_reported(platform, http):

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.local_platform import ROOT, descendants, stat_fields
+from harness.local_platform import ROOT, cmdline, descendants, stat_fields
 from switchyard_local.emulator import free_port
 
 
@@ -57,13 +57,6 @@ def test_ctrl_c_stops_every_process_it_started(platform):
             for tail in [f"== {path.name}", *path.read_text(errors="replace").splitlines()[-40:]]
         ]
     )
-
-
-def cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
 
 
 def survivors(pids: list[int]) -> dict[int, str]:
