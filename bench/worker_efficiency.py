@@ -68,10 +68,11 @@ class ReplayedRuntime:
 
 def _fill(queue: FakeQueue, model: LoadedModel, record: Any, count: int) -> None:
     from switchyard.queues import encode_message
-    from switchyard.schemas import QueueMessage
+    from switchyard.schemas import QueueMessage, TensorSignature
 
     now = time.time()
     payloads = FakePayloads()
+    rows = isinstance(record.signature, TensorSignature)  # sent as the router sends them
     for i in range(count):
         tenant = ("acme", "globex")[i % 2]
         message = QueueMessage(
@@ -84,7 +85,7 @@ def _fill(queue: FakeQueue, model: LoadedModel, record: Any, count: int) -> None
             enqueued_at=now,
             expires_at=now + 3600,
         )
-        queue.send(encode_message(message, payloads, 200_000), tenant)
+        queue.send(encode_message(message, payloads, 200_000, rows=rows), tenant)
 
 
 def saturate(

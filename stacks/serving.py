@@ -29,6 +29,7 @@ from stacks.models import ModelsStack
 from stacks.observability import BudgetAlarms
 from stacks.pools import PoolWorkers
 from stacks.queues import every_models_queues
+from switchyard.manifest import Manifest
 from switchyard.settings import RouterSettings
 
 
@@ -99,6 +100,7 @@ class ServingStack(Stack):
         self.requests = self._requests_function(deployment)
         self.budget_alarms = BudgetAlarms(self, "Budgets", deployment=deployment)
         self.openai = self._openai_function(deployment)
+        self._update_workers_first(manifest)
         self.batch = BatchIngest(
             self,
             "Batch",
@@ -115,6 +117,29 @@ class ServingStack(Stack):
         workers += [pool.worker for pool in self.pools.values()]
         for worker in workers:
             self.batch.takes_job_ends_from(worker.container, worker.task_definition.task_role)
+
+    def _update_workers_first(self, manifest: Manifest) -> None:
+        """A function that sends a model's work is updated only once every worker
+        service that reads the model's queues is (its own, its pool's, a CPU pool's
+        that takes it on overflow): the model's router after those, the OpenAI and
+        Open Inference Protocol function after every one. An ECS service's update
+        ends when its old tasks are gone, and a rollback undoes the functions first.
+        So a message form that a release's routers start to send (a tensor's rows as
+        one block of numbers, ``QueueMessage.tensor``) never reaches a worker of the
+        release before, which would refuse it."""
+        every = []
+        for model, endpoint in self.endpoints.items():
+            readers = [endpoint.worker] if endpoint.worker is not None else []
+            readers += [
+                pool.worker
+                for name, pool in self.pools.items()
+                if name == manifest.models[model].pool or model in manifest.overflow_models(name)
+            ]
+            for reader in readers:
+                endpoint.router.function.node.add_dependency(reader.service)
+            every += [r for r in readers if r not in every]
+        for reader in every:
+            self.openai.function.node.add_dependency(reader.service)
 
     def _requests_function(self, deployment: Deployment) -> PlatformFunction:
         """The router app for routes that belong to no one model: the catalog, async

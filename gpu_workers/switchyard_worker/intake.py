@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from switchyard.fields import FieldError
 from switchyard.payloads import PayloadMissing, PayloadStore
 from switchyard.queues import Received, decode_checked, decode_messages, load_inputs
 from switchyard.results import ResultStore
@@ -32,6 +33,7 @@ from switchyard.signatures import check_each, plainly_valid_texts
 from switchyard_worker.batching import BatchAssembler, Message, Pending, rank
 from switchyard_worker.in_hand import MessagesInHand
 from switchyard_worker.stages import log, pause
+from switchyard_worker.tensors import Rows, fits
 from switchyard_worker.versions import ServedVersions
 from switchyard_worker.work_messages import WorkMessage, read_plain
 
@@ -90,7 +92,10 @@ def read_messages(
             )
             continue
         try:
-            pending.inputs = load_inputs(message, payloads)
+            if message.tensor is not None:
+                pending.inputs = Rows(message.tensor, message.n_inputs)
+            else:
+                pending.inputs = load_inputs(message, payloads)
         except (PayloadMissing, ValueError) as exc:
             pending.error = ErrorInfo(code="invalid_input", message=str(exc), field="inputs")
             continue
@@ -98,7 +103,8 @@ def read_messages(
     for version, group in to_check.items():
         record = versions.get(version)
         assert record is not None
-        inputs = [p.inputs for p in group]
+        # A block of numbers is checked as JSON rows are, to name what fails in it.
+        inputs = [p.inputs.tolist() if type(p.inputs) is Rows else p.inputs for p in group]
         # Rows parsed as the signature's are checked, unless a claim check's were read.
         rows_checked = (
             checked
@@ -110,14 +116,17 @@ def read_messages(
         )
         for pending, problems in zip(group, each, strict=True):
             if problems:
-                first = problems[0]
                 pending.inputs = None
-                pending.error = ErrorInfo(
-                    code="invalid_input",
-                    message=f"{first.field} {first.message}",
-                    field=first.field,
-                )
+                pending.error = invalid_input(problems)
     return pendings
+
+
+def invalid_input(problems: Sequence[FieldError]) -> ErrorInfo:
+    """A request's error for inputs off its signature: the first problem named."""
+    first = problems[0]
+    return ErrorInfo(
+        code="invalid_input", message=f"{first.field} {first.message}", field=first.field
+    )
 
 
 def _read_whole(
@@ -142,18 +151,39 @@ def _read_whole(
             return None
         signature = record.signature
         if signature is not parsed_as and signature != parsed_as:
-            if not isinstance(signature, TextSignature):
-                return None
-            texts = [m.inputs for m in read if m.version == version and m.inputs is not None]
-            if not plainly_valid_texts(texts, signature.max_chars):
+            inline = [m.inputs for m in read if m.version == version and m.inputs is not None]
+            if isinstance(signature, TextSignature):
+                if not plainly_valid_texts(inline, signature.max_chars):
+                    return None
+            elif inline:  # JSON rows not parsed as this signature's (blocks are read below)
                 return None
         most[version] = record.max_inputs_per_request
     for m in read:
-        if m.inputs is None or m.n_inputs > most[m.version]:
+        if (m.inputs is None and m.tensor is None) or m.n_inputs > most[m.version]:
             return None
+    inputs: list[Any] = [m.inputs for m in read]
+    if any(m.tensor is not None for m in read) and not _blocks_read(read, inputs, versions):
+        return None
     return [
-        Pending(r, arrived, received_at, m, m.inputs) for r, m in zip(received, read, strict=True)
+        Pending(r, arrived, received_at, m, i)
+        for r, m, i in zip(received, read, inputs, strict=True)
     ]
+
+
+def _blocks_read(read: list[WorkMessage], inputs: list[Any], versions: ServedVersions) -> bool:
+    """The messages' blocks of numbers (``tensor``) kept in ``inputs``, in their
+    places, each holding its rows at its version's tensor signature's length (their
+    values are checked with their batch's, ``switchyard_worker.tensors``); False if
+    any is not so (each message is then read and checked alone)."""
+    for i, m in enumerate(read):
+        if m.tensor is None:
+            continue
+        record = versions.get(m.version)
+        signature = record.signature if record is not None else None
+        if not isinstance(signature, TensorSignature) or not fits(m.tensor, m.n_inputs, signature):
+            return False
+        inputs[i] = Rows(m.tensor, m.n_inputs)
+    return True
 
 
 def _one_tensor_signature(versions: ServedVersions) -> TensorSignature | None:

@@ -14,14 +14,18 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
+
 from switchyard.registry import ModelVersion
-from switchyard.schemas import ErrorInfo, ResultRecord
+from switchyard.schemas import ErrorInfo, ResultRecord, TensorSignature
+from switchyard.signatures import check_inputs
 from switchyard_worker.batching import Pending
 from switchyard_worker.finisher import Answered, BatchRun, Finisher
 from switchyard_worker.in_hand import MessagesInHand
-from switchyard_worker.intake import Intake
+from switchyard_worker.intake import Intake, invalid_input
 from switchyard_worker.runtimes import OutputCountMismatch, size_order
 from switchyard_worker.stages import MetricsEmitter, log
+from switchyard_worker.tensors import Rows, plainly_valid, stacked
 from switchyard_worker.triage import Triage
 from switchyard_worker.versions import ServedVersions
 
@@ -130,23 +134,52 @@ class MicroBatchLoop:
             self._finisher.submit(answered)
 
     def _answers(self, runnable: list[Pending]) -> Answered:
-        """The messages' results; none if the batch failed (they go back for retry)."""
+        """The messages' results; none if the batch failed (they go back for retry).
+        Rows that came as blocks of numbers are checked here, the batch's together:
+        those off the version's signature are answered invalid_input, and the rest
+        run."""
+        record = self._versions.get(runnable[0].version)
+        assert record is not None
+        flat = stacked([p.inputs for p in runnable])
+        refused: Answered = []
+        signature = record.signature
+        checked = isinstance(flat, np.ndarray) and isinstance(signature, TensorSignature)
+        if checked and not plainly_valid(flat, signature):
+            refused = self._off_signature(runnable, record)
+            runnable = [p for p in runnable if p.error is None]
+            if not runnable:
+                return refused
+            flat = stacked([p.inputs for p in runnable])
         try:
-            outputs, ran = self._run(runnable)
+            outputs, ran = self._run(runnable, record, flat)
         except BatchFailed as failed:
             self._finisher.failed(runnable, str(failed))
-            return []
+            return refused
         records = self._finisher.records(runnable, "done", outputs=outputs, ran=ran)
         self._emit(runnable[0].version, records, ran)
-        return list(zip(runnable, records, strict=True))
+        return refused + list(zip(runnable, records, strict=True))
 
-    def _run(self, runnable: list[Pending]) -> tuple[list[list[Any]], BatchRun]:
-        """Outputs per message, and the batch's run; raises BatchFailed if the batch
-        failed as a whole."""
-        version = runnable[0].version
-        record = self._versions.get(version)
-        assert record is not None
-        flat = [x for p in runnable for x in (p.inputs or [])]
+    def _off_signature(self, runnable: list[Pending], record: ModelVersion) -> Answered:
+        """The requests whose blocks of numbers are off the version's signature, each
+        answered invalid_input naming what is wrong, as for JSON rows."""
+        refused: Answered = []
+        for p in runnable:
+            if type(p.inputs) is not Rows:
+                continue  # JSON rows, checked as they were read
+            problems = check_inputs(
+                p.inputs.tolist(), record.signature, record.max_inputs_per_request
+            )
+            if problems:
+                p.error = invalid_input(problems)
+                refused.append((p, self._finisher.record(p, "error", error=p.error)))
+        return refused
+
+    def _run(
+        self, runnable: list[Pending], record: ModelVersion, flat: Any
+    ) -> tuple[list[list[Any]], BatchRun]:
+        """Outputs per message, and the batch's run (``flat``: its inputs stacked);
+        raises BatchFailed if the batch failed as a whole."""
+        version = record.version
         self._intake.model_started(version, len(flat))
         started = time.time()
         try:

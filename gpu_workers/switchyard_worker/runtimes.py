@@ -21,7 +21,11 @@ from switchyard.registry import ModelVersion
 class ModelRuntime(Protocol):
     """A loaded model. It may also say ``size_of`` (what an input costs in a padded
     batch) and ``concurrent_calls = True`` (predict may be called from two threads
-    at once: realtime work then runs beside a job's part, not after it)."""
+    at once: realtime work then runs beside a job's part, not after it).
+
+    ``predict`` takes a batch's inputs in order and gives an output per input. A
+    tensor signature's inputs may come as one float64 array of rows (read-only: the
+    rows as the messages carried them, ``switchyard_worker.tensors``), else a list."""
 
     def predict(self, inputs: list[Any]) -> list[Any]: ...
 

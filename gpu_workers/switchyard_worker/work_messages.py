@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from switchyard.queues import joined_bodies
-from switchyard.schemas import TensorSignature
+from switchyard.schemas import TensorSignature, one_payload
 
 RequestId = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
 Tenant = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
@@ -41,6 +41,7 @@ class WorkMessage(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     lane: Literal["realtime", "batch"] = "realtime"
     inputs: list[Any] | None = None
     inputs_ref: str | None = None
+    tensor: bytes | None = None  # base64 in the JSON, as QueueMessage's
     n_inputs: Annotated[int, msgspec.Meta(ge=1)]
     enqueued_at: float
     expires_at: float
@@ -53,11 +54,7 @@ class WorkMessage(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     job: None = None
 
     def __post_init__(self) -> None:
-        # QueueMessage's own rule (its ``_one_payload``), in the same words.
-        if (self.inputs is None) == (self.inputs_ref is None):
-            raise ValueError("exactly one of inputs and inputs_ref must be set")
-        if self.inputs is not None and len(self.inputs) != self.n_inputs:
-            raise ValueError("n_inputs does not match the number of inputs")
+        one_payload(self.inputs, self.inputs_ref, self.tensor, self.n_inputs)  # QueueMessage's
 
 
 def read_plain(

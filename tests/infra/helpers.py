@@ -206,3 +206,32 @@ def step_adjustment(policy: dict[str, Any], alarm: dict[str, Any], value: float)
         if (lower <= above < upper) if above >= 0 else (lower < above <= upper):
             return int(step["ScalingAdjustment"])
     raise AssertionError(f"no step for {value} in {config['StepAdjustments']}")
+
+
+def queue_readers(template: Template, queue_name: str) -> set[str]:
+    """The ECS services (logical ids) whose workers are given the queue
+    ``queue_name`` to read (their task's ``SWITCHYARD_QUEUES``)."""
+    tasks = template.find_resources("AWS::ECS::TaskDefinition")
+    readers = set()
+    for name, service in template.find_resources("AWS::ECS::Service").items():
+        task = tasks[service["Properties"]["TaskDefinition"]["Ref"]]
+        env = task["Properties"]["ContainerDefinitions"][0]["Environment"]
+        queues = [e["Value"] for e in env if e["Name"] == "SWITCHYARD_QUEUES"]
+        if queues and f"/{queue_name}" in json.dumps(queues[0]):
+            readers.add(name)
+    return readers
+
+
+def assert_workers_update_first(template: Template, manifest: Any, stage: str = "dev") -> None:
+    """Each model's router, and the function of every model's protocols, are updated
+    after every worker service that reads the model's queues: each depends on them."""
+    resources = template.to_json()["Resources"]
+    (every_model,) = {
+        integrated_function(m) for m in methods_at(template, "/openai/v1/{proxy+}").values()
+    }
+    for model in manifest.models:
+        readers = queue_readers(template, manifest.names(stage).queue(model, "realtime"))
+        assert readers, model
+        router, _ = router_function(template, model)
+        for sender in (router, every_model):
+            assert readers <= set(as_list(resources[sender].get("DependsOn", []))), (model, sender)

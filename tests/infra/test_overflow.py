@@ -13,7 +13,7 @@ import pytest
 from switchyard.manifest import Manifest
 
 from .conftest import POOL, Synthesized, pooled_manifest
-from .helpers import actions_of, granted, named, statements
+from .helpers import actions_of, assert_workers_update_first, granted, named, statements
 from .test_compute import _service_of, env_of
 
 GPU_POOL = "gpu-tail"
@@ -90,3 +90,9 @@ def test_the_cpu_pool_may_take_the_overflow_models_work_and_read_what_opens_its_
     assert any(results in r for r in granted(gpu, "dynamodb:PutItem"))
     assert not any(results in r for r in granted(gpu, "dynamodb:Query"))
     assert not {"cloudwatch:GetMetricData", "dynamodb:DeleteItem"} & actions_of(gpu)
+
+
+def test_a_model_taken_on_overflow_is_sent_only_after_both_pools_are_updated(
+    overflowing_dev: Synthesized, overflowing: Manifest
+) -> None:
+    assert_workers_update_first(overflowing_dev.serving, overflowing)

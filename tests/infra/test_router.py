@@ -23,6 +23,7 @@ from .conftest import Synthesized
 from .helpers import (
     actions_of,
     as_list,
+    assert_workers_update_first,
     granted,
     logical_id,
     methods_at,
@@ -148,3 +149,14 @@ def test_every_router_may_read_results_together_where_no_tenant_has_a_budget(
         role = fn["Properties"]["Role"]["Fn::GetAtt"][0]
         allowed = granted(statements(stage.serving, role), "dynamodb:BatchGetItem")
         assert any(results in r for r in allowed), model
+
+
+def test_functions_that_send_work_are_updated_after_the_workers_that_read_it(
+    serving_template: Template, manifest: Manifest, pooled_dev: Synthesized, pooled: Manifest
+) -> None:
+    # A router may send a message form that a worker of the release before refuses
+    # (a tensor's rows as one block of numbers): every worker service reading a
+    # model's queues, its own or its pool's, is updated before the model's router
+    # and the function of every model's protocols.
+    assert_workers_update_first(serving_template, manifest)
+    assert_workers_update_first(pooled_dev.serving, pooled)

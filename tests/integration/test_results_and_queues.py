@@ -189,6 +189,38 @@ def test_large_inputs_travel_by_claim_check_with_the_tenant_as_group(
     assert load_inputs(decoded, payloads) == inputs
 
 
+def test_tensor_rows_travel_as_a_block_and_by_claim_check_as_json_when_large(
+    manifest, provisioned, clients
+):
+    names = manifest.names("dev")
+    payloads = S3PayloadStore(clients("s3"), names.payloads_bucket)
+    queue = SqsWorkQueue(clients("sqs"), provisioned.queues["digits-cnn"]["realtime"], "realtime")
+    small, large = [[0.25] * 64] * 2, [[16.0] * 64] * 400  # 400 rows: 205 KB as a block
+    for request_id, inputs in (("small", small), ("large", large)):
+        message = QueueMessage(
+            request_id=request_id, tenant="acme", model="digits-cnn", version="v1",
+            inputs=inputs, n_inputs=len(inputs), enqueued_at=time.time(),
+            expires_at=time.time() + 60,
+        )  # fmt: skip
+        queue.send(
+            encode_message(message, payloads, manifest.platform.claim_check_bytes, rows=True),
+            "acme",
+        )
+    received = {}
+    for _ in range(5):
+        for r in queue.receive(10, 1):
+            decoded = QueueMessage.model_validate_json(r.body)
+            received[decoded.request_id] = decoded
+        if len(received) == 2:
+            break
+    # the small one's rows are one block of numbers in the message
+    assert received["small"].inputs is None and received["small"].inputs_ref is None
+    assert received["small"].tensor == struct.pack("<128d", *([0.25] * 128))
+    # the large one's are in S3, as JSON, as any large inputs are
+    assert received["large"].tensor is None and received["large"].inputs_ref
+    assert load_inputs(received["large"], payloads) == large
+
+
 def test_embeddings_are_stored_packed_and_read_back_exactly(manifest, provisioned, clients):
     results = store(manifest, clients)
     embeddings = [[round(0.001 * i - 0.19, 7) for i in range(384)] for _ in range(3)]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import struct
 import time
 
 import pytest
@@ -237,6 +239,32 @@ def test_shadow_copies_go_to_the_batch_lane_and_never_change_the_response(digits
     assert copy["version"] == "v2" and copy["lane"] == "batch"
     assert copy["shadow_of"] == b.json()["request_id"]
     assert batch_b.visible[0]["group"] == "shadow:acme"
+
+
+def test_tensor_rows_travel_as_one_block_of_numbers_in_every_copy(digits_v1, digits_v2):
+    # GIVEN a version that fails its attempt, a fallback, and a shadow copy
+    doc = RoutingDocument(
+        weights={"v1": 0, "v2": 100}, fallback="v1", shadow={"version": "v1", "percent": 100}
+    )
+    client, realtime, batch, _ = make(digits_v1, digits_v2, doc, {"v1": "answer", "v2": "fail"})
+    image = [i / 4 for i in range(64)]
+    # WHEN a request is answered by the fallback
+    response = client.post(
+        "/v1/models/digits-cnn/predict",
+        json={"inputs": [image, IMAGE]},
+        headers={"x-api-key": "k", "x-deadline-ms": "2000"},
+    )
+    assert response.status_code == 200 and response.json()["fallback"] is True
+    # THEN the request, its fallback and its shadow copy each carry its rows as one
+    # block of float64 numbers, not as JSON
+    sent = [json.loads(m["body"]) for m in realtime.visible + batch.visible]
+    assert [(m["version"], m["lane"]) for m in sent] == [
+        ("v2", "realtime"), ("v1", "realtime"), ("v1", "batch"),
+    ]  # fmt: skip
+    for message in sent:
+        assert "inputs" not in message and message["n_inputs"] == 2
+        values = struct.unpack("<128d", base64.b64decode(message["tensor"], validate=True))
+        assert list(values) == image + IMAGE
 
 
 @pytest.mark.parametrize("percent", [10])

@@ -4,6 +4,7 @@ values; what it refuses is left to ``QueueMessage`` (and named there)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from typing import Any
@@ -12,7 +13,7 @@ import msgspec
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
-from switchyard.queues import decode_checked, decode_messages
+from switchyard.queues import decode_checked, decode_messages, tensor_block
 from switchyard.schemas import JobChunk, QueueMessage
 from switchyard_worker.work_messages import WorkMessage, read_plain
 
@@ -36,6 +37,11 @@ def body(**changes: Any) -> dict[str, Any]:
     }
     fields.update(changes)
     return {k: v for k, v in fields.items() if v is not ...}
+
+
+def block(*rows: list[float]) -> str:
+    """Rows as a message's ``tensor`` carries them in its JSON (base64)."""
+    return base64.b64encode(tensor_block(list(rows))).decode()
 
 
 def text(fields: dict[str, Any]) -> str:
@@ -67,6 +73,8 @@ GOOD = [
     body(inputs=..., inputs_ref="s3://b/inputs/acme/r1.json", n_inputs=3),
     body(inputs=[[0] * 64, [16] * 64], n_inputs=2),  # JSON integers, as floats
     body(job=None),
+    body(inputs=..., tensor=block([1.0] * 64), n_inputs=1),  # rows as one block of numbers
+    body(inputs=..., tensor=block([0.0] * 64, [16.0] * 64), n_inputs=2),
     body(request_id="x" * 64, tenant="t" * 128),
 ]
 
@@ -77,7 +85,7 @@ def test_what_the_router_sends_reads_as_queue_message_reads_it(fields, digits_v1
     for signature in (None, digits_v1.signature):
         read = read_plain(bodies, signature)
         assert read is not None
-        expected = [QueueMessage.model_validate_json(b).model_dump() for b in bodies]
+        expected = [dict(QueueMessage.model_validate_json(b)) for b in bodies]  # field by field
         assert [as_queue_message(m) for m in read] == expected
 
 
@@ -91,6 +99,11 @@ BAD = {
     "another lane": body(lane="bulk"),
     "no inputs at all": body(inputs=...),
     "inputs and a claim check": body(inputs_ref="s3://b/k"),
+    "inputs and a block": body(tensor=block([1.0] * 64)),
+    "a block not base64": body(inputs=..., tensor="not base64!"),
+    "a block of no rows": body(inputs=..., tensor=""),
+    "a block a byte short": body(inputs=..., tensor=base64.b64encode(b"\0" * 511).decode()),
+    "a block not of n_inputs rows": body(inputs=..., tensor=block([1.0] * 3), n_inputs=2),
     "n_inputs off": body(n_inputs=2),
     "n_inputs 0": body(inputs=[], n_inputs=0),
     "a cache key not a sha256": body(cache_key="abc"),

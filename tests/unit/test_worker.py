@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import math
 import signal
 import threading
 import time
 from contextlib import contextmanager
 
+import numpy as np
 import pytest
 
 from harness.fakes import (
     EchoRuntime,
+    FakePayloads,
     FakeQueue,
     FakeResults,
     worker_over_fakes,
@@ -19,6 +22,7 @@ from harness.fakes import (
 from harness.waiting import wait_for
 from harness.worker_log import delivery_events
 from switchyard.generation import Chunk
+from switchyard.queues import encode_message
 from switchyard.schemas import QueueMessage, ResultRecord
 from switchyard_worker.generation_loop import GenerationLoop
 from switchyard_worker.micro_batch_loop import MicroBatchLoop
@@ -50,8 +54,10 @@ def build(digits_v1, runtime, visibility_timeout=60, preload=True):
 
 def send(
     queue, rid, tenant="acme", inputs=None, version="v1", expires_at=None, respond_by=None,
-    fallback=False, counted=False,
+    fallback=False, counted=False, block=False,
 ):  # fmt: skip
+    """Send a request's message as the router does (``block``: its rows as one block
+    of numbers, as the router sends a tensor signature's)."""
     inputs = inputs if inputs is not None else [[1] * 64]
     message = QueueMessage(
         request_id=rid,
@@ -67,7 +73,7 @@ def send(
         fallback=fallback,
         queued_counted=counted,
     )
-    queue.send(message.model_dump_json(), tenant)
+    queue.send(encode_message(message, FakePayloads(), 200_000, rows=block), tenant)
 
 
 def run_until_idle(worker, turns=50):
@@ -142,6 +148,67 @@ def test_a_bad_item_gets_an_error_result_and_the_rest_of_its_batch_succeeds(part
     assert bad.error.field == "inputs[0]"
     assert len(runtime.calls) == 1 and len(runtime.calls[0]) == 2
     assert realtime.depth == 0  # the bad item is not retried
+
+
+class RowSums:
+    """A model that answers each row with its sum, and keeps what each call got."""
+
+    def __init__(self) -> None:
+        self.calls: list = []
+
+    def predict(self, inputs):
+        self.calls.append(inputs)
+        return [float(sum(row)) for row in inputs]
+
+
+def test_rows_sent_as_blocks_of_numbers_run_as_one_array_and_answer_as_json_rows(digits_v1):
+    # GIVEN requests whose rows come as blocks of numbers (as the router sends a
+    # tensor signature's), one of two rows, beside one whose rows came as JSON
+    worker, realtime, _, results, runtime, _ = build(digits_v1, RowSums())
+    row = [float(i % 17) for i in range(64)]
+    send(realtime, "block-two", inputs=[row, [16.0] * 64], block=True)
+    send(realtime, "json", inputs=[[0.5] * 64])
+    send(realtime, "block-one", inputs=[[1e-300] * 63 + [16]], block=True)
+    # WHEN the worker runs them
+    drain(worker)
+    # THEN they ran as one float64 array of their rows, in order, and each request's
+    # answers are its own rows', as from JSON rows
+    [batch] = runtime.calls
+    assert isinstance(batch, np.ndarray) and batch.dtype == np.float64
+    assert batch.tolist() == [row, [16.0] * 64, [0.5] * 64, [1e-300] * 63 + [16.0]]
+    assert results.get("acme", "block-two").outputs == [sum(row), 1024.0]
+    assert results.get("acme", "json").outputs == [32.0]
+    assert results.get("acme", "block-one").outputs == [16.0 + 63e-300]
+    assert realtime.depth == 0
+
+
+@pytest.mark.parametrize(
+    ("rows", "field", "why"),
+    [
+        ([[1.0] * 63 + [17.0]], "inputs[0][63]", "the maximum is 16"),
+        ([[1.0] * 10 + [math.nan] + [1.0] * 53], "inputs[0][10]", "finite"),
+        ([[1.0] * 63], "inputs[0]", "64"),
+    ],
+    ids=["over the range", "not a number", "a row short"],
+)
+def test_a_block_off_the_signature_is_answered_invalid_naming_the_value(
+    digits_v1, rows, field, why
+):
+    # GIVEN a block whose rows are off the version's signature (as a fallback's
+    # copy may be, if the fallback's signature differs), beside a good one
+    worker, realtime, _, results, runtime, _ = build(digits_v1, RowSums())
+    send(realtime, "bad", inputs=rows, block=True)
+    send(realtime, "good", inputs=[[2.0] * 64], block=True)
+    # WHEN the worker runs them
+    drain(worker)
+    # THEN the bad one is answered invalid_input, naming the value as for JSON rows,
+    # and only the good one ran
+    bad = results.get("acme", "bad")
+    assert bad.status == "error" and bad.error.code == "invalid_input"
+    assert bad.error.field == field and why in bad.error.message
+    assert results.get("acme", "good").outputs == [128.0]
+    assert [c.tolist() for c in runtime.calls] == [[[2.0] * 64]]
+    assert realtime.depth == 0
 
 
 def test_outputs_map_back_to_their_requests(parts):

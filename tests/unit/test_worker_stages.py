@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from harness.fakes import EchoRuntime, FakePayloads, FakeRegistry, version_record
@@ -14,6 +15,7 @@ from harness.waiting import wait_for
 from switchyard.schemas import QueueMessage, ResultRecord
 from switchyard.telemetry import prediction_records
 from switchyard_worker.intake import read_messages
+from switchyard_worker.tensors import Rows, stacked
 from switchyard_worker.versions import ServedVersions
 from tests.unit.test_worker import build, send
 
@@ -448,3 +450,25 @@ def test_inputs_read_once_their_version_is_known_are_checked_as_before(stages, d
     assert read_many[0].error is not None and read_many[0].error.field == "inputs"
     for _, ok in (read_high, read_many):
         assert ok.error is None and ok.inputs == [[1] * 64]
+
+
+def test_blocks_of_numbers_are_kept_as_they_came_and_stacked_per_batch(stages, digits_v1):
+    # GIVEN a receive of requests whose rows came as blocks of numbers, one of two rows
+    versions = ServedVersions("digits-cnn", FakeRegistry(digits_v1), lambda _: EchoRuntime())
+    send(stages.realtime, "r1", inputs=[[1.0] * 64], block=True)
+    send(stages.realtime, "r2", inputs=[[2.0] * 64, [3.0] * 64], block=True)
+    send(stages.realtime, "r3", inputs=[[4.0] * 64], block=True)
+    # WHEN it is read
+    read = read_messages(
+        stages.realtime.receive(10, 0), time.monotonic(), time.time(), model="digits-cnn",
+        versions=versions, payloads=FakePayloads(),
+    )  # fmt: skip
+    # THEN each request keeps its block as it came, no number read from it yet
+    assert [p.error for p in read] == [None] * 3
+    assert [type(p.inputs) for p in read] == [Rows] * 3
+    assert [p.inputs.block for p in read] == [p.message.tensor for p in read]
+    assert [p.size for p in read] == [1, 2, 1]
+    # AND the batch's rows are one float64 array, in order
+    batch = stacked([p.inputs for p in read])
+    assert isinstance(batch, np.ndarray) and batch.dtype == np.float64
+    assert batch.tolist() == [[1.0] * 64, [2.0] * 64, [3.0] * 64, [4.0] * 64]

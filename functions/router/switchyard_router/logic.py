@@ -35,7 +35,14 @@ from switchyard.routing import (
     role_of,
     shadow_version,
 )
-from switchyard.schemas import ErrorInfo, GenerationSignature, Lane, QueueMessage, ResultRecord
+from switchyard.schemas import (
+    ErrorInfo,
+    GenerationSignature,
+    Lane,
+    QueueMessage,
+    ResultRecord,
+    TensorSignature,
+)
 from switchyard.signatures import check_inputs
 from switchyard.stats import percentile
 from switchyard_router.outcome import Admitted, Outcome
@@ -415,7 +422,9 @@ class PredictService:
                 lease = queued_work.take(tenant, model, work.expires_at)
             if not work.waits:
                 self._results.put_queued(queued)
-            message = self._enqueue(queued, inputs, work, key, counted=lease is not None)
+            message = self._enqueue(
+                queued, inputs, work, key, counted=lease is not None, rows=_rows(assignment)
+            )
         except Exception:
             self._give_back_queued(lease)
             if use is not None and self._keys is not None:
@@ -545,9 +554,16 @@ class PredictService:
         )
 
     def _enqueue(
-        self, queued: ResultRecord, inputs: Any, work: Work, key: str | None, counted: bool = False
+        self,
+        queued: ResultRecord,
+        inputs: Any,
+        work: Work,
+        key: str | None,
+        counted: bool = False,
+        rows: bool = False,
     ) -> QueueMessage:
-        """Send the request's message to its lane. A send that fails leaves an error
+        """Send the request's message to its lane (``rows``: its inputs are a tensor
+        signature's, sent as one block of numbers). A send that fails leaves an error
         result behind, never a request "queued" forever."""
         message = QueueMessage(
             request_id=queued.request_id,
@@ -567,7 +583,8 @@ class PredictService:
         queue = lanes.batch if work.lane == "batch" else lanes.realtime
         try:
             queue.send(
-                encode_message(message, self._payloads, self._claim_check_bytes), queued.tenant
+                encode_message(message, self._payloads, self._claim_check_bytes, rows=rows),
+                queued.tenant,
             )
         except Exception:
             self._results.complete(_not_queued(queued, self._clock()))
@@ -598,6 +615,7 @@ class PredictService:
             queued=queued,
             recorded=not work.waits,
             queued_counted=message.queued_counted,
+            rows=_rows(assignment),
             timings={
                 "received_at": started,
                 "enqueued_at": message.enqueued_at,
@@ -725,7 +743,9 @@ class PredictService:
         queue = endpoint.batch if shadow else endpoint.realtime
         try:
             queue.send(
-                encode_message(message, self._payloads, self._claim_check_bytes),
+                encode_message(
+                    message, self._payloads, self._claim_check_bytes, rows=admitted.rows
+                ),
                 f"shadow:{admitted.tenant}" if shadow else admitted.tenant,
             )
         except Exception:  # noqa: BLE001 - a lost copy must never fail the caller
@@ -879,6 +899,12 @@ def _ended_here(record: ResultRecord | None, at: float) -> bool:
     """Whether this router's write at ``at`` ended the request (cancelled or
     expired it), not a result stored first by a worker (which gives its place back)."""
     return record is not None and record.status != "queued" and record.completed_at == at
+
+
+def _rows(assignment: Assignment) -> bool:
+    """Whether the request's inputs are rows of a tensor signature (its version's,
+    checked against it): sent as one block of numbers."""
+    return isinstance(assignment.version.signature, TensorSignature)
 
 
 def _not_queued(queued: ResultRecord, at: float) -> ResultRecord:

@@ -39,6 +39,9 @@ class Admitted:
     deadline: float  # monotonic
     budget_s: float
     inputs: list[Any] = field(default_factory=list)
+    # Its inputs are rows of its version's tensor signature, checked: its copies send
+    # them as one block of numbers too (``QueueMessage.tensor``).
+    rows: bool = False
     expires_at: float = 0.0
     fallback: str | None = None  # the version that answers if this one cannot
     fell_back: str | None = None  # why the fallback was asked: "failure" or "deadline"

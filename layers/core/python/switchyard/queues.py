@@ -1,12 +1,15 @@
 """The queue protocol between router and worker.
 
 Messages are ``QueueMessage`` JSON. Inputs larger than the claim-check threshold go
-to S3 first. ``MessageGroupId`` is the tenant, so SQS fair queues keep one noisy
-tenant from filling every worker's receive.
+to S3 first; a tensor signature's rows travel inline as one block of numbers
+(``tensor``), which a worker stacks without parsing them. ``MessageGroupId`` is the
+tenant, so SQS fair queues keep one noisy tenant from filling every worker's receive.
 """
 
 from __future__ import annotations
 
+import base64
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -112,9 +115,21 @@ def _chunks(messages: Sequence[Received]) -> list[Sequence[Received]]:
     return [messages[i : i + SQS_BATCH_LIMIT] for i in range(0, len(messages), SQS_BATCH_LIMIT)]
 
 
-def encode_message(message: QueueMessage, payloads: PayloadStore, claim_check_bytes: int) -> str:
-    """The message body, with its inputs moved to S3 if the body would be too large."""
-    body = message.model_dump_json(exclude_none=True)
+def encode_message(
+    message: QueueMessage, payloads: PayloadStore, claim_check_bytes: int, *, rows: bool = False
+) -> str:
+    """The message body, with its inputs moved to S3 if the body would be too large.
+    ``rows``: its inputs are a tensor signature's rows, checked, and travel as one
+    block of numbers (``QueueMessage.tensor``)."""
+    if rows and message.inputs is not None:
+        # The message without its inputs, and its block of numbers (base64, as
+        # ``QueueMessage.tensor`` dumps it) last: a third of the time a copy of the
+        # message with its block would take to dump.
+        block = base64.b64encode(tensor_block(message.inputs)).decode("ascii")
+        without = message.model_dump_json(exclude_none=True, exclude={"inputs"})
+        body = f'{without[:-1]},"tensor":"{block}"}}'
+    else:
+        body = message.model_dump_json(exclude_none=True)
     if len(body.encode()) <= claim_check_bytes:
         return body
     key = f"inputs/{message.tenant}/{message.request_id}.json"
@@ -122,6 +137,13 @@ def encode_message(message: QueueMessage, payloads: PayloadStore, claim_check_by
     return message.model_copy(update={"inputs": None, "inputs_ref": ref}).model_dump_json(
         exclude_none=True
     )
+
+
+def tensor_block(rows: list[list[float]]) -> bytes:
+    """Rows of numbers as ``QueueMessage.tensor`` holds them: float64, little-endian,
+    row after row."""
+    flat = [x for row in rows for x in row]
+    return struct.pack(f"<{len(flat)}d", *flat)
 
 
 _MESSAGES: TypeAdapter[list[QueueMessage]] = TypeAdapter(list[QueueMessage])

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Base64Bytes, BaseModel, ConfigDict, Field, model_validator
 
 from switchyard import SCHEMA_VERSION
 
@@ -83,8 +83,13 @@ class JobChunk(BaseModel):
     errors: list[LineError] = Field(default_factory=list)
 
 
+# A value of a ``tensor`` message's rows: float64, little-endian.
+TENSOR_VALUE_BYTES = 8
+
+
 class QueueMessage(BaseModel):
-    """One request's work: its inputs inline, or a claim-check pointer to them."""
+    """One request's work: its inputs inline (as JSON, or a tensor signature's rows
+    as one block of numbers), or a claim-check pointer to them."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -96,6 +101,14 @@ class QueueMessage(BaseModel):
     lane: Lane = "realtime"
     inputs: list[Any] | None = None
     inputs_ref: str | None = None  # s3://bucket/key of a JSON list, for large payloads
+    # The inputs as rows of numbers (a tensor signature's), in one block: ``n_inputs``
+    # rows of float64 values, little-endian, row after row, base64 in the JSON. The
+    # router sends tensor inputs so; a worker stacks them into one array without
+    # parsing a number, and checks them against its version's signature. Validated
+    # from base64 (JSON or Python: build a message with raw rows by ``model_copy``, as
+    # ``switchyard.queues.encode_message`` does); held and dumped to JSON as raw bytes
+    # in standard, padded base64, which the worker's msgspec reads.
+    tensor: Base64Bytes | None = None
     n_inputs: int = Field(ge=1)
     enqueued_at: float  # epoch seconds, set by the router just before sending
     # Epoch seconds; work not started by then is answered "expired" without running.
@@ -122,11 +135,24 @@ class QueueMessage(BaseModel):
 
     @model_validator(mode="after")
     def _one_payload(self) -> QueueMessage:
-        if (self.inputs is None) == (self.inputs_ref is None):
-            raise ValueError("exactly one of inputs and inputs_ref must be set")
-        if self.inputs is not None and len(self.inputs) != self.n_inputs:
-            raise ValueError("n_inputs does not match the number of inputs")
+        one_payload(self.inputs, self.inputs_ref, self.tensor, self.n_inputs)
         return self
+
+
+def one_payload(
+    inputs: list[Any] | None, inputs_ref: str | None, tensor: bytes | None, n_inputs: int
+) -> None:
+    """A message's rule for its payload (``QueueMessage``'s and the worker's reading
+    of it): exactly one of its three forms, holding ``n_inputs`` inputs (a tensor's
+    rows of one length, at least one value each)."""
+    if (inputs is not None) + (inputs_ref is not None) + (tensor is not None) != 1:
+        raise ValueError("exactly one of inputs, inputs_ref and tensor must be set")
+    if inputs is not None and len(inputs) != n_inputs:
+        raise ValueError("n_inputs does not match the number of inputs")
+    if tensor is not None and (not tensor or len(tensor) % (TENSOR_VALUE_BYTES * n_inputs)):
+        raise ValueError(
+            f"tensor does not hold n_inputs rows of {TENSOR_VALUE_BYTES}-byte values"
+        )
 
 
 class ErrorInfo(BaseModel):
