@@ -33,7 +33,7 @@ from switchyard.signatures import check_each, plainly_valid_texts
 from switchyard_worker.batching import BatchAssembler, Message, Pending, rank
 from switchyard_worker.in_hand import MessagesInHand
 from switchyard_worker.stages import log, pause
-from switchyard_worker.tensors import Rows, fits
+from switchyard_worker.tensors import Rows, row_bytes
 from switchyard_worker.versions import ServedVersions
 from switchyard_worker.work_messages import WorkMessage, read_plain
 
@@ -145,6 +145,7 @@ def _read_whole(
     one pass. Then nothing is left to check message by message; None if any is not
     so, for :func:`read_messages` to check each and name what fails."""
     most: dict[str, int] = {}
+    row_sizes: dict[str, int] = {}  # a tensor version's bytes a row, in a block
     for name, version in {(m.model, m.version) for m in read}:
         record = versions.get(version)
         if name != model or record is None:
@@ -158,11 +159,13 @@ def _read_whole(
             elif inline:  # JSON rows not parsed as this signature's (blocks are read below)
                 return None
         most[version] = record.max_inputs_per_request
+        if isinstance(signature, TensorSignature):
+            row_sizes[version] = row_bytes(signature)
     for m in read:
         if (m.inputs is None and m.tensor is None) or m.n_inputs > most[m.version]:
             return None
     inputs: list[Any] = [m.inputs for m in read]
-    if any(m.tensor is not None for m in read) and not _blocks_read(read, inputs, versions):
+    if any(m.tensor is not None for m in read) and not _blocks_read(read, inputs, row_sizes):
         return None
     return [
         Pending(r, arrived, received_at, m, i)
@@ -170,17 +173,17 @@ def _read_whole(
     ]
 
 
-def _blocks_read(read: list[WorkMessage], inputs: list[Any], versions: ServedVersions) -> bool:
+def _blocks_read(read: list[WorkMessage], inputs: list[Any], row_sizes: dict[str, int]) -> bool:
     """The messages' blocks of numbers (``tensor``) kept in ``inputs``, in their
-    places, each holding its rows at its version's tensor signature's length (their
-    values are checked with their batch's, ``switchyard_worker.tensors``); False if
-    any is not so (each message is then read and checked alone)."""
+    places, each holding its rows at its version's tensor signature's length
+    (``row_sizes``: bytes a row, by version; their values are checked with their
+    batch's, ``switchyard_worker.tensors``); False if any is not so, or its version
+    takes no tensor (each message is then read and checked alone)."""
     for i, m in enumerate(read):
         if m.tensor is None:
             continue
-        record = versions.get(m.version)
-        signature = record.signature if record is not None else None
-        if not isinstance(signature, TensorSignature) or not fits(m.tensor, m.n_inputs, signature):
+        size = row_sizes.get(m.version)
+        if size is None or len(m.tensor) != m.n_inputs * size:
             return False
         inputs[i] = Rows(m.tensor, m.n_inputs)
     return True

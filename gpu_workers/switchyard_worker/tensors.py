@@ -3,7 +3,7 @@ numbers (``QueueMessage.tensor``), stacked and checked without a Python object p
 value.
 
 The intake only checks that a message's block holds its rows at its version's row
-length (:func:`fits`) and keeps it as it came (:class:`Rows`). The model's thread
+length (:func:`row_bytes`) and keeps it as it came (:class:`Rows`). The model's thread
 joins a batch's blocks into one array (:func:`stacked`) and checks its values
 against the signature in one pass (:func:`plainly_valid`), once per batch: checked
 per receive on the intake's thread, numpy's two reductions let go of the interpreter
@@ -48,10 +48,10 @@ class Rows:
         return self.array().tolist()
 
 
-def fits(block: bytes, count: int, signature: TensorSignature) -> bool:
-    """Whether ``block`` holds ``count`` rows as long as ``signature``'s."""
+def row_bytes(signature: TensorSignature) -> int:
+    """The bytes of one of ``signature``'s rows in a block."""
     (length,) = signature.shape
-    return len(block) == count * length * TENSOR_VALUE_BYTES
+    return length * TENSOR_VALUE_BYTES
 
 
 def stacked(inputs_each: Sequence[Any]) -> Any:

@@ -106,7 +106,7 @@ class QueueMessage(BaseModel):
     # router sends tensor inputs so; a worker stacks them into one array without
     # parsing a number, and checks them against its version's signature. Validated
     # from base64 (JSON or Python: build a message with raw rows by ``model_copy``, as
-    # ``switchyard.queues.encode_message`` does); held and dumped to JSON as raw bytes
+    # ``switchyard.queues.encode_message`` does); held as raw bytes, and dumped to JSON
     # in standard, padded base64, which the worker's msgspec reads.
     tensor: Base64Bytes | None = None
     n_inputs: int = Field(ge=1)
