@@ -205,6 +205,9 @@ def test_a_pool_worker_writes_its_state_where_the_local_status_reads_it(digits_v
     pool.worker.report._state_file = state  # noqa: SLF001 - as the settings would name it
     pool.send("digits-a", "one")
     pool.serve_until(["one"])
+    # The loader thread writes the state after the load's log line, and the model's
+    # thread may answer with the version already in the cache before that.
+    wait_for(state.exists, 5, 0.01, "the pool's state written")
     written = json.loads(state.read_text())
     assert written["pool"] == "small" and written["budget_mib"] == BUDGET
     assert [(e["model"], e["footprint_mib"]) for e in written["resident"]] == [("digits-a", 40)]
