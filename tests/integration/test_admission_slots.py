@@ -93,3 +93,46 @@ def test_a_counting_item_is_no_request_of_the_tenant(routers, provisioned, clien
         TableName=table, Key={"tenant": {"S": "acme"}, "request_id": {"S": "admission#streams"}}
     )["Item"]
     assert "expires_at" in item  # an idle tenant's item ends with the table's TTL
+
+
+def test_slots_given_back_together_are_counted_off_once_each_in_few_updates(
+    routers, manifest, clients
+):
+    # GIVEN acme holding its three sync slots and a stream, one sync slot given back
+    # already on another router
+    first, second, _, table = routers
+    ddb = clients("dynamodb")
+    store = DynamoDBSlotStore(ddb, table)
+    held = [first.take("acme", "sync_requests") for _ in range(3)]
+    stream = first.take("acme", "streams")
+    second.give_back(held[0])
+    assert first.take("acme", "sync_requests") is not None  # its place taken again
+    # WHEN the three sync slots (one given back before, one twice) and the stream are
+    # given back together
+    updates: list[str] = []
+
+    def counted(**_: object) -> None:
+        updates.append("UpdateItem")
+
+    ddb.meta.events.register("before-call.dynamodb.UpdateItem", counted)
+    try:
+        store.give_back([held[0], held[1], held[2], held[2], stream])  # type: ignore[list-item]
+    finally:
+        ddb.meta.events.unregister("before-call.dynamodb.UpdateItem", counted)
+    # THEN each item counts what is still held: the slot taken after, and no stream
+    def held_count(kind: str) -> int:
+        key = {"tenant": {"S": "acme"}, "request_id": {"S": f"admission#{kind}"}}
+        item = ddb.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"]
+        assert sum(name.startswith("slot_") for name in item) == int(item["held"]["N"])
+        return int(item["held"]["N"])
+
+    assert held_count("sync_requests") == 1
+    assert held_count("streams") == 0
+    # AND it took three updates: the sync slots' refused (one was gone), then the two
+    # still held in one, and the stream's
+    assert len(updates) == 3
+    # AND the cap holds again at three
+    first.take("acme", "sync_requests")
+    first.take("acme", "sync_requests")
+    with pytest.raises(AtCapacity):
+        first.take("acme", "sync_requests")

@@ -133,6 +133,21 @@ def slot(
     }
 
 
+def slots_given_back(*names: str) -> dict[str, Any]:
+    """``DynamoDBSlotStore.give_back``: slots removed and counted off, on condition
+    that each is still there."""
+    placeholders = {f"#s{i}": name for i, name in enumerate(names)}
+    return {
+        "TableName": "TABLE",
+        "Key": key("admission#sync"),
+        "UpdateExpression": f"REMOVE {', '.join(placeholders)} ADD #held :minus",
+        "ConditionExpression": " AND ".join(f"attribute_exists({p})" for p in placeholders),
+        "ExpressionAttributeNames": {**placeholders, "#held": "held"},
+        "ExpressionAttributeValues": {":minus": {"N": str(-len(names))}},
+        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+    }
+
+
 def counted(expression: str, condition: str | None, values: dict[str, Any], **more: Any) -> dict:
     """An update of the counters' item ``c``, by the names ``#a`` and ``#b`` it uses."""
     used = expression + (condition or "")
@@ -183,18 +198,22 @@ SCRIPT: list[tuple[str, Any, bool, bool]] = [
         True,
     ),
     (
-        "a slot given back",
-        {
-            "TableName": "TABLE",
-            "Key": key("admission#sync"),
-            "UpdateExpression": "REMOVE #slot ADD #held :minus",
-            "ConditionExpression": "attribute_exists(#slot)",
-            "ExpressionAttributeNames": {"#slot": "s_b2", "#held": "held"},
-            "ExpressionAttributeValues": {":minus": {"N": "-1"}},
-        },
+        "another slot taken",
+        slot(expiry="1795600003", under="3", ExpressionAttributeNames={
+            "#held": "held", "#slot": "s_c3", "#ttl": "expires_at"}),
         True,
         True,
     ),
+    ("two slots given back in one update", slots_given_back("s_b2", "s_c3"), True, True),
+    (
+        "a third slot taken",
+        slot(expiry="1795600004", under="3", ExpressionAttributeNames={
+            "#held": "held", "#slot": "s_d4", "#ttl": "expires_at"}),
+        True,
+        True,
+    ),
+    ("a slot given back twice, with one held", slots_given_back("s_b2", "s_d4"), False, False),
+    ("the one held given back alone", slots_given_back("s_d4"), True, True),
     ("a new item, counted", counted("ADD #a :n", None, {":n": {"N": "2"}}), True, True),
     (
         "decimals added",

@@ -29,10 +29,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -107,8 +108,8 @@ class SlotStore(Protocol):
         are unexpired at ``now`` (expired ones are reclaimed); False at the cap."""
         ...
 
-    def give_back(self, slot: Slot) -> None:
-        """Free ``slot``; a slot already freed or reclaimed changes nothing."""
+    def give_back(self, slots: Sequence[Slot]) -> None:
+        """Free ``slots``; one already freed or reclaimed changes nothing."""
         ...
 
 
@@ -133,6 +134,7 @@ class Admission:
         self._lease = lease_seconds
         self._retry_after = retry_after_seconds
         self._clock = clock
+        self._giving_back = GivenTogether(store.give_back)
 
     def take(self, tenant: str, kind: Kind) -> Slot | None:
         """A slot of ``kind`` for ``tenant`` (None: not capped); :class:`AtCapacity`
@@ -152,7 +154,7 @@ class Admission:
         if slot is None:
             return
         try:
-            self._store.give_back(slot)
+            self._giving_back(slot)
         except Exception:  # noqa: BLE001 - the lease expires in any case
             log.exception("giving back a slot failed", extra={"tenant": slot.tenant})
 
@@ -164,6 +166,62 @@ class Admission:
             yield slot
         finally:
             self.give_back(slot)
+
+
+class GivenTogether:
+    """Items that threads of one process hand to ``write`` at once, written together:
+    the first caller writes its item; callers that come while a write is out wait
+    for it, and the first of them then writes all of theirs in one call. Each call
+    returns once its item is written (or raises what the write raised), as if it
+    had written it alone; nobody waits for a timer, and a caller alone (a Lambda
+    instance serves one request at a time) writes at once, on its own thread.
+
+    A router process's sync requests give their slots back so: answers come in
+    batches, and their callers end together (16 callers: 1.2 UpdateItems a request
+    to give back, not 1; ``bench/aws_calls.py``)."""
+
+    def __init__(self, write: Callable[[list[Any]], None]) -> None:
+        self._write = write
+        self._changed = threading.Condition()
+        self._waiting: list[_Handed] = []
+        self._writing = False
+
+    def __call__(self, item: Any) -> None:
+        handed = _Handed(item)
+        with self._changed:
+            self._waiting.append(handed)
+            while self._writing and not handed.written:
+                self._changed.wait()
+            batch = None
+            if not handed.written:  # no write out: this caller writes what waits
+                self._writing = True
+                batch, self._waiting = self._waiting, []
+        if batch is not None:
+            self._write_out(batch)
+        if handed.failed is not None:
+            raise handed.failed
+
+    def _write_out(self, batch: list[_Handed]) -> None:
+        failed: Exception | None = None
+        try:
+            self._write([h.item for h in batch])
+        except Exception as exc:  # noqa: BLE001 - raised by each caller whose item it held
+            failed = exc
+        finally:  # whatever ended the write, the next may begin
+            with self._changed:
+                for h in batch:
+                    h.failed, h.written = failed, True
+                self._writing = False
+                self._changed.notify_all()
+
+
+class _Handed:
+    __slots__ = ("item", "written", "failed")
+
+    def __init__(self, item: Any) -> None:
+        self.item = item
+        self.written = False
+        self.failed: Exception | None = None
 
 
 class InMemorySlotStore:
@@ -181,8 +239,9 @@ class InMemorySlotStore:
         slots[slot.slot_id] = slot.expires_at
         return True
 
-    def give_back(self, slot: Slot) -> None:
-        self.held.get((slot.tenant, slot.kind), {}).pop(slot.slot_id, None)
+    def give_back(self, slots: Sequence[Slot]) -> None:
+        for slot in slots:
+            self.held.get((slot.tenant, slot.kind), {}).pop(slot.slot_id, None)
 
 
 class DynamoDBSlotStore:
@@ -247,17 +306,40 @@ class DynamoDBSlotStore:
                 return False  # every slot is held and unexpired: at the cap
         return False
 
-    def give_back(self, slot: Slot) -> None:
-        # Already reclaimed after its expiry by another request, or given back: no change.
-        with contextlib.suppress(self._ddb.exceptions.ConditionalCheckFailedException):
-            self._ddb.update_item(
-                TableName=self._table,
-                Key=self._key(slot),
-                UpdateExpression="REMOVE #slot ADD #held :minus",
-                ConditionExpression="attribute_exists(#slot)",
-                ExpressionAttributeNames={"#slot": _SLOT_PREFIX + slot.slot_id, "#held": _HELD},
-                ExpressionAttributeValues={":minus": {"N": "-1"}},
-            )
+    def give_back(self, slots: Sequence[Slot]) -> None:
+        """One UpdateItem per tenant and kind among ``slots``: each slot removed and
+        the count lowered by as many, on condition that every one is still there.
+        If one is not (reclaimed after its expiry by another request, or given back
+        already), the item as it was says which are, and those are given back."""
+        items: dict[tuple[str, Kind], list[Slot]] = {}
+        for slot in slots:
+            items.setdefault((slot.tenant, slot.kind), []).append(slot)
+        for held in items.values():
+            self._give_back_held(held)
+
+    def _give_back_held(self, slots: list[Slot]) -> None:
+        names = [_SLOT_PREFIX + slot.slot_id for slot in dict.fromkeys(slots)]
+        for _ in range(_ATTEMPTS):
+            if not names:
+                return
+            placeholders = {f"#s{i}": name for i, name in enumerate(names)}
+            try:
+                self._ddb.update_item(
+                    TableName=self._table,
+                    Key=self._key(slots[0]),
+                    UpdateExpression=f"REMOVE {', '.join(placeholders)} ADD #held :minus",
+                    ConditionExpression=" AND ".join(
+                        f"attribute_exists({p})" for p in placeholders
+                    ),
+                    ExpressionAttributeNames={**placeholders, "#held": _HELD},
+                    ExpressionAttributeValues={":minus": {"N": str(-len(names))}},
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )
+                return
+            except self._ddb.exceptions.ConditionalCheckFailedException as exc:
+                item = exc.response.get("Item") or {}
+            names = [name for name in names if name in item]
+        log.warning("slots not given back; their leases end them", extra={"slots": len(names)})
 
 
 # -- queued work ----------------------------------------------------------------
