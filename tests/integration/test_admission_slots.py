@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from switchyard.admission import Admission, AtCapacity, DynamoDBSlotStore
+from switchyard.admission import Admission, AtCapacity, DynamoDBSlotStore, Slot
 from switchyard.results import DynamoDBResultStore
 
 LEASES = {"streams": 300.0, "sync_requests": 30.0}
@@ -136,3 +136,45 @@ def test_slots_given_back_together_are_counted_off_once_each_in_few_updates(
     first.take("acme", "sync_requests")
     with pytest.raises(AtCapacity):
         first.take("acme", "sync_requests")
+
+
+def test_slots_wanted_together_are_taken_in_one_update_while_they_all_fit(routers, clients):
+    # GIVEN acme's cap of three sync requests, one held, and one of its streams
+    first, _, clock, table = routers
+    ddb = clients("dynamodb")
+    store = DynamoDBSlotStore(ddb, table)
+    first.take("acme", "sync_requests")
+    expiry = clock.now + LEASES["sync_requests"]
+
+    def wanted(n: int, kind: str = "sync_requests") -> list:
+        return [(Slot("acme", kind, f"w{kind[:2]}{i}{n}", expiry), 3) for i in range(n)]  # type: ignore[arg-type]
+
+    updates: list[str] = []
+
+    def counted(**_: object) -> None:
+        updates.append("UpdateItem")
+
+    ddb.meta.events.register("before-call.dynamodb.UpdateItem", counted)
+    try:
+        # WHEN two sync slots and a stream are wanted together
+        assert store.take(wanted(2) + wanted(1, "streams"), clock.now) == [True, True, True]
+        # THEN each item took one update
+        assert len(updates) == 2
+        # AND with one place left, two wanted together: refused together, then each
+        # tried alone, in order, and the first holds the place
+        store.give_back([wanted(2)[0][0]])
+        updates.clear()
+        assert store.take(wanted(3)[:2], clock.now) == [True, False]
+        assert len(updates) == 3
+        # AND once the held ones expire, a pair is taken in one update, reclaiming them
+        clock.now += LEASES["sync_requests"] + 1
+        updates.clear()
+        later = [(Slot("acme", "sync_requests", f"late{i}", clock.now + 30), 3) for i in range(2)]
+        assert store.take(later, clock.now) == [True, True]  # type: ignore[arg-type]
+        assert len(updates) == 2  # refused, then taken with the expired ones removed
+    finally:
+        ddb.meta.events.unregister("before-call.dynamodb.UpdateItem", counted)
+    key = {"tenant": {"S": "acme"}, "request_id": {"S": "admission#sync_requests"}}
+    item = ddb.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"]
+    assert int(item["held"]["N"]) == 2
+    assert sorted(n for n in item if n.startswith("slot_")) == ["slot_late0", "slot_late1"]

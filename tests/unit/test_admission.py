@@ -17,7 +17,7 @@ from harness.fakes import (
 )
 from harness.router_app import predict_service, router_client
 from stacks.assets import MANIFEST_FILE
-from switchyard.admission import Admission, AtCapacity, GivenTogether, InMemorySlotStore
+from switchyard.admission import Admission, AtCapacity, InMemorySlotStore, Together
 from switchyard.manifest import Manifest
 from switchyard.queues import ModelLanes
 from tests.unit.test_router_app import IMAGE, KEYS, InstantQueue
@@ -127,7 +127,7 @@ class HeldWrite:
 def callers_during_a_write(write: HeldWrite, n: int) -> tuple[list, list[threading.Thread]]:
     """Item 0 handed over, then ``n`` more while its write is out; what each call
     ended with (``(item, None)`` or ``(item, the error)``), in the order they ended."""
-    together = GivenTogether(write)
+    together = Together(write)
     ended: list = []
 
     def call(item: int) -> None:
@@ -179,9 +179,56 @@ def test_a_failed_write_is_raised_to_each_caller_whose_item_it_held():
 
 def test_a_caller_alone_writes_its_item_at_once_on_its_own_thread():
     threads: list[str] = []
-    together = GivenTogether(lambda items: threads.append(threading.current_thread().name))
+    together = Together(lambda items: threads.append(threading.current_thread().name))
     together("slot")
     assert threads == [threading.current_thread().name]
+
+
+def test_slots_wanted_while_a_take_is_out_are_taken_together_each_answered_its_own():
+    # GIVEN acme's cap of three sync requests, a take being written
+    class HeldStore(InMemorySlotStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: list[int] = []
+            self.first_in = threading.Event()
+            self.release = threading.Event()
+
+        def take(self, wanted, now):
+            self.calls.append(len(wanted))
+            if len(self.calls) == 1:
+                self.first_in.set()
+                assert self.release.wait(10)
+            return super().take(wanted, now)
+
+    store = HeldStore()
+    caps = admission(store)
+    answers: list[str] = []
+
+    def request() -> None:
+        try:
+            caps.take("acme", "sync_requests")
+            answers.append("admitted")
+        except AtCapacity:
+            answers.append("429")
+
+    threads = [threading.Thread(target=request)]
+    threads[0].start()
+    assert store.first_in.wait(10)
+    # WHEN three more requests want one meanwhile
+    threads += [threading.Thread(target=request) for _ in range(3)]
+    for thread in threads[1:]:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while len(caps._taking._waiting) < 3 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    store.release.set()
+    for thread in threads:
+        thread.join(10)
+    # THEN the three are taken in one call, and each is answered by its own slot:
+    # two admitted, one refused at the cap
+    assert store.calls == [1, 3]
+    assert sorted(answers) == ["429", "admitted", "admitted", "admitted"]
+    assert len(store.held[("acme", "sync_requests")]) == 3
 
 
 # The router: 429 with Retry-After, in the platform's error shape or OpenAI's.

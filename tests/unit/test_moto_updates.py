@@ -206,6 +206,27 @@ SCRIPT: list[tuple[str, Any, bool, bool]] = [
     ),
     ("two slots given back in one update", slots_given_back("s_b2", "s_c3"), True, True),
     (
+        "two slots taken in one update",
+        slot(
+            under="2",
+            change="2",
+            UpdateExpression="SET #slot0 = :expiry0, #slot1 = :expiry1, #ttl = :ttl "
+            "ADD #held :change",
+            ExpressionAttributeNames={
+                "#held": "held", "#slot0": "s_e5", "#slot1": "s_f6", "#ttl": "expires_at"},
+            ExpressionAttributeValues={
+                ":expiry0": {"N": "1795600005"},
+                ":expiry1": {"N": "1795600006.5"},
+                ":under": {"N": "2"},
+                ":change": {"N": "2"},
+                ":ttl": {"N": "1795600606"},
+            },
+        ),
+        True,
+        True,
+    ),
+    ("the two given back", slots_given_back("s_e5", "s_f6"), True, True),
+    (
         "a third slot taken",
         slot(expiry="1795600004", under="3", ExpressionAttributeNames={
             "#held": "held", "#slot": "s_d4", "#ttl": "expires_at"}),

@@ -103,9 +103,10 @@ class AtCapacity(Exception):
 class SlotStore(Protocol):
     """Where slots are counted, shared by every router."""
 
-    def take(self, slot: Slot, limit: int, now: float) -> bool:
-        """Hold ``slot`` if its tenant holds fewer than ``limit`` of its kind that
-        are unexpired at ``now`` (expired ones are reclaimed); False at the cap."""
+    def take(self, wanted: Sequence[tuple[Slot, int]], now: float) -> list[bool]:
+        """Hold each slot of ``wanted`` whose tenant holds fewer than its limit of its
+        kind that are unexpired at ``now`` (expired ones are reclaimed), in order;
+        False for each at the cap."""
         ...
 
     def give_back(self, slots: Sequence[Slot]) -> None:
@@ -134,7 +135,9 @@ class Admission:
         self._lease = lease_seconds
         self._retry_after = retry_after_seconds
         self._clock = clock
-        self._giving_back = GivenTogether(store.give_back)
+        # Slots taken and given back by threads at once are written together.
+        self._taking = Together(lambda wanted: store.take(wanted, self._clock()))
+        self._giving_back = Together(store.give_back)
 
     def take(self, tenant: str, kind: Kind) -> Slot | None:
         """A slot of ``kind`` for ``tenant`` (None: not capped); :class:`AtCapacity`
@@ -142,9 +145,8 @@ class Admission:
         limit = self._limits.get(tenant, {}).get(kind)
         if limit is None:
             return None
-        now = self._clock()
-        slot = Slot(tenant, kind, uuid.uuid4().hex, now + self._lease[kind])
-        if not self._store.take(slot, limit, now):
+        slot = Slot(tenant, kind, uuid.uuid4().hex, self._clock() + self._lease[kind])
+        if not self._taking((slot, limit)):
             raise AtCapacity(tenant, kind, limit, self._retry_after)
         return slot
 
@@ -168,25 +170,26 @@ class Admission:
             self.give_back(slot)
 
 
-class GivenTogether:
+class Together:
     """Items that threads of one process hand to ``write`` at once, written together:
     the first caller writes its item; callers that come while a write is out wait
     for it, and the first of them then writes all of theirs in one call. Each call
-    returns once its item is written (or raises what the write raised), as if it
-    had written it alone; nobody waits for a timer, and a caller alone (a Lambda
-    instance serves one request at a time) writes at once, on its own thread.
+    returns its own item's answer once it is written (``write`` answers a list, one
+    per item, or None), or raises what the write raised, as if it had written it
+    alone; nobody waits for a timer, and a caller alone (a Lambda instance serves
+    one request at a time) writes at once, on its own thread.
 
-    A router process's sync requests give their slots back so: answers come in
-    batches, and their callers end together (16 callers: 1.2 UpdateItems a request
-    to give back, not 1; ``bench/aws_calls.py``)."""
+    A router process's sync requests take and give back their slots so: answers
+    come in batches, so their callers end together and send their next requests
+    together (``bench/aws_calls.py``, 16 callers)."""
 
-    def __init__(self, write: Callable[[list[Any]], None]) -> None:
+    def __init__(self, write: Callable[[list[Any]], list[Any] | None]) -> None:
         self._write = write
         self._changed = threading.Condition()
         self._waiting: list[_Handed] = []
         self._writing = False
 
-    def __call__(self, item: Any) -> None:
+    def __call__(self, item: Any) -> Any:
         handed = _Handed(item)
         with self._changed:
             self._waiting.append(handed)
@@ -200,28 +203,32 @@ class GivenTogether:
             self._write_out(batch)
         if handed.failed is not None:
             raise handed.failed
+        return handed.answer
 
     def _write_out(self, batch: list[_Handed]) -> None:
         failed: Exception | None = None
+        answers: list[Any] | None = None
         try:
-            self._write([h.item for h in batch])
+            answers = self._write([h.item for h in batch])
         except Exception as exc:  # noqa: BLE001 - raised by each caller whose item it held
             failed = exc
         finally:  # whatever ended the write, the next may begin
             with self._changed:
-                for h in batch:
+                for i, h in enumerate(batch):
+                    h.answer = answers[i] if answers is not None else None
                     h.failed, h.written = failed, True
                 self._writing = False
                 self._changed.notify_all()
 
 
 class _Handed:
-    __slots__ = ("item", "written", "failed")
+    __slots__ = ("item", "written", "failed", "answer")
 
     def __init__(self, item: Any) -> None:
         self.item = item
         self.written = False
         self.failed: Exception | None = None
+        self.answer: Any = None
 
 
 class InMemorySlotStore:
@@ -230,7 +237,10 @@ class InMemorySlotStore:
     def __init__(self) -> None:
         self.held: dict[tuple[str, Kind], dict[str, float]] = {}
 
-    def take(self, slot: Slot, limit: int, now: float) -> bool:
+    def take(self, wanted: Sequence[tuple[Slot, int]], now: float) -> list[bool]:
+        return [self._take(slot, limit, now) for slot, limit in wanted]
+
+    def _take(self, slot: Slot, limit: int, now: float) -> bool:
         slots = self.held.setdefault((slot.tenant, slot.kind), {})
         for slot_id in [s for s, expiry in slots.items() if expiry <= now]:
             del slots[slot_id]
@@ -249,12 +259,12 @@ class DynamoDBSlotStore:
     ``admission#<kind>`` in the tenant's partition), a ``held`` count and one
     attribute per slot holding its expiry.
 
-    Taking a slot is one conditional update (``held`` under the cap, plus the slot,
-    plus one to ``held``). At the cap DynamoDB returns the item as it was; if some
-    of its slots have expired the update is tried again, removing them in the same
-    write on condition that they are still there, so two routers never reclaim one
-    slot twice. Giving back removes the slot and counts one fewer, on condition
-    that the slot is still there.
+    Taking slots is one conditional update (``held`` at most the cap less the
+    slots taken, plus each slot, plus as many to ``held``). At the cap DynamoDB
+    returns the item as it was; if some of its slots have expired the update is
+    tried again, removing them in the same write on condition that they are still
+    there, so two routers never reclaim one slot twice. Giving back removes the
+    slots and counts as many fewer, on condition that each is still there.
     """
 
     def __init__(self, dynamodb: Any, table: str) -> None:
@@ -267,27 +277,52 @@ class DynamoDBSlotStore:
             RESULTS.sort: {"S": _ITEM_PREFIX + slot.kind},
         }
 
-    def take(self, slot: Slot, limit: int, now: float) -> bool:
+    def take(self, wanted: Sequence[tuple[Slot, int]], now: float) -> list[bool]:
+        """The slots of one tenant and kind wanted together are taken in one update
+        if all of them fit under the cap; if they do not, each is tried alone, in
+        order, so that those that fit are held."""
+        items: dict[tuple[str, Kind], list[int]] = {}
+        for i, (slot, _) in enumerate(wanted):
+            items.setdefault((slot.tenant, slot.kind), []).append(i)
+        taken = [False] * len(wanted)
+        for indexes in items.values():
+            limit = wanted[indexes[0]][1]
+            if len(indexes) > 1 and self._take_all([wanted[i][0] for i in indexes], limit, now):
+                for i in indexes:
+                    taken[i] = True
+                continue
+            for i in indexes:
+                taken[i] = self._take_all([wanted[i][0]], limit, now)
+        return taken
+
+    def _take_all(self, slots: list[Slot], limit: int, now: float) -> bool:
+        """Hold every one of ``slots`` (one tenant's, of one kind) or none."""
+        if len(slots) > limit:
+            return False
         expired: list[str] = []
         for _ in range(_ATTEMPTS):
-            names = {"#held": _HELD, "#slot": _SLOT_PREFIX + slot.slot_id, "#ttl": _TTL}
+            names = {"#held": _HELD, "#ttl": _TTL}
             values = {
-                ":expiry": {"N": f"{slot.expires_at:.3f}"},
-                ":under": {"N": str(limit + len(expired))},
-                ":change": {"N": str(1 - len(expired))},
-                ":ttl": {"N": str(int(slot.expires_at) + _ITEM_LINGER_SECONDS)},
+                ":under": {"N": str(limit - len(slots) + 1 + len(expired))},
+                ":change": {"N": str(len(slots) - len(expired))},
+                ":ttl": {"N": str(int(max(s.expires_at for s in slots)) + _ITEM_LINGER_SECONDS)},
             }
+            sets = []
+            for i, slot in enumerate(slots):
+                names[f"#slot{i}"] = _SLOT_PREFIX + slot.slot_id
+                values[f":expiry{i}"] = {"N": f"{slot.expires_at:.3f}"}
+                sets.append(f"#slot{i} = :expiry{i}")
             condition = ["(attribute_not_exists(#held) OR #held < :under)"]
             for i, name in enumerate(expired):
                 names[f"#gone{i}"] = name
                 condition.append(f"attribute_exists(#gone{i})")
-            update = "SET #slot = :expiry, #ttl = :ttl ADD #held :change"
+            update = f"SET {', '.join(sets)}, #ttl = :ttl ADD #held :change"
             if expired:
                 update += " REMOVE " + ", ".join(f"#gone{i}" for i in range(len(expired)))
             try:
                 self._ddb.update_item(
                     TableName=self._table,
-                    Key=self._key(slot),
+                    Key=self._key(slots[0]),
                     UpdateExpression=update,
                     ConditionExpression=" AND ".join(condition),
                     ExpressionAttributeNames=names,
