@@ -238,3 +238,23 @@ def test_the_json_report_carries_the_goals_judged_beside_its_figures():
     assert set(judged) == {g.what for g in goals.GOALS}
     assert judged[CLOSED_LOOP]["met"] is False
     assert judged[CLOSED_LOOP]["reason"].startswith("46.8, 52.6, 52.0 answers/s")
+
+
+@pytest.mark.parametrize(("updates", "said"), [(1.04, True), (2.0, False)])
+def test_the_call_and_cost_reasons_say_when_the_routers_slot_writes_were_shared(updates, said):
+    # GIVEN a run whose router at load made this many UpdateItems of admission a request
+    results = _fixture()
+    path = results["sections"]["aws_calls"]["paths"]["sync_at_load"]
+    path["per_inference"]["router"]["dynamodb:UpdateItem"] = updates
+    # WHEN its goals are judged and rendered
+    reasons = _rendered_reasons(results)
+    # THEN the reasons of the calls and the cost say, where fewer than two a request
+    # were made, that a Lambda instance shares none, within a row's length
+    for goal in (
+        "AWS calls of a sync request of its own (router, and a result write of its own), "
+        "16 callers",
+        "AWS request cost per million sync inferences (SQS, DynamoDB, S3, Firehose), 16 callers",
+    ):
+        assert ("a Lambda instance serves one request at a time" in reasons[goal]) is said
+        assert len(reasons[goal]) <= REASON_MAX_CHARS
+        assert len(SENTENCE_END.findall(reasons[goal])) <= REASON_MAX_SENTENCES
