@@ -13,6 +13,7 @@ from switchyard.admission import (
     AtCapacity,
     DynamoDBQueuedCounts,
     QueuedWork,
+    queued_lease,
 )
 from switchyard.results import DynamoDBResultStore
 from tests.integration.test_admission_slots import Clock
@@ -142,3 +143,39 @@ def test_a_handed_off_request_is_counted_over_the_cap_in_one_write(counted, clie
     work.give_back([lease, lease])
     assert item()["held"]["N"] == "2"
     assert work.take("acme", "digits-cnn", expiry) is not None
+
+
+def test_places_wanted_together_are_counted_in_one_update_while_they_all_fit(
+    counted, clients
+):
+    # GIVEN acme's cap of three requests queued on the model, one queued
+    router, clock, item, table = counted
+    router().take("acme", "digits-cnn", clock.now + 60)
+    ddb = clients("dynamodb")
+    store = DynamoDBQueuedCounts(ddb, table)
+    lease = queued_lease("acme", "digits-cnn", clock.now + 60)
+    updates: list[str] = []
+
+    def seen(**_: object) -> None:
+        updates.append("UpdateItem")
+
+    ddb.meta.events.register("before-call.dynamodb.UpdateItem", seen)
+    try:
+        # WHEN two places are wanted together
+        assert store.take([(lease, 3), (lease, 3)], clock.now) == [True, True]
+        # THEN both are counted in one update
+        assert len(updates) == 1 and item()["held"]["N"] == "3"
+        # AND with one place left, two wanted together are refused together, then
+        # each is tried alone, in order, and the first is counted
+        store.give_back(lease, 1)
+        updates.clear()
+        assert store.take([(lease, 3), (lease, 3)], clock.now) == [True, False]
+        assert len(updates) == 3 and item()["held"]["N"] == "3"
+    finally:
+        ddb.meta.events.unregister("before-call.dynamodb.UpdateItem", seen)
+    # AND once their leases have ended, two are counted together, the ended reclaimed
+    clock.now = lease.ends_at + 1
+    later = queued_lease("acme", "digits-cnn", clock.now + 60)
+    assert store.take([(later, 3), (later, 3)], clock.now) == [True, True]
+    assert item()["held"]["N"] == "2" and item()[later.step]["N"] == "2"
+    assert lease.step not in item()

@@ -227,9 +227,9 @@ class CountingStore(InMemoryQueuedCounts):
         super().__init__()
         self.writes: list[str] = []
 
-    def take(self, lease, limit, now):
+    def take(self, wanted, now):
         self.writes.append("take")
-        return super().take(lease, limit, now)
+        return super().take(wanted, now)
 
     def add(self, lease, now):
         self.writes.append("add")

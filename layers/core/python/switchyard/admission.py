@@ -415,9 +415,10 @@ def queued_lease(tenant: str, model: str, work_expires_at: float) -> QueuedLease
 class QueuedCounts(Protocol):
     """Where tenants' queued work is counted, shared by every router and worker."""
 
-    def take(self, lease: QueuedLease, limit: int, now: float) -> bool:
-        """Count ``lease`` if its tenant has fewer than ``limit`` unexpired leases on
-        its model at ``now`` (expired ones are reclaimed); False at the cap."""
+    def take(self, wanted: Sequence[tuple[QueuedLease, int]], now: float) -> list[bool]:
+        """Count each lease of ``wanted`` whose tenant has fewer than its limit of
+        unexpired leases on its model at ``now`` (expired ones are reclaimed), in
+        order; False for each at the cap."""
         ...
 
     def add(self, lease: QueuedLease, now: float) -> None:
@@ -447,6 +448,8 @@ class QueuedWork:
         self._limits = limits or {}
         self._retry_after = retry_after_seconds
         self._clock = clock
+        # Places taken by threads at once are counted together (see Together).
+        self._taking = Together(lambda wanted: store.take(wanted, self._clock()))
 
     def capped(self, tenant: str) -> bool:
         return tenant in self._limits
@@ -458,7 +461,7 @@ class QueuedWork:
         if limit is None:
             return None
         lease = queued_lease(tenant, model, work_expires_at)
-        if not self._store.take(lease, limit, self._clock()):
+        if not self._taking((lease, limit)):
             raise AtCapacity(tenant, "queued", limit, self._retry_after, model)
         return lease
 
@@ -498,7 +501,10 @@ class InMemoryQueuedCounts:
     def __init__(self) -> None:
         self.counts: dict[tuple[str, str], Counter[float]] = {}
 
-    def take(self, lease: QueuedLease, limit: int, now: float) -> bool:
+    def take(self, wanted: Sequence[tuple[QueuedLease, int]], now: float) -> list[bool]:
+        return [self._take(lease, limit, now) for lease, limit in wanted]
+
+    def _take(self, lease: QueuedLease, limit: int, now: float) -> bool:
         counts = self.counts.setdefault((lease.tenant, lease.model), Counter())
         for ends in [e for e in counts if e <= now]:
             del counts[ends]
@@ -525,13 +531,14 @@ class DynamoDBQueuedCounts:
     :class:`DynamoDBSlotStore` keeps) would cost a write unit per ~20 requests
     queued on every write, and could not hold more than ~9,000 (400 KB an item).
 
-    Taking is one conditional update (``held`` under the cap; one more to ``held``
-    and to the lease's step). At the cap DynamoDB returns the item as it was; steps
-    that have ended are then reclaimed in the retried write, on condition that
-    their counts are as read, so no two routers reclaim one twice. A write that
-    finds ended steps on its way in (the item as written comes back with it) clears
-    them with one more write: an item's ended steps are cleared about once per grid
-    step, and an item holds only steps with live work.
+    Taking is one conditional update (``held`` at most the cap less the leases
+    taken; as many more to ``held`` and to the leases' step). At the cap DynamoDB
+    returns the item as it was; steps that have ended are then reclaimed in the
+    retried write, on condition that their counts are as read, so no two routers
+    reclaim one twice. A write that finds ended steps on its way in (the item as
+    written comes back with it) clears them with one more write: an item's ended
+    steps are cleared about once per grid step, and an item holds only steps with
+    live work.
 
     Adding (a sync request handed off at its deadline, which cannot be refused) is
     the same update without the condition: one write, whatever ``held`` is. Steps
@@ -555,11 +562,32 @@ class DynamoDBQueuedCounts:
             RESULTS.sort: {"S": _QUEUED_PREFIX + lease.model},
         }
 
-    def take(self, lease: QueuedLease, limit: int, now: float) -> bool:
+    def take(self, wanted: Sequence[tuple[QueuedLease, int]], now: float) -> list[bool]:
+        """The leases of one tenant, model and end wanted together are counted in
+        one update if all of them fit under the cap; if they do not, each is tried
+        alone, in order, so that those that fit are counted."""
+        same: dict[QueuedLease, list[int]] = {}
+        for i, (lease, _) in enumerate(wanted):
+            same.setdefault(lease, []).append(i)
+        taken = [False] * len(wanted)
+        for lease, indexes in same.items():
+            limit = wanted[indexes[0]][1]
+            if len(indexes) > 1 and self._take_all(lease, len(indexes), limit, now):
+                for i in indexes:
+                    taken[i] = True
+                continue
+            for i in indexes:
+                taken[i] = self._take_all(lease, 1, limit, now)
+        return taken
+
+    def _take_all(self, lease: QueuedLease, n: int, limit: int, now: float) -> bool:
+        """Count ``n`` leases like ``lease``, all of them or none."""
+        if n > limit:
+            return False
         ended: dict[str, int] = {}
         for _ in range(_ATTEMPTS):
             try:
-                new = self._update(lease, 1, limit, ended, int(now) + self._keep)
+                new = self._update(lease, n, limit - n + 1, ended, int(now) + self._keep)
             except self._ddb.exceptions.ConditionalCheckFailedException as exc:
                 ended = _ended_steps(exc.response.get("Item") or {}, now)
                 if not ended:
