@@ -33,9 +33,9 @@ fixes them in the emulator's process:
   so a CPU pool's worker could not read its models' queue ages.
 
 The direct answers of ``moto_reads`` (GetItem, BatchGetItem, PutItem, the worker's
-statements, SendMessage) go around moto's handlers, so under IAM each is first
-evaluated here (:func:`permits`), with the same checks; one that is not allowed goes
-to moto, which refuses it with its own error.
+statements, SendMessage, SendMessageBatch) go around moto's handlers, so under IAM
+each is first evaluated here (:func:`permits`), with the same checks; one that is
+not allowed goes to moto, which refuses it with its own error.
 
 Like the other ``moto_*`` fixes, this reads moto's internals and refuses any moto
 but the pinned one. ``tests/integration/test_iam_enforced.py`` checks each answer

@@ -89,11 +89,11 @@ Application = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 def wrap(app: Application) -> Application:
     """``app`` (moto's WSGI application) with plain GetItems and BatchGetItems answered
-    directly, plain PutItems (``moto_puts``) and SendMessages (``moto_sends``)
-    written so, batches of INSERTs and conditional UPDATEs (``moto_statements``), a
-    worker's receives, deletes and visibility changes (``moto_receives``), a stream
-    reader's Query (``moto_queries``), BatchWriteItems of puts (``moto_writes``) and
-    plain UpdateItems (``moto_updates``)."""
+    directly, plain PutItems (``moto_puts``) and SendMessages, alone or in batches
+    (``moto_sends``), written so, batches of INSERTs and conditional UPDATEs
+    (``moto_statements``), a worker's receives, deletes and visibility changes
+    (``moto_receives``), a stream reader's Query (``moto_queries``), BatchWriteItems
+    of puts (``moto_writes``) and plain UpdateItems (``moto_updates``)."""
     require_pinned_moto("switchyard_local.moto_reads reads {moto}'s DynamoDB tables")
     answers = {
         TARGET: get_item,
@@ -101,6 +101,7 @@ def wrap(app: Application) -> Application:
         moto_statements.TARGET: moto_statements.batch_statements,
         moto_puts.TARGET: moto_puts.put_item,
         moto_sends.TARGET: moto_sends.send_message,
+        moto_sends.BATCH_TARGET: moto_sends.send_message_batch,
         moto_receives.RECEIVE_TARGET: moto_receives.receive_message,
         moto_receives.DELETE_TARGET: moto_receives.delete_message_batch,
         moto_receives.VISIBILITY_TARGET: moto_receives.change_message_visibility_batch,

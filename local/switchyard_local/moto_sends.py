@@ -1,4 +1,5 @@
-"""SQS's SendMessage in the local emulator, queued straight into moto's queue.
+"""SQS's SendMessage and SendMessageBatch in the local emulator, queued straight
+into moto's queue.
 
 Every request the router admits is one SendMessage; a burst of 1,000 one-sentence
 async requests is 1,000 of them. moto 5.2.5 serves each through Flask, its URL
@@ -16,8 +17,16 @@ a deduplication id, a FIFO or missing queue, and any send moto's checks refuse (
 body too long, a delay out of range), which queued nothing, so moto answers it with
 its own error. What moto takes and SQS would not (an empty body, a control
 character), the direct send takes as well.
-``tests/unit/test_moto_sends.py`` sends one script of SendMessages both ways and
-compares every answer and every message queued.
+A router process that sends several messages at once sends them in one
+SendMessageBatch (``switchyard.queues.SqsWorkQueue``). :func:`send_message_batch`
+answers one of the same form (a queue URL and entries of an id, a body, optionally
+a group and a delay) to a standard queue that exists, through moto's own backend
+``send_message_batch`` (its checks of the ids, the sizes and each message before
+any is queued), and answers as moto does: each message's id and digest, and the
+entries moto's backend failed. Anything else goes to moto's application, as for
+a SendMessage.
+``tests/unit/test_moto_sends.py`` sends one script of each both ways and compares
+every answer and every message queued.
 """
 
 from __future__ import annotations
@@ -28,7 +37,9 @@ from typing import Any
 from switchyard_local.moto_wire import json_request, standard_queue
 
 TARGET = "AmazonSQS.SendMessage"
+BATCH_TARGET = "AmazonSQS.SendMessageBatch"
 _FIELDS = {"QueueUrl", "MessageBody", "MessageGroupId", "DelaySeconds"}
+_ENTRY_FIELDS = {"Id", "MessageBody", "MessageGroupId", "DelaySeconds"}
 
 
 def send_message(environ: dict[str, Any], body: bytes) -> bytes | None:
@@ -56,3 +67,45 @@ def send_message(environ: dict[str, Any], body: bytes) -> bytes | None:
     except SQSException:
         return None  # refused before queueing: moto answers it, with its own error
     return json.dumps({"MD5OfMessageBody": message.body_md5, "MessageId": message.id}).encode()
+
+
+def send_message_batch(environ: dict[str, Any], body: bytes) -> bytes | None:
+    """The answer to a plain SendMessageBatch, queued; or None for moto to answer
+    (nothing queued)."""
+    request = json_request(body, {"QueueUrl", "Entries"})
+    if request is None:
+        return None
+    url, entries = request.get("QueueUrl"), request.get("Entries")
+    if not isinstance(url, str) or not isinstance(entries, list) or not entries:
+        return None
+    batch: dict[str, dict[str, Any]] = {}
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not set(entry) <= _ENTRY_FIELDS:
+            return None
+        text, group, delay = (
+            entry.get("MessageBody"),
+            entry.get("MessageGroupId"),
+            entry.get("DelaySeconds"),
+        )
+        if not isinstance(entry.get("Id"), str) or not isinstance(text, str):
+            return None
+        if group is not None and not isinstance(group, str):
+            return None
+        if delay is not None and (not isinstance(delay, int) or isinstance(delay, bool)):
+            return None
+        # As moto's handler hands them to its backend.
+        batch[str(i)] = {**entry, "MessageAttributes": {}, "DelaySeconds": delay}
+    found = standard_queue(environ, url)
+    if found is None:
+        return None
+    backend, name, _ = found
+    from moto.sqs.exceptions import SQSException
+
+    try:
+        messages, failed = backend.send_message_batch(name, batch)
+    except SQSException:
+        return None  # refused before queueing: moto answers it, with its own error
+    successful = [
+        {"Id": m.user_id, "MessageId": m.id, "MD5OfMessageBody": m.body_md5} for m in messages
+    ]
+    return json.dumps({"Successful": successful, "Failed": failed}).encode()

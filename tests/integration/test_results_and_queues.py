@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import struct
+import threading
 import time
 
 from switchyard.payloads import S3PayloadStore
@@ -426,3 +427,50 @@ def test_a_key_naming_a_token_chunk_is_no_request(manifest, provisioned, clients
     assert results.get("acme", chunk_key("r1", 0)) is None
     assert results.cancel("acme", chunk_key("r1", 0), time.time()) is None
     assert results.get("acme", "r1").status == "queued"
+
+
+def test_messages_sent_at_once_by_threads_go_in_batches_each_with_its_group(
+    provisioned, clients
+):
+    # GIVEN a queue whose first send is held on its way out
+    sqs = clients("sqs")
+    queue = SqsWorkQueue(sqs, provisioned.queues["minilm-embed"]["batch"], "batch")
+    calls: list[tuple[str, int]] = []
+    first_out, release = threading.Event(), threading.Event()
+
+    def seen(params: dict, model: object, **_: object) -> None:
+        calls.append((model.name, len(params.get("Entries", [None]))))  # type: ignore[attr-defined]
+        if len(calls) == 1:
+            first_out.set()
+            assert release.wait(10)
+
+    sqs.meta.events.register("before-parameter-build.sqs.*", seen)
+    try:
+        senders = [threading.Thread(target=queue.send, args=("first", "acme"))]
+        senders[0].start()
+        assert first_out.wait(10)
+        # WHEN 11 more are sent meanwhile, by tenants of their own
+        senders += [
+            threading.Thread(target=queue.send, args=(f"m{i}", f"tenant{i % 3}"))
+            for i in range(11)
+        ]
+        for sender in senders[1:]:
+            sender.start()
+        deadline = time.monotonic() + 10
+        while len(queue._sending._waiting) < 11 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        release.set()
+        for sender in senders:
+            sender.join(10)
+    finally:
+        sqs.meta.events.unregister("before-parameter-build.sqs.*", seen)
+    # THEN the first went alone, the 11 in two batches (SQS takes 10 a call)
+    assert calls == [("SendMessage", 1), ("SendMessageBatch", 10), ("SendMessageBatch", 1)]
+    # AND every message is queued once, with its tenant as its group
+    got: dict[str, str | None] = {}
+    deadline = time.monotonic() + 10
+    while len(got) < 12 and time.monotonic() < deadline:
+        received = queue.receive(10, 1)
+        got.update({m.body: m.group for m in received})
+        queue.delete(received)
+    assert got == {"first": "acme", **{f"m{i}": f"tenant{i % 3}" for i in range(11)}}

@@ -40,7 +40,11 @@ def sqs(client: Client, target: str, body: dict[str, Any]) -> tuple[int, Any]:
 def clients() -> Iterator[tuple[Client, Client, list[str], dict[str, str]]]:
     """moto's application and the wrapped one, each with its twin queues (standard and
     FIFO); a log of the sends the wrapped one queued itself; each queue's URL."""
-    with answered_directly(moto_sends, "send_message") as queued:
+    with (
+        answered_directly(moto_sends, "send_message") as queued,
+        answered_directly(moto_sends, "send_message_batch") as batches,
+    ):
+        queued_by_batch.clear()
         moto, fast = twins()
         urls = {}
         for name in ("by-moto", "by-fast", "by-moto.fifo", "by-fast.fifo"):
@@ -48,8 +52,11 @@ def clients() -> Iterator[tuple[Client, Client, list[str], dict[str, str]]]:
             status, answer = sqs(moto, "CreateQueue", {"QueueName": name, "Attributes": attributes})
             assert status == 200, answer
             urls[name] = answer["QueueUrl"]
+        queued_by_batch.append(batches)
         yield moto, fast, queued, urls
 
+
+queued_by_batch: list[list[str]] = []  # the batches the wrapped one queued itself
 
 SCRIPT: list[tuple[str, dict[str, Any], bool]] = [
     # (what, the request without its queue, queued directly)
@@ -121,3 +128,53 @@ def test_a_send_answers_and_queues_what_moto_does(clients, what, request_, direc
         ), what
     # AND the plain ones were queued directly, the rest left to moto
     assert (len(queued) > before) is direct, what
+
+
+def entries(*bodies: str, **more: Any) -> list[dict[str, Any]]:
+    return [{"Id": str(i), "MessageBody": b, "MessageGroupId": "acme", **more} for i, b in
+            enumerate(bodies)]  # fmt: skip
+
+
+BATCHES: list[tuple[str, dict[str, Any], bool]] = [
+    # (what, the request without its queue, queued directly)
+    ("a batch of the router's sends", {"Entries": entries('{"r": 1}', '{"r": 2}', "x")}, True),
+    ("one entry", {"Entries": entries("only")}, True),
+    ("tenants' groups", {"Entries": [*entries("a"), {"Id": "9", "MessageBody": "b",
+                                                        "MessageGroupId": "globex"}]}, True),
+    ("no group, a delay", {"Entries": [{"Id": "a", "MessageBody": "c", "DelaySeconds": 0}]},
+     True),
+    # moto's backend fails the entry itself; the direct answer says so as moto does
+    ("a delay out of range", {"Entries": entries("d", DelaySeconds=901)}, True),
+    ("ids not distinct", {"Entries": [*entries("e"), *entries("f")]}, False),
+    ("eleven entries", {"Entries": entries(*"abcdefghijk")}, False),
+    ("no entries", {"Entries": []}, False),
+    ("an id SQS refuses", {"Entries": [{"Id": "a b", "MessageBody": "g"}]}, False),
+    ("bodies over moto's bound together", {"Entries": entries("x" * 600_000, "y" * 600_000)},
+     False),
+    ("message attributes", {"Entries": [{**entries("h")[0], "MessageAttributes": {
+        "a": {"DataType": "String", "StringValue": "x"}}}]}, False),
+    ("to a FIFO queue", {"Entries": entries("i"), ".fifo": True}, False),
+    ("to a queue that does not exist", {"Entries": entries("j"), "missing": True}, False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("what", "request_", "direct"), BATCHES, ids=[s[0] for s in BATCHES])
+def test_a_send_batch_answers_and_queues_what_moto_does(clients, what, request_, direct):
+    moto, fast, _, urls = clients
+    batches = queued_by_batch[0]
+    before = len(batches)
+    by_moto = sqs(moto, "SendMessageBatch", _request(request_, urls, "moto"))
+    by_fast = sqs(fast, "SendMessageBatch", _request(request_, urls, "fast"))
+    # THEN the answers are the same but for the new messages' ids, and each queue
+    # holds the same messages after
+    for _, answer in (by_moto, by_fast):
+        for entry in (answer or {}).get("Successful", []):
+            entry.pop("MessageId")
+    assert json.loads(json.dumps(by_fast).replace("by-fast", "by-moto")) == list(by_moto), what
+    if not request_.get("missing"):
+        suffix = ".fifo" if request_.get(".fifo") else ""
+        assert _drained(moto, urls["by-fast" + suffix]) == _drained(
+            moto, urls["by-moto" + suffix]
+        ), what
+    # AND the plain ones were queued directly, the rest left to moto
+    assert (len(batches) > before) is direct, what

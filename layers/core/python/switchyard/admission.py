@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import threading
 import time
 import uuid
 from collections import Counter
@@ -39,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from switchyard.tables import RESULTS
+from switchyard.together import Together
 
 Kind = Literal["streams", "sync_requests"]
 # What a tenant can be at the cap of: a kind of slot, or its queued work on a model.
@@ -168,67 +168,6 @@ class Admission:
             yield slot
         finally:
             self.give_back(slot)
-
-
-class Together:
-    """Items that threads of one process hand to ``write`` at once, written together:
-    the first caller writes its item; callers that come while a write is out wait
-    for it, and the first of them then writes all of theirs in one call. Each call
-    returns its own item's answer once it is written (``write`` answers a list, one
-    per item, or None), or raises what the write raised, as if it had written it
-    alone; nobody waits for a timer, and a caller alone (a Lambda instance serves
-    one request at a time) writes at once, on its own thread.
-
-    A router process's sync requests take and give back their slots so: answers
-    come in batches, so their callers end together and send their next requests
-    together (``bench/aws_calls.py``, 16 callers)."""
-
-    def __init__(self, write: Callable[[list[Any]], list[Any] | None]) -> None:
-        self._write = write
-        self._changed = threading.Condition()
-        self._waiting: list[_Handed] = []
-        self._writing = False
-
-    def __call__(self, item: Any) -> Any:
-        handed = _Handed(item)
-        with self._changed:
-            self._waiting.append(handed)
-            while self._writing and not handed.written:
-                self._changed.wait()
-            batch = None
-            if not handed.written:  # no write out: this caller writes what waits
-                self._writing = True
-                batch, self._waiting = self._waiting, []
-        if batch is not None:
-            self._write_out(batch)
-        if handed.failed is not None:
-            raise handed.failed
-        return handed.answer
-
-    def _write_out(self, batch: list[_Handed]) -> None:
-        failed: Exception | None = None
-        answers: list[Any] | None = None
-        try:
-            answers = self._write([h.item for h in batch])
-        except Exception as exc:  # noqa: BLE001 - raised by each caller whose item it held
-            failed = exc
-        finally:  # whatever ended the write, the next may begin
-            with self._changed:
-                for i, h in enumerate(batch):
-                    h.answer = answers[i] if answers is not None else None
-                    h.failed, h.written = failed, True
-                self._writing = False
-                self._changed.notify_all()
-
-
-class _Handed:
-    __slots__ = ("item", "written", "failed", "answer")
-
-    def __init__(self, item: Any) -> None:
-        self.item = item
-        self.written = False
-        self.failed: Exception | None = None
-        self.answer: Any = None
 
 
 class InMemorySlotStore:

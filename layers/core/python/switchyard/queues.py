@@ -20,9 +20,13 @@ from pydantic import TypeAdapter, ValidationError, create_model
 from switchyard.payloads import PayloadStore
 from switchyard.schemas import Lane, QueueMessage, TensorSignature
 from switchyard.signatures import tensor_row
+from switchyard.together import Together
 
 # SQS's own bound for one message is 256 KiB; the claim check keeps well below it.
 SQS_BATCH_LIMIT = 10
+# A SendMessageBatch's bodies together, at most: SQS's bound for a batch, as for
+# one message.
+SQS_BATCH_BYTES = 262_144
 
 
 class Received(NamedTuple):
@@ -68,9 +72,37 @@ class SqsWorkQueue:
         self._sqs = sqs
         self.url = url
         self.lane: Lane = lane
+        # Messages that threads of one process send at once go in one call.
+        self._sending = Together(self._send_all)
 
     def send(self, body: str, group: str) -> None:
-        self._sqs.send_message(QueueUrl=self.url, MessageBody=body, MessageGroupId=group)
+        failed = self._sending((body, group))
+        if failed is not None:
+            raise failed
+
+    def _send_all(self, sends: list[tuple[str, str]]) -> list[Exception | None]:
+        """Each send's failure, or None: one alone as a SendMessage, several as
+        SendMessageBatches of up to 10 within SQS_BATCH_BYTES. Each batch's failure,
+        or an entry's, is its own senders' only, so that no message sent is taken
+        for one that was not."""
+        if len(sends) == 1:
+            ((body, group),) = sends
+            self._sqs.send_message(QueueUrl=self.url, MessageBody=body, MessageGroupId=group)
+            return [None]
+        failures: list[Exception | None] = []
+        for batch in _send_batches(sends):
+            entries = [
+                {"Id": str(i), "MessageBody": body, "MessageGroupId": group}
+                for i, (body, group) in enumerate(batch)
+            ]
+            try:
+                answer = self._sqs.send_message_batch(QueueUrl=self.url, Entries=entries)
+            except Exception as exc:  # noqa: BLE001 - raised to this batch's senders
+                failures += [exc] * len(batch)
+                continue
+            failed = {entry["Id"]: entry for entry in answer.get("Failed", [])}
+            failures += [_send_failed(failed.get(str(i))) for i in range(len(batch))]
+        return failures
 
     def receive(
         self, max_messages: int, wait_seconds: int, visibility_seconds: int | None = None
@@ -109,6 +141,30 @@ class SqsWorkQueue:
                 for i, m in enumerate(chunk)
             ]
             self._sqs.change_message_visibility_batch(QueueUrl=self.url, Entries=entries)
+
+
+def _send_batches(sends: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
+    """Sends in order, cut into batches SendMessageBatch takes."""
+    batches: list[list[tuple[str, str]]] = []
+    size = 0
+    for send in sends:
+        length = len(send[0].encode())
+        if not batches or len(batches[-1]) >= SQS_BATCH_LIMIT or size + length > SQS_BATCH_BYTES:
+            batches.append([])
+            size = 0
+        batches[-1].append(send)
+        size += length
+    return batches
+
+
+def _send_failed(entry: dict[str, Any] | None) -> Exception | None:
+    """A SendMessageBatch entry's failure as the error its SendMessage would raise."""
+    if entry is None:
+        return None
+    from botocore.exceptions import ClientError
+
+    error = {"Code": entry.get("Code", "InternalError"), "Message": entry.get("Message", "")}
+    return ClientError({"Error": error}, "SendMessageBatch")
 
 
 def _chunks(messages: Sequence[Received]) -> list[Sequence[Received]]:
