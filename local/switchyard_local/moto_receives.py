@@ -39,7 +39,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from switchyard_local.moto_wire import json_request, standard_queue
+from switchyard_local.moto_wire import json_request, on_standard_queue, standard_queue
 
 RECEIVE_TARGET = "AmazonSQS.ReceiveMessage"
 DELETE_TARGET = "AmazonSQS.DeleteMessageBatch"
@@ -137,16 +137,15 @@ def change_message_visibility_batch(environ: dict[str, Any], body: bytes) -> byt
         return None
     if not all(_within(e["VisibilityTimeout"], 0, _MAX_VISIBILITY_S) for e in entries):
         return None
-    found = standard_queue(environ, request.get("QueueUrl"))
-    if found is None:
+    # Past the 12-hour limit, moto's backend refuses the whole call: moto's error.
+    done = on_standard_queue(
+        environ,
+        request.get("QueueUrl"),
+        lambda backend, name: backend.change_message_visibility_batch(name, entries),
+    )
+    if done is None:
         return None
-    backend, name, _ = found
-    from moto.sqs.exceptions import SQSException
-
-    try:
-        changed, failed = backend.change_message_visibility_batch(name, entries)
-    except SQSException:
-        return None  # past the 12-hour limit: moto's error, for the whole call
+    changed, failed = done
     return _batch_answer(changed, failed)
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from switchyard_local.moto_wire import json_request, standard_queue
+from switchyard_local.moto_wire import json_request, on_standard_queue
 
 TARGET = "AmazonSQS.SendMessage"
 BATCH_TARGET = "AmazonSQS.SendMessageBatch"
@@ -56,16 +56,13 @@ def send_message(environ: dict[str, Any], body: bytes) -> bytes | None:
         return None
     if delay is not None and (not isinstance(delay, int) or isinstance(delay, bool)):
         return None
-    found = standard_queue(environ, url)
-    if found is None:
+    message = on_standard_queue(
+        environ,
+        url,
+        lambda backend, name: backend.send_message(name, text, delay_seconds=delay, group_id=group),
+    )
+    if message is None:
         return None
-    backend, name, _ = found
-    from moto.sqs.exceptions import SQSException
-
-    try:
-        message = backend.send_message(name, text, delay_seconds=delay, group_id=group)
-    except SQSException:
-        return None  # refused before queueing: moto answers it, with its own error
     return json.dumps({"MD5OfMessageBody": message.body_md5, "MessageId": message.id}).encode()
 
 
@@ -95,16 +92,12 @@ def send_message_batch(environ: dict[str, Any], body: bytes) -> bytes | None:
             return None
         # As moto's handler hands them to its backend.
         batch[str(i)] = {**entry, "MessageAttributes": {}, "DelaySeconds": delay}
-    found = standard_queue(environ, url)
-    if found is None:
+    sent = on_standard_queue(
+        environ, url, lambda backend, name: backend.send_message_batch(name, batch)
+    )
+    if sent is None:
         return None
-    backend, name, _ = found
-    from moto.sqs.exceptions import SQSException
-
-    try:
-        messages, failed = backend.send_message_batch(name, batch)
-    except SQSException:
-        return None  # refused before queueing: moto answers it, with its own error
+    messages, failed = sent
     successful = [
         {"Id": m.user_id, "MessageId": m.id, "MD5OfMessageBody": m.body_md5} for m in messages
     ]

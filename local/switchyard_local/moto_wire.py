@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 # A header on every direct answer (its value "1"), so that a client can tell which
 # calls the emulator answered itself (``bench/emulator_calls.py`` counts them); boto3
 # reads no header it does not know.
 DIRECT_HEADER = "x-switchyard-direct"
+
+T = TypeVar("T")
 
 
 def json_request(body: bytes, fields: set[str]) -> dict[str, Any] | None:
@@ -65,6 +68,23 @@ def standard_queue(environ: dict[str, Any], url: Any) -> tuple[Any, str, Any] | 
     if queue is None or queue.fifo_queue:
         return None
     return backend, name, queue
+
+
+def on_standard_queue(environ: dict[str, Any], url: Any, call: Callable[[Any, str], T]) -> T | None:
+    """``call(backend, name)`` on the standard queue at ``url``; None where there is
+    no such queue, or where moto's backend refuses the call (an ``SQSException``,
+    raised before it changed anything): moto's application then answers it, with its
+    own error."""
+    found = standard_queue(environ, url)
+    if found is None:
+        return None
+    backend, name, _ = found
+    from moto.sqs.exceptions import SQSException
+
+    try:
+        return call(backend, name)
+    except SQSException:
+        return None
 
 
 def backend_of(environ: dict[str, Any], service: str = "dynamodb") -> Any:

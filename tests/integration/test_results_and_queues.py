@@ -9,6 +9,7 @@ from switchyard.payloads import S3PayloadStore
 from switchyard.queues import SqsWorkQueue, encode_message, load_inputs
 from switchyard.results import DynamoDBResultStore, Stored
 from switchyard.schemas import QueueMessage, ResultRecord
+from tests.unit.test_together import while_one_is_out
 
 
 def store(manifest, clients, threshold=200_000):
@@ -446,22 +447,14 @@ def test_messages_sent_at_once_by_threads_go_in_batches_each_with_its_group(
 
     sqs.meta.events.register("before-parameter-build.sqs.*", seen)
     try:
-        senders = [threading.Thread(target=queue.send, args=("first", "acme"))]
-        senders[0].start()
-        assert first_out.wait(10)
-        # WHEN 11 more are sent meanwhile, by tenants of their own
-        senders += [
-            threading.Thread(target=queue.send, args=(f"m{i}", f"tenant{i % 3}"))
-            for i in range(11)
-        ]
-        for sender in senders[1:]:
-            sender.start()
-        deadline = time.monotonic() + 10
-        while len(queue._sending._waiting) < 11 and time.monotonic() < deadline:
-            time.sleep(0.001)
-        release.set()
-        for sender in senders:
-            sender.join(10)
+        # WHEN 11 more are sent while it is out, by tenants of their own
+        while_one_is_out(
+            queue._sending,
+            lambda: queue.send("first", "acme"),
+            [lambda i=i: queue.send(f"m{i}", f"tenant{i % 3}") for i in range(11)],
+            first_out,
+            release,
+        )
     finally:
         sqs.meta.events.unregister("before-parameter-build.sqs.*", seen)
     # THEN the first went alone, the 11 in two batches (SQS takes 10 a call)

@@ -4,7 +4,6 @@ router's 429 at a cap, and the manifest's concurrency budget."""
 from __future__ import annotations
 
 import threading
-import time
 import tomllib
 
 import pytest
@@ -21,6 +20,7 @@ from switchyard.admission import Admission, AtCapacity, InMemorySlotStore
 from switchyard.manifest import Manifest
 from switchyard.queues import ModelLanes
 from tests.unit.test_router_app import IMAGE, KEYS, InstantQueue
+from tests.unit.test_together import while_one_is_out
 
 LEASES = {"streams": 300.0, "sync_requests": 30.0}
 
@@ -133,19 +133,10 @@ def test_slots_wanted_while_a_take_is_out_are_taken_together_each_answered_its_o
         except AtCapacity:
             answers.append("429")
 
-    threads = [threading.Thread(target=request)]
-    threads[0].start()
-    assert store.first_in.wait(10)
-    # WHEN three more requests want one meanwhile
-    threads += [threading.Thread(target=request) for _ in range(3)]
-    for thread in threads[1:]:
-        thread.start()
-    deadline = time.monotonic() + 10
-    while len(caps._taking._waiting) < 3 and time.monotonic() < deadline:
-        time.sleep(0.001)
-    store.release.set()
-    for thread in threads:
-        thread.join(10)
+    # WHEN three more requests want one while it is out
+    while_one_is_out(
+        caps._taking, request, [request] * 3, store.first_in, store.release
+    )
     # THEN the three are taken in one call, and each is answered by its own slot:
     # two admitted, one refused at the cap
     assert store.calls == [1, 3]

@@ -1,7 +1,7 @@
-"""The emulator's direct SendMessage queues and answers what moto does: one script of
-SendMessages, plain and not, each sent to moto's WSGI application for one queue and
-to it wrapped by ``moto_reads.wrap`` for a twin queue; every answer, and every
-message each queued, compared."""
+"""The emulator's direct SendMessage and SendMessageBatch queue and answer what moto
+does: one script of each, plain and not, each sent to moto's WSGI application for
+one queue and to it wrapped by ``moto_reads.wrap`` for a twin queue; every answer,
+and every message each queued, compared."""
 
 from __future__ import annotations
 
@@ -37,14 +37,15 @@ def sqs(client: Client, target: str, body: dict[str, Any]) -> tuple[int, Any]:
 
 
 @pytest.fixture(scope="module")
-def clients() -> Iterator[tuple[Client, Client, list[str], dict[str, str]]]:
+def clients() -> Iterator[tuple[Client, Client, dict[str, list[str]], dict[str, str]]]:
     """moto's application and the wrapped one, each with its twin queues (standard and
-    FIFO); a log of the sends the wrapped one queued itself; each queue's URL."""
+    FIFO); a log of the sends the wrapped one queued itself, by call; each queue's
+    URL."""
     with (
-        answered_directly(moto_sends, "send_message") as queued,
+        answered_directly(moto_sends, "send_message") as sent,
         answered_directly(moto_sends, "send_message_batch") as batches,
     ):
-        queued_by_batch.clear()
+        queued = {"SendMessage": sent, "SendMessageBatch": batches}
         moto, fast = twins()
         urls = {}
         for name in ("by-moto", "by-fast", "by-moto.fifo", "by-fast.fifo"):
@@ -52,11 +53,8 @@ def clients() -> Iterator[tuple[Client, Client, list[str], dict[str, str]]]:
             status, answer = sqs(moto, "CreateQueue", {"QueueName": name, "Attributes": attributes})
             assert status == 200, answer
             urls[name] = answer["QueueUrl"]
-        queued_by_batch.append(batches)
         yield moto, fast, queued, urls
 
-
-queued_by_batch: list[list[str]] = []  # the batches the wrapped one queued itself
 
 SCRIPT: list[tuple[str, dict[str, Any], bool]] = [
     # (what, the request without its queue, queued directly)
@@ -109,27 +107,6 @@ def _drained(client: Client, url: str) -> list[dict[str, Any]]:
     ]
 
 
-@pytest.mark.parametrize(("what", "request_", "direct"), SCRIPT, ids=[s[0] for s in SCRIPT])
-def test_a_send_answers_and_queues_what_moto_does(clients, what, request_, direct):
-    moto, fast, queued, urls = clients
-    before = len(queued)
-    by_moto = sqs(moto, "SendMessage", _request(request_, urls, "moto"))
-    by_fast = sqs(fast, "SendMessage", _request(request_, urls, "fast"))
-    # THEN the answers are the same but for the new message's id, and each queue
-    # holds the same message after
-    if by_moto[0] == 200:
-        assert set(by_fast[1]) == set(by_moto[1]), what
-        by_fast[1].pop("MessageId"), by_moto[1].pop("MessageId")
-    assert json.loads(json.dumps(by_fast).replace("by-fast", "by-moto")) == list(by_moto), what
-    if not request_.get("missing"):
-        suffix = ".fifo" if request_.get(".fifo") else ""
-        assert _drained(moto, urls["by-fast" + suffix]) == _drained(
-            moto, urls["by-moto" + suffix]
-        ), what
-    # AND the plain ones were queued directly, the rest left to moto
-    assert (len(queued) > before) is direct, what
-
-
 def entries(*bodies: str, **more: Any) -> list[dict[str, Any]]:
     return [{"Id": str(i), "MessageBody": b, "MessageGroupId": "acme", **more} for i, b in
             enumerate(bodies)]  # fmt: skip
@@ -158,18 +135,33 @@ BATCHES: list[tuple[str, dict[str, Any], bool]] = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("what", "request_", "direct"), BATCHES, ids=[s[0] for s in BATCHES])
-def test_a_send_batch_answers_and_queues_what_moto_does(clients, what, request_, direct):
-    moto, fast, _, urls = clients
-    batches = queued_by_batch[0]
-    before = len(batches)
-    by_moto = sqs(moto, "SendMessageBatch", _request(request_, urls, "moto"))
-    by_fast = sqs(fast, "SendMessageBatch", _request(request_, urls, "fast"))
+def _without_ids(answer: Any) -> Any:
+    """An answer without its new messages' ids (a send's, or each of a batch's)."""
+    if isinstance(answer, dict):
+        answer.pop("MessageId", None)
+        for entry in answer.get("Successful", []):
+            entry.pop("MessageId")
+    return answer
+
+
+CALLS = [("SendMessage", *s) for s in SCRIPT] + [("SendMessageBatch", *s) for s in BATCHES]
+
+
+@pytest.mark.parametrize(
+    ("call", "what", "request_", "direct"), CALLS, ids=[f"{c[0]}: {c[1]}" for c in CALLS]
+)
+def test_a_send_answers_and_queues_what_moto_does(clients, call, what, request_, direct):
+    moto, fast, queued, urls = clients
+    before = len(queued[call])
+    by_moto = sqs(moto, call, _request(request_, urls, "moto"))
+    by_fast = sqs(fast, call, _request(request_, urls, "fast"))
     # THEN the answers are the same but for the new messages' ids, and each queue
     # holds the same messages after
-    for _, answer in (by_moto, by_fast):
-        for entry in (answer or {}).get("Successful", []):
-            entry.pop("MessageId")
+    assert ("MessageId" in (by_fast[1] or {})) == ("MessageId" in (by_moto[1] or {})), what
+    by_fast, by_moto = (
+        (by_fast[0], _without_ids(by_fast[1])),
+        (by_moto[0], _without_ids(by_moto[1])),
+    )
     assert json.loads(json.dumps(by_fast).replace("by-fast", "by-moto")) == list(by_moto), what
     if not request_.get("missing"):
         suffix = ".fifo" if request_.get(".fifo") else ""
@@ -177,4 +169,4 @@ def test_a_send_batch_answers_and_queues_what_moto_does(clients, what, request_,
             moto, urls["by-moto" + suffix]
         ), what
     # AND the plain ones were queued directly, the rest left to moto
-    assert (len(batches) > before) is direct, what
+    assert (len(queued[call]) > before) is direct, what

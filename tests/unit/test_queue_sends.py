@@ -6,12 +6,12 @@ in tests/integration/test_results_and_queues.py."""
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from switchyard.queues import SQS_BATCH_BYTES, SqsWorkQueue
+from tests.unit.test_together import while_one_is_out
 
 
 class Sqs:
@@ -86,19 +86,14 @@ def test_a_send_alone_is_a_send_message_and_a_sender_raises_its_own_failure():
         except ClientError as exc:
             raised[body] = exc
 
-    senders = [threading.Thread(target=send, args=("alone",))]
-    senders[0].start()
-    assert sqs.first_out.wait(10)
-    # WHEN two more are sent meanwhile, one of which SQS refuses
-    senders += [threading.Thread(target=send, args=(b,)) for b in ("good", "bad")]
-    for sender in senders[1:]:
-        sender.start()
-    deadline = time.monotonic() + 10
-    while len(queue._sending._waiting) < 2 and time.monotonic() < deadline:
-        time.sleep(0.001)
-    sqs.release.set()
-    for sender in senders:
-        sender.join(10)
+    # WHEN two more are sent while it is out, one of which SQS refuses
+    while_one_is_out(
+        queue._sending,
+        lambda: send("alone"),
+        [lambda: send("good"), lambda: send("bad")],
+        sqs.first_out,
+        sqs.release,
+    )
     # THEN the first went alone, the two in one batch, and only the refused one's
     # sender raised
     assert [name for name, _ in sqs.calls] == ["SendMessage", "SendMessageBatch"]

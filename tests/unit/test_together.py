@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 from switchyard.together import Together
 
@@ -28,11 +29,40 @@ class HeldWrite:
             raise ConnectionError("DynamoDB is unreachable")
 
 
-def callers_during_a_write(write: HeldWrite, n: int) -> tuple[list, list[threading.Thread]]:
-    """Item 0 handed over, then ``n`` more while its write is out; what each call
-    ended with (``(item, None)`` or ``(item, the error)``), in the order they ended."""
+def while_one_is_out(
+    together: Together,
+    first: Callable[[], object],
+    others: list[Callable[[], object]],
+    out: threading.Event,
+    release: threading.Event,
+    before_release: Callable[[], object] = lambda: None,
+) -> None:
+    """``first`` run on a thread of its own until its write is out (``out`` set by
+    the write, which then waits for ``release``); then each of ``others`` on one of
+    its own, until all of them wait on ``together``; ``before_release`` called, the
+    write released and every thread joined."""
+    threads = [threading.Thread(target=first)]
+    threads[0].start()
+    assert out.wait(10)
+    threads += [threading.Thread(target=other) for other in others]
+    for thread in threads[1:]:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while len(together._waiting) < len(others) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    before_release()
+    release.set()
+    for thread in threads:
+        thread.join(10)
+
+
+def callers_during_a_write(write: HeldWrite, n: int) -> tuple[list, list]:
+    """Item 0 handed over, then ``n`` more while its write is out: what each call
+    ended with (``(item, None)`` or ``(item, the error)``), in the order they ended,
+    and what had ended when the first write was released."""
     together = Together(write)
     ended: list = []
+    before: list = []
 
     def call(item: int) -> None:
         try:
@@ -41,29 +71,24 @@ def callers_during_a_write(write: HeldWrite, n: int) -> tuple[list, list[threadi
         except ConnectionError as exc:
             ended.append((item, exc))
 
-    threads = [threading.Thread(target=call, args=(0,))]
-    threads[0].start()
-    assert write.first_in.wait(10)
-    threads += [threading.Thread(target=call, args=(i,)) for i in range(1, n + 1)]
-    for thread in threads[1:]:
-        thread.start()
-    deadline = time.monotonic() + 10
-    while len(together._waiting) < n and time.monotonic() < deadline:
-        time.sleep(0.001)
-    return ended, threads
+    while_one_is_out(
+        together,
+        lambda: call(0),
+        [lambda i=i: call(i) for i in range(1, n + 1)],
+        write.first_in,
+        write.release,
+        lambda: before.extend(ended),
+    )
+    return ended, before
 
 
 def test_items_handed_over_while_a_write_is_out_are_written_together_after_it():
     # GIVEN a slot's give-back being written, and five more handed over meanwhile
     write = HeldWrite()
-    ended, threads = callers_during_a_write(write, 5)
-    # THEN none of the five returns before its own item is written
-    assert ended == []
-    # WHEN the first write ends
-    write.release.set()
-    for thread in threads:
-        thread.join(10)
-    # THEN the five are written in one call, and every caller returned
+    ended, before_release = callers_during_a_write(write, 5)
+    # THEN none returned before the first write ended, and then the five were
+    # written in one call, and every caller returned
+    assert before_release == []
     assert write.calls == [[0], [1, 2, 3, 4, 5]]
     assert sorted(item for item, _ in ended) == [0, 1, 2, 3, 4, 5]
     assert ended[0] == (0, None)
@@ -71,10 +96,7 @@ def test_items_handed_over_while_a_write_is_out_are_written_together_after_it():
 
 def test_a_failed_write_is_raised_to_each_caller_whose_item_it_held():
     write = HeldWrite(fail_after_first=True)
-    ended, threads = callers_during_a_write(write, 3)
-    write.release.set()
-    for thread in threads:
-        thread.join(10)
+    ended, _ = callers_during_a_write(write, 3)
     assert write.calls == [[0], [1, 2, 3]]
     failures = dict(ended)
     assert failures[0] is None
