@@ -111,25 +111,38 @@ def failed(sort: str, **more: Any) -> dict[str, Any]:
     }
 
 
-def slot(
-    expiry: str = "1795600000.250", under: str = "2", change: str = "1", **more: Any
+def slots(
+    expiries: dict[str, str] | None = None,
+    under: str = "2",
+    change: str = "1",
+    gone: tuple[str, ...] = (),
+    ttl: str = "1795600600",
 ) -> dict[str, Any]:
-    """``DynamoDBSlotStore.take``: a sync slot held until ``expiry``, under a cap
-    (``under``), the count changed by ``change`` (0 where an expired one is reclaimed)."""
+    """``DynamoDBSlotStore.take``: sync slots (name: the expiry it is held until) taken
+    together under a cap (``under``), the count changed by ``change`` (less the
+    expired ones reclaimed, ``gone``, removed on condition that they are there)."""
+    expiries = expiries or {"s_a1": "1795600000.250"}
+    names = {f"#slot{i}": name for i, name in enumerate(expiries)}
+    names.update({f"#gone{i}": name for i, name in enumerate(gone)})
+    sets = ", ".join(f"#slot{i} = :expiry{i}" for i in range(len(expiries)))
+    update = f"SET {sets}, #ttl = :ttl ADD #held :change"
+    condition = "(attribute_not_exists(#held) OR #held < :under)"
+    if gone:
+        update += " REMOVE " + ", ".join(f"#gone{i}" for i in range(len(gone)))
+        condition += "".join(f" AND attribute_exists(#gone{i})" for i in range(len(gone)))
     return {
         "TableName": "TABLE",
         "Key": key("admission#sync"),
-        "UpdateExpression": "SET #slot = :expiry, #ttl = :ttl ADD #held :change",
-        "ConditionExpression": "(attribute_not_exists(#held) OR #held < :under)",
-        "ExpressionAttributeNames": {"#held": "held", "#slot": "s_a1", "#ttl": "expires_at"},
+        "UpdateExpression": update,
+        "ConditionExpression": condition,
+        "ExpressionAttributeNames": {"#held": "held", **names, "#ttl": "expires_at"},
         "ExpressionAttributeValues": {
-            ":expiry": {"N": expiry},
+            **{f":expiry{i}": {"N": e} for i, e in enumerate(expiries.values())},
             ":under": {"N": under},
             ":change": {"N": change},
-            ":ttl": {"N": "1795600600"},
+            ":ttl": {"N": ttl},
         },
         "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        **more,
     }
 
 
@@ -172,67 +185,24 @@ SCRIPT: list[tuple[str, Any, bool, bool]] = [
     ("a take at the cap", take(2), False, False),
     ("a give back", give_back(), True, True),
     ("a give back, the item before asked", give_back(ReturnValues="ALL_OLD"), True, True),
-    ("a slot taken", slot(), True, True),
-    (
-        "a slot taken at the cap",
-        slot(expiry="1795600001", under="1"),
-        False,
-        False,
-    ),
+    ("a slot taken", slots(), True, True),
+    ("a slot taken at the cap", slots({"s_a1": "1795600001"}, under="1"), False, False),
     (
         "an expired slot reclaimed",
-        slot(
-            expiry="1795600002",
-            change="0",
-            UpdateExpression="SET #slot = :expiry, #ttl = :ttl ADD #held :change REMOVE #gone0",
-            ConditionExpression="(attribute_not_exists(#held) OR #held < :under) "
-            "AND attribute_exists(#gone0)",
-            ExpressionAttributeNames={
-                "#held": "held",
-                "#slot": "s_b2",
-                "#ttl": "expires_at",
-                "#gone0": "s_a1",
-            },
-        ),
+        slots({"s_b2": "1795600002"}, change="0", gone=("s_a1",)),
         True,
         True,
     ),
-    (
-        "another slot taken",
-        slot(expiry="1795600003", under="3", ExpressionAttributeNames={
-            "#held": "held", "#slot": "s_c3", "#ttl": "expires_at"}),
-        True,
-        True,
-    ),
+    ("another slot taken", slots({"s_c3": "1795600003"}, under="3"), True, True),
     ("two slots given back in one update", slots_given_back("s_b2", "s_c3"), True, True),
     (
         "two slots taken in one update",
-        slot(
-            under="2",
-            change="2",
-            UpdateExpression="SET #slot0 = :expiry0, #slot1 = :expiry1, #ttl = :ttl "
-            "ADD #held :change",
-            ExpressionAttributeNames={
-                "#held": "held", "#slot0": "s_e5", "#slot1": "s_f6", "#ttl": "expires_at"},
-            ExpressionAttributeValues={
-                ":expiry0": {"N": "1795600005"},
-                ":expiry1": {"N": "1795600006.5"},
-                ":under": {"N": "2"},
-                ":change": {"N": "2"},
-                ":ttl": {"N": "1795600606"},
-            },
-        ),
+        slots({"s_e5": "1795600005", "s_f6": "1795600006.5"}, change="2", ttl="1795600606"),
         True,
         True,
     ),
     ("the two given back", slots_given_back("s_e5", "s_f6"), True, True),
-    (
-        "a third slot taken",
-        slot(expiry="1795600004", under="3", ExpressionAttributeNames={
-            "#held": "held", "#slot": "s_d4", "#ttl": "expires_at"}),
-        True,
-        True,
-    ),
+    ("a third slot taken", slots({"s_d4": "1795600004"}, under="3"), True, True),
     ("a slot given back twice, with one held", slots_given_back("s_b2", "s_d4"), False, False),
     ("the one held given back alone", slots_given_back("s_d4"), True, True),
     ("a new item, counted", counted("ADD #a :n", None, {":n": {"N": "2"}}), True, True),
