@@ -32,14 +32,15 @@ import math
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 from switchyard.tables import RESULTS
 from switchyard.together import Together
 
+T = TypeVar("T")
 Kind = Literal["streams", "sync_requests"]
 # What a tenant can be at the cap of: a kind of slot, or its queued work on a model.
 Capped = Kind | Literal["queued"]
@@ -112,6 +113,30 @@ class SlotStore(Protocol):
     def give_back(self, slots: Sequence[Slot]) -> None:
         """Free ``slots``; one already freed or reclaimed changes nothing."""
         ...
+
+
+def taken_in_groups(
+    wanted: Sequence[tuple[T, int]],
+    group_of: Callable[[T], Hashable],
+    take_all: Callable[[list[T], int], bool],
+) -> list[bool]:
+    """Whether each of ``wanted`` (a unit and its limit) was taken: the units of one
+    group (``group_of``: those one write can take together) with ``take_all``, all
+    of them in one write or none; where they do not all fit, each alone, in order,
+    so that those that fit are taken."""
+    groups: dict[Hashable, list[int]] = {}
+    for i, (unit, _) in enumerate(wanted):
+        groups.setdefault(group_of(unit), []).append(i)
+    taken = [False] * len(wanted)
+    for indexes in groups.values():
+        units, limit = [wanted[i][0] for i in indexes], wanted[indexes[0]][1]
+        if len(units) > 1 and take_all(units, limit):
+            for i in indexes:
+                taken[i] = True
+            continue
+        for i, unit in zip(indexes, units, strict=True):
+            taken[i] = take_all([unit], limit)
+    return taken
 
 
 class Admission:
@@ -220,19 +245,11 @@ class DynamoDBSlotStore:
         """The slots of one tenant and kind wanted together are taken in one update
         if all of them fit under the cap; if they do not, each is tried alone, in
         order, so that those that fit are held."""
-        items: dict[tuple[str, Kind], list[int]] = {}
-        for i, (slot, _) in enumerate(wanted):
-            items.setdefault((slot.tenant, slot.kind), []).append(i)
-        taken = [False] * len(wanted)
-        for indexes in items.values():
-            limit = wanted[indexes[0]][1]
-            if len(indexes) > 1 and self._take_all([wanted[i][0] for i in indexes], limit, now):
-                for i in indexes:
-                    taken[i] = True
-                continue
-            for i in indexes:
-                taken[i] = self._take_all([wanted[i][0]], limit, now)
-        return taken
+        return taken_in_groups(
+            wanted,
+            lambda slot: (slot.tenant, slot.kind),
+            lambda slots, limit: self._take_all(slots, limit, now),
+        )
 
     def _take_all(self, slots: list[Slot], limit: int, now: float) -> bool:
         """Hold every one of ``slots`` (one tenant's, of one kind) or none."""
@@ -505,19 +522,11 @@ class DynamoDBQueuedCounts:
         """The leases of one tenant, model and end wanted together are counted in
         one update if all of them fit under the cap; if they do not, each is tried
         alone, in order, so that those that fit are counted."""
-        same: dict[QueuedLease, list[int]] = {}
-        for i, (lease, _) in enumerate(wanted):
-            same.setdefault(lease, []).append(i)
-        taken = [False] * len(wanted)
-        for lease, indexes in same.items():
-            limit = wanted[indexes[0]][1]
-            if len(indexes) > 1 and self._take_all(lease, len(indexes), limit, now):
-                for i in indexes:
-                    taken[i] = True
-                continue
-            for i in indexes:
-                taken[i] = self._take_all(lease, 1, limit, now)
-        return taken
+        return taken_in_groups(
+            wanted,
+            lambda lease: lease,
+            lambda leases, limit: self._take_all(leases[0], len(leases), limit, now),
+        )
 
     def _take_all(self, lease: QueuedLease, n: int, limit: int, now: float) -> bool:
         """Count ``n`` leases like ``lease``, all of them or none."""
