@@ -48,14 +48,14 @@ def send_message(environ: dict[str, Any], body: bytes) -> bytes | None:
     request = json_request(body, _FIELDS)
     if request is None:
         return None
-    url, text = request.get("QueueUrl"), request.get("MessageBody")
-    group, delay = request.get("MessageGroupId"), request.get("DelaySeconds")
-    if not isinstance(url, str) or not isinstance(text, str):
+    url = request.get("QueueUrl")
+    if not isinstance(url, str) or not _plain_send(request):
         return None
-    if group is not None and not isinstance(group, str):
-        return None
-    if delay is not None and (not isinstance(delay, int) or isinstance(delay, bool)):
-        return None
+    text, group, delay = (
+        request["MessageBody"],
+        request.get("MessageGroupId"),
+        request.get("DelaySeconds"),
+    )
     message = on_standard_queue(
         environ,
         url,
@@ -79,19 +79,14 @@ def send_message_batch(environ: dict[str, Any], body: bytes) -> bytes | None:
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict) or not set(entry) <= _ENTRY_FIELDS:
             return None
-        text, group, delay = (
-            entry.get("MessageBody"),
-            entry.get("MessageGroupId"),
-            entry.get("DelaySeconds"),
-        )
-        if not isinstance(entry.get("Id"), str) or not isinstance(text, str):
-            return None
-        if group is not None and not isinstance(group, str):
-            return None
-        if delay is not None and (not isinstance(delay, int) or isinstance(delay, bool)):
+        if not isinstance(entry.get("Id"), str) or not _plain_send(entry):
             return None
         # As moto's handler hands them to its backend.
-        batch[str(i)] = {**entry, "MessageAttributes": {}, "DelaySeconds": delay}
+        batch[str(i)] = {
+            **entry,
+            "MessageAttributes": {},
+            "DelaySeconds": entry.get("DelaySeconds"),
+        }
     sent = on_standard_queue(
         environ, url, lambda backend, name: backend.send_message_batch(name, batch)
     )
@@ -102,3 +97,14 @@ def send_message_batch(environ: dict[str, Any], body: bytes) -> bytes | None:
         {"Id": m.user_id, "MessageId": m.id, "MD5OfMessageBody": m.body_md5} for m in messages
     ]
     return json.dumps({"Successful": successful, "Failed": failed}).encode()
+
+
+def _plain_send(fields: dict[str, Any]) -> bool:
+    """A SendMessage's fields, or a SendMessageBatch entry's, of the plain form: a
+    body, optionally a group and a whole number of seconds' delay."""
+    group, delay = fields.get("MessageGroupId"), fields.get("DelaySeconds")
+    return (
+        isinstance(fields.get("MessageBody"), str)
+        and (group is None or isinstance(group, str))
+        and (delay is None or (isinstance(delay, int) and not isinstance(delay, bool)))
+    )
