@@ -224,23 +224,21 @@ def _sync_calls(results: Results) -> str | None:
         "the router's calls a request: "
         + ", ".join(f"{k} {fmt(v, 2)}" for k, v in sorted(router.items()))
         + (f"; the worker's result writes of its own: {fmt(put, 2)}" if put else ""),
-        _SHARED_SLOT_WRITES if _slots_shared(path) else None,
+        _shared_slot_writes(path),
     )
 
 
-# Said where the router's admission writes at load were shared between requests.
-_SHARED_SLOT_WRITES = (
-    "one router process serves the callers here, and takes and gives back the slots of "
-    "requests that arrive or end together in one UpdateItem each; a Lambda instance "
-    "serves one request at a time and makes two a request"
-)
-
-
-def _slots_shared(path: dict[str, Any]) -> bool:
-    """Whether the router's UpdateItems of admission at load came to fewer than two a
-    request (a slot taken and given back, each its own write)."""
+def _shared_slot_writes(path: dict[str, Any]) -> str | None:
+    """What a reason says where the router's UpdateItems of admission at load came to
+    fewer than two a request (a slot taken and given back, each its own write)."""
     router = (path.get("per_inference") or {}).get("router") or {}
-    return 0 < router.get("dynamodb:UpdateItem", 0) < 2
+    if not 0 < router.get("dynamodb:UpdateItem", 0) < 2:
+        return None
+    return (
+        "one router process serves the callers here, and takes and gives back the slots "
+        "of requests that arrive or end together in one UpdateItem each; a Lambda "
+        "instance serves one request at a time and makes two a request"
+    )
 
 
 def _cost(results: Results) -> str | None:
@@ -268,7 +266,7 @@ def _cost(results: Results) -> str | None:
             for k, v in sorted(parts.items(), key=lambda kv: -kv[1])
         ),
         units,
-        _SHARED_SLOT_WRITES if _slots_shared(path) else None,
+        _shared_slot_writes(path),
     )
 
 
