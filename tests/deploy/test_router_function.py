@@ -120,22 +120,27 @@ def test_an_async_request_is_read_back_through_the_requests_router(
 @pytest.mark.parametrize(
     ("path", "body"),
     [
-        (PREDICT, lambda text: {"inputs": [text]}),
-        ("/openai/v1/embeddings", lambda text: {"model": MODEL, "input": text}),
+        (PREDICT, lambda texts: {"inputs": texts}),
+        ("/openai/v1/embeddings", lambda texts: {"model": MODEL, "input": texts}),
     ],
     ids=["predict", "openai-embeddings"],
 )
 def test_a_request_past_its_deadline_is_located_under_the_stage(
-    router: LambdaProcess, platform, path, body
+    router: LambdaProcess, requests_router: LambdaProcess, platform, path, body
 ) -> None:
-    # GIVEN a REST event of the prod stage whose deadline passes before any answer
+    # GIVEN a REST event of the prod stage whose deadline passes before any answer:
+    # long texts no one asked before, which the worker takes far longer to embed
+    # than the router takes to hand them off (a worker that answered first would be
+    # answered 200, rightly)
     provisioned = platform.provisioned
+    asked = uuid.uuid4()
+    words = " ".join(f"word{i}" for i in range(300))
     event = lambda_events.rest_event(
         "POST",
         path,
         api_key=provisioned.api_keys["acme"],
         api_key_id=provisioned.api_key_ids["acme"],
-        body=body(f"a sentence no one asked before: {uuid.uuid4()}"),
+        body=body([f"{asked} text {n}: {words}" for n in range(16)]),
         stage="prod",
     )
     event["headers"]["x-deadline-ms"] = "1"
@@ -146,6 +151,15 @@ def test_a_request_past_its_deadline_is_located_under_the_stage(
     assert status == 202, accepted
     location = f"/prod/v1/requests/{accepted['request_id']}"
     assert headers["location"] == accepted["location"] == location
+
+    # and the worker's outputs are read there in the end
+    def done() -> dict | None:
+        event = rest_event(platform, "GET", location.removeprefix("/prod"))
+        code, record, _ = answer(requests_router.invoke(event))
+        assert code == 200, record
+        return record if record["status"] == "done" else None
+
+    assert len(wait_for(done)["outputs"]) == 16
 
 
 def test_the_catalog_lists_every_registered_version(requests_router: LambdaProcess, platform):
