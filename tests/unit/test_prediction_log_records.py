@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import random
+import time
 
-from switchyard.telemetry import _calls, log_records
+from switchyard.schemas import ResultRecord
+from switchyard.telemetry import _calls, log_records, prediction_records
 
 
 def _lines(packed: bytes) -> list[dict]:
@@ -58,3 +61,40 @@ def test_a_line_is_utf8_json_and_text_in_it_never_breaks_the_line():
     assert packed.count(b"\n") == 1
     assert "café".encode() in packed
     assert _lines(packed) == records
+
+
+def _record(i: int, timings: dict[str, float]) -> ResultRecord:
+    now = time.time()
+    return ResultRecord(
+        request_id=f"r-{i}", tenant="acme", model="digits-cnn", version="v1", status="done",
+        outputs=[{"class": i % 10}], created_at=now, expires_at=int(now) + 60, timings=timings,
+    )  # fmt: skip
+
+
+def test_a_batchs_durations_are_each_records_own_to_three_decimals():
+    # GIVEN a batch's results with durations of many sizes, halves of a thousandth
+    # among them, a run of records whose timings have other names (one with no
+    # duration at all, one with one) in the middle, and epoch times
+    draw = random.Random(7)
+    names = ("batch_wait_ms", "compute_ms", "queue_wait_ms", "worker_ms")
+    timings = [
+        {
+            "received_at": time.time(),
+            **{n: draw.uniform(0, 10 ** draw.randint(-4, 4)) for n in names},
+        }
+        for _ in range(40)
+    ]
+    timings[3].update(compute_ms=2.0005, worker_ms=0.0015, queue_wait_ms=-0.0)
+    timings[20:23] = [
+        {"completed_at": 1.0},
+        {"compute_ms": 7.12345},
+        {"worker_ms": 1.0, "a_ms": 2.5},
+    ]
+    # WHEN they are logged together
+    logged = prediction_records([_record(i, t) for i, t in enumerate(timings)])
+    # THEN each line's durations are its own, each rounded as round(x * 1000) / 1000,
+    # and its epoch times are left out
+    assert [line["timings"] for line in logged] == [
+        {k: round(v * 1000) / 1000 for k, v in t.items() if k.endswith("_ms")} for t in timings
+    ]
+    assert [line["request_id"] for line in logged] == [f"r-{i}" for i in range(40)]
