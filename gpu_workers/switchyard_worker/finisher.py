@@ -155,59 +155,76 @@ class Finisher:
         making, and is not validated again (``assembled_record``)."""
         completed = time.time()
         final = status if status in ("done", "expired", "cancelled") else "error"
-        expires_at = int(completed + self._result_ttl)
-        records = []
+        # What every record of the batch holds alike, in the fields' declared order;
+        # each record is a copy with its own fields set (a copy and ten stores cost
+        # half of what a literal of all 21 fields did).
+        common = {
+            "request_id": None,
+            "tenant": None,
+            "model": None,
+            "version": None,
+            "status": final,
+            "lane": None,
+            "outputs": None,
+            "error": error,
+            "timings": None,
+            "created_at": None,
+            "completed_at": completed,
+            "expires_at": int(completed + self._result_ttl),
+            "work_expires_at": None,
+            "worker": self._worker_id,
+            "served_by": self._served_by,
+            "shadow_of": None,
+            "failures": 0,
+            "last_failure": None,
+            "job": None,
+            "cost": None,
+            "queued_counted": False,
+        }
         if ran is not None:
             started, compute_ms, size = ran
             per_input_ms = compute_ms / size if size else 0.0
+            ran_timing = {
+                "received_at": None,
+                "batch_started_at": started,
+                "batch_wait_ms": None,
+                "compute_ms": compute_ms,
+                "batch_size": float(size),
+                # Its share of the batch's time in the model, by its inputs: what the
+                # worker's time is billed to it by (switchyard.costs).
+                "worker_ms": None,
+                "queue_wait_ms": None,
+                "completed_at": completed,
+            }
+        records = []
         for i, p in enumerate(batch):
             m = p.message
             assert m is not None
             received = p.received_at
             if ran is not None:
-                timing = {
-                    "received_at": received,
-                    "batch_started_at": started,
-                    "batch_wait_ms": (started - received) * 1000,
-                    "compute_ms": compute_ms,
-                    "batch_size": float(size),
-                    # Its share of the batch's time in the model, by its inputs: what
-                    # the worker's time is billed to it by (switchyard.costs).
-                    "worker_ms": per_input_ms * p.size,
-                    "queue_wait_ms": (received - m.enqueued_at) * 1000,
-                    "completed_at": completed,
-                }
+                timing = ran_timing.copy()
+                timing["received_at"] = received
+                timing["batch_wait_ms"] = (started - received) * 1000
+                timing["worker_ms"] = per_input_ms * p.size
+                timing["queue_wait_ms"] = (received - m.enqueued_at) * 1000
             elif timings is not None:
                 timing = {**timings[i], "completed_at": completed}
             else:
                 timing = {"received_at": received, "completed_at": completed}
-            records.append(
-                assembled_record(
-                    {
-                        "request_id": m.request_id,
-                        "tenant": m.tenant,
-                        "model": m.model,
-                        "version": m.version,
-                        "status": final,
-                        "lane": m.lane,
-                        "outputs": outputs[i] if outputs is not None else None,
-                        "error": error,
-                        "timings": timing,
-                        "created_at": m.enqueued_at,
-                        "completed_at": completed,
-                        "expires_at": expires_at,
-                        "work_expires_at": m.expires_at,
-                        "worker": self._worker_id,
-                        "served_by": self._served_by,
-                        "shadow_of": m.shadow_of,
-                        "failures": 0,
-                        "last_failure": None,
-                        "job": m.job,
-                        "cost": None,
-                        "queued_counted": False,
-                    }
-                )
-            )
+            fields = common.copy()
+            fields["request_id"] = m.request_id
+            fields["tenant"] = m.tenant
+            fields["model"] = m.model
+            fields["version"] = m.version
+            fields["lane"] = m.lane
+            if outputs is not None:
+                fields["outputs"] = outputs[i]
+            fields["timings"] = timing
+            fields["created_at"] = m.enqueued_at
+            fields["work_expires_at"] = m.expires_at
+            fields["shadow_of"] = m.shadow_of
+            fields["job"] = m.job
+            records.append(assembled_record(fields))
         return records
 
     def failed(self, runnable: list[Pending], reason: str) -> None:

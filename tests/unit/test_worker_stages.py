@@ -14,6 +14,7 @@ from harness.fakes import EchoRuntime, FakePayloads, FakeRegistry, version_recor
 from harness.waiting import wait_for
 from switchyard.schemas import QueueMessage, ResultRecord
 from switchyard.telemetry import prediction_records
+from switchyard_worker.finisher import BatchRun
 from switchyard_worker.intake import read_messages
 from switchyard_worker.tensors import Rows, stacked
 from switchyard_worker.versions import ServedVersions
@@ -191,6 +192,31 @@ def test_the_finisher_stores_each_batch_before_deleting_its_messages(stages):
     kinds = [kind for kind, _ in stages.log if kind in ("result", "delete")]
     assert kinds == ["result", "delete", "result", "result", "delete", "delete"]
     assert stages.realtime.depth == 0 and stages.in_hand.held() == []
+
+
+def test_a_batchs_records_are_each_its_own_and_what_validation_would_make(stages):
+    # GIVEN a batch of three requests, of one, two and one inputs, run in the model
+    for rid, n in (("r1", 1), ("r2", 2), ("r3", 1)):
+        send(stages.realtime, rid, inputs=[[n] * 64] * n)
+    held = stages.pending()
+    started = time.time()
+    # WHEN the finisher builds their records from the batch's run (8 ms for 4 inputs)
+    ran = BatchRun(started, 8.0, 4)
+    records = stages.finisher.records(held, "done", outputs=[[[i]] for i in range(3)], ran=ran)
+    # THEN each is the record validation makes of its fields, with its own message's
+    # fields and its share of the batch's time
+    assert [r.request_id for r in records] == ["r1", "r2", "r3"]
+    for p, r, share in zip(held, records, (2.0, 4.0, 2.0), strict=True):
+        assert r == ResultRecord.model_validate(r.model_dump())
+        assert r.worker == "w1" and r.status == "done" and r.outputs == [[held.index(p)]]
+        assert r.created_at == p.message.enqueued_at
+        assert r.timings["worker_ms"] == share and r.timings["batch_size"] == 4.0
+        assert r.timings["batch_wait_ms"] == (started - p.received_at) * 1000
+    # and completing one changes no other
+    records[0].completed_at = records[0].timings["completed_at"] = started + 60
+    records[0].outputs.append(["more"])
+    assert {r.completed_at for r in records[1:]} == {records[1].timings["completed_at"]}
+    assert records[1].completed_at != started + 60 and records[1].outputs == [[1]]
 
 
 def test_a_batch_stored_in_parts_goes_back_whole_when_a_part_fails(stages):

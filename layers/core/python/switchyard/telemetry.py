@@ -199,7 +199,7 @@ def prediction_records(results: Sequence[ResultRecord]) -> list[dict[str, Any]]:
     outputs are redacted: a log line says who asked which version, how it went and
     how long it took, and for a classifier the class it gave (an embedding is
     summarised by its dimensions). Durations are kept to the microsecond
-    (``_in_ms``)."""
+    (``_durations_in_ms``)."""
     now = time.time()
     timings = _durations_in_ms([r.timings for r in results])
     return [
