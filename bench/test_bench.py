@@ -1197,11 +1197,37 @@ def test_the_loop_alone_replays_the_models_outputs_at_no_cost_in_the_model():
         "finished": True,
         "typical_batch_size": 64,
         "cpu_us_per_input": 31.5,
+        "messages": 6400,
     }
     assert loop_alone(alone, reading)["loop_alone_vs_model"] == 0.25
+    assert loop_alone(alone, reading)["loop_alone_messages"] == 6400
     # with the worker's CPU an input in that run, the model's replayed outputs costing none
     assert loop_alone(alone, reading)["loop_alone_cpu_us_per_input"] == 31.5
     assert loop_alone(alone | {"finished": False}, reading) == {}
+
+
+def test_a_rounds_loop_alone_is_its_median_run_with_every_runs_figures():
+    from bench.worker_efficiency import loop_alone, median_run
+
+    # GIVEN a round's three runs of the loop alone, one slowed by a busy moment, and
+    # one that did not finish in time
+    def run(rate: float, cpu: float, finished: bool = True) -> dict:
+        return {"inputs_per_s": rate, "cpu_us_per_input": cpu, "finished": finished,
+                "typical_batch_size": 64, "messages": 6400}  # fmt: skip
+
+    runs = [run(48_000.0, 22.0), run(30_000.0, 29.0), run(47_000.0, 22.5)]
+    # WHEN the round takes its median run
+    median = median_run(runs)
+    # THEN it is the median by rate, every run's figures beside it, in their order
+    assert (median["inputs_per_s"], median["cpu_us_per_input"]) == (47_000.0, 22.5)
+    assert median["runs_inputs_per_s"] == [48_000.0, 30_000.0, 47_000.0]
+    assert median["runs_cpu_us_per_input"] == [22.0, 29.0, 22.5]
+    reading = {"model_inputs_per_s_at_formed_sizes": 94_000.0}
+    assert loop_alone(median, reading)["loop_alone_vs_model"] == 0.5
+    assert loop_alone(median, reading)["loop_alone_runs"] == 3
+    # AND a run that did not finish is not taken while one did
+    unfinished = [run(90_000.0, 10.0, finished=False), run(40_000.0, 24.0)]
+    assert median_run(unfinished)["inputs_per_s"] == 40_000.0
 
 
 def test_the_loop_alone_is_reported_from_its_own_median_round():
