@@ -10,11 +10,11 @@ timed, so the time per batch splits into the bare model, the runtime's output
 conversion, and the rest of the loop. A full run repeats the run and the limit beside
 it (``ROUNDS``) and keeps the median round.
 
-Each round also runs the loop alone: the same worker over the same messages with the
-model's outputs replayed (``ReplayedRuntime``), so that no time goes to the model. What
-the loop then reaches, against the model's limit, is the most the worker could do with
-a model that cost nothing. It is run ``ALONE_RUNS`` times a round, and the median run is
-the round's.
+Each round also runs the loop alone: the same worker over messages of the same kind,
+with the model's outputs replayed (``ReplayedRuntime``), so that no time goes to the
+model. What the loop then reaches, against the model's limit, is the most the worker
+could do with a model that cost nothing. It is run ``ALONE_RUNS`` times a round, and
+the median run is the round's.
 """
 
 from __future__ import annotations
