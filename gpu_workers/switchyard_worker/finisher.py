@@ -327,7 +327,10 @@ class Finisher:
         # request costs more CPU than the model.
         log.info("results stored", extra={"worker": self._worker_id, **_outcomes(answered, stored)})
         fresh = [(p, r) for (p, r), new in zip(answered, stored, strict=True) if new]
-        self._give_back_queued([(p, s) for (p, _), s in zip(answered, stored, strict=True) if s])
+        if self._queued is not None:
+            self._give_back_queued(
+                [(p, s) for (p, _), s in zip(answered, stored, strict=True) if s]
+            )
         self._log_predictions([r for _, r in fresh])
         self._fill_cache(fresh)
         self._in_hand.delete([p.received for p, _ in answered])
@@ -451,7 +454,10 @@ def _lease(p: Pending, stored: Stored) -> QueuedLease | None:
 
 
 def _stamp(records: list[ResultRecord]) -> None:
-    """Completed now, as their write leaves."""
+    """Completed now, as their write leaves. The field is set in the record's own
+    dict, as pydantic's assignment does for a model that validates none (0.09 µs a
+    record against its 0.29): the finisher's records are assembled with every field
+    set (``assembled_record``), so there is no field to mark as set."""
     now = time.time()
     for record in records:
-        record.completed_at = record.timings["completed_at"] = now
+        record.__dict__["completed_at"] = record.timings["completed_at"] = now

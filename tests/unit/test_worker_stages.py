@@ -219,6 +219,25 @@ def test_a_batchs_records_are_each_its_own_and_what_validation_would_make(stages
     assert records[1].completed_at != started + 60 and records[1].outputs == [[1]]
 
 
+def test_a_result_is_completed_as_its_write_leaves_not_when_it_was_built(stages):
+    # GIVEN a sync and an async request's results, built a while before they are stored
+    send(stages.realtime, "r-sync", respond_by=time.time() + 30)
+    send(stages.realtime, "r-async")
+    held = stages.pending()
+    answered = [(p, stages.finisher.record(p, "done", outputs=[[0]])) for p in held]
+    built = max(r.completed_at for _, r in answered)
+    time.sleep(0.05)
+    # WHEN the finisher stores them
+    submitted = time.time()
+    stages.finisher.submit(answered)
+    stages.finisher.flush()
+    # THEN each stored record was completed as it was written, its timings saying so
+    for rid in ("r-sync", "r-async"):
+        stored = stages.results.get("acme", rid)
+        assert stored.completed_at >= submitted > built
+        assert stored.timings["completed_at"] == stored.completed_at
+
+
 def test_a_batch_stored_in_parts_goes_back_whole_when_a_part_fails(stages):
     # GIVEN 30 results to store, two writes of at most 25, and a results table that
     # fails the write holding r29
