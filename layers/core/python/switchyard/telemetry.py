@@ -13,8 +13,8 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from itertools import chain
-from operator import itemgetter
+from itertools import chain, groupby
+from operator import itemgetter, methodcaller
 from typing import Any, Protocol
 
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
@@ -229,14 +229,8 @@ def _durations_in_ms(timings: Sequence[Mapping[str, float]]) -> list[dict[str, f
     the same names, as a batch's do, are rounded together by numpy, in one pass
     over them all: a record's own rounding was half of what its line cost."""
     rounded: list[dict[str, float]] = []
-    i = 0
-    while i < len(timings):
-        names = timings[i].keys()
-        j = i + 1
-        while j < len(timings) and timings[j].keys() == names:
-            j += 1
-        rounded += _rounded(timings[i:j], _durations(tuple(names)))
-        i = j
+    for names, run in groupby(timings, key=methodcaller("keys")):
+        rounded += _rounded(list(run), _durations(tuple(names)))
     return rounded
 
 
