@@ -15,7 +15,7 @@ allowed receive, the request's final error written first.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
@@ -327,10 +327,7 @@ class Finisher:
         # request costs more CPU than the model.
         log.info("results stored", extra={"worker": self._worker_id, **_outcomes(answered, stored)})
         fresh = [(p, r) for (p, r), new in zip(answered, stored, strict=True) if new]
-        if self._queued is not None:
-            self._give_back_queued(
-                [(p, s) for (p, _), s in zip(answered, stored, strict=True) if s]
-            )
+        self._give_back_queued((p, s) for (p, _), s in zip(answered, stored, strict=True) if s)
         self._log_predictions([r for _, r in fresh])
         self._fill_cache(fresh)
         self._in_hand.delete([p.received for p, _ in answered])
@@ -380,9 +377,10 @@ class Finisher:
         except Exception:  # noqa: BLE001 - the next repeat is run by the model instead
             log.exception("result cache write failed", extra={"entries": len(entries)})
 
-    def _give_back_queued(self, ended: list[tuple[Pending, Stored]]) -> None:
+    def _give_back_queued(self, ended: Iterable[tuple[Pending, Stored]]) -> None:
         """The places of requests whose final result this worker stored, given back
-        to their tenants' queued work: one write per tenant, model and lease end."""
+        to their tenants' queued work: one write per tenant, model and lease end
+        (``ended`` is not read where there is no queued work)."""
         if self._queued is not None:
             self._queued.give_back(_lease(p, stored) for p, stored in ended)
 
