@@ -291,7 +291,7 @@ class DroppedPredictionLog:
     def __init__(self) -> None:
         self.records = 0
 
-    def write(self, records: list[dict[str, Any]]) -> None:
+    def write(self, records: list[Any]) -> None:
         log_records(records, LOG_LINES_PER_RECORD, LOG_RECORD_BYTES)
         self.records += len(records)
 

@@ -6,6 +6,8 @@ import gzip
 import json
 import time
 
+import msgspec
+
 from switchyard.schemas import ResultRecord
 from switchyard.telemetry import FirehosePredictionLog, prediction_records
 
@@ -40,4 +42,4 @@ def test_a_batch_of_predictions_is_one_firehose_record_and_one_line_each_in_s3(
     body = s3.get_object(Bucket=names.prediction_logs_bucket, Key=key)["Body"].read()
     text = (gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body).decode()
     assert text.endswith("\n")
-    assert [json.loads(line) for line in text.splitlines()] == logged
+    assert [json.loads(line) for line in text.splitlines()] == msgspec.to_builtins(logged)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -462,7 +463,7 @@ def test_a_prediction_log_record_keeps_durations_to_three_decimals_and_no_inputs
                  "queue_wait_ms": 12.3449, "completed_at": now},
     )  # fmt: skip
     # WHEN it is logged
-    [logged] = prediction_records([record])
+    [logged] = msgspec.to_builtins(prediction_records([record]))
     # THEN its durations are rounded, its epoch times left out, its outputs summarised
     assert logged["timings"] == {"batch_wait_ms": 1.235, "compute_ms": 0.0, "queue_wait_ms": 12.345}
     assert logged["outputs"] == [3]
