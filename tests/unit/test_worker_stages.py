@@ -13,12 +13,14 @@ import pytest
 
 from harness.fakes import EchoRuntime, FakePayloads, FakeRegistry, version_record
 from harness.waiting import wait_for
+from switchyard.results import Stored
 from switchyard.schemas import QueueMessage, ResultRecord
 from switchyard.telemetry import prediction_records
-from switchyard_worker.finisher import BatchRun
+from switchyard_worker.finisher import BatchRun, _outcomes
 from switchyard_worker.intake import read_messages
 from switchyard_worker.tensors import Rows, stacked
 from switchyard_worker.versions import ServedVersions
+from tests.unit.test_batching import pending
 from tests.unit.test_worker import build, send
 
 
@@ -237,6 +239,35 @@ def test_a_result_is_completed_as_its_write_leaves_not_when_it_was_built(stages)
         stored = stages.results.get("acme", rid)
         assert stored.completed_at >= submitted > built
         assert stored.timings["completed_at"] == stored.completed_at
+
+
+def test_a_batchs_stored_line_names_each_request_by_how_it_ended(stages):
+    # GIVEN results for three requests: two first deliveries, one a redelivery
+    first, second, again = pending("acme"), pending("globex"), pending("acme", count=3)
+    ids = [p.message.request_id for p in (first, second, again)]
+
+    def answered(*batch):
+        return [(p, stages.finisher.record(p, status, outputs=[[0]])) for p, status in batch]
+
+    # WHEN the line is made for the usual batch (all stored, one status, no retry),
+    # for one with a result refused and another status, and for one with a retry
+    usual = _outcomes(answered((first, "done"), (second, "done")), [Stored.STORED] * 2)
+    mixed = _outcomes(
+        answered((first, "done"), (second, "expired")), [Stored.REFUSED, Stored.OVER_COUNTED]
+    )
+    retried = _outcomes(answered((first, "done"), (again, "done")), [Stored.STORED] * 2)
+    # THEN each names every request once, under how it ended, and the retry's count
+    assert usual == {"stored": {"done": ids[:2]}, "suppressed": {}, "receive_counts": {}}
+    assert mixed == {
+        "stored": {"expired": [ids[1]]},
+        "suppressed": {"done": [ids[0]]},
+        "receive_counts": {},
+    }
+    assert retried == {
+        "stored": {"done": [ids[0], ids[2]]},
+        "suppressed": {},
+        "receive_counts": {ids[2]: 3},
+    }
 
 
 def test_a_batch_stored_in_parts_goes_back_whole_when_a_part_fails(stages):
