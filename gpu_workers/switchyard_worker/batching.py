@@ -55,15 +55,15 @@ class Pending:
     arrived: float  # monotonic time of receipt
     received_at: float  # epoch time of receipt, for the result's timings
     message: Message | None = None
-    inputs: list[Any] | None = None
+    # Its inputs: a list of them, or a tensor version's rows as the message carried
+    # them, one block of float64 numbers (``switchyard_worker.tensors``); set with
+    # ``size``, how many they are (1 while it has none: it takes a place as one).
+    inputs: list[Any] | bytes | None = None
+    size: int = 1
     # Set when the message is malformed for its own reasons: it gets an error result.
     error: ErrorInfo | None = None
     # Its request's status in the results table, once read ("queued": not answered).
     status: str | None = None
-
-    @property
-    def size(self) -> int:
-        return len(self.inputs) if self.inputs is not None else 1
 
     @property
     def tenant(self) -> str:
@@ -224,9 +224,9 @@ class BatchAssembler:
         sync = batch_lane = 0
         for p in pendings:
             # Pending's properties, inlined: this runs twice for every message.
-            m, held = p.message, p.inputs
+            m = p.message
             version = m.version if m is not None else ""
-            inputs[version] = inputs.get(version, 0) + sign * (len(held) if held is not None else 1)
+            inputs[version] = inputs.get(version, 0) + sign * p.size
             if m is not None and m.respond_by is not None:
                 sync += 1
             if p.received.lane == "batch":
@@ -356,7 +356,7 @@ class BatchAssembler:
             q = by_tenant.get(m.tenant)
             if q is None:
                 by_tenant[m.tenant] = q = deque()
-            q.append((p, len(p.inputs) if p.inputs is not None else 1))
+            q.append((p, p.size))
         max_size, _ = self.limits(version)
         if not waiting and lane != "batch" and self._sync_recent():
             max_size = max(1, max_size // PART_SHARE_WITH_REALTIME)  # async beside sync

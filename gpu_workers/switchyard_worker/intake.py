@@ -33,7 +33,7 @@ from switchyard.signatures import check_each, plainly_valid_texts
 from switchyard_worker.batching import BatchAssembler, Message, Pending, rank
 from switchyard_worker.in_hand import MessagesInHand
 from switchyard_worker.stages import log, pause
-from switchyard_worker.tensors import Rows, row_bytes
+from switchyard_worker.tensors import row_bytes, rows_of
 from switchyard_worker.versions import ServedVersions
 from switchyard_worker.work_messages import WorkMessage, read_plain
 
@@ -93,9 +93,10 @@ def read_messages(
             continue
         try:
             if message.tensor is not None:
-                pending.inputs = Rows(message.tensor, message.n_inputs)
+                pending.inputs, pending.size = message.tensor, message.n_inputs
             else:
-                pending.inputs = load_inputs(message, payloads)
+                pending.inputs = inputs = load_inputs(message, payloads)
+                pending.size = len(inputs)
         except (PayloadMissing, ValueError) as exc:
             pending.error = ErrorInfo(code="invalid_input", message=str(exc), field="inputs")
             continue
@@ -104,7 +105,10 @@ def read_messages(
         record = versions.get(version)
         assert record is not None
         # A block of numbers is checked as JSON rows are, to name what fails in it.
-        inputs = [p.inputs.tolist() if type(p.inputs) is Rows else p.inputs for p in group]
+        inputs = [
+            rows_of(p.inputs, p.size).tolist() if type(p.inputs) is bytes else p.inputs
+            for p in group
+        ]
         # Rows parsed as the signature's are checked, unless a claim check's were read.
         rows_checked = (
             checked
@@ -116,7 +120,7 @@ def read_messages(
         )
         for pending, problems in zip(group, each, strict=True):
             if problems:
-                pending.inputs = None
+                pending.inputs, pending.size = None, 1
                 pending.error = invalid_input(problems)
     return pendings
 
@@ -167,8 +171,9 @@ def _read_whole(
     inputs: list[Any] = [m.inputs for m in read]
     if any(m.tensor is not None for m in read) and not _blocks_read(read, inputs, row_sizes):
         return None
+    # A message holds n_inputs inputs, inline or in its block (``one_payload``).
     return [
-        Pending(r, arrived, received_at, m, i)
+        Pending(r, arrived, received_at, m, i, m.n_inputs)
         for r, m, i in zip(received, read, inputs, strict=True)
     ]
 
@@ -185,7 +190,7 @@ def _blocks_read(read: list[WorkMessage], inputs: list[Any], row_sizes: dict[str
         size = row_sizes.get(m.version)
         if size is None or len(m.tensor) != m.n_inputs * size:
             return False
-        inputs[i] = Rows(m.tensor, m.n_inputs)
+        inputs[i] = m.tensor
     return True
 
 

@@ -25,7 +25,7 @@ from switchyard_worker.in_hand import MessagesInHand
 from switchyard_worker.intake import Intake, invalid_input
 from switchyard_worker.runtimes import OutputCountMismatch, size_order
 from switchyard_worker.stages import MetricsEmitter, log
-from switchyard_worker.tensors import Rows, plainly_valid, stacked
+from switchyard_worker.tensors import plainly_valid, rows_of, stacked
 from switchyard_worker.triage import Triage
 from switchyard_worker.versions import ServedVersions
 
@@ -140,7 +140,7 @@ class MicroBatchLoop:
         run."""
         record = self._versions.get(runnable[0].version)
         assert record is not None
-        flat = stacked([p.inputs for p in runnable])
+        flat = stacked([p.inputs for p in runnable], [p.size for p in runnable])
         refused: Answered = []
         signature = record.signature
         checked = isinstance(flat, np.ndarray) and isinstance(signature, TensorSignature)
@@ -149,7 +149,7 @@ class MicroBatchLoop:
             runnable = [p for p in runnable if p.error is None]
             if not runnable:
                 return refused
-            flat = stacked([p.inputs for p in runnable])
+            flat = stacked([p.inputs for p in runnable], [p.size for p in runnable])
         try:
             outputs, ran = self._run(runnable, record, flat)
         except BatchFailed as failed:
@@ -164,10 +164,10 @@ class MicroBatchLoop:
         answered invalid_input naming what is wrong, as for JSON rows."""
         refused: Answered = []
         for p in runnable:
-            if type(p.inputs) is not Rows:
+            if type(p.inputs) is not bytes:
                 continue  # JSON rows, checked as they were read
             problems = check_inputs(
-                p.inputs.tolist(), record.signature, record.max_inputs_per_request
+                rows_of(p.inputs, p.size).tolist(), record.signature, record.max_inputs_per_request
             )
             if problems:
                 p.error = invalid_input(problems)

@@ -3,7 +3,7 @@ numbers (``QueueMessage.tensor``), stacked and checked without a Python object p
 value.
 
 The intake only checks that a message's block holds its rows at its version's row
-length (:func:`row_bytes`) and keeps it as it came (:class:`Rows`). The model's thread
+length (:func:`row_bytes`) and keeps it as it came, the message's bytes. The model's thread
 joins a batch's blocks into one array (:func:`stacked`) and checks its values
 against the signature in one pass (:func:`plainly_valid`), once per batch: checked
 per receive on the intake's thread, numpy's two reductions let go of the interpreter
@@ -26,26 +26,9 @@ _VALUE = np.dtype("<f8")
 assert _VALUE.itemsize == TENSOR_VALUE_BYTES
 
 
-class Rows:
-    """A message's rows as it carried them: ``count`` rows in one block of float64
-    numbers (``len`` is its number of inputs, as a list of them would say)."""
-
-    __slots__ = ("block", "count")
-
-    def __init__(self, block: bytes, count: int) -> None:
-        self.block = block
-        self.count = count
-
-    def __len__(self) -> int:
-        return self.count
-
-    def array(self) -> np.ndarray:
-        """Its rows (a read-only view of the block)."""
-        return np.frombuffer(self.block, dtype=_VALUE).reshape(self.count, -1)
-
-    def tolist(self) -> list[list[float]]:
-        """Its rows as JSON rows would be read: to be checked as they are."""
-        return self.array().tolist()
+def rows_of(block: bytes, count: int) -> np.ndarray:
+    """A block's ``count`` rows (a read-only view of its bytes)."""
+    return np.frombuffer(block, dtype=_VALUE).reshape(count, -1)
 
 
 def row_bytes(signature: TensorSignature) -> int:
@@ -54,17 +37,21 @@ def row_bytes(signature: TensorSignature) -> int:
     return length * TENSOR_VALUE_BYTES
 
 
-def stacked(inputs_each: Sequence[Any]) -> Any:
-    """A batch's inputs in one sequence, in order: where any message's are a block
-    (:class:`Rows`), one float64 array of every row (JSON rows beside them
-    converted), made by one join of the blocks; else one list."""
-    if not any(type(x) is Rows for x in inputs_each):
+def stacked(inputs_each: Sequence[Any], sizes: Sequence[int]) -> Any:
+    """A batch's inputs in one sequence, in order (``sizes``: how many each message
+    holds): where any message's are a block of rows (``bytes``), one float64 array
+    of every row (JSON rows beside them converted), made by one join of the blocks;
+    else one list."""
+    blocks = [type(x) is bytes for x in inputs_each]
+    if not any(blocks):
         return [x for inputs in inputs_each for x in inputs]
-    if all(type(x) is Rows for x in inputs_each):
-        n = sum(x.count for x in inputs_each)
-        return np.frombuffer(b"".join(x.block for x in inputs_each), dtype=_VALUE).reshape(n, -1)
+    if all(blocks):
+        return np.frombuffer(b"".join(inputs_each), dtype=_VALUE).reshape(sum(sizes), -1)
     return np.concatenate(
-        [x.array() if type(x) is Rows else np.asarray(x, dtype=_VALUE) for x in inputs_each]
+        [
+            rows_of(x, n) if block else np.asarray(x, dtype=_VALUE)
+            for x, n, block in zip(inputs_each, sizes, blocks, strict=True)
+        ]
     )
 
 

@@ -26,7 +26,9 @@ def pending(tenant: str, n: int = 1, version: str = "v1", count: int = 1, at: fl
         expires_at=1e12,
     )
     received = Received("{}", rid, rid, count, tenant, "realtime")
-    return Pending(received=received, arrived=at, received_at=at, message=message, inputs=[[0]] * n)
+    return Pending(
+        received=received, arrived=at, received_at=at, message=message, inputs=[[0]] * n, size=n
+    )
 
 
 def assembler(clock, size=4, wait=0.010):

@@ -18,7 +18,7 @@ from switchyard.schemas import QueueMessage, ResultRecord
 from switchyard.telemetry import prediction_records
 from switchyard_worker.finisher import BatchRun, _outcomes
 from switchyard_worker.intake import read_messages
-from switchyard_worker.tensors import Rows, stacked
+from switchyard_worker.tensors import stacked
 from switchyard_worker.versions import ServedVersions
 from tests.unit.test_batching import pending
 from tests.unit.test_worker import build, send
@@ -542,10 +542,12 @@ def test_blocks_of_numbers_are_kept_as_they_came_and_stacked_per_batch(stages, d
     )  # fmt: skip
     # THEN each request keeps its block as it came, no number read from it yet
     assert [p.error for p in read] == [None] * 3
-    assert [type(p.inputs) for p in read] == [Rows] * 3
-    assert [p.inputs.block for p in read] == [p.message.tensor for p in read]
+    assert all(p.inputs is p.message.tensor for p in read)
     assert [p.size for p in read] == [1, 2, 1]
     # AND the batch's rows are one float64 array, in order
-    batch = stacked([p.inputs for p in read])
+    batch = stacked([p.inputs for p in read], [p.size for p in read])
     assert isinstance(batch, np.ndarray) and batch.dtype == np.float64
     assert batch.tolist() == [[1.0] * 64, [2.0] * 64, [3.0] * 64, [4.0] * 64]
+    # AND JSON rows beside blocks take their places among the blocks' rows
+    mixed = stacked([read[1].inputs, [[5.0] * 64], read[2].inputs], [2, 1, 1])
+    assert mixed.tolist() == [[2.0] * 64, [3.0] * 64, [5.0] * 64, [4.0] * 64]
