@@ -19,6 +19,7 @@ from switchyard.results import (
     inline_outputs,
     outputs_attribute,
     pack_rows,
+    pack_rows_each,
     unpack_rows,
 )
 from switchyard_worker.runtimes import SentenceEmbedder
@@ -49,25 +50,53 @@ def test_every_seven_decimal_value_reads_back_bit_for_bit():
         assert struct.pack(f"<{len(back)}d", *back) == struct.pack(f"<{len(rounded)}d", *rounded)
 
 
-@pytest.mark.parametrize(
-    "outputs",
-    [
-        [],
-        [{"class": 1, "probabilities": [0.5, 0.5]}],
-        [[0.5, 0.25], [0.5]],  # ragged
-        [[1, 2, 3]],  # integers stay integers
-        [[0.5, True]],
-        [[0.1234567891]],  # more than 7 decimals
-        [[214.7483648]],  # more ten-millionths than an int32 holds
-        [[float("nan"), 0.5]],
-        [[float("inf"), 0.5]],
-        [[]],
-    ],
-)
+NOT_PACKED = [
+    [],
+    [{"class": 1, "probabilities": [0.5, 0.5]}],
+    [[0.5, 0.25], [0.5]],  # ragged
+    [[1, 2, 3]],  # integers stay integers
+    [[0.5, True]],
+    [[0.1234567891]],  # more than 7 decimals
+    [[214.7483648]],  # more ten-millionths than an int32 holds
+    [[float("nan"), 0.5]],
+    [[float("inf"), 0.5]],
+    [[]],
+]
+
+
+@pytest.mark.parametrize("outputs", NOT_PACKED)
 def test_anything_that_would_not_read_back_exactly_stays_json(outputs):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # nothing numpy would warn of on the way
         assert pack_rows(outputs) is None
+
+
+def test_a_batchs_outputs_are_each_packed_as_they_would_be_alone():
+    # GIVEN a batch of embeddings of two widths, one a negative zero among them, with
+    # every kind of output that stays JSON but for numbers of other types between
+    # them (their values all floats, so that the batch is checked as one), and one
+    # past the limit
+    draw = random.Random(3)
+    good = [
+        [[round(draw.uniform(-2, 2), 7) for _ in range(width)] for _ in range(rows)]
+        for width, rows in ((384, 1), (8, 3), (384, 2), (8, 1))
+    ]
+    good[1][2][5] = -0.0
+    too_long = [[0.5] * 384] * 3
+    floats_only = [o for o in NOT_PACKED if o not in ([[1, 2, 3]], [[0.5, True]])]
+    batch = [good[0], *floats_only[:4], good[1], *floats_only[4:], good[2], too_long, good[3]]
+    # WHEN they are packed together (within a limit below ``too_long``'s packed size)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        together = pack_rows_each(batch, limit=4 + 4 * 384 * 2)
+    # THEN each is what it would be alone: the embeddings packed and read back as
+    # they were, and the rest left to JSON
+    assert together == [pack_rows(outputs, limit=4 + 4 * 384 * 2) for outputs in batch]
+    assert [unpack_rows(p) for p in together if p is not None] == good
+    # AND with numbers of other types among them, the others are still packed
+    mixed = pack_rows_each([good[0], [[1, 2, 3]], good[3], [[0.5, True]]])
+    assert [p is not None for p in mixed] == [True, False, True, False]
+    assert unpack_rows(mixed[2]) == good[3]
 
 
 def test_a_negative_zero_reads_back_negative():

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from switchyard.admission import queued_lease
 from switchyard.prices import PriceTable, first_price
-from switchyard.results import stored_outputs
+from switchyard.results import stored_outputs_each
 from switchyard.schemas import AWS_SERVICES, AwsService, QueueMessage, RequestCost, ResultRecord
 from switchyard.tables import RESULTS
 from switchyard.telemetry import LOG_LINES_PER_RECORD
@@ -268,8 +268,10 @@ def price_answers(
     ``inline_bytes``: outputs stored as larger go to S3, a tenant's in one object."""
     to_s3: dict[str, int] = {}
     sizes = []
+    with_outputs = [record.outputs for _, record in answers if record.outputs]
+    each = iter(stored_outputs_each(with_outputs, inline_bytes))
     for _, record in answers:
-        stored = stored_outputs(record.outputs, inline_bytes) if record.outputs else None
+        stored = next(each) if record.outputs else None
         if isinstance(stored, bytes):
             to_s3[record.tenant] = to_s3.get(record.tenant, 0) + 1
             sizes.append(-1)

@@ -22,10 +22,10 @@ import struct
 import sys
 import uuid
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from enum import IntEnum
 from functools import lru_cache
-from itertools import chain
+from itertools import accumulate, chain
 from typing import Any, Protocol
 
 from switchyard.jsontext import json_bytes
@@ -415,10 +415,10 @@ class DynamoDBResultStore:
         one points at (what it leaves expires with the bucket's lifecycle)."""
         attributes: dict[int, dict[str, Any]] = {}  # each item's outputs
         large: dict[str, dict[int, bytes]] = {}  # JSON texts for S3, by tenant
-        for i, record in enumerate(records):
-            if record.outputs is None:
-                continue
-            stored = stored_outputs(record.outputs, self._inline_bytes)
+        with_outputs = [i for i, record in enumerate(records) if record.outputs is not None]
+        each = stored_outputs_each([records[i].outputs for i in with_outputs], self._inline_bytes)
+        for i, stored in zip(with_outputs, each, strict=True):
+            record = records[i]
             if isinstance(stored, bytes):
                 large.setdefault(record.tenant, {})[i] = stored
             else:
@@ -562,13 +562,22 @@ def outputs_attribute(outputs: list[Any], limit: int) -> tuple[str, dict[str, An
 def stored_outputs(outputs: list[Any], limit: int) -> tuple[str, dict[str, Any]] | bytes:
     """As :func:`outputs_attribute`, but where the outputs take more than ``limit``
     bytes either way, their JSON text (for S3) rather than None."""
-    packed = pack_rows(outputs, limit)
-    if packed is not None:
-        return PACKED, {"B": packed}
-    text = json_bytes(outputs)
-    if len(text) > limit:
-        return text
-    return "outputs", {"S": text.decode()}
+    return stored_outputs_each([outputs], limit)[0]
+
+
+def stored_outputs_each(
+    outputs_each: Sequence[list[Any]], limit: int
+) -> list[tuple[str, dict[str, Any]] | bytes]:
+    """:func:`stored_outputs` of each of a batch's outputs, their embeddings packed
+    together (:func:`pack_rows_each`)."""
+    stored: list[tuple[str, dict[str, Any]] | bytes] = []
+    for outputs, packed in zip(outputs_each, pack_rows_each(outputs_each, limit), strict=True):
+        if packed is not None:
+            stored.append((PACKED, {"B": packed}))
+            continue
+        text = json_bytes(outputs)
+        stored.append(text if len(text) > limit else ("outputs", {"S": text.decode()}))
+    return stored
 
 
 def inline_outputs(item: dict[str, Any]) -> list[Any] | None:
@@ -603,35 +612,59 @@ def pack_rows(outputs: list[Any], limit: int | None = None) -> bytes | None:
     bit for bit (:func:`unpack_rows`), as every 7-decimal value within ±214 does (a
     negative zero too); None for any other outputs, which are stored as JSON text, and for rows that
     would take more than ``limit`` bytes packed (checked before any value is looked
-    at). The values are checked by numpy, a vector at a time, not one by one: the
-    workers that pack have it; a router only unpacks (without numpy, nothing is
-    packed: the outputs are stored as JSON text)."""
-    if not outputs or not all(type(row) is list for row in outputs):
-        return None
-    width = len(outputs[0])
-    if width == 0 or any(len(row) != width for row in outputs):
-        return None
-    if limit is not None and 4 + 4 * width * len(outputs) > limit:
-        return None
-    flat = list(chain.from_iterable(outputs))
+    at). See :func:`pack_rows_each`, which packs a batch's."""
+    return pack_rows_each([outputs], limit)[0]
+
+
+def pack_rows_each(
+    outputs_each: Sequence[list[Any]], limit: int | None = None
+) -> list[bytes | None]:
+    """Each of a batch's outputs packed as :func:`pack_rows` packs them (None where
+    they are not so packed). The values of all of them are checked together by
+    numpy, a vector for the batch, not a call for each: for 64 embeddings of 384
+    values, 27 µs a result packed one by one. The workers that pack have numpy; a
+    router only unpacks (without numpy, nothing is packed: the outputs are stored as
+    JSON text)."""
+    packed: list[bytes | None] = [None] * len(outputs_each)
+    shapes = []  # (index, width, values) of each that may be packed
+    for i, outputs in enumerate(outputs_each):
+        if not outputs or not all(type(row) is list for row in outputs):
+            continue
+        width = len(outputs[0])
+        if width == 0 or any(len(row) != width for row in outputs):
+            continue
+        if limit is not None and 4 + 4 * width * len(outputs) > limit:
+            continue
+        shapes.append((i, width, width * len(outputs)))
+    if not shapes:
+        return packed
+    flat = list(chain.from_iterable(chain.from_iterable(outputs_each[i] for i, _, _ in shapes)))
     if set(map(type, flat)) != {float}:
-        return None
+        if len(shapes) == 1:
+            return packed
+        # Not all floats: each is looked at on its own, so the others are still packed.
+        return [pack_rows_each([outputs], limit)[0] for outputs in outputs_each]
     try:
         import numpy as np  # the workers'; a router's layer has none, and packs nothing
     except ImportError:
-        return None
+        return packed
 
     values = np.array(flat, dtype=np.float64)
     counts = np.rint(values * PACKED_SCALE)
-    if not bool((np.abs(counts) < _INT32).all()):
-        return None  # too large for int32, infinite or not a number
-    whole = counts.astype("<i4")
+    fits = np.abs(counts) < _INT32  # false too for what is infinite or not a number
+    whole = np.where(fits, counts, 0).astype("<i4")
     whole[np.signbit(values) & (values == 0)] = _NEGATIVE_ZERO
     back = whole / PACKED_SCALE
     back[whole == _NEGATIVE_ZERO] = -0.0
-    if back.tobytes() != values.tobytes():
-        return None  # more than 7 decimals
-    return struct.pack("<I", width) + whole.tobytes()
+    # A value that does not read back bit for bit has more than 7 decimals.
+    wrong = ~fits | (back.view(np.int64) != values.view(np.int64))
+    ends = list(accumulate(n for _, _, n in shapes))
+    starts = [0, *ends[:-1]]
+    any_wrong = np.logical_or.reduceat(wrong, starts).tolist()
+    for (i, width, _), start, end, bad in zip(shapes, starts, ends, any_wrong, strict=True):
+        if not bad:
+            packed[i] = struct.pack("<I", width) + whole[start:end].tobytes()
+    return packed
 
 
 def unpack_rows(data: bytes) -> list[list[float]]:
