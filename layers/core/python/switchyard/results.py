@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from enum import IntEnum
 from functools import lru_cache
 from itertools import accumulate, chain
+from operator import itemgetter
 from typing import Any, Protocol
 
 from switchyard.jsontext import json_bytes
@@ -241,10 +242,7 @@ class DynamoDBResultStore:
         return insert_of(self._table, item)
 
     def _update(self, item: dict[str, Any]) -> dict[str, Any]:
-        # What a queued record may hold and this result does not: removed, so that
-        # the item is what the put would have written.
-        removed = [n for n in _FINAL_ONLY_OR_QUEUED_ONLY if n not in item]
-        return update_of_queued(self._table, item, removed)
+        return update_of_queued(self._table, item, _absent(tuple(item)))
 
     def mark_failed(self, queued: ResultRecord, reason: str) -> None:
         # A request answered already has nothing to mark. One that has no record yet
@@ -511,27 +509,38 @@ def insert_of(table: str, item: dict[str, Any]) -> dict[str, Any]:
     return {"Statement": _insert_text(table, tuple(item)), "Parameters": list(item.values())}
 
 
-def update_of_queued(table: str, item: dict[str, Any], removed: list[str]) -> dict[str, Any]:
+def update_of_queued(table: str, item: dict[str, Any], removed: Sequence[str]) -> dict[str, Any]:
     """A BatchExecuteStatement's statement that writes ``item`` (a result) over its
     record while that is ``queued``, removing ``removed``."""
-    keys = (RESULTS.partition, RESULTS.sort)
-    names = [n for n in item if n not in keys]
-    return {
-        "Statement": _update_text(table, tuple(names), tuple(removed)),
-        "Parameters": [item[n] for n in names] + [item[k] for k in keys] + [_QUEUED],
-    }
+    text, values = _update_plan(table, tuple(item), tuple(removed))
+    return {"Statement": text, "Parameters": [*values(item), _QUEUED]}
 
 
-# A batch's items mostly share their attributes' names, so each statement's text is
-# worked out once per set of names, not once per item.
+# A batch's items mostly share their attributes' names, so each statement's text,
+# and the order its parameters are read in, is worked out once per set of names,
+# not once per item.
 @lru_cache(maxsize=256)
 def _insert_text(table: str, names: tuple[str, ...]) -> str:
     return insert_statement(table, list(names))
 
 
 @lru_cache(maxsize=256)
-def _update_text(table: str, names: tuple[str, ...], removed: tuple[str, ...]) -> str:
-    return update_statement(table, list(names), list(removed), (RESULTS.partition, RESULTS.sort))
+def _update_plan(
+    table: str, names: tuple[str, ...], removed: tuple[str, ...]
+) -> tuple[str, Callable[[dict[str, Any]], tuple[Any, ...]]]:
+    """An UPDATE's text for items of ``names``, and the reader of an item's
+    parameters for it: its values but the keys', in order, then the keys'."""
+    keys = (RESULTS.partition, RESULTS.sort)
+    rest = [n for n in names if n not in keys]
+    # every result item has attributes besides its keys: the reader gives a tuple
+    return update_statement(table, rest, list(removed), keys), itemgetter(*rest, *keys)
+
+
+@lru_cache(maxsize=256)
+def _absent(names: tuple[str, ...]) -> tuple[str, ...]:
+    """What a queued record may hold and a result of ``names`` does not: removed by
+    its UPDATE, so that the item is what the put would have written."""
+    return tuple(n for n in _FINAL_ONLY_OR_QUEUED_ONLY if n not in names)
 
 
 def update_statement(
