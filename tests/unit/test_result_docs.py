@@ -1,5 +1,6 @@
-"""A result item's ``doc`` (``switchyard.results.result_docs``): a batch's docs written
-in one pass by msgspec are pydantic's dump of each record, value for value."""
+"""A result item's ``doc`` (``switchyard.results.result_docs``) and a record's JSON
+(``records_json``): a batch's written in one pass by msgspec are pydantic's dump of
+each record, value for value."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import time
 import pytest
 
 from switchyard import results
-from switchyard.results import _NOT_IN_DOC, result_docs
+from switchyard.results import _NOT_IN_DOC, records_json, result_docs
 from switchyard.schemas import ErrorInfo, JobChunk, LineError, RequestCost, ResultRecord
 
 
@@ -69,9 +70,19 @@ def test_a_batchs_docs_are_each_records_pydantic_dump():
         assert ResultRecord.model_validate(json.loads(doc) | fields) == record
 
 
+def test_a_batchs_json_without_its_outputs_is_each_records_pydantic_dump():
+    # GIVEN the same records, their outputs left out (what a cost is priced by)
+    # WHEN they are written together
+    written = records_json(RECORDS, {"outputs"})
+    # THEN each is what pydantic writes of it, value for value
+    expected = [r.model_dump_json(exclude={"outputs"}, exclude_none=True) for r in RECORDS]
+    assert [json.loads(w) for w in written] == [json.loads(e) for e in expected]
+    assert [len(w) for w in written] == [len(e) for e in expected]
+
+
 def test_without_msgspec_each_doc_is_pydantics_dump(monkeypatch):
     # GIVEN a process without msgspec (a router's layer)
-    monkeypatch.setattr(results, "_doc_writer", lambda: None)
+    monkeypatch.setattr(results, "_json_writer", lambda _: None)
     # WHEN docs are written
     # THEN each is pydantic's dump as it is
     assert result_docs(RECORDS) == [_pydantic(r) for r in RECORDS]
@@ -82,5 +93,5 @@ def test_a_value_a_doc_cannot_hold_is_refused_not_written(monkeypatch):
     odd = _record(9).model_copy(update={"job": object()})
     # WHEN its doc is written
     # THEN the write fails, rather than storing a doc that cannot be read back
-    with pytest.raises(NotImplementedError, match="not written in a result's doc"):
+    with pytest.raises(NotImplementedError, match="not written in a result.s JSON"):
         result_docs([odd])

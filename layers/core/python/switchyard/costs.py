@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from switchyard.admission import queued_lease
 from switchyard.prices import PriceTable, first_price
-from switchyard.results import stored_outputs_each
+from switchyard.results import records_json, stored_outputs_each
 from switchyard.schemas import AWS_SERVICES, AwsService, QueueMessage, RequestCost, ResultRecord
 from switchyard.tables import RESULTS
 from switchyard.telemetry import LOG_LINES_PER_RECORD
@@ -286,9 +286,13 @@ def price_answers(
         for m, _ in answers
     ]
     places = Counter(lease for lease in leases if lease is not None)
-    for (message, record), outputs_bytes, lease in zip(answers, sizes, leases, strict=True):
+    # Each record's JSON but its outputs (held apart, sized above), the batch's written
+    # in one pass.
+    docs = map(len, records_json([record for _, record in answers], ("outputs",)))
+    for (message, record), outputs_bytes, lease, doc in zip(
+        answers, sizes, leases, docs, strict=True
+    ):
         path: Path = "job" if message.job else "sync" if message.respond_by else "async"
-        doc = len(record.model_dump_json(exclude={"outputs"}, exclude_none=True))
         facts = PathFacts(
             path=path,
             batch_messages=len(answers),

@@ -22,11 +22,11 @@ import struct
 import sys
 import uuid
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from enum import IntEnum
 from functools import lru_cache
 from itertools import accumulate, chain
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any, Protocol
 
 from switchyard.jsontext import json_bytes
@@ -460,48 +460,57 @@ class DynamoDBResultStore:
 
 def result_docs(records: list[ResultRecord]) -> list[str]:
     """Each record's ``doc``: its fields but those its item holds as attributes of
-    their own (``_NOT_IN_DOC``), without its empty ones, as JSON. A batch's docs are
-    written in one pass where msgspec is installed (a worker's image): each field
-    read for every record by one ``attrgetter``, each doc made by ``map`` over a
-    struct type that leaves out what is None, and all of them encoded as lines in
-    one call (2.3 µs a record through pydantic, one at a time). Without it (the
-    router's layer, which writes one queued record at a time) each is pydantic's
-    dump. The two give the same JSON values (``tests/unit/test_result_docs.py``)."""
-    writer = _doc_writer()
+    their own (``_NOT_IN_DOC``), without its empty ones, as JSON
+    (:func:`records_json`)."""
+    return records_json(records, _NOT_IN_DOC)
+
+
+def records_json(records: list[ResultRecord], exclude: Collection[str]) -> list[str]:
+    """Each record as JSON, without the fields named in ``exclude`` and without its
+    empty ones, as ``model_dump_json(exclude=exclude, exclude_none=True)`` writes it.
+    A batch's are written in one pass where msgspec is installed (a worker's image):
+    each field read for every record by one ``attrgetter``, each made by ``map`` over
+    a struct type that leaves out what is None, and all of them encoded as lines in
+    one call (2.3 µs a record through pydantic, one at a time, for a result's doc).
+    Without it (the router's layer, which writes one queued record at a time) each is
+    pydantic's dump. The two give the same JSON values
+    (``tests/unit/test_result_docs.py``)."""
+    writer = _json_writer(frozenset(exclude))
     if writer is None:
-        return [r.model_dump_json(exclude=_NOT_IN_DOC, exclude_none=True) for r in records]
+        return [r.model_dump_json(exclude=set(exclude), exclude_none=True) for r in records]
     encoder, doc_type, columns = writer
     lines = encoder.encode_lines(list(map(doc_type, *(map(c, records) for c in columns))))
-    # JSON escapes a newline within a string: each line is one record's doc.
+    # JSON escapes a newline within a string: each line is one record's.
     return lines.decode().split("\n")[:-1]
 
 
-# A doc's fields, in the record's order.
-_DOC_FIELDS = tuple(name for name in ResultRecord.model_fields if name not in _NOT_IN_DOC)
-
-
-@lru_cache(maxsize=1)
-def _doc_writer() -> tuple[Any, Any, list[Callable[[Any], Any]]] | None:
-    """msgspec's encoder (a record's nested models, its error, job and cost, dumped
-    by pydantic as they are met), the doc's struct type and a reader of each of its
-    fields; None without msgspec."""
+@lru_cache(maxsize=8)
+def _json_writer(
+    exclude: frozenset[str],
+) -> tuple[Any, Any, list[Callable[[Any], Any]]] | None:
+    """msgspec's encoder (a record's nested models, its error, job and cost, written
+    as they are met), the struct type of a record's fields but
+    ``exclude``, in the record's order, and a reader of each of them; None without
+    msgspec."""
     try:
         import msgspec
     except ImportError:
         return None
-    from operator import attrgetter
-
     from pydantic import BaseModel
 
     def nested(value: Any) -> Any:
         if isinstance(value, BaseModel):
-            return value.model_dump(mode="json", exclude_none=True)
-        raise NotImplementedError(f"{type(value).__name__} is not written in a result's doc")
+            # Its fields but the empty ones, as pydantic's dump gives them: a record's
+            # models have no aliases, serializers or extra fields (the test holds each
+            # to its dump). A model among them is met again, and so written.
+            return {k: v for k, v in value.__dict__.items() if v is not None}
+        raise NotImplementedError(f"{type(value).__name__} is not written in a result's JSON")
 
+    names = [name for name in ResultRecord.model_fields if name not in exclude]
     doc_type = msgspec.defstruct(
-        "ResultDoc", [(name, Any, None) for name in _DOC_FIELDS], omit_defaults=True
+        "RecordJson", [(name, Any, None) for name in names], omit_defaults=True
     )
-    return msgspec.json.Encoder(enc_hook=nested), doc_type, [attrgetter(n) for n in _DOC_FIELDS]
+    return msgspec.json.Encoder(enc_hook=nested), doc_type, [attrgetter(n) for n in names]
 
 
 def insert_of(table: str, item: dict[str, Any]) -> dict[str, Any]:
