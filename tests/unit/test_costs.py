@@ -6,7 +6,9 @@ The ledger here is an in-memory fake; tests/e2e/test_costs.py runs the real one.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import random
 import time
 from typing import Any
 
@@ -23,6 +25,7 @@ from switchyard.costs import (
     price_answers,
     request_cost,
     spend_by_group,
+    usage_key,
 )
 from switchyard.manifest import Manifest
 from switchyard.prices import PriceTable
@@ -170,6 +173,57 @@ def test_a_batchs_answers_are_priced_by_their_shares() -> None:
     assert sum(c.worker_seconds for c in costs if c) == pytest.approx(0.040)
     assert costs[1] and costs[0] and costs[1].aws["lambda"] > costs[0].aws["lambda"] / 2
     assert costs[0] and costs[0].aws["s3"] == 0
+
+
+def test_paths_with_one_usage_key_make_the_same_requests() -> None:
+    # GIVEN paths of every kind, and each again with what its key leaves out changed:
+    # its item's size within the same billed units, and a wait it is not billed for
+    draw = random.Random(11)
+    for _ in range(500):
+        path = draw.choice(["sync", "async", "job"])
+        size = draw.choice([1, 700, 1024, 1025, 4096, 4097, 9000])
+        facts = PathFacts(
+            path=path,
+            batch_messages=draw.randint(1, 64),
+            claim_checked=draw.random() < 0.3,
+            result_item_bytes=size,
+            outputs_put_share=draw.choice([0.0, 0.5, 1.0]),
+            router_wait_seconds=draw.uniform(0, 2),
+            sync_slot=path == "sync" and draw.random() < 0.5,
+            queued_counted=draw.random() < 0.5,
+            queued_give_back_share=draw.choice([1.0, 1 / 3]),
+        )
+        units = math.ceil(size / 1024) * 1024
+        same = dataclasses.replace(
+            facts,
+            result_item_bytes=draw.randint(units - 1023, units),
+            router_wait_seconds=facts.router_wait_seconds + (0 if path == "sync" else 5),
+        )
+        # WHEN each is keyed and its requests counted
+        # THEN the two keys are one, and so are the two paths' requests and prices
+        assert usage_key(same) == usage_key(facts)
+        assert path_usage(same, 1769, 0.03) == path_usage(facts, 1769, 0.03)
+        assert request_cost(1.0, same, RATES) == request_cost(1.0, facts, RATES)
+        # AND a sync request's wait is in its key: it is billed for it
+        if path == "sync":
+            longer = dataclasses.replace(facts, router_wait_seconds=facts.router_wait_seconds + 1)
+            assert usage_key(longer) != usage_key(facts)
+
+
+def test_a_batchs_answers_on_one_path_share_its_price_each_with_its_own_copy() -> None:
+    # GIVEN a batch of three async answers of one tenant, their worker shares apart
+    ms = [message(f"r{i}") for i in range(3)]
+    answers = [(m, answer(m, 10.0 * (i + 1))) for i, m in enumerate(ms)]
+    # WHEN they are priced
+    price_answers(answers, RATES, inline_bytes=400_000)
+    costs = [r.cost for _, r in answers]
+    # THEN each costs what its path and worker share cost priced alone
+    alone = PathFacts(path="async", batch_messages=3, result_item_bytes=1)
+    for i, cost in enumerate(costs):
+        assert cost == request_cost(0.010 * (i + 1), alone, RATES)
+    # AND each holds its own prices by service
+    assert costs[0] is not None and costs[1] is not None
+    assert costs[0].aws is not costs[1].aws
 
 
 def test_admission_writes_are_priced_a_sync_slot_and_a_shared_give_back() -> None:

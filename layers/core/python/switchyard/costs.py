@@ -212,6 +212,24 @@ def path_usage(p: PathFacts, router_memory_mb: int, router_seconds: float) -> Aw
     return u
 
 
+def usage_key(p: PathFacts) -> tuple[Any, ...]:
+    """What of ``p`` decides :func:`path_usage`'s answer: two paths with the same key
+    make the same requests. Its item's size counts by the units it is billed in, and
+    the router's wait only for a sync request, the one it is billed for."""
+    return (
+        p.path,
+        p.batch_messages,
+        p.claim_checked,
+        write_units(p.result_item_bytes),
+        read_units(p.result_item_bytes),
+        p.outputs_put_share,
+        p.router_wait_seconds if p.path == "sync" else 0.0,
+        p.sync_slot,
+        p.queued_counted,
+        p.queued_give_back_share,
+    )
+
+
 def log_billed_bytes(lines: float, line_bytes: int = PREDICTION_LINE_BYTES) -> int:
     """The bytes Firehose bills for a batch's ``lines`` prediction-log lines, sent
     together (:class:`switchyard.telemetry.FirehosePredictionLog`): records of up to
@@ -243,18 +261,31 @@ def price_usage(u: AwsUsage, rates: CostRates) -> dict[AwsService, float]:
 
 def request_cost(worker_seconds: float, path: PathFacts, rates: CostRates) -> RequestCost:
     """What one answered request cost: its worker share and its path's AWS requests."""
+    return _cost(worker_seconds, _path_price(path, rates), rates)
+
+
+def _path_price(path: PathFacts, rates: CostRates) -> tuple[dict[AwsService, float], float]:
+    """USD by service of ``path``'s AWS requests, and their sum."""
     aws = price_usage(
         path_usage(path, rates.router_memory_mb, rates.router_seconds_per_call), rates
     )
+    return aws, sum(aws.values())
+
+
+def _cost(
+    worker_seconds: float, priced: tuple[dict[AwsService, float], float], rates: CostRates
+) -> RequestCost:
+    """A request's cost: its worker share, and its path's AWS requests (``priced``:
+    :func:`_path_price`'s answer, which the request's cost holds a copy of)."""
+    aws, aws_usd = priced
     worker = rates.worker_usd(worker_seconds)
-    aws_usd = sum(aws.values())
     return RequestCost(
         usd=worker + aws_usd,
         worker_usd=worker,
         aws_usd=aws_usd,
         worker_seconds=worker_seconds,
         instance_type=rates.instance_type,
-        aws=aws,
+        aws=dict(aws),
     )
 
 
@@ -289,6 +320,9 @@ def price_answers(
     # Each record's JSON but its outputs (held apart, sized above), the batch's written
     # in one pass.
     docs = map(len, records_json([record for _, record in answers], ("outputs",)))
+    # A batch's paths mostly make the same requests: each is priced once
+    # (``usage_key``), each request's cost its own copy.
+    priced: dict[tuple[Any, ...], tuple[dict[AwsService, float], float]] = {}
     for (message, record), outputs_bytes, lease, doc in zip(
         answers, sizes, leases, docs, strict=True
     ):
@@ -304,7 +338,11 @@ def price_answers(
             queued_counted=lease is not None,
             queued_give_back_share=1 / places[lease] if lease is not None else 1.0,
         )
-        record.cost = request_cost(record.timings.get("worker_ms", 0.0) / 1000, facts, rates)
+        key = usage_key(facts)
+        price = priced.get(key)
+        if price is None:
+            priced[key] = price = _path_price(facts, rates)
+        record.cost = _cost(record.timings.get("worker_ms", 0.0) / 1000, price, rates)
 
 
 # -- spend, added up -----------------------------------------------------------------
