@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from switchyard.auth import KeyIdDirectory
+from switchyard.costs import Spend, WorkerTime
 from switchyard.queues import Received
 from switchyard.registry import ModelVersion, VersionExists
 from switchyard.results import Stored
@@ -281,6 +282,24 @@ class FakeResultCache:
         for e in entries:
             self.entries[(e.tenant, e.model, e.version, e.key)] = e
         return len(entries)
+
+
+class FakeCostLedger:
+    """The cost ledger's two sums, in memory: each group's spend, and each write of a
+    worker's time (``switchyard.costs.CostLedger``)."""
+
+    def __init__(self) -> None:
+        self.spend: dict[tuple[str, str, str], Spend] = {}
+        self.times: list[WorkerTime] = []
+
+    def add_spend(self, groups: dict[tuple[str, str, str], Spend], at: float) -> None:
+        for group, s in groups.items():
+            self.spend.setdefault(group, Spend()).merge(s)
+
+    def add_time(self, service: str, worker: str, **t: float) -> None:
+        self.times.append(
+            WorkerTime(service, worker, "h", t["running_seconds"], t["busy_seconds"], 0.1785)
+        )
 
 
 class DroppedPredictionLog:

@@ -9,6 +9,7 @@ import time
 import pytest
 from pydantic import ValidationError
 
+from harness.fakes import FakeCostLedger
 from stacks.assets import MANIFEST_FILE
 from switchyard.budgets import (
     Budgets,
@@ -22,7 +23,7 @@ from switchyard.budgets import (
 from switchyard.manifest import Tenant, load_manifest
 from switchyard_cli.status import format_budget_flags
 from switchyard_worker.costing import CostKeeper
-from tests.unit.test_costs import RATES, FakeLedger, answer, message
+from tests.unit.test_costs import RATES, answer, message
 
 NOV_27 = float(calendar.timegm((2026, 11, 27, 12, 0, 0)))
 DEC_1 = float(calendar.timegm((2026, 12, 1, 0, 0, 0)))
@@ -200,7 +201,7 @@ def test_a_workers_stored_answers_count_towards_their_tenants_months():
     store = FailingOnce()
     keeper = CostKeeper(
         rates=RATES,
-        ledger=FakeLedger(),  # type: ignore[arg-type]
+        ledger=FakeCostLedger(),  # type: ignore[arg-type]
         service="m",
         worker_id="w1",
         inline_bytes=400_000,

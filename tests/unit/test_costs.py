@@ -13,12 +13,12 @@ import time
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
+from harness.fakes import FakeCostLedger
 from switchyard.costs import (
     CostRates,
     PathFacts,
-    Spend,
-    WorkerTime,
     cost_report,
     log_billed_bytes,
     path_usage,
@@ -210,20 +210,22 @@ def test_paths_with_one_usage_key_make_the_same_requests() -> None:
             assert usage_key(longer) != usage_key(facts)
 
 
-def test_a_batchs_answers_on_one_path_share_its_price_each_with_its_own_copy() -> None:
-    # GIVEN a batch of three async answers of one tenant, their worker shares apart
-    ms = [message(f"r{i}") for i in range(3)]
-    answers = [(m, answer(m, 10.0 * (i + 1))) for i, m in enumerate(ms)]
+def test_a_batchs_answers_on_one_path_cost_what_each_costs_alone() -> None:
+    # GIVEN a batch of four async answers of one tenant, two of them with one share
+    # of the batch's time
+    ms = [message(f"r{i}") for i in range(4)]
+    shares = [10.0, 20.0, 30.0, 20.0]
+    answers = [(m, answer(m, ms_)) for m, ms_ in zip(ms, shares, strict=True)]
     # WHEN they are priced
     price_answers(answers, RATES, inline_bytes=400_000)
     costs = [r.cost for _, r in answers]
     # THEN each costs what its path and worker share cost priced alone
-    alone = PathFacts(path="async", batch_messages=3, result_item_bytes=1)
-    for i, cost in enumerate(costs):
-        assert cost == request_cost(0.010 * (i + 1), alone, RATES)
-    # AND each holds its own prices by service
-    assert costs[0] is not None and costs[1] is not None
-    assert costs[0].aws is not costs[1].aws
+    alone = PathFacts(path="async", batch_messages=4, result_item_bytes=1)
+    assert costs == [request_cost(share / 1000, alone, RATES) for share in shares]
+    # AND the two that cost the same hold one cost, which none can change
+    assert costs[1] is costs[3] and costs[0] is not costs[1]
+    with pytest.raises(ValidationError):
+        costs[1].usd = 0.0  # type: ignore[union-attr]
 
 
 def test_admission_writes_are_priced_a_sync_slot_and_a_shared_give_back() -> None:
@@ -283,26 +285,9 @@ def test_spend_adds_up_per_group_and_the_report_groups_it() -> None:
     assert set(by_version["groups"]) == {"m/v1"}
 
 
-class FakeLedger:
-    """The ledger's two sums, in memory."""
-
-    def __init__(self) -> None:
-        self.spend: dict[tuple[str, str, str], Spend] = {}
-        self.times: list[WorkerTime] = []
-
-    def add_spend(self, groups: dict[tuple[str, str, str], Spend], at: float) -> None:
-        for group, s in groups.items():
-            self.spend.setdefault(group, Spend()).merge(s)
-
-    def add_time(self, service: str, worker: str, **t: float) -> None:
-        self.times.append(
-            WorkerTime(service, worker, "h", t["running_seconds"], t["busy_seconds"], 0.1785)
-        )
-
-
 def test_worker_shares_plus_idle_time_are_the_running_time() -> None:
     # GIVEN a worker's keeper that meters batches as the loops and finisher do
-    ledger = FakeLedger()
+    ledger = FakeCostLedger()
     keeper = CostKeeper(
         rates=RATES,
         ledger=ledger,  # type: ignore[arg-type]
@@ -337,7 +322,7 @@ def test_worker_shares_plus_idle_time_are_the_running_time() -> None:
 
 
 def test_a_ledger_outage_keeps_the_spend_for_the_next_write() -> None:
-    class Down(FakeLedger):
+    class Down(FakeCostLedger):
         fail = True
 
         def add_spend(self, groups: Any, at: float) -> None:

@@ -276,7 +276,7 @@ def _cost(
     worker_seconds: float, priced: tuple[dict[AwsService, float], float], rates: CostRates
 ) -> RequestCost:
     """A request's cost: its worker share, and its path's AWS requests (``priced``:
-    :func:`_path_price`'s answer, which the request's cost holds a copy of)."""
+    :func:`_path_price`'s answer)."""
     aws, aws_usd = priced
     worker = rates.worker_usd(worker_seconds)
     return RequestCost(
@@ -285,7 +285,7 @@ def _cost(
         aws_usd=aws_usd,
         worker_seconds=worker_seconds,
         instance_type=rates.instance_type,
-        aws=dict(aws),
+        aws=aws,
     )
 
 
@@ -320,9 +320,11 @@ def price_answers(
     # Each record's JSON but its outputs (held apart, sized above), the batch's written
     # in one pass.
     docs = map(len, records_json([record for _, record in answers], ("outputs",)))
-    # A batch's paths mostly make the same requests: each is priced once
-    # (``usage_key``), each request's cost its own copy.
+    # A batch's answers mostly make the same requests (``usage_key``) and have the
+    # same share of its time: each path is priced once, and each cost made once, the
+    # answers that cost the same holding one (a cost is frozen).
     priced: dict[tuple[Any, ...], tuple[dict[AwsService, float], float]] = {}
+    made: dict[tuple[tuple[Any, ...], float], RequestCost] = {}
     for (message, record), outputs_bytes, lease, doc in zip(
         answers, sizes, leases, docs, strict=True
     ):
@@ -339,10 +341,14 @@ def price_answers(
             queued_give_back_share=1 / places[lease] if lease is not None else 1.0,
         )
         key = usage_key(facts)
-        price = priced.get(key)
-        if price is None:
-            priced[key] = price = _path_price(facts, rates)
-        record.cost = _cost(record.timings.get("worker_ms", 0.0) / 1000, price, rates)
+        worker_seconds = record.timings.get("worker_ms", 0.0) / 1000
+        cost = made.get((key, worker_seconds))
+        if cost is None:
+            price = priced.get(key)
+            if price is None:
+                priced[key] = price = _path_price(facts, rates)
+            made[key, worker_seconds] = cost = _cost(worker_seconds, price, rates)
+        record.cost = cost
 
 
 # -- spend, added up -----------------------------------------------------------------

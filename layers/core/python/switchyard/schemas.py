@@ -170,7 +170,7 @@ class RequestCost(BaseModel):
     time (``worker_seconds`` of an instance, priced per second) and the AWS requests
     its path made, by service (``switchyard.costs`` counts and prices them)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     usd: float = Field(ge=0, description="worker_usd + aws_usd")
     worker_usd: float = Field(ge=0)

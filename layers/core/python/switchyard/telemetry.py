@@ -216,7 +216,7 @@ def prediction_records(results: Sequence[ResultRecord]) -> list[Any]:
     if any(errors):
         errors = list(map(_error_code, errors))
     if any(costs):
-        costs = list(map(_cost_dump, costs))
+        costs = _dumped(costs)
     return list(
         map(
             line,
@@ -245,8 +245,20 @@ def _error_code(error: Any) -> str | None:
     return error.code if error is not None else None
 
 
-def _cost_dump(cost: Any) -> dict[str, Any] | None:
-    return cost.model_dump() if cost is not None else None
+def _dumped(costs: list[Any]) -> list[dict[str, Any] | None]:
+    """Each cost as its line writes it: a batch's answers that cost the same hold one
+    cost (``switchyard.costs.price_answers``), dumped once."""
+    dumps: dict[int, dict[str, Any]] = {}
+    out: list[dict[str, Any] | None] = []
+    for cost in costs:
+        if cost is None:
+            out.append(None)
+            continue
+        dump = dumps.get(id(cost))
+        if dump is None:
+            dumps[id(cost)] = dump = cost.model_dump()
+        out.append(dump)
+    return out
 
 
 @lru_cache(maxsize=1)
