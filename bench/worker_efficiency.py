@@ -4,8 +4,11 @@ fed through an in-memory queue at saturation, against the model limit.
 The queue is filled before the worker starts, so the worker never waits for work:
 what it achieves is its own ceiling. Queues, registry, results and payloads are
 the in-memory fakes of the core's stores (``harness/fakes.py``), so the figure isolates the
-worker's code (decode, validate, assemble, run, record, store, delete) from the AWS
-round trips, which the end-to-end section measures. Every call into the model is
+worker's code (decode, validate, assemble, run, record, price, store, log, delete) from
+the AWS round trips, which the end-to-end section measures. The worker prices each
+answer and logs each prediction as the deployed one does (its cost keeper, with the
+manifest's rates for the model, keeps its ledger in memory; the prediction log's lines
+are written and dropped). Every call into the model is
 timed, so the time per batch splits into the bare model, the runtime's output
 conversion, and the rest of the loop. A full run repeats the run and the limit beside
 it (``ROUNDS``) and keeps the median round.
@@ -30,6 +33,7 @@ from bench.model_limit import LoadedModel, throughput
 from bench.proc_cpu import thread_cpu
 from harness.fakes import (
     DroppedPredictionLog,
+    FakeCostLedger,
     FakePayloads,
     FakeQueue,
     FakeRegistry,
@@ -103,6 +107,7 @@ def saturate(
     batch = FakeQueue("batch", long_poll=True)
     results = FakeResults()
     timed = TimedRuntime(runtime or model.runtime)
+    costs = _cost_keeper(model.name)
     worker = Worker(
         **accepted_kwargs(
             Worker.__init__,
@@ -118,6 +123,7 @@ def saturate(
             poll_wait_seconds=1,
             metrics=None,
             prediction_log=DroppedPredictionLog(),
+            costs=costs,
         )
     )
     # As the deployed worker starts (``switchyard_worker.__main__``): what its start
@@ -178,6 +184,25 @@ def saturate(
         "cpu_us_per_input": round(cpu * 1e6 / done, 1) if done else None,
         "cpu_us_per_input_by_thread": by_thread(threads, done),
     }
+
+
+def _cost_keeper(model: str) -> Any:
+    """The deployed worker's cost keeper for ``model``'s own service (its manifest's
+    rates), its ledger and its tenants' budgets in memory."""
+    from stacks.assets import MANIFEST_FILE
+    from switchyard.budgets import InMemoryBudgetStore
+    from switchyard.manifest import load_manifest
+    from switchyard.settings import WorkerSettings
+    from switchyard_worker.costing import CostKeeper
+
+    return CostKeeper(
+        rates=load_manifest(MANIFEST_FILE).cost_rates(model),
+        ledger=FakeCostLedger(),  # type: ignore[arg-type]
+        service=model,
+        worker_id="bench-worker",
+        inline_bytes=WorkerSettings.model_fields["result_inline_bytes"].default,
+        budgets=InMemoryBudgetStore(),
+    )
 
 
 def by_thread(threads: dict[str, dict[int, tuple[str, float]]], done: int) -> dict[str, float]:
