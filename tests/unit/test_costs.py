@@ -285,6 +285,26 @@ def test_spend_adds_up_per_group_and_the_report_groups_it() -> None:
     assert set(by_version["groups"]) == {"m/v1"}
 
 
+def test_records_holding_one_cost_are_each_counted_in_their_groups_spend() -> None:
+    # GIVEN a batch's records as the worker prices them: three of acme's and one of
+    # globex's holding one cost, one of acme's another
+    shared = request_cost(0.01, PathFacts(path="async"), RATES)
+    other = request_cost(0.03, PathFacts(path="sync"), RATES)
+    ms = [message("a"), message("b"), message("c"), message("g", "globex"), message("d")]
+    records = [answer(m, 10.0) for m in ms]
+    for r, cost in zip(records, [shared, shared, shared, shared, other], strict=True):
+        r.cost = cost
+    # WHEN their spend is added up
+    groups = spend_by_group(records)
+    # THEN each group counts each of its records once, whichever cost it holds
+    acme, globex = groups[("acme", "m", "v1")], groups[("globex", "m", "v1")]
+    assert (acme.requests, globex.requests) == (4, 1)
+    assert acme.usd == pytest.approx(3 * shared.usd + other.usd)
+    assert acme.worker_seconds == pytest.approx(0.06)
+    assert acme.aws["lambda"] == pytest.approx(3 * shared.aws["lambda"] + other.aws["lambda"])
+    assert globex.usd == pytest.approx(shared.usd)
+
+
 def test_worker_shares_plus_idle_time_are_the_running_time() -> None:
     # GIVEN a worker's keeper that meters batches as the loops and finisher do
     ledger = FakeCostLedger()

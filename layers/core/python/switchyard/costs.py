@@ -367,14 +367,15 @@ class Spend:
     worker_seconds: float = 0.0
     aws: dict[str, float] = field(default_factory=dict)
 
-    def add(self, cost: RequestCost) -> None:
-        self.requests += 1
-        self.usd += cost.usd
-        self.worker_usd += cost.worker_usd
-        self.aws_usd += cost.aws_usd
-        self.worker_seconds += cost.worker_seconds
+    def add(self, cost: RequestCost, requests: int = 1) -> None:
+        """``requests`` requests that each cost ``cost``."""
+        self.requests += requests
+        self.usd += cost.usd * requests
+        self.worker_usd += cost.worker_usd * requests
+        self.aws_usd += cost.aws_usd * requests
+        self.worker_seconds += cost.worker_seconds * requests
         for service, usd in cost.aws.items():
-            self.aws[service] = self.aws.get(service, 0.0) + usd
+            self.aws[service] = self.aws.get(service, 0.0) + usd * requests
 
     def merge(self, other: Spend) -> None:
         self.requests += other.requests
@@ -397,11 +398,23 @@ class Spend:
 
 
 def spend_by_group(records: Iterable[ResultRecord]) -> dict[Group, Spend]:
-    """The costed records' spend per tenant, model and version."""
-    groups: dict[Group, Spend] = {}
+    """The costed records' spend per tenant, model and version. A batch's records
+    that cost the same hold one cost (:func:`price_answers`): each group adds each of
+    its costs once, times the records that hold it."""
+    costs: dict[int, RequestCost] = {}
+    counts: Counter[tuple[str, str, str, int]] = Counter()
     for r in records:
-        if r.cost is not None:
-            groups.setdefault((r.tenant, r.model, r.version), Spend()).add(r.cost)
+        cost = r.cost
+        if cost is not None:
+            costs[id(cost)] = cost
+            counts[r.tenant, r.model, r.version, id(cost)] += 1
+    groups: dict[Group, Spend] = {}
+    for (tenant, model, version, held), n in counts.items():
+        group = (tenant, model, version)
+        spend = groups.get(group)
+        if spend is None:
+            groups[group] = spend = Spend()
+        spend.add(costs[held], n)
     return groups
 
 
