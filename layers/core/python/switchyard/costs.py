@@ -22,7 +22,7 @@ import datetime as dt
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -216,17 +216,33 @@ def usage_key(p: PathFacts) -> tuple[Any, ...]:
     """What of ``p`` decides :func:`path_usage`'s answer: two paths with the same key
     make the same requests. Its item's size counts by the units it is billed in, and
     the router's wait only for a sync request, the one it is billed for."""
+    return _usage_key(*(getattr(p, f.name) for f in fields(PathFacts)))
+
+
+def _usage_key(
+    path: Path,
+    batch_messages: int,
+    claim_checked: bool,
+    result_item_bytes: int,
+    outputs_put_share: float,
+    router_wait_seconds: float,
+    sync_slot: bool,
+    queued_counted: bool,
+    queued_give_back_share: float,
+) -> tuple[Any, ...]:
+    """:func:`usage_key` of the path these are the facts of (``PathFacts``' fields, in
+    order), without making it."""
     return (
-        p.path,
-        p.batch_messages,
-        p.claim_checked,
-        write_units(p.result_item_bytes),
-        read_units(p.result_item_bytes),
-        p.outputs_put_share,
-        p.router_wait_seconds if p.path == "sync" else 0.0,
-        p.sync_slot,
-        p.queued_counted,
-        p.queued_give_back_share,
+        path,
+        batch_messages,
+        claim_checked,
+        write_units(result_item_bytes),
+        read_units(result_item_bytes),
+        outputs_put_share,
+        router_wait_seconds if path == "sync" else 0.0,
+        sync_slot,
+        queued_counted,
+        queued_give_back_share,
     )
 
 
@@ -329,24 +345,24 @@ def price_answers(
         answers, sizes, leases, docs, strict=True
     ):
         path: Path = "job" if message.job else "sync" if message.respond_by else "async"
-        facts = PathFacts(
-            path=path,
-            batch_messages=len(answers),
-            claim_checked=message.inputs_ref is not None,
-            result_item_bytes=_ITEM_OVERHEAD_BYTES + doc + max(outputs_bytes, 0),
-            outputs_put_share=1 / to_s3[record.tenant] if outputs_bytes < 0 else 0.0,
-            router_wait_seconds=max((record.completed_at or 0) - record.created_at, 0.0),
-            sync_slot=path == "sync" and message.shadow_of is None,
-            queued_counted=lease is not None,
-            queued_give_back_share=1 / places[lease] if lease is not None else 1.0,
+        facts = (  # PathFacts' fields, in order: the path is made only where it is priced
+            path,
+            len(answers),
+            message.inputs_ref is not None,
+            _ITEM_OVERHEAD_BYTES + doc + max(outputs_bytes, 0),
+            1 / to_s3[record.tenant] if outputs_bytes < 0 else 0.0,
+            max((record.completed_at or 0) - record.created_at, 0.0),
+            path == "sync" and message.shadow_of is None,
+            lease is not None,
+            1 / places[lease] if lease is not None else 1.0,
         )
-        key = usage_key(facts)
+        key = _usage_key(*facts)
         worker_seconds = record.timings.get("worker_ms", 0.0) / 1000
         cost = made.get((key, worker_seconds))
         if cost is None:
             price = priced.get(key)
             if price is None:
-                priced[key] = price = _path_price(facts, rates)
+                priced[key] = price = _path_price(PathFacts(*facts), rates)
             made[key, worker_seconds] = cost = _cost(worker_seconds, price, rates)
         record.cost = cost
 
