@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from switchyard.registry import ModelVersion
+from switchyard.results import array_rows
 
 
 class ModelRuntime(Protocol):
@@ -116,8 +117,9 @@ class SentenceEmbedder:
             inputs, batch_size=max(1, len(inputs)), convert_to_numpy=True, show_progress_bar=False
         )
         # Rounded to 7 decimals (float32 reads back as the same number; see
-        # switchyard.results), in one vectorised step rather than value by value.
-        return self._np.round(vectors.astype(self._np.float64), 7).tolist()
+        # switchyard.results), in one vectorised step rather than value by value; each
+        # row keeps its array, which it is packed from when it is stored and priced.
+        return array_rows(self._np.round(vectors.astype(self._np.float64), 7))
 
 
 class TorchScriptClassifier:

@@ -16,6 +16,7 @@ import pytest
 from switchyard.jsontext import json_bytes
 from switchyard.results import (
     PACKED,
+    array_rows,
     inline_outputs,
     outputs_attribute,
     pack_rows,
@@ -97,6 +98,30 @@ def test_a_batchs_outputs_are_each_packed_as_they_would_be_alone():
     mixed = pack_rows_each([good[0], [[1, 2, 3]], good[3], [[0.5, True]]])
     assert [p is not None for p in mixed] == [True, False, True, False]
     assert unpack_rows(mixed[2]) == good[3]
+
+
+def test_rows_that_keep_their_array_pack_as_their_numbers_do():
+    # GIVEN embeddings as a runtime gives them, rows that keep their array (a negative
+    # zero and a value of more than 7 decimals among them), and the same as lists
+    draw = np.random.default_rng(5)
+    array = np.round(draw.uniform(-2, 2, size=(6, 384)), 7)
+    array[1, 3] = -0.0
+    array[4, 7] = 0.12345678912
+    rows = array_rows(array)
+    lists = array.tolist()
+    assert rows == lists and all(type(v) is float for row in rows for v in row)
+    # WHEN a batch of them is packed: one, two and three rows a result
+    batch = [rows[0:1], rows[1:3], rows[3:6]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        packed = pack_rows_each(batch)
+    # THEN each is packed as its numbers as lists are, the one with more than 7
+    # decimals left to JSON, and the rest read back as they were
+    assert packed == pack_rows_each([lists[0:1], lists[1:3], lists[3:6]])
+    assert packed[2] is None
+    assert [unpack_rows(p) for p in packed[:2]] == [lists[0:1], lists[1:3]]
+    # AND beside plain lists in one batch, they are packed as lists are
+    assert pack_rows_each([rows[0:1], lists[1:3]]) == packed[:2]
 
 
 def test_a_negative_zero_reads_back_negative():

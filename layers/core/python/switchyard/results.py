@@ -646,7 +646,7 @@ def pack_rows_each(
     packed: list[bytes | None] = [None] * len(outputs_each)
     shapes = []  # (index, width, values) of each that may be packed
     for i, outputs in enumerate(outputs_each):
-        if not outputs or not all(type(row) is list for row in outputs):
+        if not outputs or not all(type(row) in _ROW_TYPES for row in outputs):
             continue
         width = len(outputs[0])
         if width == 0 or any(len(row) != width for row in outputs):
@@ -656,18 +656,27 @@ def pack_rows_each(
         shapes.append((i, width, width * len(outputs)))
     if not shapes:
         return packed
-    flat = list(chain.from_iterable(chain.from_iterable(outputs_each[i] for i, _, _ in shapes)))
-    if set(map(type, flat)) != {float}:
-        if len(shapes) == 1:
-            return packed
-        # Not all floats: each is looked at on its own, so the others are still packed.
-        return [pack_rows_each([outputs], limit)[0] for outputs in outputs_each]
+    rows = list(chain.from_iterable(outputs_each[i] for i, _, _ in shapes))
+    arrays = all(type(row) is ArrayRow for row in rows)
+    if not arrays:
+        flat = list(chain.from_iterable(rows))
+        if set(map(type, flat)) != {float}:
+            if len(shapes) == 1:
+                return packed
+            # Not all floats: each is looked at on its own, so the others are still packed.
+            return [pack_rows_each([outputs], limit)[0] for outputs in outputs_each]
     try:
         import numpy as np  # the workers'; a router's layer has none, and packs nothing
     except ImportError:
         return packed
 
-    values = np.array(flat, dtype=np.float64)
+    # Rows that keep the array they were made from are read from it: their values are
+    # floats, and no number is converted from Python's.
+    values = (
+        np.concatenate([row.values for row in rows])
+        if arrays
+        else np.array(flat, dtype=np.float64)
+    )
     counts = np.rint(values * PACKED_SCALE)
     fits = np.abs(counts) < _INT32  # false too for what is infinite or not a number
     whole = np.where(fits, counts, 0).astype("<i4")
@@ -683,6 +692,30 @@ def pack_rows_each(
         if not bad:
             packed[i] = struct.pack("<I", width) + whole[start:end].tobytes()
     return packed
+
+
+class ArrayRow(list):  # type: ignore[type-arg]
+    """A row of floats, as a list, that keeps the float64 array it was made from
+    (``values``, which it holds as floats): a runtime's embedding, packed from its
+    array (:func:`pack_rows_each`) rather than from its numbers one by one. Made by
+    :func:`array_rows`, and not changed after."""
+
+    __slots__ = ("values",)
+    values: Any
+
+
+_ROW_TYPES = (list, ArrayRow)
+
+
+def array_rows(array: Any) -> list[ArrayRow]:
+    """A 2-D float64 array's rows, each a list of its floats that keeps its row of the
+    array."""
+    rows = []
+    for values, numbers in zip(array, array.tolist(), strict=True):
+        row = ArrayRow(numbers)
+        row.values = values
+        rows.append(row)
+    return rows
 
 
 def unpack_rows(data: bytes) -> list[list[float]]:
