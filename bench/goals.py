@@ -153,9 +153,21 @@ def _loop_alone(model: str) -> Reason:
             "its CPU an input" + (f" ({busiest} the most of it)" if busiest else "")
             if cpu and min(cpu)
             else None,
+            _pricing(w),
         )
 
     return reason
+
+
+def _pricing(w: dict[str, Any]) -> str | None:
+    """What a reason says of the finisher's CPU pricing the answers, in the loop alone."""
+    pricing = w.get("loop_alone_pricing_cpu_us_per_input")
+    if not pricing:
+        return None
+    return (
+        f"of the finisher's, {fmt(pricing, 1)} µs an input went to pricing the answers "
+        "(each one's item sized as JSON, its path's AWS requests, its cost)"
+    )
 
 
 # The worker's threads as a reason names them.
@@ -184,6 +196,7 @@ def _worker_cpu(model: str) -> Reason:
             f"an input with the model's outputs replayed ({_spread(rounds, 1)} over "
             f"{len(rounds)} rounds)",
             f"by thread, until the last result was stored: {named}" if named else None,
+            _pricing(w),
         )
 
     return reason

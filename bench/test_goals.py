@@ -48,6 +48,7 @@ def _heavier(results: dict) -> dict:
     for model in s["worker_efficiency"].values():
         model["rounds_efficiency_vs_model"] = [0.1 * i for i in range(1, 12)]
         model["rounds_loop_alone_vs_model"] = [0.01 * i for i in range(1, 12)]
+        model["loop_alone_pricing_cpu_us_per_input"] = 12.3
     for burst in s["backlog"]["bursts"]:
         burst["runs"] = [{**burst["runs"][0], "cpu_seconds": many} for _ in range(7)]
     loop = s["backlog"]["closed_loop"]
@@ -140,6 +141,28 @@ def test_the_reasons_are_worked_out_from_the_runs_figures():
     )
     assert "252 of the pool's 1,200 answers (21 %) waited for a load" in pools[1]
     assert pools[2].startswith("A hit's p50 176 ms (p99 924) over 948 hits")
+
+
+def test_the_worker_cpu_reasons_name_the_finishers_pricing_when_it_was_measured():
+    # GIVEN the stored run, and the same with the finisher's pricing measured
+    stored = _fixture()
+    digits = stored["sections"]["worker_efficiency"]["digits-cnn"]
+    digits |= {"loop_alone_cpu_us_per_input": 30.0, "rounds_loop_alone_cpu_us_per_input": [30.0]}
+    priced = copy.deepcopy(stored)
+    priced["sections"]["worker_efficiency"]["digits-cnn"]["loop_alone_pricing_cpu_us_per_input"] = (
+        7.25
+    )
+    # WHEN their goals are judged
+    before = {g["goal"]: g["reason"] for g in evaluate(stored)}
+    after = {g["goal"]: g["reason"] for g in evaluate(priced)}
+    # THEN the loop alone's and the worker CPU's reasons for digits-cnn say what
+    # pricing took, and only where it was measured
+    said = "Of the finisher's, 7.2 µs an input went to pricing the answers"
+    for goal in (
+        "worker loop alone (the model's outputs replayed) vs the model's limit, digits-cnn",
+        "worker CPU per input besides the model (the loop alone), digits-cnn",
+    ):
+        assert said in after[goal] and "pricing" not in before[goal]
 
 
 def test_the_peer_and_batching_reasons_read_the_ladders():

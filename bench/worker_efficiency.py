@@ -108,6 +108,7 @@ def saturate(
     results = FakeResults()
     timed = TimedRuntime(runtime or model.runtime)
     costs = _cost_keeper(model.name)
+    pricing = _timed_pricing(costs)
     worker = Worker(
         **accepted_kwargs(
             Worker.__init__,
@@ -183,7 +184,24 @@ def saturate(
         # The process's CPU (every thread's) per input stored, the model's included.
         "cpu_us_per_input": round(cpu * 1e6 / done, 1) if done else None,
         "cpu_us_per_input_by_thread": by_thread(threads, done),
+        # The finisher's CPU pricing the answers (``CostKeeper.price``), per input.
+        "pricing_cpu_us_per_input": round(pricing[0] * 1e6 / done, 1) if done else None,
     }
+
+
+def _timed_pricing(keeper: Any) -> list[float]:
+    """The thread CPU the keeper spends pricing answers, added up as it prices
+    (``[seconds]``)."""
+    spent = [0.0]
+    price = keeper.price
+
+    def timed(answers: Any) -> None:
+        began = time.thread_time()
+        price(answers)
+        spent[0] += time.thread_time() - began
+
+    keeper.price = timed
+    return spent
 
 
 def _cost_keeper(model: str) -> Any:
@@ -312,6 +330,7 @@ def loop_alone(alone: dict[str, Any], reading: dict[str, Any]) -> dict[str, Any]
         # The worker's CPU per input besides the model (whose outputs are replayed).
         "loop_alone_cpu_us_per_input": alone["cpu_us_per_input"],
         "loop_alone_cpu_us_by_thread": alone.get("cpu_us_per_input_by_thread") or {},
+        "loop_alone_pricing_cpu_us_per_input": alone.get("pricing_cpu_us_per_input"),
     }
 
 
