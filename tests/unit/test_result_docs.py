@@ -12,25 +12,14 @@ import pytest
 from switchyard import results
 from switchyard.results import _NOT_IN_DOC, records_json, result_docs
 from switchyard.schemas import ErrorInfo, JobChunk, LineError, RequestCost, ResultRecord
+from tests.unit.test_result_records import record_fields
 
 
 def _record(i: int, **changed) -> ResultRecord:
     now = time.time()
-    fields = {
-        "request_id": f"r-{i}",
-        "tenant": "acme",
-        "model": "digits-cnn",
-        "version": "v1",
-        "status": "done",
-        "outputs": [{"class": 3}],
-        "timings": {"received_at": now, "compute_ms": 1.25, "worker_ms": 1e-05},
-        "created_at": now - 0.1,
-        "completed_at": now,
-        "expires_at": int(now) + 86_400,
-        "work_expires_at": now + 30,
-        "worker": "w-1",
-        "served_by": "digits-cnn",
-    }
+    # a duration small enough that JSON writes it with an exponent
+    timings = {"received_at": now, "compute_ms": 1.25, "worker_ms": 1e-05}
+    fields = record_fields(request_id=f"r-{i}", timings=timings)
     return ResultRecord.model_validate(fields | changed)
 
 

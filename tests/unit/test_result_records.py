@@ -10,7 +10,8 @@ import pytest
 from switchyard.schemas import ErrorInfo, JobChunk, ResultRecord, assembled_record
 
 
-def _fields(**changed) -> dict:
+def record_fields(**changed) -> dict:
+    """Every field of a done result's record, ``changed`` as given."""
     now = time.time()
     fields = {
         "request_id": "r-1",
@@ -49,7 +50,7 @@ def _fields(**changed) -> dict:
 )  # fmt: skip
 def test_an_assembled_record_is_the_validated_one(changed):
     # GIVEN every field of a record, as the worker puts them together
-    fields = _fields(**changed)
+    fields = record_fields(**changed)
     # WHEN it is assembled, and validated
     assembled = assembled_record(dict(fields))
     validated = ResultRecord.model_validate(fields)
@@ -61,7 +62,10 @@ def test_an_assembled_record_is_the_validated_one(changed):
 
 def test_an_assembled_record_takes_assignment_and_copies_as_a_validated_one():
     # GIVEN two assembled records
-    first, second = assembled_record(_fields()), assembled_record(_fields(request_id="r-2"))
+    first, second = (
+        assembled_record(record_fields()),
+        assembled_record(record_fields(request_id="r-2")),
+    )
     # WHEN one is completed again, and copied with a change
     first.completed_at = 5.0
     copy = first.model_copy(update={"status": "expired"})
@@ -73,7 +77,7 @@ def test_an_assembled_record_takes_assignment_and_copies_as_a_validated_one():
 
 def test_a_record_missing_a_field_is_not_assembled():
     # GIVEN a record's fields without its cost
-    fields = _fields()
+    fields = record_fields()
     del fields["cost"]
     # WHEN it is assembled THEN it is refused, saying how many fields a record has
     with pytest.raises(ValueError, match="21 fields, not 20"):
