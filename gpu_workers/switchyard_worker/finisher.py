@@ -17,7 +17,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple
 
 from switchyard.admission import QueuedLease, QueuedWork, queued_lease
@@ -419,28 +418,11 @@ def _outcomes(answered: Answered, stored: list[Stored]) -> dict[str, Any]:
     written: dict[str, list[str]] = {}
     refused: dict[str, list[str]] = {}
     retries: dict[str, int] = {}
-    records = list(map(_RECORD, answered))
-    statuses = set(map(_STATUS, records))
-    if len(statuses) == 1 and all(stored) and _first_deliveries(answered):
-        # The usual batch: every result stored, of one status, none a redelivery's;
-        # its ids read in one pass.
-        [status] = statuses
-        return {"stored": {status: list(map(_REQUEST_ID, records))}, "suppressed": refused,
-                "receive_counts": retries}  # fmt: skip
     for (p, record), fresh in zip(answered, stored, strict=True):
         (written if fresh else refused).setdefault(record.status, []).append(record.request_id)
         if p.received.receive_count > 1:
             retries[record.request_id] = p.received.receive_count
     return {"stored": written, "suppressed": refused, "receive_counts": retries}
-
-
-_RECORD, _STATUS, _REQUEST_ID = itemgetter(1), attrgetter("status"), attrgetter("request_id")
-_RECEIVE_COUNT = attrgetter("received.receive_count")
-
-
-def _first_deliveries(answered: Answered) -> bool:
-    """Whether every one of ``answered`` was received for the first time."""
-    return max(map(_RECEIVE_COUNT, map(itemgetter(0), answered)), default=1) <= 1
 
 
 def _backoff(runnable: list[Pending]) -> int:
