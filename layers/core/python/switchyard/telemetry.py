@@ -304,11 +304,8 @@ def _rounded(timings: Sequence[Mapping[str, float]], names: tuple[str, ...]) -> 
     values = (
         map(itemgetter(*names), timings) if len(names) > 1 else ([t[names[0]]] for t in timings)
     )
-    try:
-        import numpy as np  # the workers'; only a worker writes the log
-    except ImportError:
-        rows = [[round(v * 1000) / 1000 for v in row] for row in values]
-        return [list(column) for column in zip(*rows, strict=True)]
+    import numpy as np  # the workers' (only a worker writes the log: ``_line_types``)
+
     # rint rounds half to even, as round() does, and the same IEEE operations give
     # the same floats
     read = np.fromiter(chain.from_iterable(values), np.float64, len(timings) * len(names))
