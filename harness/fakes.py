@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from switchyard.auth import KeyIdDirectory
-from switchyard.costs import Spend, WorkerTime
+from switchyard.costs import Spend, WorkerTime, hour_of
 from switchyard.queues import Received
 from switchyard.registry import ModelVersion, VersionExists
 from switchyard.results import Stored
@@ -296,9 +296,18 @@ class FakeCostLedger:
         for group, s in groups.items():
             self.spend.setdefault(group, Spend()).merge(s)
 
-    def add_time(self, service: str, worker: str, **t: float) -> None:
+    def add_time(
+        self,
+        service: str,
+        worker: str,
+        *,
+        running_seconds: float,
+        busy_seconds: float,
+        usd_per_hour: float,
+        at: float,
+    ) -> None:
         self.times.append(
-            WorkerTime(service, worker, "h", t["running_seconds"], t["busy_seconds"], 0.1785)
+            WorkerTime(service, worker, hour_of(at), running_seconds, busy_seconds, usd_per_hour)
         )
 
 
