@@ -23,9 +23,11 @@ from switchyard.costs import (
     log_billed_bytes,
     path_usage,
     price_answers,
+    read_units,
     request_cost,
     spend_by_group,
     usage_key,
+    write_units,
 )
 from switchyard.manifest import Manifest
 from switchyard.prices import PriceTable
@@ -202,6 +204,8 @@ def test_paths_with_one_usage_key_make_the_same_requests() -> None:
         # WHEN each is keyed and its requests counted
         # THEN the two keys are one, and so are the two paths' requests and prices
         assert usage_key(same) == usage_key(facts)
+        # AND its units are those the item is billed in
+        assert usage_key(facts)[3:5] == (write_units(size), read_units(size))
         assert path_usage(same, 1769, 0.03) == path_usage(facts, 1769, 0.03)
         assert request_cost(1.0, same, RATES) == request_cost(1.0, facts, RATES)
         # AND a sync request's wait is in its key: it is billed for it

@@ -69,6 +69,29 @@ def test_a_batchs_json_without_its_outputs_is_each_records_pydantic_dump():
     assert [len(w) for w in written] == [len(e) for e in expected]
 
 
+def test_records_that_hold_one_cost_each_write_it_and_others_their_own():
+    # GIVEN a batch whose answers mostly hold one cost (priced alike) and one error,
+    # among records holding costs of their own, one of them made after the first
+    # batch's docs were written (a model's JSON is kept only while its batch is)
+    shared = RequestCost(usd=0.5, worker_usd=0.2, aws_usd=0.3, worker_seconds=1.0,
+                         aws={"sqs": 0.1, "dynamodb": 0.2})
+    error = ErrorInfo(code="invalid_input", message="bad", field="inputs[0]")
+    batch = [
+        _record(i, cost=shared if i % 3 else RequestCost(
+            usd=i, worker_usd=i, aws_usd=0.0, worker_seconds=i, aws={"s3": float(i)}),
+            error=error if i % 2 else None)
+        for i in range(12)
+    ]  # fmt: skip
+    first = result_docs(batch)
+    later = [_record(20, cost=RequestCost(usd=9.0, worker_usd=9.0, aws_usd=0.0,
+                                          worker_seconds=9.0, aws={"lambda": 9.0}))]
+    # WHEN each batch's docs are written
+    # THEN each record's is its own pydantic dump, value for value and byte count
+    for records, docs in ((batch, first), (later, result_docs(later))):
+        assert [json.loads(d) for d in docs] == [json.loads(_pydantic(r)) for r in records]
+        assert [len(d) for d in docs] == [len(_pydantic(r)) for r in records]
+
+
 def test_without_msgspec_each_doc_is_pydantics_dump(monkeypatch):
     # GIVEN a process without msgspec (a router's layer)
     monkeypatch.setattr(results, "_json_writer", lambda _: None)

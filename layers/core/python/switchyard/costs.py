@@ -231,13 +231,14 @@ def _usage_key(
     queued_give_back_share: float,
 ) -> tuple[Any, ...]:
     """:func:`usage_key` of the path these are the facts of (``PathFacts``' fields, in
-    order), without making it."""
+    order), without making it. Its units are :func:`write_units` and
+    :func:`read_units` of a size, worked out here (a call for every answer priced)."""
     return (
         path,
         batch_messages,
         claim_checked,
-        write_units(result_item_bytes),
-        read_units(result_item_bytes),
+        -(-result_item_bytes // 1024) or 1,
+        -(-result_item_bytes // 4096) or 1,
         outputs_put_share,
         router_wait_seconds if path == "sync" else 0.0,
         sync_slot,
@@ -313,29 +314,31 @@ def price_answers(
     (its timings' ``worker_ms``: the batch's seconds in the model x its inputs / the
     batch's inputs; 0 for one answered without running) and its path's AWS requests.
     ``inline_bytes``: outputs stored as larger go to S3, a tenant's in one object."""
+    records = [record for _, record in answers]
+    n = len(answers)
+    # Each record's stored outputs sized (-1: too large to hold inline, put in S3),
+    # the batch's packed or written together.
+    sizes = [0] * n
+    with_outputs = [i for i, record in enumerate(records) if record.outputs]
+    stored_each = stored_outputs_each([records[i].outputs for i in with_outputs], inline_bytes)
     to_s3: dict[str, int] = {}
-    sizes = []
-    with_outputs = [record.outputs for _, record in answers if record.outputs]
-    each = iter(stored_outputs_each(with_outputs, inline_bytes))
-    for _, record in answers:
-        stored = next(each) if record.outputs else None
+    for i, stored in zip(with_outputs, stored_each, strict=True):
         if isinstance(stored, bytes):
-            to_s3[record.tenant] = to_s3.get(record.tenant, 0) + 1
-            sizes.append(-1)
-        elif stored is not None:
-            sizes.append(len(next(iter(stored[1].values()))))
+            tenant = records[i].tenant
+            to_s3[tenant] = to_s3.get(tenant, 0) + 1
+            sizes[i] = -1
         else:
-            sizes.append(0)
+            sizes[i] = len(next(iter(stored[1].values())))
     # The worker gives back a batch's places in queued work one write per tenant,
     # model and lease end (Finisher._give_back_queued): shared by their requests.
-    leases = [
-        queued_lease(m.tenant, m.model, m.expires_at) if m.queued_counted else None
-        for m, _ in answers
-    ]
+    leases: list[Any] = [None] * n
+    for i, (m, _) in enumerate(answers):
+        if m.queued_counted:
+            leases[i] = queued_lease(m.tenant, m.model, m.expires_at)
     places = Counter(lease for lease in leases if lease is not None)
     # Each record's JSON but its outputs (held apart, sized above), the batch's written
     # in one pass.
-    docs = map(len, records_json([record for _, record in answers], ("outputs",)))
+    docs = map(len, records_json(records, ("outputs",)))
     # A batch's answers mostly make the same requests (``usage_key``) and have the
     # same share of its time: each path is priced once, and each cost made once, the
     # answers that cost the same holding one (a cost is frozen).
@@ -344,27 +347,34 @@ def price_answers(
     for (message, record), outputs_bytes, lease, doc in zip(
         answers, sizes, leases, docs, strict=True
     ):
-        path: Path = "job" if message.job else "sync" if message.respond_by else "async"
+        if message.job is not None:
+            path: Path = "job"
+        elif message.respond_by is not None:
+            path = "sync"
+        else:
+            path = "async"
         facts = (  # PathFacts' fields, in order: the path is made only where it is priced
             path,
-            len(answers),
+            n,
             message.inputs_ref is not None,
-            _ITEM_OVERHEAD_BYTES + doc + max(outputs_bytes, 0),
+            _ITEM_OVERHEAD_BYTES + doc + (outputs_bytes if outputs_bytes > 0 else 0),
             1 / to_s3[record.tenant] if outputs_bytes < 0 else 0.0,
-            max((record.completed_at or 0) - record.created_at, 0.0),
+            max((record.completed_at or 0) - record.created_at, 0.0) if path == "sync" else 0.0,
             path == "sync" and message.shadow_of is None,
             lease is not None,
             1 / places[lease] if lease is not None else 1.0,
         )
-        key = _usage_key(*facts)
-        worker_seconds = record.timings.get("worker_ms", 0.0) / 1000
-        cost = made.get((key, worker_seconds))
+        usage = _usage_key(*facts)
+        worker_ms = record.timings.get("worker_ms", 0.0)
+        cost = made.get((usage, worker_ms))
         if cost is None:
-            price = priced.get(key)
+            price = priced.get(usage)
             if price is None:
-                priced[key] = price = _path_price(PathFacts(*facts), rates)
-            made[key, worker_seconds] = cost = _cost(worker_seconds, price, rates)
-        record.cost = cost
+                priced[usage] = price = _path_price(PathFacts(*facts), rates)
+            made[usage, worker_ms] = cost = _cost(worker_ms / 1000, price, rates)
+        # Set in the record's own dict, as pydantic's assignment does for a model that
+        # validates none: the finisher's records are assembled with every field set.
+        record.__dict__["cost"] = cost
 
 
 # -- spend, added up -----------------------------------------------------------------
