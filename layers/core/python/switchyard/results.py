@@ -696,14 +696,21 @@ def pack_rows_each(
         if arrays
         else np.array(flat, dtype=np.float64)
     )
-    counts = np.rint(values * PACKED_SCALE)
+    counts = values * PACKED_SCALE
+    np.rint(counts, out=counts)
     fits = np.abs(counts) < _INT32  # false too for what is infinite or not a number
-    whole = np.where(fits, counts, 0).astype("<i4")
-    whole[np.signbit(values) & (values == 0)] = _NEGATIVE_ZERO
-    back = whole / PACKED_SCALE
-    back[whole == _NEGATIVE_ZERO] = -0.0
-    # A value that does not read back bit for bit has more than 7 decimals.
-    wrong = ~fits | (back.view(np.int64) != values.view(np.int64))
+    if not fits.all():
+        counts[~fits] = 0  # read back as 0, not the value: wrong below
+    whole = counts.astype("<i4")
+    # A value that does not read back bit for bit has more than 7 decimals, or is out
+    # of range, or is a negative zero, which reads back as the one count no value in
+    # range takes.
+    wrong = (whole / PACKED_SCALE).view(np.int64) != values.view(np.int64)
+    odd = np.flatnonzero(wrong)
+    if odd.size:
+        zeros = odd[values[odd] == 0]  # a positive zero reads back as itself
+        whole[zeros] = _NEGATIVE_ZERO
+        wrong[zeros] = False
     ends = list(accumulate(n for _, _, n in shapes))
     starts = [0, *ends[:-1]]
     any_wrong = np.logical_or.reduceat(wrong, starts).tolist()
