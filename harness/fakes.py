@@ -21,7 +21,7 @@ from switchyard.auth import KeyIdDirectory
 from switchyard.costs import Spend, WorkerTime, hour_of
 from switchyard.queues import Received
 from switchyard.registry import ModelVersion, VersionExists
-from switchyard.results import Stored
+from switchyard.results import OutputsAsStored, Stored
 from switchyard.schemas import ErrorInfo, Lane, QueueMessage, ResultRecord
 from switchyard.telemetry import LOG_LINES_PER_RECORD, LOG_RECORD_BYTES, log_records
 from switchyard_local.gateway import ApiGatewayStandIn, ApiKey
@@ -195,15 +195,20 @@ class FakeResults:
         return Stored.OVER_COUNTED if counted else Stored.STORED
 
     # A batch's results are stored under one hold of the lock, and waiters told once,
-    # as a batch write is one call.
-    def complete_new(self, records: list[ResultRecord]) -> list[Stored]:
+    # as a batch write is one call. Records are held as they are: their outputs as an
+    # item would hold them (``outputs``) are not needed.
+    def complete_new(
+        self, records: list[ResultRecord], outputs: OutputsAsStored | None = None
+    ) -> list[Stored]:
         with self._stored:
             self.log.append(("batch", len(records)))
             stored = [self._complete(r) for r in records]
             self._stored.notify_all()
             return stored
 
-    def complete_queued(self, records: list[ResultRecord]) -> list[Stored]:
+    def complete_queued(
+        self, records: list[ResultRecord], outputs: OutputsAsStored | None = None
+    ) -> list[Stored]:
         with self._stored:
             self.log.append(("queued-batch", len(records)))
             stored = [self._over_queued(r) for r in records]

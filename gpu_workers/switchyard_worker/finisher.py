@@ -289,8 +289,12 @@ class Finisher:
     def _store_and_delete(self, answered: Answered) -> None:
         if not answered:
             return
+        outputs = None  # the results' outputs as their items hold them, if worked out
         if self._costs is not None:
-            self._costs.price([(p.message, r) for p, r in answered if p.message is not None])
+            priced = [(p.message, r) for p, r in answered if p.message is not None]
+            as_stored = self._costs.price(priced)
+            if len(priced) == len(answered):
+                outputs = as_stored
         # Sync requests' results (no record yet, unless handed off at the deadline)
         # are inserted 25 to a call, and the other requests' results (over their
         # queued records) updated 25 to a call; a job's chunk is a conditional put
@@ -315,9 +319,10 @@ class Finisher:
             if how == "one":
                 return [self.complete(r) for r in records]
             _stamp(records)
+            part = None if outputs is None else outputs.part(indexes)
             if how == "new":
-                return self._results.complete_new(records)
-            return self._results.complete_queued(records)
+                return self._results.complete_new(records, part)
+            return self._results.complete_queued(records, part)
 
         stored = [Stored.REFUSED] * len(answered)
         for (_, indexes), done in zip(tasks, self._written(write, tasks), strict=True):

@@ -7,8 +7,15 @@ import time
 
 from switchyard.payloads import S3PayloadStore
 from switchyard.queues import SqsWorkQueue, encode_message, load_inputs
-from switchyard.results import DynamoDBResultStore, Stored
+from switchyard.results import (
+    PACKED,
+    DynamoDBResultStore,
+    OutputsAsStored,
+    Stored,
+    outputs_as_stored,
+)
 from switchyard.schemas import QueueMessage, ResultRecord
+from switchyard.tables import RESULTS
 from tests.unit.test_together import while_one_is_out
 
 
@@ -413,6 +420,48 @@ def test_a_result_stored_over_a_counted_queued_record_says_so(manifest, provisio
     assert results.put_queued(counted.model_copy(update={"request_id": "async"}))
     assert results.complete_queued([one("async", outputs=[4])]) == [Stored.STORED]
     assert not results.get("acme", "async").queued_counted
+
+
+def test_outputs_worked_out_for_the_store_are_written_as_given(manifest, provisioned, clients):
+    """The worker works out its results' outputs as their items hold them to price
+    them (``switchyard.costs.price_answers``); the store writes those rather than
+    pack them again, and works them out itself if they were for another limit."""
+    results = store(manifest, clients, threshold=2_000)
+    ddb = clients("dynamodb")
+    table = manifest.names("dev").results_table
+    embedding, large = [[0.5, -0.25, 3.0]], [["x" * 100] * 50]
+    batch = [
+        result_of("packed", outputs=embedding),
+        result_of("json", outputs=[{"class": 1}]),
+        result_of("large", outputs=large),
+        result_of("none"),
+    ]
+    for r in batch:
+        assert results.put_queued(r.model_copy(update={"status": "queued", "outputs": None}))
+    worked_out = outputs_as_stored(batch, 2_000)
+    assert worked_out.each[0][0] == PACKED and isinstance(worked_out.each[2], bytes)
+    assert worked_out.each[3] is None
+
+    def item(rid):
+        key = {RESULTS.partition: {"S": "acme"}, RESULTS.sort: {"S": rid}}
+        return ddb.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"]
+
+    # WHEN a batch is stored with its outputs as worked out, but one of them given
+    # as JSON text rather than packed (what the store itself would not write)
+    as_json = ("outputs", {"S": json.dumps(embedding)})
+    given = OutputsAsStored(2_000, [as_json, *worked_out.each[1:]])
+    assert results.complete_queued(batch, given) == [Stored.STORED] * 4
+    # THEN each item holds what was given, and reads back as its record
+    assert "outputs" in item("packed") and PACKED not in item("packed")
+    assert "outputs_ref" in item("large")
+    for r in batch:
+        assert results.get("acme", r.request_id).outputs == r.outputs
+    # AND outputs worked out for another limit are worked out again for the store's:
+    # held inline there, too large here
+    again = [result_of("again", outputs=large)]
+    assert results.complete_new(again, outputs_as_stored(again, 200_000)) == [Stored.STORED]
+    assert "outputs_ref" in item("again") and "outputs" not in item("again")
+    assert results.get("acme", "again").outputs == large
 
 
 def test_a_key_naming_a_token_chunk_is_no_request(manifest, provisioned, clients):

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from harness.fakes import FakeCostLedger
+from harness.fakes import EchoRuntime, FakeCostLedger, FakeQueue, FakeResults, worker_over_fakes
 from switchyard.costs import (
     CostRates,
     PathFacts,
@@ -31,8 +31,10 @@ from switchyard.costs import (
 )
 from switchyard.manifest import Manifest
 from switchyard.prices import PriceTable
+from switchyard.results import OutputsAsStored, outputs_as_stored
 from switchyard.schemas import JobChunk, QueueMessage, ResultRecord
 from switchyard_worker.costing import CostKeeper
+from tests.unit.test_worker import run_until_idle, send
 
 RATES = CostRates.of(PriceTable(), "c7i.xlarge")
 
@@ -372,3 +374,36 @@ def test_a_ledger_outage_keeps_the_spend_for_the_next_write() -> None:
     ledger.fail = False
     keeper.write()
     assert ledger.spend[("acme", "m", "v1")].requests == 1
+
+
+def test_the_store_is_handed_the_outputs_the_pricing_worked_out(digits_v1) -> None:
+    # GIVEN a worker that prices its answers, over a store that keeps what it is
+    # handed with each batch
+    handed: list[tuple[list[str], OutputsAsStored | None]] = []
+
+    class Keeping(FakeResults):
+        def complete_queued(self, records: Any, outputs: Any = None) -> Any:
+            handed.append(([r.request_id for r in records], outputs))
+            return super().complete_queued(records, outputs)
+
+    keeper = CostKeeper(
+        rates=RATES, ledger=FakeCostLedger(), service="digits-cnn",  # type: ignore[arg-type]
+        worker_id="w1", inline_bytes=20, emit=False,
+    )  # fmt: skip
+    realtime = FakeQueue("realtime")
+    worker = worker_over_fakes(
+        digits_v1, EchoRuntime(), realtime=realtime, results=Keeping(), costs=keeper
+    )
+    # WHEN three requests are answered together, one with outputs too large to
+    # hold inline (its JSON over 20 bytes)
+    for rid, rows in (("a", 1), ("b", 2), ("large", 3)):
+        send(realtime, rid, inputs=[[1] * 64] * rows)
+    run_until_idle(worker)
+    # THEN the store was handed each record's outputs as the pricing worked them out
+    # for its limit: the large one's JSON text for S3, the others held inline
+    [(ids, outputs)] = handed
+    assert ids == ["a", "b", "large"] and outputs is not None and outputs.limit == 20
+    records = [worker.finisher._results.items[("acme", rid)] for rid in ids]
+    assert outputs == outputs_as_stored(records, 20)
+    assert [isinstance(form, bytes) for form in outputs.each] == [False, False, True]
+    assert all(r.cost is not None for r in records)

@@ -514,9 +514,9 @@ def slow_store(results) -> threading.Event:
     gate = threading.Event()
 
     def slowed(store):
-        def slow(records):
+        def slow(records, *outputs):
             gate.wait(5)
-            return store(records)
+            return store(records, *outputs)
 
         return slow
 
@@ -595,7 +595,7 @@ def test_a_signal_landing_while_the_stop_is_being_set_does_not_hang_the_worker(p
 def test_when_storing_fails_the_messages_go_back_at_once(parts):
     worker, realtime, _, results, _, _ = parts
 
-    def broken(records):
+    def broken(records, *outputs):
         raise ConnectionError("the results table is unreachable")
 
     results.complete = results.complete_new = results.complete_queued = broken

@@ -278,10 +278,10 @@ def test_a_batch_stored_in_parts_goes_back_whole_when_a_part_fails(stages):
     held = [p for _ in range(3) for p in stages.pending()]
     store = stages.results.complete_queued
 
-    def failing(records):
+    def failing(records, *outputs):
         if any(r.request_id == "r29" for r in records):
             raise ConnectionError("the results table is unreachable")
-        return store(records)
+        return store(records, *outputs)
 
     stages.results.complete_queued = failing
     # WHEN the batch is submitted

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from switchyard.admission import queued_lease
 from switchyard.prices import PriceTable, first_price
-from switchyard.results import records_json, stored_outputs_each
+from switchyard.results import OutputsAsStored, outputs_as_stored, records_json
 from switchyard.schemas import AWS_SERVICES, AwsService, QueueMessage, RequestCost, ResultRecord
 from switchyard.tables import RESULTS
 from switchyard.telemetry import LOG_LINES_PER_RECORD
@@ -308,21 +308,24 @@ def _cost(
 
 def price_answers(
     answers: list[tuple[QueueMessage, ResultRecord]], rates: CostRates, inline_bytes: int
-) -> None:
+) -> OutputsAsStored:
     """Set the cost of each final record of one batch's answers (``answers``: each
     message and its result, as the worker stores them together): its worker share
     (its timings' ``worker_ms``: the batch's seconds in the model x its inputs / the
     batch's inputs; 0 for one answered without running) and its path's AWS requests.
-    ``inline_bytes``: outputs stored as larger go to S3, a tenant's in one object."""
+    ``inline_bytes``: outputs stored as larger go to S3, a tenant's in one object.
+    Returns the records' outputs as their items hold them, worked out to size them,
+    for the store to write as they are."""
     records = [record for _, record in answers]
     n = len(answers)
-    # Each record's stored outputs sized (-1: too large to hold inline, put in S3),
-    # the batch's packed or written together.
+    # Each record's outputs as its item holds them, sized (-1: too large to hold
+    # inline, put in S3), the batch's packed or written together.
+    outputs = outputs_as_stored(records, inline_bytes)
     sizes = [0] * n
-    with_outputs = [i for i, record in enumerate(records) if record.outputs]
-    stored_each = stored_outputs_each([records[i].outputs for i in with_outputs], inline_bytes)
     to_s3: dict[str, int] = {}
-    for i, stored in zip(with_outputs, stored_each, strict=True):
+    for i, stored in enumerate(outputs.each):
+        if stored is None:
+            continue
         if isinstance(stored, bytes):
             tenant = records[i].tenant
             to_s3[tenant] = to_s3.get(tenant, 0) + 1
@@ -375,6 +378,7 @@ def price_answers(
         # Set in the record's own dict, as pydantic's assignment does for a model that
         # validates none: the finisher's records are assembled with every field set.
         record.__dict__["cost"] = cost
+    return outputs
 
 
 # -- spend, added up -----------------------------------------------------------------

@@ -23,6 +23,7 @@ import sys
 import uuid
 from array import array
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from enum import IntEnum
 from functools import lru_cache, partial
 from itertools import accumulate, chain
@@ -80,6 +81,36 @@ class Stored(IntEnum):
         return self is Stored.OVER_COUNTED
 
 
+# Outputs as an item holds them: the attribute's name and value, or the JSON text of
+# outputs too large to hold inline (for S3).
+StoredForm = tuple[str, dict[str, Any]] | bytes
+
+
+@dataclass(frozen=True)
+class OutputsAsStored:
+    """Each of a batch's records' outputs as its item would hold them
+    (:func:`stored_outputs_each` of those it has, None for one without), worked out
+    for items that hold at most ``limit`` bytes inline. The worker works them out
+    once, to price its answers by their size (``switchyard.costs.price_answers``),
+    and the store writes them as they are rather than pack them again."""
+
+    limit: int
+    each: Sequence[StoredForm | None]
+
+    def part(self, indexes: Sequence[int]) -> OutputsAsStored:
+        return OutputsAsStored(self.limit, [self.each[i] for i in indexes])
+
+
+def outputs_as_stored(records: Sequence[ResultRecord], limit: int) -> OutputsAsStored:
+    """:class:`OutputsAsStored` of ``records``."""
+    each: list[StoredForm | None] = [None] * len(records)
+    having = [i for i, record in enumerate(records) if record.outputs is not None]
+    forms = stored_outputs_each([records[i].outputs for i in having], limit)  # type: ignore[misc]
+    for i, form in zip(having, forms, strict=True):
+        each[i] = form
+    return OutputsAsStored(limit, each)
+
+
 class ResultStore(Protocol):
     def put_queued(self, record: ResultRecord) -> bool:
         """Record a request as queued; False if it has a record already (a sync
@@ -93,21 +124,27 @@ class ResultStore(Protocol):
         transaction item) made with the result, or not at all."""
         ...
 
-    def complete_new(self, records: list[ResultRecord]) -> list[Stored]:
+    def complete_new(
+        self, records: list[ResultRecord], outputs: OutputsAsStored | None = None
+    ) -> list[Stored]:
         """Store final results of requests that most likely have no record yet (sync
         requests, recorded only if handed off at their deadline), many to a call. One
         that has a record is stored as :meth:`complete` stores it. What
         :meth:`complete` would return, for each: a sync request handed off at its
-        deadline is OVER_COUNTED where its tenant's queued work counted it."""
+        deadline is OVER_COUNTED where its tenant's queued work counted it.
+        ``outputs``: the records' outputs as their items hold them, where the caller
+        worked them out already (used if worked out for this store's inline limit)."""
         ...
 
-    def complete_queued(self, records: list[ResultRecord]) -> list[Stored]:
+    def complete_queued(
+        self, records: list[ResultRecord], outputs: OutputsAsStored | None = None
+    ) -> list[Stored]:
         """Store final results of requests that most likely have a queued record
         (async requests), many to a call. One that has none, or a final one, is
         stored as :meth:`complete` stores it. What :meth:`complete` would return, for
         each, except that one written over its queued record is STORED whether that
         was counted or not (the write cannot tell): an async request's message says
-        whether it was counted."""
+        whether it was counted. ``outputs``: as :meth:`complete_new` takes them."""
         ...
 
     def get(self, tenant: str, request_id: str) -> ResultRecord | None: ...
@@ -196,25 +233,32 @@ class DynamoDBResultStore:
             return Stored.REFUSED
         return Stored.OVER_COUNTED if _COUNTED in old else Stored.STORED
 
-    def complete_new(self, records: list[ResultRecord]) -> list[Stored]:
+    def complete_new(
+        self, records: list[ResultRecord], outputs: OutputsAsStored | None = None
+    ) -> list[Stored]:
         # One BatchExecuteStatement of INSERTs per 25 results: an INSERT never
         # replaces an item, so a result is still written once. A statement that fails
         # (the key is taken: a record handed off at its deadline, cancelled, expired,
         # or answered by the fallback; or throttled) leaves that one result to the
         # conditional put, which stores it over ``queued`` or finds it answered.
-        return self._many(records, self._insert)
+        return self._many(records, self._insert, outputs)
 
-    def complete_queued(self, records: list[ResultRecord]) -> list[Stored]:
+    def complete_queued(
+        self, records: list[ResultRecord], outputs: OutputsAsStored | None = None
+    ) -> list[Stored]:
         # One BatchExecuteStatement of UPDATEs per 25 results, each of the item only
         # while it is ``queued``, as the conditional put's condition: a result is still
         # written once. A statement that fails (no record yet, a final one already, or
         # throttled) leaves that one result to the conditional put. A PartiQL
         # statement returns no old values, so one written over a counted record is
         # STORED, not OVER_COUNTED.
-        return self._many(records, self._update)
+        return self._many(records, self._update, outputs)
 
     def _many(
-        self, records: list[ResultRecord], statement: Callable[[dict[str, Any]], dict[str, Any]]
+        self,
+        records: list[ResultRecord],
+        statement: Callable[[dict[str, Any]], dict[str, Any]],
+        outputs: OutputsAsStored | None,
     ) -> list[Stored]:
         """``records`` stored ``statement``'s way, 25 to a call, and by the conditional
         put where a statement fails. One statement per item in a call: a request
@@ -228,7 +272,9 @@ class DynamoDBResultStore:
         for j in range(0, len(once), _BATCH_STATEMENT_LIMIT):
             part = once[j : j + _BATCH_STATEMENT_LIMIT]
             # Built once: large outputs go to S3 here, not again for the put.
-            items = self._items([records[i] for i in part])
+            items = self._items(
+                [records[i] for i in part], None if outputs is None else outputs.part(part)
+            )
             statements = [statement(item) for item in items]
             answers = self._ddb.batch_execute_statement(Statements=statements)["Responses"]
             for i, item, answer in zip(part, items, answers, strict=True):
@@ -403,8 +449,11 @@ class DynamoDBResultStore:
     def _to_item(self, record: ResultRecord) -> dict[str, Any]:
         return self._items([record])[0]
 
-    def _items(self, records: list[ResultRecord]) -> list[dict[str, Any]]:
-        """The items of ``records``. Outputs too large to hold inline go to S3, one
+    def _items(
+        self, records: list[ResultRecord], outputs: OutputsAsStored | None = None
+    ) -> list[dict[str, Any]]:
+        """The items of ``records`` (``outputs``: their outputs as stored, if worked
+        out already). Outputs too large to hold inline go to S3, one
         object per tenant for all of its among ``records`` (a JSON array; each item
         points at its own element's bytes), so that a batch's large results cost one
         PUT, not one each; a tenant's only one keeps an object of its own. Every
@@ -413,10 +462,11 @@ class DynamoDBResultStore:
         one points at (what it leaves expires with the bucket's lifecycle)."""
         attributes: dict[int, dict[str, Any]] = {}  # each item's outputs
         large: dict[str, dict[int, bytes]] = {}  # JSON texts for S3, by tenant
-        with_outputs = [i for i, record in enumerate(records) if record.outputs is not None]
-        each = stored_outputs_each([records[i].outputs for i in with_outputs], self._inline_bytes)
-        for i, stored in zip(with_outputs, each, strict=True):
-            record = records[i]
+        if outputs is None or outputs.limit != self._inline_bytes:
+            outputs = outputs_as_stored(records, self._inline_bytes)
+        for i, (record, stored) in enumerate(zip(records, outputs.each, strict=True)):
+            if stored is None:
+                continue
             if isinstance(stored, bytes):
                 large.setdefault(record.tenant, {})[i] = stored
             else:
