@@ -441,6 +441,41 @@ def test_closed_loop_runs_render_with_where_an_answers_time_went():
     assert "Median share of the model's limit: **0.28×** (83.0 answers/s)." in text
 
 
+def test_a_loops_cpu_splits_into_what_each_input_and_each_batch_cost():
+    from bench.worker_efficiency import per_input_and_batch
+
+    # GIVEN a loop whose inputs cost 20 µs each and whose batches 480 µs each, read at
+    # three batch sizes (and the same with a reading off by a little)
+    exact = {size: 20 + 480 / size for size in (16, 32, 64)}
+    # WHEN its CPU an input at those sizes is split
+    # THEN the two costs come back, and a noisy reading moves them a little only
+    assert per_input_and_batch(exact) == pytest.approx((20.0, 480.0))
+    a, b = per_input_and_batch(exact | {32: exact[32] + 0.5})
+    assert a == pytest.approx(20, abs=0.5) and b == pytest.approx(480, abs=15)
+
+
+def test_the_loop_alones_split_by_batch_renders_for_each_model_measured():
+    # GIVEN a worker-efficiency section where digits-cnn's loop alone was run at three
+    # batch sizes (as the JSON page stores them: sizes as text) and minilm-embed's not
+    results = _full_results()
+    we = results["sections"]["worker_efficiency"]
+    we["digits-cnn"] |= {
+        "loop_alone_cpu_us_by_batch_size": {"16": 48.6, "32": 37.1, "64": 28.7},
+        "loop_alone_cpu_us_apart_from_batches": 20.4,
+        "loop_alone_cpu_us_per_batch": 480.0,
+        "max_batch_size": 64,
+    }
+    for key in ("loop_alone_cpu_us_by_batch_size", "loop_alone_cpu_us_per_batch"):
+        we["minilm-embed"].pop(key, None)
+    # WHEN the page is written
+    text = markdown(results, [])
+    # THEN digits-cnn has its row of the split, and minilm-embed none
+    row = "| digits-cnn | 48.6 at 16, 37.1 at 32, 28.7 at 64 | 20.4 µs | 480 µs | 7.5 µs an input |"
+    assert row in text
+    split = text.split("cpu = a + b / size")[1].split("\n## ")[0]
+    assert "| digits-cnn | " in split and "| minilm-embed | " not in split
+
+
 @pytest.mark.parametrize("section", sorted(_full_results()["sections"]))
 def test_a_failed_section_leaves_the_rest_of_the_page(section: str):
     # GIVEN a full run in which one section failed (a failed section has no results)

@@ -17,7 +17,9 @@ Each round also runs the loop alone: the same worker over messages of the same k
 with the model's outputs replayed (``ReplayedRuntime``), so that no time goes to the
 model. What the loop then reaches, against the model's limit, is the most the worker
 could do with a model that cost nothing. It is run ``ALONE_RUNS`` times a round, and
-the median run is the round's.
+the median run is the round's. Last, the loop alone runs at a quarter, a half and all
+of the version's most a batch, to split its CPU into what each input costs and what
+each batch costs (:func:`by_batch_size`).
 """
 
 from __future__ import annotations
@@ -94,15 +96,22 @@ def _fill(queue: FakeQueue, model: LoadedModel, record: Any, count: int) -> None
 
 
 def saturate(
-    model: LoadedModel, messages: int, time_limit: float, runtime: Any = None
+    model: LoadedModel,
+    messages: int,
+    time_limit: float,
+    runtime: Any = None,
+    max_batch_size: int | None = None,
 ) -> dict[str, Any]:
     """Run the worker over ``messages`` one-input requests already queued, through
-    the model's runtime or the ``runtime`` given."""
+    the model's runtime or the ``runtime`` given (``max_batch_size``: the version's
+    own, or this)."""
     from switchyard.init_phase import init_phase
     from switchyard_worker.stages import collect_less
     from switchyard_worker.worker import Worker
 
     record = version_record(model.name)
+    if max_batch_size is not None:
+        record = record.model_copy(update={"max_batch_size": max_batch_size})
     realtime = FakeQueue("realtime", long_poll=True)
     batch = FakeQueue("batch", long_poll=True)
     results = FakeResults()
@@ -277,7 +286,48 @@ def run(models: dict[str, LoadedModel], quick: bool) -> dict[str, Any]:
             reading = result | against_model(model, result, seconds)
             readings.append(reading | loop_alone(alone, reading))
         out[name] = median_rounds(readings)
+        top = out[name]["max_batch_size"]
+        out[name] |= by_batch_size(
+            model, alone_counts.get(name, count), time_limit, (top // 4, top // 2, top), alone_runs
+        )
     return out
+
+
+def by_batch_size(
+    model: LoadedModel, messages: int, time_limit: float, sizes: tuple[int, ...], runs: int
+) -> dict[str, Any]:
+    """The loop alone's CPU an input at each of ``sizes`` as its most a batch (the same
+    messages, the model's outputs replayed; the sizes taken in turn, ``runs`` times,
+    each size's median run), and what it splits into: a cost for each input and one
+    for each batch (:func:`per_input_and_batch`)."""
+    cpu: dict[int, list[float]] = {size: [] for size in sizes}
+    with quiet_output():
+        for _ in range(runs):
+            for size in sizes:
+                run = saturate(model, messages, time_limit, ReplayedRuntime(model, size), size)
+                if run["finished"] and run["cpu_us_per_input"]:
+                    cpu[size].append(run["cpu_us_per_input"])
+    medians = {size: sorted(v)[len(v) // 2] for size, v in cpu.items() if v}
+    if len(medians) < 2:
+        return {}
+    per_input, per_batch = per_input_and_batch(medians)
+    return {
+        "loop_alone_cpu_us_by_batch_size": medians,
+        "loop_alone_cpu_us_apart_from_batches": round(per_input, 1),
+        "loop_alone_cpu_us_per_batch": round(per_batch, 0),
+    }
+
+
+def per_input_and_batch(cpu_by_size: dict[int, float]) -> tuple[float, float]:
+    """``a`` and ``b`` of ``cpu = a + b / size`` fitted to the CPU an input at each
+    batch size (least squares): what each input costs, and what each batch costs
+    whatever its size."""
+    xs = [1 / size for size in cpu_by_size]
+    ys = list(cpu_by_size.values())
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    b = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
+    return mean_y - b * mean_x, b
 
 
 def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
