@@ -29,8 +29,15 @@ def _log_json(line: dict[str, Any]) -> str:
     return to_json(line, fallback=str).decode()
 
 
+def _log_message(text: str) -> str:
+    """A log line's message as it was given: the worker's are phrases, never JSON
+    text, and the formatter's attempt to read each as JSON cost an exception a line
+    (3 of a "results stored" line's 23 µs)."""
+    return text
+
+
 # The worker's one logger, shared by its stages.
-log = Logger(service="switchyard-worker", json_serializer=_log_json)
+log = Logger(service="switchyard-worker", json_serializer=_log_json, json_deserializer=_log_message)
 
 T = TypeVar("T")
 _STOP = object()

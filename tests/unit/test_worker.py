@@ -264,6 +264,20 @@ def test_a_redelivered_message_whose_result_exists_is_deleted_without_a_second_r
     assert realtime.depth == 0
 
 
+def test_a_log_lines_message_is_written_as_it_was_given(caplog):
+    # GIVEN the worker's log, and a message that reads as JSON text beside a phrase
+    with caplog.at_level("INFO", logger=worker_log.name):
+        worker_log.info('{"not": "an object"}', extra={"n": 1})
+        worker_log.info("results stored", extra={"n": 2})
+    # WHEN each is written as the worker's log writes it
+    lines = [json.loads(worker_log.registered_formatter.format(r)) for r in caplog.records]
+    # THEN each message is the text it was given, its fields beside it
+    assert [(e["message"], e["n"]) for e in lines[-2:]] == [
+        ('{"not": "an object"}', 1),
+        ("results stored", 2),
+    ]
+
+
 def test_each_batch_logs_one_line_naming_every_requests_outcome(parts, caplog):
     worker, realtime, *_ = parts
     send(realtime, "r1")
