@@ -298,16 +298,20 @@ def by_batch_size(
 ) -> dict[str, Any]:
     """The loop alone's CPU an input at each of ``sizes`` as its most a batch (the same
     messages, the model's outputs replayed; the sizes taken in turn, ``runs`` times,
-    each size's median run), and what it splits into: a cost for each input and one
-    for each batch (:func:`per_input_and_batch`)."""
-    cpu: dict[int, list[float]] = {size: [] for size in sizes}
+    each size's median run as :func:`median_run` takes it), and what it splits into: a
+    cost for each input and one for each batch (:func:`per_input_and_batch`)."""
+    done: dict[int, list[dict[str, Any]]] = {size: [] for size in sizes}
     with quiet_output():
         for _ in range(runs):
             for size in sizes:
-                run = saturate(model, messages, time_limit, ReplayedRuntime(model, size), size)
-                if run["finished"] and run["cpu_us_per_input"]:
-                    cpu[size].append(run["cpu_us_per_input"])
-    medians = {size: sorted(v)[len(v) // 2] for size, v in cpu.items() if v}
+                done[size].append(
+                    saturate(model, messages, time_limit, ReplayedRuntime(model, size), size)
+                )
+    medians = {
+        size: cpu
+        for size, runs_of_size in done.items()
+        if (cpu := median_run(runs_of_size)["cpu_us_per_input"])
+    }
     if len(medians) < 2:
         return {}
     per_input, per_batch = per_input_and_batch(medians)
