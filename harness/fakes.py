@@ -21,7 +21,7 @@ from switchyard.auth import KeyIdDirectory
 from switchyard.costs import Spend, WorkerTime, hour_of
 from switchyard.queues import Received
 from switchyard.registry import ModelVersion, VersionExists
-from switchyard.results import OutputsAsStored, Stored
+from switchyard.results import AsStored, Stored
 from switchyard.schemas import ErrorInfo, Lane, QueueMessage, ResultRecord
 from switchyard.telemetry import LOG_LINES_PER_RECORD, LOG_RECORD_BYTES, log_records
 from switchyard_local.gateway import ApiGatewayStandIn, ApiKey
@@ -195,10 +195,10 @@ class FakeResults:
         return Stored.OVER_COUNTED if counted else Stored.STORED
 
     # A batch's results are stored under one hold of the lock, and waiters told once,
-    # as a batch write is one call. Records are held as they are: their outputs as an
-    # item would hold them (``outputs``) are not needed.
+    # as a batch write is one call. Records are held as they are: their outputs and
+    # docs as an item would hold them (``outputs``) are not needed.
     def complete_new(
-        self, records: list[ResultRecord], outputs: OutputsAsStored | None = None
+        self, records: list[ResultRecord], outputs: AsStored | None = None
     ) -> list[Stored]:
         with self._stored:
             self.log.append(("batch", len(records)))
@@ -207,7 +207,7 @@ class FakeResults:
             return stored
 
     def complete_queued(
-        self, records: list[ResultRecord], outputs: OutputsAsStored | None = None
+        self, records: list[ResultRecord], outputs: AsStored | None = None
     ) -> list[Stored]:
         with self._stored:
             self.log.append(("queued-batch", len(records)))

@@ -21,7 +21,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from switchyard.budgets import BudgetStore, month_of
 from switchyard.costs import CostLedger, CostRates, Group, Spend, price_answers, spend_by_group
-from switchyard.results import OutputsAsStored
+from switchyard.results import AsStored
 from switchyard.schemas import QueueMessage, ResultRecord
 from switchyard.telemetry import COUNT, emit_metrics
 from switchyard_worker.stages import log
@@ -66,9 +66,9 @@ class CostKeeper:
         with self._lock:
             self._busy += seconds
 
-    def price(self, answers: list[tuple[QueueMessage, ResultRecord]]) -> OutputsAsStored:
-        """Set each answer's cost, before it is stored; the answers' outputs as their
-        items hold them, worked out to size them (for the store to write)."""
+    def price(self, answers: list[tuple[QueueMessage, ResultRecord]]) -> AsStored:
+        """Set each answer's cost, before it is stored; the answers' outputs and docs
+        as their items hold them, worked out to size them (for the store to write)."""
         return price_answers(answers, self.rates, self._inline_bytes)
 
     def spent(self, stored: list[ResultRecord]) -> dict[Group, Spend]:

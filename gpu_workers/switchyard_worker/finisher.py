@@ -289,7 +289,11 @@ class Finisher:
     def _store_and_delete(self, answered: Answered) -> None:
         if not answered:
             return
-        outputs = None  # the results' outputs as their items hold them, if worked out
+        # Completed now, as the batch's writes leave (the router times its looks for
+        # results by it), before their docs are written: by the pricing, which the
+        # store's writes then use, or by the store.
+        _stamp([r for _, r in answered])
+        outputs = None  # the results' outputs and docs as their items hold them
         if self._costs is not None:
             priced = [(p.message, r) for p, r in answered if p.message is not None]
             as_stored = self._costs.price(priced)
@@ -302,7 +306,14 @@ class Finisher:
         # share in turn: one task per writer, not per result.
         new, queued, chunks = [], [], []
         for i, (p, r) in enumerate(answered):
-            if _unrecorded(p, r):
+            m = p.message
+            # A sync request's result, with no record yet unless it was handed off at
+            # its deadline. A fallback's copy too: where it finds a record (its
+            # request handed off, or an attempt failed), its INSERT fails and the
+            # conditional put stores it, which says whether the record was counted in
+            # its tenant's queued work (an UPDATE over the record could not: a PartiQL
+            # statement returns no old item).
+            if m is not None and m.respond_by is not None and r.job is None:
                 new.append(i)
             elif r.job is not None and self._jobs is not None:
                 chunks.append(i)
@@ -318,7 +329,6 @@ class Finisher:
             records = [answered[i][1] for i in indexes]
             if how == "one":
                 return [self.complete(r) for r in records]
-            _stamp(records)
             part = None if outputs is None else outputs.part(indexes)
             if how == "new":
                 return self._results.complete_new(records, part)
@@ -435,16 +445,6 @@ def _backoff(runnable: list[Pending]) -> int:
     return min(2 ** (tries - 1), 30)
 
 
-def _unrecorded(p: Pending, record: ResultRecord) -> bool:
-    """A sync request's result, with no record yet unless it was handed off at its
-    deadline. A fallback's copy too: where it finds a record (its request handed
-    off, or an attempt failed), its INSERT fails and the conditional put stores it,
-    which says whether the record was counted in its tenant's queued work (an
-    UPDATE over the record could not: a PartiQL statement returns no old item)."""
-    m = p.message
-    return m is not None and m.respond_by is not None and record.job is None
-
-
 def _lease(p: Pending, stored: Stored) -> QueuedLease | None:
     """The place ``p``'s request held in its tenant's queued work, given back by
     the worker that stored its result (``stored``): counted at its enqueue (its
@@ -457,7 +457,7 @@ def _lease(p: Pending, stored: Stored) -> QueuedLease | None:
 
 
 def _stamp(records: list[ResultRecord]) -> None:
-    """Completed now, as their write leaves. The field is set in the record's own
+    """Completed now, as their writes leave. The field is set in the record's own
     dict, as pydantic's assignment does for a model that validates none (0.09 µs a
     record against its 0.29): the finisher's records are assembled with every field
     set (``assembled_record``), so there is no field to mark as set."""

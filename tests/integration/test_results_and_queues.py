@@ -9,12 +9,12 @@ from switchyard.payloads import S3PayloadStore
 from switchyard.queues import SqsWorkQueue, encode_message, load_inputs
 from switchyard.results import (
     PACKED,
+    AsStored,
     DynamoDBResultStore,
-    OutputsAsStored,
     Stored,
-    outputs_as_stored,
+    as_stored,
 )
-from switchyard.schemas import QueueMessage, ResultRecord
+from switchyard.schemas import QueueMessage, RequestCost, ResultRecord
 from switchyard.tables import RESULTS
 from tests.unit.test_together import while_one_is_out
 
@@ -438,7 +438,7 @@ def test_outputs_worked_out_for_the_store_are_written_as_given(manifest, provisi
     ]
     for r in batch:
         assert results.put_queued(r.model_copy(update={"status": "queued", "outputs": None}))
-    worked_out = outputs_as_stored(batch, 2_000)
+    worked_out = as_stored(batch, 2_000)
     assert worked_out.each[0][0] == PACKED and isinstance(worked_out.each[2], bytes)
     assert worked_out.each[3] is None
 
@@ -449,19 +449,65 @@ def test_outputs_worked_out_for_the_store_are_written_as_given(manifest, provisi
     # WHEN a batch is stored with its outputs as worked out, but one of them given
     # as JSON text rather than packed (what the store itself would not write)
     as_json = ("outputs", {"S": json.dumps(embedding)})
-    given = OutputsAsStored(2_000, [as_json, *worked_out.each[1:]])
+    # and the docs as worked out, but one of them naming another worker
+    docs = list(worked_out.docs)
+    docs[1] = json.dumps({**json.loads(docs[1]), "worker": "given"})
+    given = AsStored(2_000, [as_json, *worked_out.each[1:]], docs)
     assert results.complete_queued(batch, given) == [Stored.STORED] * 4
     # THEN each item holds what was given, and reads back as its record
     assert "outputs" in item("packed") and PACKED not in item("packed")
     assert "outputs_ref" in item("large")
+    assert [item(r.request_id)["doc"]["S"] for r in batch] == docs
+    assert results.get("acme", "json").worker == "given"
     for r in batch:
         assert results.get("acme", r.request_id).outputs == r.outputs
     # AND outputs worked out for another limit are worked out again for the store's:
     # held inline there, too large here
     again = [result_of("again", outputs=large)]
-    assert results.complete_new(again, outputs_as_stored(again, 200_000)) == [Stored.STORED]
+    assert results.complete_new(again, as_stored(again, 200_000)) == [Stored.STORED]
     assert "outputs_ref" in item("again") and "outputs" not in item("again")
     assert results.get("acme", "again").outputs == large
+
+
+def test_a_results_cost_is_held_apart_from_its_doc_and_read_back_with_it(
+    manifest, provisioned, clients
+):
+    """An item holds its result's cost as an attribute of its own, so that the doc the
+    worker writes to price the result is the one stored; an item written with its
+    cost in its doc still reads back with it."""
+    results = store(manifest, clients)
+    ddb = clients("dynamodb")
+    table = manifest.names("dev").results_table
+    cost = RequestCost(
+        usd=3e-6, worker_usd=1e-6, aws_usd=2e-6, worker_seconds=0.01,
+        instance_type="c7i.xlarge", aws={"sqs": 1.5e-6, "dynamodb": 5e-7},
+    )  # fmt: skip
+    # GIVEN two results that cost the same (one cost, as the pricing makes them) and
+    # one that has no cost
+    priced = [result_of(rid, outputs=[1]).model_copy(update={"cost": cost}) for rid in "ab"]
+    batch = [*priced, result_of("free", outputs=[2])]
+    # WHEN they are stored, their docs worked out before their costs were set
+    worked_out = as_stored([r.model_copy(update={"cost": None}) for r in batch], 200_000)
+    assert results.complete_new(batch, worked_out) == [Stored.STORED] * 3
+
+    def item(rid):
+        key = {RESULTS.partition: {"S": "acme"}, RESULTS.sort: {"S": rid}}
+        return ddb.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"]
+
+    # THEN each priced item holds its cost apart, and none holds one in its doc
+    for rid in "ab":
+        assert json.loads(item(rid)["cost"]["S"]) == cost.model_dump(exclude_none=True)
+    assert "cost" not in item("free")
+    assert all("cost" not in json.loads(item(r.request_id)["doc"]["S"]) for r in batch)
+    # AND each reads back as it was stored
+    for r in batch:
+        assert results.get("acme", r.request_id).cost == r.cost
+    # AND an item whose doc holds its cost reads back with it
+    old = item("a")
+    doc = {**json.loads(old["doc"]["S"]), "cost": json.loads(old.pop("cost")["S"])}
+    old.update({RESULTS.sort: {"S": "old"}, "doc": {"S": json.dumps(doc)}})
+    ddb.put_item(TableName=table, Item=old)
+    assert results.get("acme", "old").cost == cost
 
 
 def test_a_key_naming_a_token_chunk_is_no_request(manifest, provisioned, clients):

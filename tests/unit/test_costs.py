@@ -31,7 +31,7 @@ from switchyard.costs import (
 )
 from switchyard.manifest import Manifest
 from switchyard.prices import PriceTable
-from switchyard.results import OutputsAsStored, outputs_as_stored
+from switchyard.results import AsStored, as_stored
 from switchyard.schemas import JobChunk, QueueMessage, ResultRecord
 from switchyard_worker.costing import CostKeeper
 from tests.unit.test_worker import run_until_idle, send
@@ -379,7 +379,7 @@ def test_a_ledger_outage_keeps_the_spend_for_the_next_write() -> None:
 def test_the_store_is_handed_the_outputs_the_pricing_worked_out(digits_v1) -> None:
     # GIVEN a worker that prices its answers, over a store that keeps what it is
     # handed with each batch
-    handed: list[tuple[list[str], OutputsAsStored | None]] = []
+    handed: list[tuple[list[str], AsStored | None]] = []
 
     class Keeping(FakeResults):
         def complete_queued(self, records: Any, outputs: Any = None) -> Any:
@@ -404,6 +404,6 @@ def test_the_store_is_handed_the_outputs_the_pricing_worked_out(digits_v1) -> No
     [(ids, outputs)] = handed
     assert ids == ["a", "b", "large"] and outputs is not None and outputs.limit == 20
     records = [worker.finisher._results.items[("acme", rid)] for rid in ids]
-    assert outputs == outputs_as_stored(records, 20)
+    assert outputs == as_stored(records, 20)
     assert [isinstance(form, bytes) for form in outputs.each] == [False, False, True]
     assert all(r.cost is not None for r in records)

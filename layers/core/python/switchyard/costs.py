@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from switchyard.admission import queued_lease
 from switchyard.prices import PriceTable, first_price
-from switchyard.results import OutputsAsStored, outputs_as_stored, records_json
+from switchyard.results import AsStored, as_stored
 from switchyard.schemas import AWS_SERVICES, AwsService, QueueMessage, RequestCost, ResultRecord
 from switchyard.tables import RESULTS
 from switchyard.telemetry import LOG_LINES_PER_RECORD
@@ -308,19 +308,19 @@ def _cost(
 
 def price_answers(
     answers: list[tuple[QueueMessage, ResultRecord]], rates: CostRates, inline_bytes: int
-) -> OutputsAsStored:
+) -> AsStored:
     """Set the cost of each final record of one batch's answers (``answers``: each
     message and its result, as the worker stores them together): its worker share
     (its timings' ``worker_ms``: the batch's seconds in the model x its inputs / the
     batch's inputs; 0 for one answered without running) and its path's AWS requests.
     ``inline_bytes``: outputs stored as larger go to S3, a tenant's in one object.
-    Returns the records' outputs as their items hold them, worked out to size them,
-    for the store to write as they are."""
+    Returns the records' outputs and docs as their items hold them, worked out to
+    size them, for the store to write as they are."""
     records = [record for _, record in answers]
     n = len(answers)
     # Each record's outputs as its item holds them, sized (-1: too large to hold
     # inline, put in S3), the batch's packed or written together.
-    outputs = outputs_as_stored(records, inline_bytes)
+    outputs = as_stored(records, inline_bytes)
     sizes = [0] * n
     to_s3: dict[str, int] = {}
     for i, stored in enumerate(outputs.each):
@@ -339,9 +339,9 @@ def price_answers(
         if m.queued_counted:
             leases[i] = queued_lease(m.tenant, m.model, m.expires_at)
     places = Counter(lease for lease in leases if lease is not None)
-    # Each record's JSON but its outputs (held apart, sized above), the batch's written
-    # in one pass.
-    docs = map(len, records_json(records, ("outputs",)))
+    # Each record's doc (its JSON but what its item holds apart: its keys, outputs and
+    # cost), the batch's written in one pass, as the store writes them.
+    docs = map(len, outputs.docs)
     # A batch's answers mostly make the same requests (``usage_key``) and have the
     # same share of its time: each path is priced once, and each cost made once, the
     # answers that cost the same holding one (a cost is frozen).

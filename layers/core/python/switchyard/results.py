@@ -44,14 +44,14 @@ _COUNTED = "queued_counted"
 PACKED = "outputs_e7"
 _PACKED_FLOAT32 = "outputs_f32"
 # Attributes an item holds only while queued (a failed attempt's count, its place
-# counted) or only once final (its outputs, its error's code).
+# counted) or only once final (its outputs, its error's code, its cost).
 _FINAL_ONLY_OR_QUEUED_ONLY = (
     "failures", "last_failure", _COUNTED, "error_code", "outputs", PACKED, _PACKED_FLOAT32,
-    "outputs_ref", "outputs_range",
+    "outputs_ref", "outputs_range", "cost",
 )  # fmt: skip
 _TTL = RESULTS.ttl_attribute or "expires_at"
 # A result item's own attributes (keys, status, model, version, TTL, failures,
-# outputs), left out of its ``doc``.
+# outputs, cost), left out of its ``doc``.
 _NOT_IN_DOC = {
     "request_id",
     "tenant",
@@ -63,6 +63,7 @@ _NOT_IN_DOC = {
     "failures",
     "last_failure",
     _COUNTED,
+    "cost",
 }
 
 
@@ -87,28 +88,38 @@ StoredForm = tuple[str, dict[str, Any]] | bytes
 
 
 @dataclass(frozen=True)
-class OutputsAsStored:
-    """Each of a batch's records' outputs as its item would hold them
-    (:func:`stored_outputs_each` of those it has, None for one without), worked out
-    for items that hold at most ``limit`` bytes inline. The worker works them out
-    once, to price its answers by their size (``switchyard.costs.price_answers``),
-    and the store writes them as they are rather than pack them again."""
+class AsStored:
+    """A batch's records as their items would hold them, worked out before they are
+    stored: each one's outputs (:func:`stored_outputs_each` of those it has, None
+    for one without), for items that hold at most ``limit`` bytes inline, and each
+    one's ``doc`` (:func:`result_docs`). The worker works them out once, to price
+    its answers by their size (``switchyard.costs.price_answers``), and the store
+    writes them as they are rather than write them again: a result is written as
+    JSON once. A doc holds no cost (an item holds its cost apart), so pricing the
+    records after their docs were written leaves the docs as they are."""
 
     limit: int
     each: Sequence[StoredForm | None]
+    docs: Sequence[str]
 
-    def part(self, indexes: Sequence[int]) -> OutputsAsStored:
-        return OutputsAsStored(self.limit, [self.each[i] for i in indexes])
+    def part(self, indexes: Sequence[int]) -> AsStored:
+        return AsStored(
+            self.limit, [self.each[i] for i in indexes], [self.docs[i] for i in indexes]
+        )
 
 
-def outputs_as_stored(records: Sequence[ResultRecord], limit: int) -> OutputsAsStored:
-    """:class:`OutputsAsStored` of ``records``."""
+def as_stored(records: Sequence[ResultRecord], limit: int) -> AsStored:
+    """:class:`AsStored` of ``records``."""
+    return AsStored(limit, _outputs_as_stored(records, limit), result_docs(list(records)))
+
+
+def _outputs_as_stored(records: Sequence[ResultRecord], limit: int) -> list[StoredForm | None]:
     each: list[StoredForm | None] = [None] * len(records)
     having = [i for i, record in enumerate(records) if record.outputs is not None]
     forms = stored_outputs_each([records[i].outputs for i in having], limit)  # type: ignore[misc]
     for i, form in zip(having, forms, strict=True):
         each[i] = form
-    return OutputsAsStored(limit, each)
+    return each
 
 
 class ResultStore(Protocol):
@@ -125,7 +136,7 @@ class ResultStore(Protocol):
         ...
 
     def complete_new(
-        self, records: list[ResultRecord], outputs: OutputsAsStored | None = None
+        self, records: list[ResultRecord], outputs: AsStored | None = None
     ) -> list[Stored]:
         """Store final results of requests that most likely have no record yet (sync
         requests, recorded only if handed off at their deadline), many to a call. One
@@ -137,7 +148,7 @@ class ResultStore(Protocol):
         ...
 
     def complete_queued(
-        self, records: list[ResultRecord], outputs: OutputsAsStored | None = None
+        self, records: list[ResultRecord], outputs: AsStored | None = None
     ) -> list[Stored]:
         """Store final results of requests that most likely have a queued record
         (async requests), many to a call. One that has none, or a final one, is
@@ -234,7 +245,7 @@ class DynamoDBResultStore:
         return Stored.OVER_COUNTED if _COUNTED in old else Stored.STORED
 
     def complete_new(
-        self, records: list[ResultRecord], outputs: OutputsAsStored | None = None
+        self, records: list[ResultRecord], outputs: AsStored | None = None
     ) -> list[Stored]:
         # One BatchExecuteStatement of INSERTs per 25 results: an INSERT never
         # replaces an item, so a result is still written once. A statement that fails
@@ -244,7 +255,7 @@ class DynamoDBResultStore:
         return self._many(records, self._insert, outputs)
 
     def complete_queued(
-        self, records: list[ResultRecord], outputs: OutputsAsStored | None = None
+        self, records: list[ResultRecord], outputs: AsStored | None = None
     ) -> list[Stored]:
         # One BatchExecuteStatement of UPDATEs per 25 results, each of the item only
         # while it is ``queued``, as the conditional put's condition: a result is still
@@ -258,7 +269,7 @@ class DynamoDBResultStore:
         self,
         records: list[ResultRecord],
         statement: Callable[[dict[str, Any]], dict[str, Any]],
-        outputs: OutputsAsStored | None,
+        outputs: AsStored | None,
     ) -> list[Stored]:
         """``records`` stored ``statement``'s way, 25 to a call, and by the conditional
         put where a statement fails. One statement per item in a call: a request
@@ -435,6 +446,8 @@ class DynamoDBResultStore:
         )
         if _COUNTED in item:
             doc[_COUNTED] = item[_COUNTED]["BOOL"]
+        if "cost" in item:
+            doc["cost"] = json.loads(item["cost"]["S"])
         if "failures" in item:
             doc["failures"] = int(item["failures"]["N"])
             doc["last_failure"] = item.get("last_failure", {}).get("S")
@@ -450,21 +463,25 @@ class DynamoDBResultStore:
         return self._items([record])[0]
 
     def _items(
-        self, records: list[ResultRecord], outputs: OutputsAsStored | None = None
+        self, records: list[ResultRecord], outputs: AsStored | None = None
     ) -> list[dict[str, Any]]:
-        """The items of ``records`` (``outputs``: their outputs as stored, if worked
-        out already). Outputs too large to hold inline go to S3, one
-        object per tenant for all of its among ``records`` (a JSON array; each item
-        points at its own element's bytes), so that a batch's large results cost one
-        PUT, not one each; a tenant's only one keeps an object of its own. Every
+        """The items of ``records`` (``outputs``: their outputs and docs as stored, if
+        worked out already; their outputs are worked out again for another inline
+        limit than this store's, their docs hold for any). Outputs too large to hold
+        inline go to S3, one object per tenant for all of its among ``records`` (a
+        JSON array; each item points at its own element's bytes), so that a batch's
+        large results cost one PUT, not one each; a tenant's only one keeps an object
+        of its own. Every
         object's key is new: a copy of a request run twice (a message redelivered
         while it ran) whose result is refused never overwrites the object the stored
         one points at (what it leaves expires with the bucket's lifecycle)."""
         attributes: dict[int, dict[str, Any]] = {}  # each item's outputs
         large: dict[str, dict[int, bytes]] = {}  # JSON texts for S3, by tenant
-        if outputs is None or outputs.limit != self._inline_bytes:
-            outputs = outputs_as_stored(records, self._inline_bytes)
-        for i, (record, stored) in enumerate(zip(records, outputs.each, strict=True)):
+        if outputs is not None and outputs.limit == self._inline_bytes:
+            each = outputs.each
+        else:
+            each = _outputs_as_stored(records, self._inline_bytes)
+        for i, (record, stored) in enumerate(zip(records, each, strict=True)):
             if stored is None:
                 continue
             if isinstance(stored, bytes):
@@ -483,13 +500,14 @@ class DynamoDBResultStore:
             uri = self._payloads.put_json_text(key, body)
             for i, part in zip(texts, ranges, strict=True):
                 attributes[i] = {"outputs_ref": {"S": uri}, "outputs_range": {"S": part}}
-        docs = result_docs(records)
+        docs = result_docs(records) if outputs is None else outputs.docs
+        costs = _costs_json(records)
         return [
-            {**self._base_item(record, doc), **attributes.get(i, {})}
-            for i, (record, doc) in enumerate(zip(records, docs, strict=True))
+            {**self._base_item(record, doc, cost), **attributes.get(i, {})}
+            for i, (record, doc, cost) in enumerate(zip(records, docs, costs, strict=True))
         ]
 
-    def _base_item(self, record: ResultRecord, doc: str) -> dict[str, Any]:
+    def _base_item(self, record: ResultRecord, doc: str, cost: str | None) -> dict[str, Any]:
         item: dict[str, Any] = {
             RESULTS.partition: {"S": record.tenant},
             RESULTS.sort: {"S": record.request_id},
@@ -505,7 +523,27 @@ class DynamoDBResultStore:
             item["error_code"] = {"S": record.error.code}
         if record.queued_counted:
             item[_COUNTED] = {"BOOL": True}
+        if cost is not None:
+            item["cost"] = {"S": cost}
         return item
+
+
+def _costs_json(records: list[ResultRecord]) -> list[str | None]:
+    """Each record's cost as JSON (None: it has none), as its doc wrote it before
+    an item held it apart: a cost many of a batch's records hold (the answers that
+    cost the same hold one, ``switchyard.costs.price_answers``) is written once."""
+    written: dict[int, str] = {}
+    out: list[str | None] = []
+    for record in records:
+        cost = record.cost
+        if cost is None:
+            out.append(None)
+            continue
+        text = written.get(id(cost))
+        if text is None:
+            written[id(cost)] = text = cost.model_dump_json(exclude_none=True)
+        out.append(text)
+    return out
 
 
 def result_docs(records: list[ResultRecord]) -> list[str]:
