@@ -100,3 +100,32 @@ def test_a_batchs_durations_are_each_records_own_to_three_decimals():
         {k: round(v * 1000) / 1000 for k, v in t.items() if k.endswith("_ms")} for t in timings
     ]
     assert [line["request_id"] for line in logged] == [f"r-{i}" for i in range(40)]
+
+
+def test_each_line_holds_its_own_records_cost_written_once_for_those_sharing_one():
+    # GIVEN a batch's results: two holding one cost (as the pricing makes them), one a
+    # cost of its own, one none
+    from switchyard.schemas import RequestCost
+
+    now = time.time()
+    shared = RequestCost(usd=3e-6, worker_usd=1e-6, aws_usd=2e-6, worker_seconds=0.01,
+                         aws={"sqs": 2e-6})  # fmt: skip
+    own = RequestCost(usd=5e-6, worker_usd=5e-6, aws_usd=0.0, worker_seconds=0.05,
+                      instance_type="g5.xlarge")  # fmt: skip
+    costs = [shared, shared, own, None]
+    records = [
+        ResultRecord(
+            request_id=f"r-{i}", tenant="acme", model="m", version="v1", status="done",
+            outputs=[i], created_at=now, completed_at=now, expires_at=int(now) + 60,
+            cost=cost,
+        )  # fmt: skip
+        for i, cost in enumerate(costs)
+    ]
+    # WHEN their lines are written
+    [packed] = log_records(prediction_records(records), most_lines=500, most_bytes=1 << 20)
+    # THEN each line holds its record's cost as the record dumps it, or null
+    lines = _lines(packed)
+    assert [line["request_id"] for line in lines] == ["r-0", "r-1", "r-2", "r-3"]
+    assert [line["cost"] for line in lines] == [
+        json.loads(c.model_dump_json()) if c is not None else None for c in costs
+    ]

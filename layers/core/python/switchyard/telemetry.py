@@ -245,18 +245,22 @@ def _error_code(error: Any) -> str | None:
     return error.code if error is not None else None
 
 
-def _dumped(costs: list[Any]) -> list[dict[str, Any] | None]:
-    """Each cost as its line writes it: a batch's answers that cost the same hold one
-    cost (``switchyard.costs.price_answers``), dumped once."""
-    dumps: dict[int, dict[str, Any]] = {}
-    out: list[dict[str, Any] | None] = []
+def _dumped(costs: list[Any]) -> list[Any]:
+    """Each cost as its line writes it, its JSON (``msgspec.Raw``) written once: a
+    batch's answers that cost the same hold one cost
+    (``switchyard.costs.price_answers``), and each line takes the JSON as it is
+    (0.4 µs a line against 0.9 for a dict a line, written with the line)."""
+    import msgspec  # the workers' (only a worker writes the log: ``_line_types``)
+
+    dumps: dict[int, Any] = {}
+    out: list[Any] = []
     for cost in costs:
         if cost is None:
             out.append(None)
             continue
         dump = dumps.get(id(cost))
         if dump is None:
-            dumps[id(cost)] = dump = cost.model_dump()
+            dumps[id(cost)] = dump = msgspec.Raw(cost.model_dump_json())
         out.append(dump)
     return out
 
