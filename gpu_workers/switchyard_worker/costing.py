@@ -20,7 +20,15 @@ import time
 from aws_lambda_powertools.metrics import MetricUnit
 
 from switchyard.budgets import BudgetStore, month_of
-from switchyard.costs import CostLedger, CostRates, Group, Spend, price_answers, spend_by_group
+from switchyard.costs import (
+    CostLedger,
+    CostRates,
+    Group,
+    PathPrices,
+    Spend,
+    price_answers,
+    spend_by_group,
+)
 from switchyard.results import AsStored
 from switchyard.schemas import QueueMessage, ResultRecord
 from switchyard.telemetry import COUNT, emit_metrics
@@ -52,6 +60,8 @@ class CostKeeper:
         self._lock = threading.Lock()
         self._busy = 0.0  # seconds in the model, not yet written
         self._spend: dict[Group, Spend] = {}  # stored answers' spend, not yet written
+        # The paths priced so far, at these rates (priced on the finisher's thread).
+        self._priced: PathPrices = {}
         # Each tenant's month's spend (switchyard.budgets), added up per write.
         self._budgets = budgets
         self._month_spend: dict[str, float] = {}  # tenant -> USD, not yet counted
@@ -69,7 +79,7 @@ class CostKeeper:
     def price(self, answers: list[tuple[QueueMessage, ResultRecord]]) -> AsStored:
         """Set each answer's cost, before it is stored; the answers' outputs and docs
         as their items hold them, worked out to size them (for the store to write)."""
-        return price_answers(answers, self.rates, self._inline_bytes)
+        return price_answers(answers, self.rates, self._inline_bytes, self._priced)
 
     def spent(self, stored: list[ResultRecord]) -> dict[Group, Spend]:
         """Add what the stored answers cost (each stored once: a redelivery's copy is

@@ -234,6 +234,34 @@ def test_a_batchs_answers_on_one_path_cost_what_each_costs_alone() -> None:
         costs[1].usd = 0.0  # type: ignore[union-attr]
 
 
+def test_paths_kept_priced_between_batches_price_the_next_as_afresh() -> None:
+    # GIVEN a worker's paths kept priced between batches, and two batches of answers
+    # on paths of every kind: the first priced with them kept, each then priced again
+    # afresh
+    def batch(tag: str) -> list[tuple[Any, Any]]:
+        ms = [
+            message(f"{tag}-s", respond_by=time.time() + 5),
+            message(f"{tag}-a", queued_counted=True),
+            message(f"{tag}-g", "globex"),
+            message(f"{tag}-j", lane="batch", job=JobChunk(job_id="j", index=0,
+                                                          first_line=1, last_line=1)),
+        ]  # fmt: skip
+        return [(m, answer(m, 5.0 * (i + 1))) for i, m in enumerate(ms)]
+
+    kept: dict = {}
+    first, second = batch("one"), batch("two")
+    price_answers(first, RATES, inline_bytes=400_000, priced=kept)
+    paths = dict(kept)
+    # WHEN the second batch is priced with the paths the first left
+    price_answers(second, RATES, inline_bytes=400_000, priced=kept)
+    # THEN it priced no path the first had not, and each answer costs what it costs
+    # priced afresh
+    assert kept == paths and len(paths) == 4
+    with_kept = [r.cost for _, r in second]
+    price_answers(second, RATES, inline_bytes=400_000)
+    assert with_kept == [r.cost for _, r in second]
+
+
 def test_admission_writes_are_priced_a_sync_slot_and_a_shared_give_back() -> None:
     # GIVEN one batch: a sync caller, its shadow copy, three async requests of acme
     # counted in its queued work (one lease end) and one of globex, and one uncounted

@@ -306,8 +306,19 @@ def _cost(
     )
 
 
+# The most paths a worker keeps priced between batches (``PathPrices``).
+_PATHS_KEPT = 1024
+
+PathPrices = dict[tuple[Any, ...], tuple[dict[AwsService, float], float]]
+"""Each path's price at its rates, by its :func:`usage_key`: a worker's batches
+mostly take a few paths, priced once and kept for the batches after."""
+
+
 def price_answers(
-    answers: list[tuple[QueueMessage, ResultRecord]], rates: CostRates, inline_bytes: int
+    answers: list[tuple[QueueMessage, ResultRecord]],
+    rates: CostRates,
+    inline_bytes: int,
+    priced: PathPrices | None = None,
 ) -> AsStored:
     """Set the cost of each final record of one batch's answers (``answers``: each
     message and its result, as the worker stores them together): its worker share
@@ -315,7 +326,8 @@ def price_answers(
     batch's inputs; 0 for one answered without running) and its path's AWS requests.
     ``inline_bytes``: outputs stored as larger go to S3, a tenant's in one object.
     Returns the records' outputs and docs as their items hold them, worked out to
-    size them, for the store to write as they are."""
+    size them, for the store to write as they are. ``priced``: the paths priced
+    before at ``rates`` (kept by the caller between batches), added to here."""
     records = [record for _, record in answers]
     n = len(answers)
     # Each record's outputs as its item holds them, sized (-1: too large to hold
@@ -343,9 +355,13 @@ def price_answers(
     # cost), the batch's written in one pass, as the store writes them.
     docs = map(len, outputs.docs)
     # A batch's answers mostly make the same requests (``usage_key``) and have the
-    # same share of its time: each path is priced once, and each cost made once, the
-    # answers that cost the same holding one (a cost is frozen).
-    priced: dict[tuple[Any, ...], tuple[dict[AwsService, float], float]] = {}
+    # same share of its time: each path is priced once (kept for the batches after,
+    # where the caller keeps ``priced``), and each cost made once, the answers that
+    # cost the same holding one (a cost is frozen).
+    if priced is None:
+        priced = {}
+    elif len(priced) > _PATHS_KEPT:
+        priced.clear()
     made: dict[tuple[tuple[Any, ...], float], RequestCost] = {}
     for (message, record), outputs_bytes, lease, doc in zip(
         answers, sizes, leases, docs, strict=True
