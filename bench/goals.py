@@ -149,14 +149,27 @@ def _loop_alone(model: str) -> Reason:
             f"{fmt(limit)} ({_spread(alone)}× over {len(alone)} rounds)",
             f"at its {fmt(min(cpu), 1)} µs of CPU an input (its least over those rounds) one "
             f"core serves {fmt(1e6 / min(cpu), 0)} inputs/s, and the second adds little: the "
-            "worker's threads take turns under one interpreter lock, so the loop is bound by "
+            "worker's threads take turns under one lock, so the loop is bound by "
             "its CPU an input" + (f" ({busiest} the most of it)" if busiest else "")
+            + _one_core(w, "inputs_per_s")
             if cpu and min(cpu)
             else None,
             _pricing(w),
         )
 
     return reason
+
+
+def _one_core(w: dict[str, Any], figure: str) -> str:
+    """What a reason adds of the loop alone on one core beside all of them, in turns
+    (``figure``: its rate, or its CPU an input); nothing where it was not run."""
+    one = w.get(f"loop_alone_one_core_{figure}")
+    every = w.get(f"loop_alone_every_core_{figure}")
+    if one is None or every is None:
+        return ""
+    if figure == "inputs_per_s":
+        return f"; on one core it did {fmt(one)} inputs/s against {fmt(every)} on all, in turns"
+    return f"; {fmt(one, 1)} on one core against {fmt(every, 1)} on all, in turns"
 
 
 def _pricing(w: dict[str, Any]) -> str | None:
@@ -194,7 +207,7 @@ def _worker_cpu(model: str) -> Reason:
         return _sentences(
             f"the worker's process spent {fmt(w['loop_alone_cpu_us_per_input'], 1)} µs of CPU "
             f"an input with the model's outputs replayed ({_spread(rounds, 1)} over "
-            f"{len(rounds)} rounds)",
+            f"{len(rounds)} rounds{_one_core(w, 'cpu_us_per_input')})",
             f"by thread, until the last result was stored: {named}" if named else None,
             _pricing(w),
         )

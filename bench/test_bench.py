@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import tomllib
 from collections import Counter
 
@@ -1726,3 +1727,66 @@ def test_a_merged_rerun_replaces_its_sections_and_lists_each_once(tmp_path):
         (["noisy_neighbour"], "m2"),
         (["pools"], "m3"),
     ]
+
+
+def test_the_loop_alone_runs_on_one_core_and_on_all_in_turns_and_gives_the_cores_back():
+    import os
+
+    from bench.worker_efficiency import on_one_core
+
+    # GIVEN a process that may use every core it has, and a run that says on how many
+    # cores it ran (and those the threads it starts would have)
+    cores = sorted(os.sched_getaffinity(0))
+    seen: list[tuple[set[int], set[int]]] = []
+
+    def measure() -> dict:
+        started: list[set[int]] = []
+        thread = threading.Thread(target=lambda: started.append(os.sched_getaffinity(0)))
+        thread.start()
+        thread.join()
+        seen.append((os.sched_getaffinity(0), started[0]))
+        on = len(seen[-1][0])
+        return {"finished": True, "inputs_per_s": 1000.0 / on, "cpu_us_per_input": 10.0 * on}
+
+    # WHEN the loop is measured on one core beside all of them, three times each
+    out = on_one_core(measure, 3)
+    # THEN the runs took turns, the threads a run started had its cores, and the
+    # process has every core back; each's figures are its own runs'
+    if len(cores) < 2:
+        assert out == {} and len(seen) == 0
+        return
+    assert [len(mine) for mine, _ in seen] == [len(cores), 1] * 3
+    assert all(mine == started for mine, started in seen)
+    assert sorted(os.sched_getaffinity(0)) == cores
+    assert out["loop_alone_cores"] == len(cores)
+    assert out["loop_alone_one_core_cpu_us_per_input"] == 10.0
+    assert out["loop_alone_every_core_cpu_us_per_input"] == 10.0 * len(cores)
+    assert out["loop_alone_one_core_inputs_per_s"] == 1000.0
+
+
+def test_the_loop_alone_on_one_core_renders_for_each_model_that_ran_so():
+    # GIVEN a worker-efficiency section where digits-cnn's loop alone also ran on one
+    # core beside both, and minilm-embed's not
+    results = _full_results()
+    we = results["sections"]["worker_efficiency"]
+    we["digits-cnn"] |= {
+        "loop_alone_cores": 2,
+        "loop_alone_one_core_cpu_us_per_input": 24.3,
+        "loop_alone_every_core_cpu_us_per_input": 27.6,
+        "loop_alone_one_core_inputs_per_s": 43_567.0,
+        "loop_alone_every_core_inputs_per_s": 39_043.0,
+    }
+    for key in list(we["minilm-embed"]):
+        if "_one_core_" in key or "_every_core_" in key:
+            del we["minilm-embed"][key]
+    # WHEN the page is written
+    text = markdown(results, [])
+    # THEN the paragraph gives digits-cnn's figures on one core and on both, and
+    # nothing of minilm-embed's
+    said = text.split("On one core: ")[1].split("\n\n")[0]
+    assert "on one of the machine's 2 cores and on all of them in turns" in said
+    assert (
+        "digits-cnn: 24.3 µs of CPU an input on one core against 27.6 on all "
+        "(43,567.0 inputs/s against 39,043.0)." in said
+    )
+    assert "minilm-embed" not in said

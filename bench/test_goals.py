@@ -49,6 +49,15 @@ def _heavier(results: dict) -> dict:
         model["rounds_efficiency_vs_model"] = [0.1 * i for i in range(1, 12)]
         model["rounds_loop_alone_vs_model"] = [0.01 * i for i in range(1, 12)]
         model["loop_alone_pricing_cpu_us_per_input"] = 12.3
+        model["rounds_loop_alone_cpu_us_per_input"] = [30.0 + i for i in range(11)]
+        model["loop_alone_cpu_us_by_thread"] = {f"thread {i}": 10.0 + i for i in range(6)}
+        model |= {
+            "loop_alone_cores": 16,
+            "loop_alone_one_core_cpu_us_per_input": 123.4,
+            "loop_alone_every_core_cpu_us_per_input": 234.5,
+            "loop_alone_one_core_inputs_per_s": 123_456.7,
+            "loop_alone_every_core_inputs_per_s": 234_567.8,
+        }
     for burst in s["backlog"]["bursts"]:
         burst["runs"] = [{**burst["runs"][0], "cpu_seconds": many} for _ in range(7)]
     loop = s["backlog"]["closed_loop"]
@@ -281,3 +290,30 @@ def test_the_call_and_cost_reasons_say_when_the_routers_slot_writes_were_shared(
         assert ("a Lambda instance serves one request at a time" in reasons[goal]) is said
         assert len(reasons[goal]) <= REASON_MAX_CHARS
         assert len(SENTENCE_END.findall(reasons[goal])) <= REASON_MAX_SENTENCES
+
+
+def test_the_worker_reasons_say_what_the_loop_alone_did_on_one_core_where_it_ran():
+    # GIVEN the stored run, and the same with digits-cnn's loop alone run on one core
+    # beside all of them
+    stored = _fixture()
+    digits = stored["sections"]["worker_efficiency"]["digits-cnn"]
+    digits |= {"loop_alone_cpu_us_per_input": 30.0, "rounds_loop_alone_cpu_us_per_input": [30.0]}
+    pinned = copy.deepcopy(stored)
+    pinned["sections"]["worker_efficiency"]["digits-cnn"] |= {
+        "loop_alone_cores": 2,
+        "loop_alone_one_core_cpu_us_per_input": 24.25,
+        "loop_alone_every_core_cpu_us_per_input": 28.0,
+        "loop_alone_one_core_inputs_per_s": 43_567.0,
+        "loop_alone_every_core_inputs_per_s": 39_043.0,
+    }
+    # WHEN their goals are judged
+    before = {g["goal"]: g["reason"] for g in evaluate(stored)}
+    after = {g["goal"]: g["reason"] for g in evaluate(pinned)}
+    # THEN digits-cnn's loop-alone and worker-CPU reasons give both figures, and only
+    # where the loop ran on one core
+    alone = "worker loop alone (the model's outputs replayed) vs the model's limit, digits-cnn"
+    cpu = "worker CPU per input besides the model (the loop alone), digits-cnn"
+    assert "on one core it did 43,567.0 inputs/s against 39,043.0 on all, in turns" in after[alone]
+    assert "24.2 on one core against 28.0 on all, in turns)" in after[cpu]
+    assert all("one core against" not in before[g] for g in (alone, cpu))
+    assert "on one core it did" not in before[alone]

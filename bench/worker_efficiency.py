@@ -19,15 +19,19 @@ model. What the loop then reaches, against the model's limit, is the most the wo
 could do with a model that cost nothing. It is run ``ALONE_RUNS`` times a round, and
 the median run is the round's. Last, the loop alone runs at a quarter, a half and all
 of the version's most a batch, to split its CPU into what each input costs and what
-each batch costs (:func:`by_batch_size`).
+each batch costs (:func:`by_batch_size`), and on one core beside all of them in turns
+(:func:`on_one_core`): its threads take turns under one interpreter lock, and what it
+costs them to move between the cores as they do is the difference.
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from bench.common import accepted_kwargs, quiet_output
@@ -290,7 +294,40 @@ def run(models: dict[str, LoadedModel], quick: bool) -> dict[str, Any]:
         out[name] |= by_batch_size(
             model, alone_counts.get(name, count), time_limit, (top // 4, top // 2, top), alone_runs
         )
+        messages, replayed = alone_counts.get(name, count), ReplayedRuntime(model, top)
+        with quiet_output():
+            out[name] |= on_one_core(
+                lambda m=model, n=messages, r=replayed: saturate(m, n, time_limit, r), alone_runs
+            )
     return out
+
+
+def on_one_core(measure: Callable[[], dict[str, Any]], runs: int) -> dict[str, Any]:
+    """The loop alone (``measure``: one run of it) on every core this process may use
+    and on one of them, in turns, ``runs`` times each, and each's median run: its CPU
+    an input and its rate. The worker's threads are started by the run, so they take
+    the one core from the thread that starts them (Linux sets a thread's cores, and a
+    new thread has its starter's). None on a machine of one core."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return {}
+    every: list[dict[str, Any]] = []
+    one: list[dict[str, Any]] = []
+    for _ in range(runs):
+        every.append(measure())
+        os.sched_setaffinity(0, {cores[0]})
+        try:
+            one.append(measure())
+        finally:
+            os.sched_setaffinity(0, cores)
+    on_every, on_one = median_run(every), median_run(one)
+    return {
+        "loop_alone_cores": len(cores),
+        "loop_alone_every_core_cpu_us_per_input": on_every["cpu_us_per_input"],
+        "loop_alone_every_core_inputs_per_s": on_every["inputs_per_s"],
+        "loop_alone_one_core_cpu_us_per_input": on_one["cpu_us_per_input"],
+        "loop_alone_one_core_inputs_per_s": on_one["inputs_per_s"],
+    }
 
 
 def by_batch_size(
