@@ -33,9 +33,12 @@ held for nothing.
 from __future__ import annotations
 
 import time
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from itertools import accumulate, islice
+from operator import is_
 from typing import Any
 
 from switchyard.queues import Received
@@ -237,8 +240,12 @@ class BatchAssembler:
 
     def _remove(self, taken: list[Pending]) -> None:
         """``taken`` no longer held."""
-        gone = {id(p) for p in taken}
-        self._pool = [p for p in self._pool if id(p) not in gone]
+        pool = self._pool
+        if all(map(is_, pool[: len(taken)], taken)):  # the oldest held, in order
+            del pool[: len(taken)]
+        else:
+            gone = {id(p) for p in taken}
+            self._pool = [p for p in pool if id(p) not in gone]
         self._count(taken, -1)
 
     def inputs_of(self, version: str) -> int:
@@ -360,7 +367,16 @@ class BatchAssembler:
         max_size, _ = self.limits(version)
         if not waiting and lane != "batch" and self._sync_recent():
             max_size = max(1, max_size // PART_SHARE_WITH_REALTIME)  # async beside sync
-        batch: list[Pending] = []
+        if len(by_tenant) == 1:
+            # A tenant alone: its turns take its messages in order until the next does
+            # not fit, whatever its weight, the first riding whatever its size.
+            [alone] = by_tenant.values()
+            ends = list(accumulate(size for _, size in alone))
+            fit = max(1, bisect_right(ends, max_size))
+            batch = [p for p, _ in islice(alone, fit)]
+            self._remove(batch)
+            return batch
+        batch = []
         inputs = 0
         # Turns in rounds, the oldest message's tenant first: a tenant with more to
         # give goes to the back of the round after its turn.

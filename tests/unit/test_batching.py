@@ -102,6 +102,31 @@ def test_a_lone_tenant_fills_its_batch_whatever_its_weight():
     assert len(a.take()) == 8
 
 
+def test_a_lone_tenants_batch_is_its_oldest_messages_until_the_next_does_not_fit():
+    # GIVEN one tenant's requests of 3, 2, 2, 4 and 1 inputs of one version, another
+    # version's request held among them, and batches of at most 8 inputs
+    clock = Clock()
+    a = BatchAssembler(lambda version: (8, 0.010), clock=clock, weights={"acme": 2})
+    held = [pending("acme", n=n) for n in (3, 2)]
+    other = pending("acme", version="v2")
+    held += [pending("acme", n=n) for n in (2, 4, 1)]
+    for p in (*held[:2], other, *held[2:]):
+        a.add(p)
+    # WHEN batches are taken, one after the other
+    clock.now += 1
+    first, second, third = a.take(), a.take(), a.take()
+    # THEN the first is its oldest that fit, in order, up to the one that does not
+    # (the one of 1 after it waits with it); the other version's goes next, alone;
+    # then the rest, in order; nothing is left
+    assert first == held[:3] and second == [other] and third == held[3:]
+    assert a.held == [] and a.inputs_of("v1") == 0 and a.inputs_of("v2") == 0
+    # AND a lone message larger than the batch still runs, and the next waits
+    big, after = pending("acme", n=10), pending("acme", n=1)
+    a.add(big)
+    a.add(after)
+    assert a.take() == [big] and a.held == [after]
+
+
 def test_weights_count_messages_and_the_oldest_message_always_rides():
     # GIVEN a standard tenant's oldest request of 6 inputs, and a premium tenant
     # (weight 3) with many one-input requests
