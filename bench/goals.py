@@ -179,7 +179,7 @@ def _pricing(w: dict[str, Any]) -> str | None:
         return None
     return (
         f"of the finisher's, {fmt(pricing, 1)} µs an input went to pricing the answers "
-        "(each one's item sized as JSON, its path's AWS requests, its cost)"
+        "(each one's item sized, its path's AWS requests, its cost)"
     )
 
 

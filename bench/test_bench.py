@@ -1762,6 +1762,7 @@ def test_the_loop_alone_runs_on_one_core_and_on_all_in_turns_and_gives_the_cores
     assert out["loop_alone_one_core_cpu_us_per_input"] == 10.0
     assert out["loop_alone_every_core_cpu_us_per_input"] == 10.0 * len(cores)
     assert out["loop_alone_one_core_inputs_per_s"] == 1000.0
+    assert out["loop_alone_one_core_runs_cpu_us_per_input"] == [10.0] * 3
 
 
 def test_the_loop_alone_on_one_core_renders_for_each_model_that_ran_so():

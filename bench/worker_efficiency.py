@@ -327,6 +327,8 @@ def on_one_core(measure: Callable[[], dict[str, Any]], runs: int) -> dict[str, A
         "loop_alone_every_core_inputs_per_s": on_every["inputs_per_s"],
         "loop_alone_one_core_cpu_us_per_input": on_one["cpu_us_per_input"],
         "loop_alone_one_core_inputs_per_s": on_one["inputs_per_s"],
+        "loop_alone_every_core_runs_cpu_us_per_input": on_every["runs_cpu_us_per_input"],
+        "loop_alone_one_core_runs_cpu_us_per_input": on_one["runs_cpu_us_per_input"],
     }
 
 
