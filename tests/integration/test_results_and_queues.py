@@ -482,13 +482,15 @@ def test_a_results_cost_is_held_apart_from_its_doc_and_read_back_with_it(
         usd=3e-6, worker_usd=1e-6, aws_usd=2e-6, worker_seconds=0.01,
         instance_type="c7i.xlarge", aws={"sqs": 1.5e-6, "dynamodb": 5e-7},
     )  # fmt: skip
-    # GIVEN two results that cost the same (one cost, as the pricing makes them) and
-    # one that has no cost
+    # GIVEN two results that cost the same (one cost, as the pricing makes them), one
+    # with a cost of its own, and one that has no cost
+    own = cost.model_copy(update={"usd": 4e-6, "aws_usd": 3e-6})
     priced = [result_of(rid, outputs=[1]).model_copy(update={"cost": cost}) for rid in "ab"]
+    priced.append(result_of("own", outputs=[3]).model_copy(update={"cost": own}))
     batch = [*priced, result_of("free", outputs=[2])]
     # WHEN they are stored, their docs worked out before their costs were set
     worked_out = as_stored([r.model_copy(update={"cost": None}) for r in batch], 200_000)
-    assert results.complete_new(batch, worked_out) == [Stored.STORED] * 3
+    assert results.complete_new(batch, worked_out) == [Stored.STORED] * 4
 
     def item(rid):
         key = {RESULTS.partition: {"S": "acme"}, RESULTS.sort: {"S": rid}}
@@ -497,6 +499,7 @@ def test_a_results_cost_is_held_apart_from_its_doc_and_read_back_with_it(
     # THEN each priced item holds its cost apart, and none holds one in its doc
     for rid in "ab":
         assert json.loads(item(rid)["cost"]["S"]) == cost.model_dump(exclude_none=True)
+    assert json.loads(item("own")["cost"]["S"]) == own.model_dump(exclude_none=True)
     assert "cost" not in item("free")
     assert all("cost" not in json.loads(item(r.request_id)["doc"]["S"]) for r in batch)
     # AND each reads back as it was stored

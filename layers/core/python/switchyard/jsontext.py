@@ -10,6 +10,7 @@ or used as a key (callbacks, the result cache) keeps the json module's exact for
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pydantic_core
@@ -30,3 +31,20 @@ def parse_json(text: bytes | str) -> Any:
     than 200 levels (the json module raised RecursionError past ~1,000). It reads
     ``NaN`` and ``Infinity`` as the json module does; the signatures refuse them."""
     return pydantic_core.from_json(text)
+
+
+def written_once(values: Sequence[Any], write: Callable[[Any], Any]) -> list[Any]:
+    """Each of ``values`` written by ``write`` (None stays None), a value that several
+    of them are (the same object) written once: a batch's answers that cost the same
+    hold one cost (``switchyard.costs.price_answers``)."""
+    written: dict[int, Any] = {}
+    out: list[Any] = []
+    for value in values:
+        if value is None:
+            out.append(None)
+            continue
+        text = written.get(id(value))
+        if text is None:
+            written[id(value)] = text = write(value)
+        out.append(text)
+    return out

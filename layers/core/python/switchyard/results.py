@@ -30,7 +30,7 @@ from itertools import accumulate, chain
 from operator import itemgetter
 from typing import Any, Protocol
 
-from switchyard.jsontext import json_bytes
+from switchyard.jsontext import json_bytes, written_once
 from switchyard.payloads import PayloadStore, json_array
 from switchyard.schemas import RETRIES_EXHAUSTED, ErrorInfo, ResultRecord
 from switchyard.tables import RESULTS
@@ -471,10 +471,10 @@ class DynamoDBResultStore:
         inline go to S3, one object per tenant for all of its among ``records`` (a
         JSON array; each item points at its own element's bytes), so that a batch's
         large results cost one PUT, not one each; a tenant's only one keeps an object
-        of its own. Every
-        object's key is new: a copy of a request run twice (a message redelivered
-        while it ran) whose result is refused never overwrites the object the stored
-        one points at (what it leaves expires with the bucket's lifecycle)."""
+        of its own. Every object's key is new: a copy of a request run twice (a
+        message redelivered while it ran) whose result is refused never overwrites the
+        object the stored one points at (what it leaves expires with the bucket's
+        lifecycle)."""
         attributes: dict[int, dict[str, Any]] = {}  # each item's outputs
         large: dict[str, dict[int, bytes]] = {}  # JSON texts for S3, by tenant
         if outputs is not None and outputs.limit == self._inline_bytes:
@@ -530,20 +530,12 @@ class DynamoDBResultStore:
 
 def _costs_json(records: list[ResultRecord]) -> list[str | None]:
     """Each record's cost as JSON (None: it has none), as its doc wrote it before
-    an item held it apart: a cost many of a batch's records hold (the answers that
-    cost the same hold one, ``switchyard.costs.price_answers``) is written once."""
-    written: dict[int, str] = {}
-    out: list[str | None] = []
-    for record in records:
-        cost = record.cost
-        if cost is None:
-            out.append(None)
-            continue
-        text = written.get(id(cost))
-        if text is None:
-            written[id(cost)] = text = cost.model_dump_json(exclude_none=True)
-        out.append(text)
-    return out
+    an item held it apart, a cost many of a batch's records hold written once."""
+    return written_once([r.cost for r in records], _cost_json)
+
+
+def _cost_json(cost: Any) -> str:
+    return cost.model_dump_json(exclude_none=True)
 
 
 def result_docs(records: list[ResultRecord]) -> list[str]:
