@@ -28,7 +28,7 @@ from switchyard.telemetry import PredictionLog, prediction_records
 from switchyard_worker.batching import Pending
 from switchyard_worker.costing import CostKeeper
 from switchyard_worker.in_hand import MessagesInHand
-from switchyard_worker.stages import InOrder, log
+from switchyard_worker.stages import InOrder, log, log_batch
 from switchyard_worker.versions import ServedVersions
 
 _WRITERS = 8  # result writes in flight at once
@@ -340,7 +340,7 @@ class Finisher:
                 stored[i] = fresh
         # One line per batch, not per request: at a light model's rate a log line per
         # request costs more CPU than the model.
-        log.info("results stored", extra={"worker": self._worker_id, **_outcomes(answered, stored)})
+        log_batch("results stored", {"worker": self._worker_id, **_outcomes(answered, stored)})
         fresh = [(p, r) for (p, r), new in zip(answered, stored, strict=True) if new]
         self._give_back_queued((p, s) for (p, _), s in zip(answered, stored, strict=True) if s)
         self._log_predictions([r for _, r in fresh])

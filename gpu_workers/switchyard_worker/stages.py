@@ -10,7 +10,9 @@ for the store, the log or SQS.
 from __future__ import annotations
 
 import gc
+import logging
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -38,6 +40,57 @@ def _log_message(text: str) -> str:
 
 # The worker's one logger, shared by its stages.
 log = Logger(service="switchyard-worker", json_serializer=_log_json, json_deserializer=_log_message)
+
+
+class _At:
+    """When a line is written, as the formatter's ``formatTime`` reads a record's."""
+
+    __slots__ = ("created", "msecs")
+
+    def __init__(self, now: float) -> None:
+        self.created = now
+        self.msecs = (now - int(now)) * 1000
+
+
+def log_batch(message: str, fields: dict[str, Any]) -> None:
+    """A batch's INFO line (the finisher's ``results stored``), written straight to
+    the worker's log handler: the line :data:`log` writes for ``log.info(message,
+    extra=fields)``, key for key in its order, its timestamp as its formatter writes
+    one, its location this function's caller. The logging framework's record,
+    caller lookup, handler calls and formatter are left out: in the running worker
+    (digits-cnn, the loop alone, batches of 64) they cost 2.5 to 3 µs of CPU an
+    input, 10 % of the worker's, and this line costs a tenth of that. What is left
+    out with them: other handlers (a line goes to the worker's own, stdout, only),
+    keys appended to the logger (the worker appends none) and the X-Ray trace id (a
+    Lambda function's; a worker has none)."""
+    if not log.isEnabledFor(logging.INFO):
+        return
+    handler = log.registered_handler
+    formatter = log.registered_formatter
+    caller = sys._getframe(1)
+    values = {
+        "levelname": "INFO",
+        "funcName": caller.f_code.co_name,
+        "lineno": caller.f_lineno,
+        "asctime": formatter.formatTime(_At(time.time())),  # type: ignore[arg-type]
+    }
+    line: dict[str, Any] = {}
+    for key, value in formatter.log_format.items():
+        if key == "message":
+            line[key] = message
+        elif isinstance(value, str):
+            line[key] = value % values if "%(" in value else value
+        elif value is not None:
+            line[key] = value
+    line.update(fields)
+    text = _log_json(line) + "\n"
+    handler.acquire()
+    try:
+        stream = handler.stream  # type: ignore[attr-defined]
+        stream.write(text)
+        stream.flush()
+    finally:
+        handler.release()
 
 T = TypeVar("T")
 _STOP = object()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import signal
@@ -20,13 +21,14 @@ from harness.fakes import (
     worker_over_fakes,
 )
 from harness.waiting import wait_for
-from harness.worker_log import delivery_events
+from harness.worker_log import delivery_events, logged_at
 from switchyard.generation import Chunk
 from switchyard.queues import encode_message
 from switchyard.schemas import QueueMessage, ResultRecord
 from switchyard_worker.generation_loop import GenerationLoop
 from switchyard_worker.micro_batch_loop import MicroBatchLoop
 from switchyard_worker.stages import log as worker_log
+from switchyard_worker.stages import log_batch
 from switchyard_worker.worker import WorkLoop
 
 
@@ -278,7 +280,48 @@ def test_a_log_lines_message_is_written_as_it_was_given(caplog):
     ]
 
 
-def test_each_batch_logs_one_line_naming_every_requests_outcome(parts, caplog):
+def test_a_batch_line_is_the_line_the_worker_log_writes_for_the_same_fields(worker_lines):
+    # GIVEN a batch's fields, written once through the logger and once as a batch line
+    fields = {"worker": "w-1", "stored": {"done": ["r1", "r2"]}, "suppressed": {}, "n": 2}
+
+    def store_batch():
+        worker_log.info("results stored", extra=fields)
+        log_batch("results stored", fields)
+
+    before = time.time()
+    store_batch()
+    # THEN both lines hold the same keys in the same order, the same values, and the
+    # same caller; each timestamp reads back as when it was written
+    through_logger, batch_line = (json.loads(x) for x in worker_lines.getvalue().splitlines())
+    assert list(batch_line) == list(through_logger)
+    stamped = {k for k in batch_line if batch_line[k] != through_logger[k]}
+    assert stamped <= {"timestamp", "location"}
+    caller, line = batch_line["location"].split(":")
+    line_before = through_logger["location"].split(":")[1]
+    assert (caller, int(line)) == ("store_batch", int(line_before) + 1)
+    assert before - 0.001 <= logged_at(batch_line) <= time.time()
+    # AND below the logger's level nothing is written
+    worker_log.setLevel("WARNING")
+    try:
+        log_batch("results stored", fields)
+    finally:
+        worker_log.setLevel("INFO")
+    assert len(worker_lines.getvalue().splitlines()) == 2
+
+
+@pytest.fixture
+def worker_lines():
+    """The lines the worker's log writes to its stream, as they are written."""
+    written = io.StringIO()
+    handler = worker_log.registered_handler
+    before = handler.setStream(written)  # type: ignore[attr-defined]
+    try:
+        yield written
+    finally:
+        handler.setStream(before)  # type: ignore[attr-defined]
+
+
+def test_each_batch_logs_one_line_naming_every_requests_outcome(parts, worker_lines):
     worker, realtime, *_ = parts
     send(realtime, "r1")
     send(realtime, "r1")  # the same request twice: its second result is refused
@@ -286,8 +329,8 @@ def test_each_batch_logs_one_line_naming_every_requests_outcome(parts, caplog):
     send(realtime, "again")
     realtime.visible[-1]["count"] = 1  # received once before: it runs alone
     drain(worker)
-    # each line as the worker's log writes it
-    lines = [json.loads(worker_log.registered_formatter.format(r)) for r in caplog.records]
+    # each line as the worker's log wrote it
+    lines = [json.loads(line) for line in worker_lines.getvalue().splitlines()]
     batches = [e for e in lines if e.get("message") == "results stored"]
     assert len(batches) == 2
     outcomes = {
