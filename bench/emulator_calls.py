@@ -169,14 +169,18 @@ def _dynamodb_ops(emu: Emulator, ddb: Any, meter: Meter, n: int) -> None:
     done = [_record(r.request_id, "done", EMBEDDING) for r in queued]
     meter.measure(
         "BatchExecuteStatement of 25 updates",
-        lambda: [results.complete_queued(done[i : i + 25]) for i in range(0, 25 * n, 25)],
-        "DynamoDBResultStore.complete_queued: a done result over each queued record",
+        lambda: [
+            results.complete_batch(done[i : i + 25], [False] * 25) for i in range(0, 25 * n, 25)
+        ],
+        "DynamoDBResultStore.complete_batch: a done result over each queued record",
     )
     new = [_record(f"{run}-n{i}", "done", EMBEDDING) for i in range(25 * n)]
     meter.measure(
         "BatchExecuteStatement of 25 inserts",
-        lambda: [results.complete_new(new[i : i + 25]) for i in range(0, 25 * n, 25)],
-        "DynamoDBResultStore.complete_new: a done result (its embedding packed, binary)",
+        lambda: [
+            results.complete_batch(new[i : i + 25], [True] * 25) for i in range(0, 25 * n, 25)
+        ],
+        "DynamoDBResultStore.complete_batch: a new done result (its embedding packed, binary)",
     )
     meter.measure(
         "GetItem",

@@ -153,7 +153,7 @@ class FakeResults:
     """Results by (tenant, request id); a final result is written once. It counts the
     final results stored (``done``, ``completed_at``) and can be waited on. Like the
     DynamoDB store it says which results replaced a counted queued record, except
-    where :meth:`complete_queued` wrote over a queued one (its UPDATE cannot tell)."""
+    where :meth:`complete_batch` wrote over a queued one (its UPDATE cannot tell)."""
 
     def __init__(self, log: list[tuple[str, Any]] | None = None) -> None:
         self.items: dict[tuple[str, str], ResultRecord] = {}
@@ -195,23 +195,19 @@ class FakeResults:
         return Stored.OVER_COUNTED if counted else Stored.STORED
 
     # A batch's results are stored under one hold of the lock, and waiters told once,
-    # as a batch write is one call. Records are held as they are: their outputs and
-    # docs as an item would hold them (``outputs``) are not needed.
-    def complete_new(
-        self, records: list[ResultRecord], outputs: AsStored | None = None
+    # as a batch's writes are sent together. Records are held as they are: their
+    # outputs and docs as an item would hold them (``outputs``) are not needed.
+    def complete_batch(
+        self, records: list[ResultRecord], new: list[bool], outputs: AsStored | None = None
     ) -> list[Stored]:
         with self._stored:
-            self.log.append(("batch", len(records)))
-            stored = [self._complete(r) for r in records]
-            self._stored.notify_all()
-            return stored
-
-    def complete_queued(
-        self, records: list[ResultRecord], outputs: AsStored | None = None
-    ) -> list[Stored]:
-        with self._stored:
-            self.log.append(("queued-batch", len(records)))
-            stored = [self._over_queued(r) for r in records]
+            for kind, n in (("batch", sum(new)), ("queued-batch", len(new) - sum(new))):
+                if n:
+                    self.log.append((kind, n))
+            stored = [
+                self._complete(r) if is_new else self._over_queued(r)
+                for r, is_new in zip(records, new, strict=True)
+            ]
             self._stored.notify_all()
             return stored
 

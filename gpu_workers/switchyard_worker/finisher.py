@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 from switchyard.admission import QueuedLease, QueuedWork, queued_lease
 from switchyard.jobs import Job, JobStore, finish_if_answered
 from switchyard.result_cache import CacheEntry, ResultCache
-from switchyard.results import ResultStore, Stored
+from switchyard.results import AsStored, ResultStore, Stored
 from switchyard.schemas import RETRIES_EXHAUSTED, ErrorInfo, ResultRecord, assembled_record
 from switchyard.telemetry import PredictionLog, prediction_records
 from switchyard_worker.batching import Pending
@@ -31,8 +31,7 @@ from switchyard_worker.in_hand import MessagesInHand
 from switchyard_worker.stages import InOrder, log, log_batch
 from switchyard_worker.versions import ServedVersions
 
-_WRITERS = 8  # result writes in flight at once
-_INSERTS = 25  # results per write (DynamoDB's BatchExecuteStatement takes 25)
+_WRITERS = 8  # jobs' chunks stored at once
 
 Answered = list[tuple[Pending, ResultRecord]]
 
@@ -44,11 +43,6 @@ class BatchRun(NamedTuple):
     started: float  # epoch seconds
     compute_ms: float  # in the model
     size: int  # inputs
-
-
-# How a share of a batch's results is written ("new", "queued" or "one" at a time),
-# and their places in the batch.
-WriteTask = tuple[str, list[int]]
 
 
 class Finisher:
@@ -89,10 +83,10 @@ class Finisher:
         self._job_output_s3 = job_output_s3
         self._job_ended = job_ended  # asks for an ended job's callback
         self._job_outputs = ThreadPoolExecutor(max_workers=1, thread_name_prefix="job-output")
-        # The finisher's own thread writes too (``_written``).
-        self._writers = ThreadPoolExecutor(
-            max_workers=_WRITERS - 1, thread_name_prefix="result-writer"
-        )
+        # Jobs' chunks, stored one by one, each with its count on its job (a
+        # transaction): a batch's are shared among the writers, while the finisher's
+        # own thread writes the batch's other results (``_written``).
+        self._writers = ThreadPoolExecutor(max_workers=_WRITERS, thread_name_prefix="result-writer")
         self._in_order = InOrder(self._finish, name="result-finisher")
         self._costs = costs  # prices each answer, adds up what the stored ones cost
 
@@ -300,48 +294,35 @@ class Finisher:
             if len(priced) == len(answered):
                 outputs = as_stored
         # Sync requests' results (no record yet, unless handed off at the deadline)
-        # are inserted 25 to a call, and the other requests' results (over their
-        # queued records) updated 25 to a call; a job's chunk is a conditional put
-        # with its count on the job, up to _WRITERS at once, each writer storing its
-        # share in turn: one task per writer, not per result.
-        new, queued, chunks = [], [], []
+        # are inserted, and the other requests' results (over their queued records)
+        # updated, the batch's writes sent together from this thread
+        # (``complete_batch``); a job's chunk is a conditional put with its count on
+        # the job, made by the writers meanwhile, up to _WRITERS at once, each storing
+        # its share in turn.
+        batch, new, chunks = [], [], []
         for i, (p, r) in enumerate(answered):
             m = p.message
+            if r.job is not None and self._jobs is not None:
+                chunks.append(i)
+                continue
+            batch.append(i)
             # A sync request's result, with no record yet unless it was handed off at
             # its deadline. A fallback's copy too: where it finds a record (its
             # request handed off, or an attempt failed), its INSERT fails and the
             # conditional put stores it, which says whether the record was counted in
             # its tenant's queued work (an UPDATE over the record could not: a PartiQL
             # statement returns no old item).
-            if m is not None and m.respond_by is not None and r.job is None:
-                new.append(i)
-            elif r.job is not None and self._jobs is not None:
-                chunks.append(i)
-            else:
-                queued.append(i)
-        tasks = [("new", new[j : j + _INSERTS]) for j in range(0, len(new), _INSERTS)]
-        tasks += [("queued", queued[j : j + _INSERTS]) for j in range(0, len(queued), _INSERTS)]
+            new.append(m is not None and m.respond_by is not None and r.job is None)
         writers = min(_WRITERS, len(chunks))
-        tasks += [("one", chunks[k::writers]) for k in range(writers)]
-
-        def write(task: WriteTask) -> list[Stored]:
-            how, indexes = task
-            records = [answered[i][1] for i in indexes]
-            if how == "one":
-                return [self.complete(r) for r in records]
-            part = None if outputs is None else outputs.part(indexes)
-            if how == "new":
-                return self._results.complete_new(records, part)
-            return self._results.complete_queued(records, part)
-
+        shares = [chunks[k::writers] for k in range(writers)]
         stored = [Stored.REFUSED] * len(answered)
-        for (_, indexes), done in zip(tasks, self._written(write, tasks), strict=True):
+        for indexes, done in self._written(answered, batch, new, outputs, shares):
             for i, fresh in zip(indexes, done, strict=True):
                 stored[i] = fresh
         # One line per batch, not per request: at a light model's rate a log line per
         # request costs more CPU than the model.
         log_batch("results stored", {"worker": self._worker_id, **_outcomes(answered, stored)})
-        fresh = [(p, r) for (p, r), new in zip(answered, stored, strict=True) if new]
+        fresh = [(p, r) for (p, r), s in zip(answered, stored, strict=True) if s]
         self._give_back_queued((p, s) for (p, _), s in zip(answered, stored, strict=True) if s)
         self._log_predictions([r for _, r in fresh])
         self._fill_cache(fresh)
@@ -350,21 +331,33 @@ class Finisher:
             self._costs.spent([r for _, r in fresh])
 
     def _written(
-        self, write: Callable[[WriteTask], list[Stored]], tasks: list[WriteTask]
-    ) -> list[list[Stored]]:
-        """Each task's answers, the tasks written at once: the first on this thread,
-        the others by the writers, so that a batch of one task (up to 25 results)
-        costs no hand-off to another thread and back. If one fails, those not
-        started are not started."""
-        if not tasks:
-            return []
-        others = [self._writers.submit(write, task) for task in tasks[1:]]
+        self,
+        answered: Answered,
+        batch: list[int],
+        new: list[bool],
+        outputs: AsStored | None,
+        shares: list[list[int]],
+    ) -> list[tuple[list[int], list[Stored]]]:
+        """The results at ``batch``'s places written on this thread (``new``: each
+        one's way, ``outputs``: every answer's as stored, or None), while the writers
+        store each of ``shares`` (jobs' chunks) one by one; each written place's
+        answer. If a write fails, the shares not started are not started."""
+        others = [self._writers.submit(self._each_completed, answered, s) for s in shares]
         try:
-            return [write(tasks[0])] + [f.result() for f in others]
+            done = []
+            if batch:
+                records = [answered[i][1] for i in batch]
+                if outputs is not None and len(batch) < len(answered):
+                    outputs = outputs.part(batch)
+                done.append((batch, self._results.complete_batch(records, new, outputs)))
+            return done + [(s, f.result()) for s, f in zip(shares, others, strict=True)]
         except BaseException:
             for f in others:
                 f.cancel()
             raise
+
+    def _each_completed(self, answered: Answered, share: list[int]) -> list[Stored]:
+        return [self.complete(answered[i][1]) for i in share]
 
     def _fill_cache(self, stored: Answered) -> None:
         """Cache the outputs of the requests that asked for it (the router set their

@@ -1,10 +1,10 @@
 """DynamoDB's BatchExecuteStatement of PartiQL INSERTs and conditional UPDATEs, in
 the local emulator.
 
-A worker stores a batch's new results in one call: a BatchExecuteStatement of up to
-25 ``INSERT INTO "<table>" VALUE {'<name>': ?, ...}`` statements, each with its item's
-values as parameters (``DynamoDBResultStore.complete_new``, its statement written
-by ``switchyard.results.insert_statement``). In DynamoDB an INSERT
+A worker stores a batch's new results 25 to a call: a BatchExecuteStatement of up
+to 25 ``INSERT INTO "<table>" VALUE {'<name>': ?, ...}`` statements, each with its
+item's values as parameters (``DynamoDBResultStore.complete_batch``, its statement
+written by ``switchyard.results.insert_statement``). In DynamoDB an INSERT
 never replaces an item: one whose key is taken fails with ``DuplicateItem``, on its
 own, while the batch's other statements are applied (the batch is not a
 transaction). The worker then stores that one result with a conditional put.
@@ -23,8 +23,8 @@ an item moto refuses). A request of any other form goes to moto unchanged.
 
 A worker stores a batch's async results the same way, over their queued records: up
 to 25 ``UPDATE "<table>" SET "<name>"=? ... [REMOVE "<name>" ...] WHERE "<hash key>"=?
-AND "<range key>"=? AND "status"=?`` statements (``DynamoDBResultStore.complete_queued``,
-written by ``switchyard.results.update_statement``). In DynamoDB such an UPDATE
+AND "<range key>"=? AND "status"=?`` statements (``DynamoDBResultStore.complete_batch``
+again, written by ``switchyard.results.update_statement``). In DynamoDB such an UPDATE
 changes the item only if it exists with that status, and otherwise fails with
 ``ConditionalCheckFailed``, on its own. moto's PartiQL cannot run them either (its
 parser takes no parameters there, and copies every table per statement). Each is

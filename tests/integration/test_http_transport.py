@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import botocore.session
 import pytest
@@ -221,6 +222,36 @@ def test_calls_go_over_one_kept_alive_connection():
         # signed for the host it went to, as botocore signs it
         assert b"\r\nHost: 127.0.0.1:" in server.requests[0]
         assert b"Authorization: AWS4-HMAC-SHA256" in server.requests[0]
+
+
+def raw_post(url: str, body: bytes) -> bytes:
+    host = url.split("//", 1)[1]
+    return f"POST / HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+
+
+def test_requests_exchanged_together_all_reach_the_server_before_any_is_answered():
+    # GIVEN a server that answers no request until three have come, each on its own
+    # connection, and drops the one that says so without an answer
+    arrived = threading.Barrier(3, timeout=5)
+
+    def together(conn: socket.socket, body: bytes) -> bool:
+        arrived.wait()  # sent one after another's answer, they would never all come
+        if body == b"drop":
+            return False
+        return json_reply(body=b'{"echo": "' + body + b'"}')(conn, body)
+
+    with scripted(together) as server:
+        session = client_of(server.url)._endpoint.http_session
+        key = http_transport.host_key(urlsplit(server.url))
+        # WHEN three requests are exchanged together, on this thread
+        bodies = [b"one", b"drop", b"three"]
+        answers = session.exchange_all(key, server.url, [raw_post(server.url, b) for b in bodies])
+    # THEN each has its own answer, in order, and the dropped one its error
+    first, dropped, third = answers
+    assert first[0] == 200 and json.loads(first[2]) == {"echo": "one"}
+    assert isinstance(dropped, ConnectionClosedError)
+    assert third[0] == 200 and json.loads(third[2]) == {"echo": "three"}
+    assert server.connections == 3
 
 
 def test_a_connection_the_server_closed_while_idle_is_replaced_and_the_call_sent_once():

@@ -157,7 +157,7 @@ def test_a_tenants_large_outputs_written_together_share_one_object(manifest, pro
 
     batch = [large("a1", "acme", 1), large("a2", "acme", 2), large("g1", "globex", 3)]
     batch += [large("a3", "acme", 4), result_of("small", outputs=[[0.5, 0.25]])]
-    assert results.complete_new(batch) == [True] * 5
+    assert inserted(results, batch) == [True] * 5
     keys = sorted(k["Key"] for k in s3.list_objects_v2(Bucket=bucket)["Contents"])
     assert len(keys) == 2
     assert keys[0].startswith("results/acme/a1.") and keys[1].startswith("results/globex/g1.")
@@ -167,7 +167,7 @@ def test_a_tenants_large_outputs_written_together_share_one_object(manifest, pro
     shared = json.loads(s3.get_object(Bucket=bucket, Key=keys[0])["Body"].read())
     assert shared == [batch[0].outputs, batch[1].outputs, batch[3].outputs]
     again = large("a2", "acme", 9)
-    assert results.complete_new([again]) == [False]
+    assert inserted(results, [again]) == [False]
     assert results.get("acme", "a2").outputs == batch[1].outputs
 
 
@@ -196,6 +196,47 @@ def test_large_inputs_travel_by_claim_check_with_the_tenant_as_group(
     decoded = QueueMessage.model_validate_json(received.body)
     assert decoded.inputs is None and decoded.inputs_ref
     assert load_inputs(decoded, payloads) == inputs
+
+
+def test_a_batchs_messages_are_released_and_deleted_ten_to_a_call_the_calls_together(
+    provisioned, clients
+):
+    sqs = clients("sqs")
+    seen: list[tuple[str, str]] = []
+    for event in ("before-call", "after-call"):
+        for operation in ("DeleteMessageBatch", "ChangeMessageVisibilityBatch"):
+            sqs.meta.events.register(
+                f"{event}.sqs.{operation}",
+                lambda event_name, **_: seen.append(tuple(event_name.split(".")[::2])),
+            )
+    queue = SqsWorkQueue(sqs, provisioned.queues["minilm-embed"]["realtime"], "realtime")
+    # GIVEN 25 messages in hand
+    for i in range(25):
+        queue.send(json.dumps({"n": i}), "acme")
+    held = []
+    for _ in range(10):
+        held += queue.receive(10, 1)
+        if len(held) == 25:
+            break
+    assert len(held) == 25
+    # WHEN they are released, then received again and deleted
+    queue.set_visibility(held, 0)
+    # THEN each took three calls, all three sent before the first answer came back
+    assert seen == [("before-call", "ChangeMessageVisibilityBatch")] * 3 + [
+        ("after-call", "ChangeMessageVisibilityBatch")
+    ] * 3
+    again = []
+    for _ in range(10):
+        again += queue.receive(10, 1)
+        if len(again) == 25:
+            break
+    assert sorted(json.loads(r.body)["n"] for r in again) == list(range(25))
+    seen.clear()
+    queue.delete(again)
+    assert seen == [("before-call", "DeleteMessageBatch")] * 3 + [
+        ("after-call", "DeleteMessageBatch")
+    ] * 3
+    assert queue.receive(10, 0) == []
 
 
 def test_tensor_rows_travel_as_a_block_and_by_claim_check_as_json_when_large(
@@ -326,6 +367,44 @@ def result_of(rid, status="done", outputs=None):
     return record(status, outputs=outputs).model_copy(update={"request_id": rid})
 
 
+def inserted(results, batch, outputs=None):
+    """``batch`` stored as sync requests' results are: new."""
+    return results.complete_batch(batch, [True] * len(batch), outputs)
+
+
+def over_queued(results, batch, outputs=None):
+    """``batch`` stored as async requests' results are: over their queued records."""
+    return results.complete_batch(batch, [False] * len(batch), outputs)
+
+
+def test_a_batchs_writes_are_sent_together_new_ones_inserted_the_others_over_queued(
+    manifest, provisioned, clients
+):
+    """A worker's batch of 60: 30 sync results (two BatchExecuteStatements of
+    INSERTs) and 30 async ones over their queued records (two of UPDATEs), the four
+    calls sent before any answer is read; each result stored its way."""
+    seen: list[str] = []
+    for event in ("before-call", "after-call"):
+        clients("dynamodb").meta.events.register(
+            f"{event}.dynamodb.BatchExecuteStatement",
+            lambda event_name, **_: seen.append(event_name.split(".")[0]),
+        )
+    results = store(manifest, clients)
+    waiting = [result_of(f"q{i}", "queued") for i in range(30)]
+    for r in waiting:
+        assert results.put_queued(r)
+    sync = [result_of(f"s{i}", outputs=[i]) for i in range(30)]
+    done = [result_of(f"q{i}", outputs=[-i]) for i in range(30)]
+    # WHEN the batch is stored, its sync and async results interleaved
+    batch = [r for pair in zip(sync, done, strict=True) for r in pair]
+    new = [r.request_id.startswith("s") for r in batch]
+    assert results.complete_batch(batch, new) == [Stored.STORED] * 60
+    # THEN its four calls all went out before the first answer came back
+    assert seen == ["before-call"] * 4 + ["after-call"] * 4
+    for r in batch:
+        assert results.get("acme", r.request_id).outputs == r.outputs
+
+
 def test_new_results_are_inserted_many_to_a_call_and_never_replace_one(
     manifest, provisioned, clients
 ):
@@ -344,7 +423,7 @@ def test_new_results_are_inserted_many_to_a_call_and_never_replace_one(
     batch.append(one("large", outputs=[["x" * 100] * 50]))
     batch.append(one("n3", outputs=["delivered twice"]))
     calls.clear()
-    assert results.complete_new(batch) == [True] * 31 + [False, True, False]
+    assert inserted(results, batch) == [True] * 31 + [False, True, False]
     assert calls.count("BatchExecuteStatement") == 2
     # The two whose keys were taken went on to the conditional put, one each, and so
     # did the second copy of a request in the same batch (one statement per item).
@@ -381,7 +460,7 @@ def test_queued_results_are_updated_many_to_a_call_and_never_replace_a_final_one
     batch.append(one("large", outputs=[["x" * 100] * 50]))
     batch.append(one("q3", outputs=["delivered twice"]))
     calls.clear()
-    assert results.complete_queued(batch) == [True] * 30 + [False, True, True, False]
+    assert over_queued(results, batch) == [True] * 30 + [False, True, True, False]
     assert calls.count("BatchExecuteStatement") == 2
     # The cancelled one and the one without a record went on to the conditional put,
     # and so did the second copy of a request in the same batch.
@@ -408,7 +487,7 @@ def test_a_result_stored_over_a_counted_queued_record_says_so(manifest, provisio
     assert not results.get("acme", "uncounted").queued_counted
     batch = [one("handed-off", outputs=[1]), one("uncounted", outputs=[2]), one("new")]
     calls.clear()
-    stored = results.complete_new(batch)
+    stored = inserted(results, batch)
     assert stored == [Stored.OVER_COUNTED, Stored.STORED, Stored.STORED]
     assert calls == ["BatchExecuteStatement", "PutItem", "PutItem"]
     # a second result is refused and says nothing; the result holds no count
@@ -418,7 +497,7 @@ def test_a_result_stored_over_a_counted_queued_record_says_so(manifest, provisio
     # an UPDATE over a counted record cannot tell (the message says it for async
     # work), and leaves no count on the result either
     assert results.put_queued(counted.model_copy(update={"request_id": "async"}))
-    assert results.complete_queued([one("async", outputs=[4])]) == [Stored.STORED]
+    assert over_queued(results, [one("async", outputs=[4])]) == [Stored.STORED]
     assert not results.get("acme", "async").queued_counted
 
 
@@ -453,7 +532,7 @@ def test_outputs_worked_out_for_the_store_are_written_as_given(manifest, provisi
     docs = list(worked_out.docs)
     docs[1] = json.dumps({**json.loads(docs[1]), "worker": "given"})
     given = AsStored(2_000, [as_json, *worked_out.each[1:]], docs)
-    assert results.complete_queued(batch, given) == [Stored.STORED] * 4
+    assert over_queued(results, batch, given) == [Stored.STORED] * 4
     # THEN each item holds what was given, and reads back as its record
     assert "outputs" in item("packed") and PACKED not in item("packed")
     assert "outputs_ref" in item("large")
@@ -464,7 +543,7 @@ def test_outputs_worked_out_for_the_store_are_written_as_given(manifest, provisi
     # AND outputs worked out for another limit are worked out again for the store's:
     # held inline there, too large here
     again = [result_of("again", outputs=large)]
-    assert results.complete_new(again, as_stored(again, 200_000)) == [Stored.STORED]
+    assert inserted(results, again, as_stored(again, 200_000)) == [Stored.STORED]
     assert "outputs_ref" in item("again") and "outputs" not in item("again")
     assert results.get("acme", "again").outputs == large
 
@@ -490,7 +569,7 @@ def test_a_results_cost_is_held_apart_from_its_doc_and_read_back_with_it(
     batch = [*priced, result_of("free", outputs=[2])]
     # WHEN they are stored, their docs worked out before their costs were set
     worked_out = as_stored([r.model_copy(update={"cost": None}) for r in batch], 200_000)
-    assert results.complete_new(batch, worked_out) == [Stored.STORED] * 4
+    assert inserted(results, batch, worked_out) == [Stored.STORED] * 4
 
     def item(rid):
         key = {RESULTS.partition: {"S": "acme"}, RESULTS.sort: {"S": rid}}

@@ -410,9 +410,9 @@ def test_the_store_is_handed_the_outputs_the_pricing_worked_out(digits_v1) -> No
     handed: list[tuple[list[str], AsStored | None]] = []
 
     class Keeping(FakeResults):
-        def complete_queued(self, records: Any, outputs: Any = None) -> Any:
+        def complete_batch(self, records: Any, new: Any, outputs: Any = None) -> Any:
             handed.append(([r.request_id for r in records], outputs))
-            return super().complete_queued(records, outputs)
+            return super().complete_batch(records, new, outputs)
 
     keeper = CostKeeper(
         rates=RATES, ledger=FakeCostLedger(), service="digits-cnn",  # type: ignore[arg-type]

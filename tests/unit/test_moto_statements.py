@@ -48,7 +48,7 @@ def statement(one: dict[str, Any], table: str = "inserts") -> dict[str, Any]:
 def queued_update(
     one: dict[str, Any], removed: list[str], table: str = "inserts"
 ) -> dict[str, Any]:
-    """The worker's UPDATE of ``one`` over its queued record (``complete_queued``)."""
+    """The worker's UPDATE of ``one`` over its queued record (``complete_batch``)."""
     return update_of_queued(table, one, removed)
 
 

@@ -571,13 +571,13 @@ def slow_store(results) -> threading.Event:
     gate = threading.Event()
 
     def slowed(store):
-        def slow(records, *outputs):
+        def slow(records, *more):
             gate.wait(5)
-            return store(records, *outputs)
+            return store(records, *more)
 
         return slow
 
-    for name in ("complete", "complete_new", "complete_queued"):
+    for name in ("complete", "complete_batch"):
         setattr(results, name, slowed(getattr(results, name)))
     return gate
 
@@ -652,10 +652,10 @@ def test_a_signal_landing_while_the_stop_is_being_set_does_not_hang_the_worker(p
 def test_when_storing_fails_the_messages_go_back_at_once(parts):
     worker, realtime, _, results, _, _ = parts
 
-    def broken(records, *outputs):
+    def broken(records, *more):
         raise ConnectionError("the results table is unreachable")
 
-    results.complete = results.complete_new = results.complete_queued = broken
+    results.complete = results.complete_batch = broken
     send(realtime, "r1")
     drain(worker)
     assert realtime.depth == 1 and len(realtime.visible) == 1  # released, not held

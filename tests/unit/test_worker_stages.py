@@ -270,20 +270,19 @@ def test_a_batchs_stored_line_names_each_request_by_how_it_ended(stages):
     }
 
 
-def test_a_batch_stored_in_parts_goes_back_whole_when_a_part_fails(stages):
-    # GIVEN 30 results to store, two writes of at most 25, and a results table that
-    # fails the write holding r29
+def test_a_batch_goes_back_whole_when_its_write_fails(stages):
+    # GIVEN 30 results to store, and a results table that fails the batch's write
     for i in range(30):
         send(stages.realtime, f"r{i}")
     held = [p for _ in range(3) for p in stages.pending()]
-    store = stages.results.complete_queued
+    store = stages.results.complete_batch
 
-    def failing(records, *outputs):
+    def failing(records, *more):
         if any(r.request_id == "r29" for r in records):
             raise ConnectionError("the results table is unreachable")
-        return store(records, *outputs)
+        return store(records, *more)
 
-    stages.results.complete_queued = failing
+    stages.results.complete_batch = failing
     # WHEN the batch is submitted
     stages.finisher.submit([(p, stages.finisher.record(p, "done", outputs=[[0]])) for p in held])
     stages.finisher.flush()

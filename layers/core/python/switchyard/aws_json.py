@@ -43,7 +43,7 @@ from urllib.parse import urlsplit
 
 from botocore.awsrequest import AWSResponse
 
-from switchyard.http_transport import KeepAliveSession, host_header, host_key
+from switchyard.http_transport import Answer, KeepAliveSession, host_header, host_key
 from switchyard.sigv4 import ALGORITHM, signature
 
 log = logging.getLogger(__name__)
@@ -152,6 +152,48 @@ class LeanCaller:
         self, operation: str, botocore_call: Callable[..., Any], params: dict[str, Any]
     ) -> Any:
         """``operation`` with ``params``, this way or (``botocore_call``) botocore's."""
+        prepared = self._prepared(operation, params)
+        if prepared is None:
+            return botocore_call(**params)
+        try:
+            exchanged: Answer | Exception = self._session.exchange(
+                self._key, self._url, prepared[2]
+            )
+        except Exception as exc:  # noqa: BLE001 - botocore retries what failed on the way
+            exchanged = exc
+        return self._finished(operation, botocore_call, params, prepared, exchanged)
+
+    def call_all(
+        self, operation: str, botocore_call: Callable[..., Any], many: list[dict[str, Any]]
+    ) -> list[Any]:
+        """``operation`` with each of ``many``, as :meth:`call` makes it, the calls
+        this way sent together (``KeepAliveSession.exchange_all``): they wait on the
+        service at once, on this thread. Each one's answer, or the exception it
+        raised, in order."""
+        prepared = [self._prepared(operation, params) for params in many]
+        payloads = [p[2] for p in prepared if p is not None]
+        try:
+            answered = self._session.exchange_all(self._key, self._url, payloads)
+        except Exception as exc:  # noqa: BLE001 - botocore makes each of them
+            answered = [exc] * len(payloads)
+        exchanged = iter(answered)
+        answers: list[Any] = []
+        for params, ready in zip(many, prepared, strict=True):
+            try:
+                if ready is None:  # left to botocore
+                    answers.append(botocore_call(**params))
+                    continue
+                done = self._finished(operation, botocore_call, params, ready, next(exchanged))
+                answers.append(done)
+            except Exception as exc:  # noqa: BLE001 - each call's own, handed back
+                answers.append(exc)
+        return answers
+
+    def _prepared(
+        self, operation: str, params: dict[str, Any]
+    ) -> tuple[Any, dict[str, Any], bytes] | None:
+        """The call's model, context and signed request, its events emitted as botocore
+        emits them before a call; None if botocore is to make it."""
         model = self._models[operation]
         context = dict(self._context)
         event = f"{self._service_id}.{operation}"
@@ -161,7 +203,7 @@ class LeanCaller:
         try:
             body = json.dumps(params, separators=(",", ":"), default=_blob).encode()
         except _LeftToBotocore:
-            return botocore_call(**params)
+            return None
         headers = {"X-Amz-Target": f"{self._target}.{operation}"}
         request = {
             "url_path": "/",
@@ -180,20 +222,31 @@ class LeanCaller:
             context=context,
         )
         if answered is not None:
-            return botocore_call(**params)  # a handler answers it: botocore's way
-        try:
-            status, answer_headers, data = self._session.exchange(
-                self._key, self._url, self._payload(request["headers"], body)
-            )
-        except Exception:  # noqa: BLE001 - botocore retries what failed on the way
-            log.debug("a lean call failed on the way; botocore makes it", exc_info=True)
+            return None  # a handler answers it: botocore's way
+        return model, context, self._payload(request["headers"], body)
+
+    def _finished(
+        self,
+        operation: str,
+        botocore_call: Callable[..., Any],
+        params: dict[str, Any],
+        prepared: tuple[Any, dict[str, Any], bytes],
+        exchanged: Answer | Exception,
+    ) -> Any:
+        """The call's answer from what its request got back (botocore's call where that
+        failed on the way or is not for this way to read); its error raised as botocore
+        raises it."""
+        if isinstance(exchanged, Exception):  # botocore retries what failed on the way
+            log.debug("a lean call failed on the way; botocore makes it", exc_info=exchanged)
             return botocore_call(**params)
+        model, context, _ = prepared
+        status, answer_headers, data = exchanged
         parsed = self._answer(status, answer_headers, data)
         if parsed is None:
             return botocore_call(**params)
         response = AWSResponse(self._url, status, answer_headers, None)
         self._events.emit(
-            f"after-call.{event}",
+            f"after-call.{self._service_id}.{operation}",
             http_response=response,
             parsed=parsed,
             model=model,
@@ -324,8 +377,44 @@ class LeanClient:
         self.__dict__[name] = call  # made once
         return call
 
+    def call_all(self, name: str, many: list[dict[str, Any]]) -> list[Any]:
+        """The client's ``name`` call with each of ``many``: see :func:`calls_at_once`."""
+        operation = self._client.meta.method_to_api_mapping.get(name)
+        if operation is None or not self._caller.takes(operation):
+            return _in_turn(getattr(self._client, name), many)
+        return self._caller.call_all(operation, getattr(self._client, name), many)
+
     def __repr__(self) -> str:
         return f"LeanClient({self._client!r})"
+
+
+def calls_at_once(client: Any, name: str, many: list[dict[str, Any]]) -> list[Any]:
+    """``client.<name>(**params)`` for each of ``many``: made this way, the calls are
+    sent together and wait on the service at once, on the caller's thread (a worker's
+    batch: its result writes of 25 each, its deletes of 10); any other client makes
+    them in turn. Each one's answer, or the exception it raised, in order."""
+    if len(many) > 1 and isinstance(client, LeanClient):
+        return client.call_all(name, many)
+    return _in_turn(getattr(client, name), many)
+
+
+def all_answered(answers: list[Any]) -> list[Any]:
+    """:func:`calls_at_once`'s answers, once each call has answered: the first
+    exception among them raised."""
+    for answer in answers:
+        if isinstance(answer, Exception):
+            raise answer
+    return answers
+
+
+def _in_turn(call: Callable[..., Any], many: list[dict[str, Any]]) -> list[Any]:
+    answers: list[Any] = []
+    for params in many:
+        try:
+            answers.append(call(**params))
+        except Exception as exc:  # noqa: BLE001 - each call's own, handed back
+            answers.append(exc)
+    return answers
 
 
 def lean(client: Any) -> Any:

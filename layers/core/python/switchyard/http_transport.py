@@ -53,6 +53,10 @@ _RECV = 65_536
 IDLE_MOST_S = 20.0
 
 
+Answer = tuple[int, dict[str, str], bytes]
+"""An HTTP answer: its status, headers (names in lower case) and body."""
+
+
 class _Body:
     """An answer's body, as botocore reads it from ``AWSResponse.raw``."""
 
@@ -110,15 +114,18 @@ class _Connection:
         with contextlib.suppress(OSError):
             self.sock.close()
 
-    def exchange(self, request: bytes) -> tuple[int, dict[str, str], bytes, bool]:
-        """Send ``request``; its answer's status, headers, body, and whether the
-        connection may be used again."""
+    def send(self, request: bytes) -> None:
+        """Send ``request`` (its answer is read by :meth:`answer`)."""
         try:
             self.sock.sendall(request)
         except TimeoutError:
             raise
         except OSError:
             raise _Closed(started=False) from None
+
+    def answer(self) -> tuple[int, dict[str, str], bytes, bool]:
+        """The answer to the request sent: its status, headers, body, and whether the
+        connection may be used again."""
         while True:  # past any interim (1xx) answer
             head = self._until(b"\r\n\r\n", started=False)
             status_line, _, header_text = head.partition(b"\r\n")
@@ -235,24 +242,89 @@ class KeepAliveSession:
         """``payload`` (a whole request: its head and body) sent to ``key``'s host
         (``host_key``) on a pooled connection; the answer's status, headers (their
         names in lower case) and body. ``url`` names the endpoint in errors."""
-        for attempt in (0, 1):
+        answer = self._answered(key, url, payload, self._sent(key, url, payload))
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def exchange_all(
+        self, key: tuple[str, str, int], url: str, payloads: list[bytes]
+    ) -> list[Answer | Exception]:
+        """Each of ``payloads`` sent as :meth:`exchange` sends it, each on a connection
+        of its own, every one sent before any answer is read: the calls wait on the
+        host together, not in turn, and on the caller's thread alone (a worker's
+        batch: its result writes, its deletes). Each one's answer, or the error it
+        met (botocore's, as :meth:`exchange` raises it), in order. At most the pool's
+        size are in flight at once."""
+        answers: list[Answer | Exception] = []
+        for start in range(0, len(payloads), max(1, self._max_idle)):
+            wave = payloads[start : start + max(1, self._max_idle)]
+            sent = [self._sent(key, url, payload) for payload in wave]
+            answers += [
+                self._answered(key, url, payload, conn)
+                for payload, conn in zip(wave, sent, strict=True)
+            ]
+        return answers
+
+    def _sent(
+        self, key: tuple[str, str, int], url: str, payload: bytes
+    ) -> tuple[_Connection, bool] | Exception:
+        """``payload`` sent on a pooled connection (or, where the pooled one turns out
+        closed, on a new one); the connection and whether it was pooled, or the
+        error."""
+        try:
             conn, reused = self._take(key, url)
-            try:
-                status, headers, data, reuse = conn.exchange(payload)
-            except _Closed as closed:
-                conn.close()
-                if reused and not closed.started and attempt == 0:
-                    continue  # the server had closed it while it was idle: once more
-                raise ConnectionClosedError(endpoint_url=url) from None
-            except TimeoutError:
-                conn.close()
-                raise ReadTimeoutError(endpoint_url=url) from None
-            if reuse:
-                self._give(key, conn)
-            else:
-                conn.close()
-            return status, headers, data
-        raise AssertionError("unreachable")
+        except (ConnectTimeoutError, EndpointConnectionError, SSLError) as exc:
+            return exc
+        failed = _send_on(conn, payload, url)
+        if failed is None:
+            return conn, reused
+        if reused and isinstance(failed, ConnectionClosedError):
+            return self._resent(key, url, payload)  # the server had closed it while idle
+        return failed
+
+    def _resent(
+        self, key: tuple[str, str, int], url: str, payload: bytes
+    ) -> tuple[_Connection, bool] | Exception:
+        """``payload`` sent again, on a new connection."""
+        try:
+            conn = self._connect(key, url)
+        except (ConnectTimeoutError, EndpointConnectionError, SSLError) as exc:
+            return exc
+        failed = _send_on(conn, payload, url)
+        return (conn, False) if failed is None else failed
+
+    def _answered(
+        self,
+        key: tuple[str, str, int],
+        url: str,
+        payload: bytes,
+        sent: tuple[_Connection, bool] | Exception,
+    ) -> Answer | Exception:
+        """The answer to ``payload``, sent (``sent``: :meth:`_sent`'s), read; a pooled
+        connection that closes before any byte of it came (the server had closed it
+        while it was idle) is replaced and the request sent again, once."""
+        if isinstance(sent, Exception):
+            return sent
+        conn, reused = sent
+        try:
+            status, headers, data, reuse = conn.answer()
+        except _Closed as closed:
+            conn.close()
+            if reused and not closed.started:
+                return self._answered(key, url, payload, self._resent(key, url, payload))
+            return ConnectionClosedError(endpoint_url=url)
+        except TimeoutError:
+            conn.close()
+            return ReadTimeoutError(endpoint_url=url)
+        except Exception as exc:  # noqa: BLE001 - an answer not HTTP's: the others are read
+            conn.close()
+            return exc
+        if reuse:
+            self._give(key, conn)
+        else:
+            conn.close()
+        return status, headers, data
 
     def takes(self, url: str) -> bool:
         """Whether this session sends a POST to ``url`` itself (no proxy, no client
@@ -328,6 +400,19 @@ class KeepAliveSession:
                     context = ssl.create_default_context(cafile=cafile)
             self._tls = context
         return self._tls
+
+
+def _send_on(conn: _Connection, payload: bytes, url: str) -> Exception | None:
+    """``payload`` sent on ``conn``; the error (``conn`` closed) if it could not be."""
+    try:
+        conn.send(payload)
+    except _Closed:
+        conn.close()
+        return ConnectionClosedError(endpoint_url=url)
+    except TimeoutError:
+        conn.close()
+        return ReadTimeoutError(endpoint_url=url)
+    return None
 
 
 def host_key(url: Any) -> tuple[str, str, int]:

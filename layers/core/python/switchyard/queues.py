@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, Protocol
 
 from pydantic import TypeAdapter, ValidationError, create_model
 
+from switchyard.aws_json import all_answered, calls_at_once
 from switchyard.payloads import PayloadStore
 from switchyard.schemas import Lane, QueueMessage, TensorSignature
 from switchyard.signatures import tensor_row
@@ -127,20 +128,34 @@ class SqsWorkQueue:
             for m in response.get("Messages", [])
         ]
 
+    # A worker's batch is deleted, or released, ten messages to a call (SQS's most),
+    # the calls sent together: they wait on SQS at once, not one after another.
+
     def delete(self, messages: Sequence[Received]) -> None:
-        for chunk in _chunks(messages):
-            entries = [
-                {"Id": str(i), "ReceiptHandle": m.receipt_handle} for i, m in enumerate(chunk)
-            ]
-            self._sqs.delete_message_batch(QueueUrl=self.url, Entries=entries)
+        calls = [
+            {
+                "QueueUrl": self.url,
+                "Entries": [
+                    {"Id": str(i), "ReceiptHandle": m.receipt_handle}
+                    for i, m in enumerate(chunk)
+                ],
+            }
+            for chunk in _chunks(messages)
+        ]
+        all_answered(calls_at_once(self._sqs, "delete_message_batch", calls))
 
     def set_visibility(self, messages: Sequence[Received], seconds: int) -> None:
-        for chunk in _chunks(messages):
-            entries = [
-                {"Id": str(i), "ReceiptHandle": m.receipt_handle, "VisibilityTimeout": seconds}
-                for i, m in enumerate(chunk)
-            ]
-            self._sqs.change_message_visibility_batch(QueueUrl=self.url, Entries=entries)
+        calls = [
+            {
+                "QueueUrl": self.url,
+                "Entries": [
+                    {"Id": str(i), "ReceiptHandle": m.receipt_handle, "VisibilityTimeout": seconds}
+                    for i, m in enumerate(chunk)
+                ],
+            }
+            for chunk in _chunks(messages)
+        ]
+        all_answered(calls_at_once(self._sqs, "change_message_visibility_batch", calls))
 
 
 def _send_batches(sends: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:

@@ -30,6 +30,7 @@ from itertools import accumulate, chain
 from operator import itemgetter
 from typing import Any, Protocol
 
+from switchyard.aws_json import all_answered, calls_at_once
 from switchyard.jsontext import json_bytes, written_once
 from switchyard.payloads import PayloadStore, json_array
 from switchyard.schemas import RETRIES_EXHAUSTED, ErrorInfo, ResultRecord
@@ -135,27 +136,20 @@ class ResultStore(Protocol):
         transaction item) made with the result, or not at all."""
         ...
 
-    def complete_new(
-        self, records: list[ResultRecord], outputs: AsStored | None = None
+    def complete_batch(
+        self, records: list[ResultRecord], new: list[bool], outputs: AsStored | None = None
     ) -> list[Stored]:
-        """Store final results of requests that most likely have no record yet (sync
-        requests, recorded only if handed off at their deadline), many to a call. One
-        that has a record is stored as :meth:`complete` stores it. What
-        :meth:`complete` would return, for each: a sync request handed off at its
-        deadline is OVER_COUNTED where its tenant's queued work counted it.
+        """Store a batch's final results, many to a call, the calls made together.
+        Those ``new`` (sync requests' results, most likely with no record yet: one is
+        recorded only if handed off at its deadline) are inserted; the others (async
+        requests', most likely over a queued record) are written over it. One that
+        finds otherwise is stored as :meth:`complete` stores it. What :meth:`complete`
+        would return, for each (a sync request handed off at its deadline is
+        OVER_COUNTED where its tenant's queued work counted it), except that one
+        written over its queued record is STORED whether that was counted or not (the
+        write cannot tell): an async request's message says whether it was counted.
         ``outputs``: the records' outputs as their items hold them, where the caller
         worked them out already (used if worked out for this store's inline limit)."""
-        ...
-
-    def complete_queued(
-        self, records: list[ResultRecord], outputs: AsStored | None = None
-    ) -> list[Stored]:
-        """Store final results of requests that most likely have a queued record
-        (async requests), many to a call. One that has none, or a final one, is
-        stored as :meth:`complete` stores it. What :meth:`complete` would return, for
-        each, except that one written over its queued record is STORED whether that
-        was counted or not (the write cannot tell): an async request's message says
-        whether it was counted. ``outputs``: as :meth:`complete_new` takes them."""
         ...
 
     def get(self, tenant: str, request_id: str) -> ResultRecord | None: ...
@@ -244,61 +238,52 @@ class DynamoDBResultStore:
             return Stored.REFUSED
         return Stored.OVER_COUNTED if _COUNTED in old else Stored.STORED
 
-    def complete_new(
-        self, records: list[ResultRecord], outputs: AsStored | None = None
+    def complete_batch(
+        self, records: list[ResultRecord], new: list[bool], outputs: AsStored | None = None
     ) -> list[Stored]:
-        # One BatchExecuteStatement of INSERTs per 25 results: an INSERT never
-        # replaces an item, so a result is still written once. A statement that fails
-        # (the key is taken: a record handed off at its deadline, cancelled, expired,
-        # or answered by the fallback; or throttled) leaves that one result to the
-        # conditional put, which stores it over ``queued`` or finds it answered.
-        return self._many(records, self._insert, outputs)
-
-    def complete_queued(
-        self, records: list[ResultRecord], outputs: AsStored | None = None
-    ) -> list[Stored]:
-        # One BatchExecuteStatement of UPDATEs per 25 results, each of the item only
-        # while it is ``queued``, as the conditional put's condition: a result is still
-        # written once. A statement that fails (no record yet, a final one already, or
-        # throttled) leaves that one result to the conditional put. A PartiQL
-        # statement returns no old values, so one written over a counted record is
-        # STORED, not OVER_COUNTED.
-        return self._many(records, self._update, outputs)
-
-    def _many(
-        self,
-        records: list[ResultRecord],
-        statement: Callable[[dict[str, Any]], dict[str, Any]],
-        outputs: AsStored | None,
-    ) -> list[Stored]:
-        """``records`` stored ``statement``'s way, 25 to a call, and by the conditional
-        put where a statement fails. One statement per item in a call: a request
-        delivered twice in one batch has its second result stored on its own, after
-        (and so not at all)."""
+        # BatchExecuteStatements of 25 statements each, sent together
+        # (``calls_at_once``): they wait on DynamoDB at once, on this thread. A new
+        # result is an INSERT, which never replaces an item; the others an UPDATE of
+        # the item only while it is ``queued``, as the conditional put's condition: a
+        # result is still written once. A statement that fails (an INSERT's key is
+        # taken: a record handed off at its deadline, cancelled, expired, or answered
+        # by the fallback; an UPDATE finds no record yet, or a final one; or either was
+        # throttled) leaves that one result to the conditional put, which stores it
+        # over ``queued`` or finds it answered. A PartiQL statement returns no old
+        # values, so an UPDATE over a counted record is STORED, not OVER_COUNTED. One
+        # statement per item in a call: a request delivered twice in one batch has its
+        # second result stored on its own, after (and so not at all).
         stored: dict[int, Stored] = {}
         firsts: dict[tuple[str, str], int] = {}
         for i, r in enumerate(records):
             firsts.setdefault((r.tenant, r.request_id), i)
         once = list(firsts.values())
-        for j in range(0, len(once), _BATCH_STATEMENT_LIMIT):
-            part = once[j : j + _BATCH_STATEMENT_LIMIT]
-            # Built once: large outputs go to S3 here, not again for the put.
-            items = self._items(
-                [records[i] for i in part], None if outputs is None else outputs.part(part)
-            )
-            statements = [statement(item) for item in items]
-            answers = self._ddb.batch_execute_statement(Statements=statements)["Responses"]
-            for i, item, answer in zip(part, items, answers, strict=True):
-                stored[i] = Stored.STORED if "Error" not in answer else self._put_final(item)
+        parts: list[list[int]] = []  # places of the results in each call, new ones first
+        for way in (True, False):
+            of_way = [i for i in once if new[i] is way]
+            step = _BATCH_STATEMENT_LIMIT
+            parts += [of_way[j : j + step] for j in range(0, len(of_way), step)]
+        # Built once: large outputs go to S3 here, not again for the put.
+        items = [
+            self._items([records[i] for i in part], None if outputs is None else outputs.part(part))
+            for part in parts
+        ]
+        calls = [
+            {"Statements": [self._statement(x, new[i]) for i, x in zip(part, of, strict=True)]}
+            for part, of in zip(parts, items, strict=True)
+        ]
+        answers = all_answered(calls_at_once(self._ddb, "batch_execute_statement", calls))
+        for part, of_part, answer in zip(parts, items, answers, strict=True):
+            for i, item, said in zip(part, of_part, answer["Responses"], strict=True):
+                stored[i] = Stored.STORED if "Error" not in said else self._put_final(item)
         for i, record in enumerate(records):
             if i not in stored:
                 stored[i] = self.complete(record)
         return [stored[i] for i in range(len(records))]
 
-    def _insert(self, item: dict[str, Any]) -> dict[str, Any]:
-        return insert_of(self._table, item)
-
-    def _update(self, item: dict[str, Any]) -> dict[str, Any]:
+    def _statement(self, item: dict[str, Any], new: bool) -> dict[str, Any]:
+        if new:
+            return insert_of(self._table, item)
         return update_of_queued(self._table, item, _absent(tuple(item)))
 
     def mark_failed(self, queued: ResultRecord, reason: str) -> None:
