@@ -70,6 +70,7 @@ class FakeQueue:
     deleted: list[str] = field(default_factory=list)
     log: list[tuple[str, Any]] = field(default_factory=list)
     waits: list[int] = field(default_factory=list)  # each receive's long-poll wait
+    asked: list[int] = field(default_factory=list)  # each receive's most messages
     long_poll: bool = False
     on_send: Callable[[str], None] | None = None
     _cond: threading.Condition = field(default_factory=threading.Condition, repr=False)
@@ -85,6 +86,9 @@ class FakeQueue:
     def receive(
         self, max_messages: int, wait_seconds: int, visibility_seconds: int | None = None
     ) -> list[Received]:
+        self.asked.append(max_messages)
+        if wait_seconds > 0:  # a long poll is one call of SQS's, of 10 at most
+            max_messages = min(max_messages, 10)
         with self._cond:
             if self.long_poll and not self.visible and wait_seconds > 0:
                 self._cond.wait(wait_seconds)

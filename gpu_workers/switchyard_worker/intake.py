@@ -337,7 +337,13 @@ class Intake:
         held = self.assembler.oldest is not None
         if held and self.assembler.drained:
             self._await_due()
-        room = max(1, min(RECEIVE_MAX, self.room()))
+        # A realtime batch forming from a backlog (the last look found all it asked
+        # for) asks for its whole room at once: calls of ten, sent together. Any other
+        # look asks for ten at most, so that a shallow queue costs no empty receives.
+        oldest = self.assembler.oldest
+        wide = oldest is not None and oldest.received.lane != "batch"
+        wide = wide and not self.assembler.drained
+        room = max(1, self.room() if wide else min(RECEIVE_MAX, self.room()))
         realtime, batch_lane = self._in_hand.lanes
         visibility = self._in_hand.visibility  # held for this long, extended by heartbeat
         wait = 0 if held or self._batch_waiting else self.poll_wait

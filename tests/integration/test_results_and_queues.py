@@ -198,44 +198,42 @@ def test_large_inputs_travel_by_claim_check_with_the_tenant_as_group(
     assert load_inputs(decoded, payloads) == inputs
 
 
-def test_a_batchs_messages_are_released_and_deleted_ten_to_a_call_the_calls_together(
+def test_a_batchs_messages_are_received_released_and_deleted_ten_to_a_call_together(
     provisioned, clients
 ):
     sqs = clients("sqs")
     seen: list[tuple[str, str]] = []
     for event in ("before-call", "after-call"):
-        for operation in ("DeleteMessageBatch", "ChangeMessageVisibilityBatch"):
+        for operation in ("ReceiveMessage", "DeleteMessageBatch", "ChangeMessageVisibilityBatch"):
             sqs.meta.events.register(
                 f"{event}.sqs.{operation}",
                 lambda event_name, **_: seen.append(tuple(event_name.split(".")[::2])),
             )
+
+    def together(operation: str, calls: int) -> list[tuple[str, str]]:
+        return [("before-call", operation)] * calls + [("after-call", operation)] * calls
+
     queue = SqsWorkQueue(sqs, provisioned.queues["minilm-embed"]["realtime"], "realtime")
-    # GIVEN 25 messages in hand
     for i in range(25):
         queue.send(json.dumps({"n": i}), "acme")
-    held = []
-    for _ in range(10):
-        held += queue.receive(10, 1)
-        if len(held) == 25:
-            break
-    assert len(held) == 25
-    # WHEN they are released, then received again and deleted
-    queue.set_visibility(held, 0)
-    # THEN each took three calls, all three sent before the first answer came back
-    assert seen == [("before-call", "ChangeMessageVisibilityBatch")] * 3 + [
-        ("after-call", "ChangeMessageVisibilityBatch")
-    ] * 3
-    again = []
-    for _ in range(10):
-        again += queue.receive(10, 1)
-        if len(again) == 25:
-            break
-    assert sorted(json.loads(r.body)["n"] for r in again) == list(range(25))
+    # WHEN 25 are received without a wait: three calls, all sent before an answer
+    held = queue.receive(25, 0)
+    assert sorted(json.loads(r.body)["n"] for r in held) == list(range(25))
+    assert seen == together("ReceiveMessage", 3)
+    # AND released: three calls the same way
     seen.clear()
-    queue.delete(again)
-    assert seen == [("before-call", "DeleteMessageBatch")] * 3 + [
-        ("after-call", "DeleteMessageBatch")
-    ] * 3
+    queue.set_visibility(held, 0)
+    assert seen == together("ChangeMessageVisibilityBatch", 3)
+    # AND a long poll is one call, of ten at most
+    seen.clear()
+    first = queue.receive(25, 1)
+    assert len(first) == 10 and seen == together("ReceiveMessage", 1)
+    rest = queue.receive(15, 0)
+    assert len(rest) == 15
+    # AND deleted: three calls, all sent before an answer
+    seen.clear()
+    queue.delete(first + rest)
+    assert seen == together("DeleteMessageBatch", 3)
     assert queue.receive(10, 0) == []
 
 

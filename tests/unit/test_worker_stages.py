@@ -130,6 +130,28 @@ def test_the_intake_receives_no_more_than_the_forming_batch_has_room_for(stages)
     assert len(batch) == 64 and stages.intake.assembler.held == []
 
 
+def test_a_batch_forming_from_a_backlog_asks_for_its_room_at_once(stages):
+    # GIVEN 70 one-input requests queued, and a version whose batch holds 64
+    for i in range(70):
+        send(stages.realtime, f"r{i}")
+    # WHEN the intake receives until the forming batch is full
+    while stages.intake.room() > 0:
+        stages.intake.receive()
+    # THEN its first look (a long poll) asked for ten, and, having found all ten, the
+    # next asked for the rest of the batch's room in one receive
+    assert stages.realtime.asked == [10, 54]
+    assert stages.intake.assembler.held_inputs == 64
+    # AND once a look finds fewer than it asked for, the next asks for ten at most
+    stages.intake.take_due()
+    stages.intake.receive()  # the six left
+    assert stages.intake.assembler.held_inputs == 6
+    send(stages.realtime, "r70")
+    stages.worker.stop()  # so that its next look does not wait for the batch to be due
+    stages.intake.receive()
+    assert stages.realtime.asked[2:] == [10, 10]
+    assert stages.intake.assembler.held_inputs == 7
+
+
 def test_the_intake_learns_the_batch_cost_from_what_the_model_reports(stages):
     # GIVEN the model ran batches of 8 and 32 of v1, and one failed
     stages.intake.model_started("v1", 8)

@@ -9,6 +9,7 @@ tenant, so SQS fair queues keep one noisy tenant from filling every worker's rec
 from __future__ import annotations
 
 import base64
+import logging
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ from switchyard.payloads import PayloadStore
 from switchyard.schemas import Lane, QueueMessage, TensorSignature
 from switchyard.signatures import tensor_row
 from switchyard.together import Together
+
+log = logging.getLogger(__name__)
 
 # SQS's own bound for one message is 256 KiB; the claim check keeps well below it.
 SQS_BATCH_LIMIT = 10
@@ -52,7 +55,9 @@ class WorkQueue(Protocol):
         self, max_messages: int, wait_seconds: int, visibility_seconds: int | None = None
     ) -> list[Received]:
         """Up to ``max_messages``; ``visibility_seconds`` overrides the queue's
-        visibility timeout for these messages."""
+        visibility timeout for these messages. Without a wait, more than a receive
+        of SQS's takes (10) are received by calls sent together; a long poll
+        (``wait_seconds`` > 0) is one call, of 10 at most."""
         ...
 
     def delete(self, messages: Sequence[Received]) -> None: ...
@@ -108,14 +113,28 @@ class SqsWorkQueue:
     def receive(
         self, max_messages: int, wait_seconds: int, visibility_seconds: int | None = None
     ) -> list[Received]:
+        # A long poll is one call: several would each hold a connection for the wait,
+        # and their answers, read in turn, would wait on the slowest.
+        wanted = min(max_messages, SQS_BATCH_LIMIT) if wait_seconds > 0 else max_messages
         extra = {} if visibility_seconds is None else {"VisibilityTimeout": visibility_seconds}
-        response = self._sqs.receive_message(
-            QueueUrl=self.url,
-            MaxNumberOfMessages=min(max_messages, SQS_BATCH_LIMIT),
-            WaitTimeSeconds=wait_seconds,
-            MessageSystemAttributeNames=["ApproximateReceiveCount", "MessageGroupId"],
-            **extra,
-        )
+        calls = [
+            {
+                "QueueUrl": self.url,
+                "MaxNumberOfMessages": min(SQS_BATCH_LIMIT, wanted - i),
+                "WaitTimeSeconds": wait_seconds,
+                "MessageSystemAttributeNames": ["ApproximateReceiveCount", "MessageGroupId"],
+                **extra,
+            }
+            for i in range(0, max(wanted, 1), SQS_BATCH_LIMIT)
+        ]
+        answers = calls_at_once(self._sqs, "receive_message", calls)
+        failed = [a for a in answers if isinstance(a, Exception)]
+        if failed and len(failed) == len(answers):
+            raise failed[0]
+        if failed:
+            # What the others received is in hand; what a failed call may have taken
+            # comes back after its visibility timeout.
+            log.warning("a receive failed beside others", extra={"error": repr(failed[0])})
         return [
             Received(
                 body=m["Body"],
@@ -125,7 +144,9 @@ class SqsWorkQueue:
                 group=m.get("Attributes", {}).get("MessageGroupId"),
                 lane=self.lane,
             )
-            for m in response.get("Messages", [])
+            for answer in answers
+            if not isinstance(answer, Exception)
+            for m in answer.get("Messages", [])
         ]
 
     # A worker's batch is deleted, or released, ten messages to a call (SQS's most),
