@@ -235,7 +235,7 @@ def _dynamodb_ops(emu: Emulator, ddb: Any, meter: Meter, n: int) -> None:
     lease = queued_lease(TENANT, MODEL, time.time() + 300)
     meter.measure(
         "UpdateItem, conditional counter",
-        lambda: [counts.take(lease, 10 * n, time.time()) for _ in range(n)],
+        lambda: [counts.take([(lease, 10 * n)], time.time()) for _ in range(n)],
         "DynamoDBQueuedCounts.take: ADD under a cap, ReturnValues ALL_NEW",
     )
     entries = [
@@ -248,8 +248,9 @@ def _dynamodb_ops(emu: Emulator, ddb: Any, meter: Meter, n: int) -> None:
     )
 
 
-def run(quick: bool) -> dict[str, Any]:
-    n = 300 if quick else 2_000
+def run(quick: bool, calls: int | None = None) -> dict[str, Any]:
+    """Each operation made ``calls`` times (by default 2,000; 300 ``quick``)."""
+    n = calls or (300 if quick else 2_000)
     with emulator() as emu:
         counted = Counted()
         sqs, ddb = emu.client("sqs"), emu.client("dynamodb")

@@ -10,8 +10,8 @@ from collections import Counter
 
 import pytest
 
+from bench import emulator_calls, loadgen
 from bench import generation as gen
-from bench import loadgen
 from bench.aws_calls import Call, item_size, read_units, summarise, write_units
 from bench.common import ROOT, digit_images, percentile, ratio, sentences
 from bench.end_to_end import breakdown
@@ -1204,6 +1204,17 @@ def test_soak_latency_groups_sync_answers_and_async_ends():
     }
     assert rows["sync minilm-embed (200)"]["n"] == 2
     assert rows["sync minilm-embed (200)"]["p50_ms"] == 20.0
+
+
+def test_every_call_the_emulator_section_measures_is_made_as_the_platform_makes_it():
+    # WHEN the section's every operation is made twice, on a private emulator
+    section = emulator_calls.run(quick=True, calls=2)
+    # THEN each was measured, every call of it made (none raised), each with its note
+    rows = section["operations"]
+    assert {"ReceiveMessage of 10", "GetItem", "UpdateItem, conditional counter"} <= set(rows)
+    for name, row in rows.items():
+        assert row["calls"] >= 2, name
+        assert row["note"], name
 
 
 def test_the_loop_alone_replays_the_models_outputs_at_no_cost_in_the_model():
