@@ -127,6 +127,36 @@ def test_a_lone_tenants_batch_is_its_oldest_messages_until_the_next_does_not_fit
     assert a.take() == [big] and a.held == [after]
 
 
+def test_a_tenant_alone_then_joined_by_another_a_retry_or_another_version():
+    # GIVEN batches of 4, and one tenant's requests held alone, then taken
+    clock = Clock()
+    a = assembler(clock, size=4)
+    acme = [pending("acme") for _ in range(6)]
+    for p in acme:
+        a.add(p)
+    assert a.take() == acme[:4]
+    # WHEN another tenant's request comes beside the rest of the first's
+    globex = pending("globex")
+    a.add(globex)
+    # THEN the next batch takes turns between them
+    assert a.take(force=True) == [acme[4], globex, acme[5]]
+    assert a.held == []
+    # AND a retry held among one tenant's requests runs alone, first, as the oldest
+    again = [pending("acme") for _ in range(2)]
+    retry = pending("acme", count=2)
+    for p in (retry, *again):
+        a.add(p)
+    assert a.take(force=True) == [retry] and a.take(force=True) == again
+    # AND another version's request held among them runs in a batch of its own
+    v2 = pending("acme", version="v2")
+    later = [pending("acme") for _ in range(5)]
+    for p in (later[0], v2, *later[1:]):
+        a.add(p)
+    assert a.take() == later[:4]
+    assert a.take(force=True) == [v2] and a.take(force=True) == later[4:]
+    assert a.held == [] and a.inputs_of("v1") == 0 and a.inputs_of("v2") == 0
+
+
 def test_weights_count_messages_and_the_oldest_message_always_rides():
     # GIVEN a standard tenant's oldest request of 6 inputs, and a premium tenant
     # (weight 3) with many one-input requests
