@@ -19,7 +19,7 @@ from typing import Any
 
 from switchyard.auth import KeyIdDirectory
 from switchyard.costs import Spend, WorkerTime, hour_of
-from switchyard.queues import Received
+from switchyard.queues import SQS_BATCH_LIMIT, Received
 from switchyard.registry import ModelVersion, VersionExists
 from switchyard.results import AsStored, Stored
 from switchyard.schemas import ErrorInfo, Lane, QueueMessage, ResultRecord
@@ -88,7 +88,7 @@ class FakeQueue:
     ) -> list[Received]:
         self.asked.append(max_messages)
         if wait_seconds > 0:  # a long poll is one call of SQS's, of 10 at most
-            max_messages = min(max_messages, 10)
+            max_messages = min(max_messages, SQS_BATCH_LIMIT)
         with self._cond:
             if self.long_poll and not self.visible and wait_seconds > 0:
                 self._cond.wait(wait_seconds)

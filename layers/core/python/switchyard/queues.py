@@ -153,30 +153,28 @@ class SqsWorkQueue:
     # the calls sent together: they wait on SQS at once, not one after another.
 
     def delete(self, messages: Sequence[Received]) -> None:
-        calls = [
-            {
-                "QueueUrl": self.url,
-                "Entries": [
-                    {"Id": str(i), "ReceiptHandle": m.receipt_handle}
-                    for i, m in enumerate(chunk)
-                ],
-            }
-            for chunk in _chunks(messages)
-        ]
+        calls = self._entry_calls(messages, {})
         all_answered(calls_at_once(self._sqs, "delete_message_batch", calls))
 
     def set_visibility(self, messages: Sequence[Received], seconds: int) -> None:
-        calls = [
+        calls = self._entry_calls(messages, {"VisibilityTimeout": seconds})
+        all_answered(calls_at_once(self._sqs, "change_message_visibility_batch", calls))
+
+    def _entry_calls(
+        self, messages: Sequence[Received], each: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """The calls' parameters for ``messages``, ten to a call, each entry a message's
+        receipt handle with ``each``."""
+        return [
             {
                 "QueueUrl": self.url,
                 "Entries": [
-                    {"Id": str(i), "ReceiptHandle": m.receipt_handle, "VisibilityTimeout": seconds}
+                    {"Id": str(i), "ReceiptHandle": m.receipt_handle, **each}
                     for i, m in enumerate(chunk)
                 ],
             }
             for chunk in _chunks(messages)
         ]
-        all_answered(calls_at_once(self._sqs, "change_message_visibility_batch", calls))
 
 
 def _send_batches(sends: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:

@@ -260,7 +260,7 @@ class DynamoDBResultStore:
         once = list(firsts.values())
         parts: list[list[int]] = []  # places of the results in each call, new ones first
         for way in (True, False):
-            of_way = [i for i in once if new[i] is way]
+            of_way = [i for i in once if new[i] == way]
             step = _BATCH_STATEMENT_LIMIT
             parts += [of_way[j : j + step] for j in range(0, len(of_way), step)]
         # Built once: large outputs go to S3 here, not again for the put.
